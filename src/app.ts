@@ -1,0 +1,101 @@
+/**
+ * buildApp(deps): the Fastify application as a plugin tree: validation, error handling,
+ * operator auth, OpenAPI and the routes. It never listens; server.ts does.
+ */
+import { randomUUID } from 'node:crypto';
+import swagger from '@fastify/swagger';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Ajv } from 'ajv';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { registerOperatorAuth } from './routes/auth.js';
+import { agentRoutes } from './routes/agents/index.js';
+import { registerErrorHandling } from './routes/errors.js';
+import { healthRoutes } from './routes/health/index.js';
+import { stepRoutes } from './routes/steps/index.js';
+import type { AgentService } from './services/agent-service.js';
+
+export interface AppDeps {
+  agents: AgentService;
+  logger: Logger;
+  apiKeys?: readonly string[];
+  bodyLimit?: number;
+  /** The URL advertised in the OpenAPI `servers` entry. */
+  publicUrl?: string;
+}
+
+export const API_VERSION = '0.1.0';
+
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    bodyLimit: deps.bodyLimit ?? 1_048_576,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
+    },
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  configureValidation(app);
+  configureJsonBodies(app);
+  // Response schemas document the contract; bodies are written with JSON.stringify so a
+  // schema can never silently drop a field.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  app.addHook('onSend', async (request, reply) => {
+    void reply.header('x-request-id', request.id);
+  });
+  registerErrorHandling(app);
+  registerOperatorAuth(app, deps.apiKeys ?? []);
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'agentforest',
+        version: API_VERSION,
+        description: 'Run forests of LLM agents: roots, continuable children and the child-scoped report tool.',
+      },
+      servers: [{ url: deps.publicUrl ?? 'http://127.0.0.1:3000' }],
+      components: {
+        securitySchemes: {
+          operatorKey: { type: 'http', scheme: 'bearer', description: 'An operator key from AGENTFOREST_API_KEYS (when configured).' },
+          agentToken: { type: 'apiKey', in: 'header', name: 'X-Agent-Token', description: "The live incarnation's agent token." },
+        },
+      },
+    },
+  });
+
+  await app.register(healthRoutes, { agents: deps.agents });
+  await app.register(agentRoutes, { agents: deps.agents });
+  await app.register(stepRoutes, { agents: deps.agents });
+  return app;
+}
+
+/**
+ * Bodies are validated strictly (no coercion, unknown properties rejected by the schemas);
+ * querystrings and params coerce, since they arrive as text.
+ */
+function configureValidation(app: FastifyInstance): void {
+  const strict = new Ajv({ coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false, strict: false });
+  const lenient = new Ajv({ coerceTypes: true, removeAdditional: false, useDefaults: true, allErrors: false, strict: false });
+  app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? strict : lenient).compile(schema));
+}
+
+/** JSON bodies via Fastify's safe parser (prototype poisoning is an error); an empty body is no body. */
+function configureJsonBodies(app: FastifyInstance): void {
+  const parse = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if (body === '' || (typeof body === 'string' && body.trim() === '')) {
+      done(null, undefined);
+      return;
+    }
+    parse(request, body as string, done);
+  });
+  // A POST without a body validates as `{}`, so `{waitMs?}` bodies may be omitted.
+  app.addHook('preValidation', async (request) => {
+    if (request.body === undefined && request.method === 'POST') request.body = {};
+  });
+}

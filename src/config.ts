@@ -1,0 +1,106 @@
+/**
+ * Configuration from the environment: one TypeBox schema, the type derived from it, and a
+ * loader that reports every problem at once in words an operator can act on.
+ */
+import { Type, type Static } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+import { PACKAGE_NAMES, REPORT_DELIVERIES } from './domain/packages.js';
+import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+export const EnvSchema = Type.Object({
+  HOST: Type.String({ default: '127.0.0.1', minLength: 1 }),
+  PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
+  AGENTFOREST_DATA: Type.String({ default: './data/agentforest.db', minLength: 1 }),
+  AGENTFOREST_API_KEYS: Type.String({ default: '' }),
+  AGENTFOREST_REPORT_DELIVERY: Type.Union(REPORT_DELIVERIES.map((d) => Type.Literal(d)), { default: 'quiet' }),
+  AGENTFOREST_PACKAGES: Type.Optional(Type.String()),
+  AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024 }),
+  AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0 }),
+  AGENTFOREST_SQLITE_SYNCHRONOUS: Type.Union(SQLITE_SYNC_MODES.map((m) => Type.Literal(m)), { default: 'full' }),
+  LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info' }),
+});
+
+export type Env = Static<typeof EnvSchema>;
+
+export interface Config {
+  host: string;
+  port: number;
+  /** `:memory:` selects the in-memory store; anything else is a SQLite file path. */
+  dataPath: string;
+  apiKeys: string[];
+  reportDelivery: Env['AGENTFOREST_REPORT_DELIVERY'];
+  packages: string[] | undefined;
+  bodyLimit: number;
+  drainTimeoutMs: number;
+  sqliteSynchronous: Env['AGENTFOREST_SQLITE_SYNCHRONOUS'];
+  logLevel: Env['LOG_LEVEL'];
+}
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+/** Reads and validates the environment; throws ConfigError listing every problem. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const known = Object.keys(EnvSchema.properties);
+  const raw: Record<string, unknown> = {};
+  for (const key of known) {
+    const value = env[key];
+    if (value !== undefined && value !== '') raw[key] = value.trim();
+  }
+  const withDefaults = Value.Default(EnvSchema, Value.Convert(EnvSchema, raw));
+  const problems = [...Value.Errors(EnvSchema, withDefaults)].map((e) => {
+    const name = e.path.replace(/^\//, '');
+    return `${name}=${JSON.stringify(raw[name] ?? '')}: ${describe(name, e.message)}`;
+  });
+  if (problems.length > 0) {
+    throw new ConfigError(`invalid configuration:\n  - ${[...new Set(problems)].join('\n  - ')}`);
+  }
+  const e = withDefaults as Env;
+  const config: Config = {
+    host: e.HOST,
+    port: e.PORT,
+    dataPath: e.AGENTFOREST_DATA,
+    apiKeys: e.AGENTFOREST_API_KEYS.split(',').map((k) => k.trim()).filter((k) => k !== ''),
+    reportDelivery: e.AGENTFOREST_REPORT_DELIVERY,
+    packages: e.AGENTFOREST_PACKAGES?.split(',').map((p) => p.trim()).filter((p) => p !== ''),
+    bodyLimit: e.AGENTFOREST_BODY_LIMIT,
+    drainTimeoutMs: e.AGENTFOREST_DRAIN_TIMEOUT_MS,
+    sqliteSynchronous: e.AGENTFOREST_SQLITE_SYNCHRONOUS,
+    logLevel: e.LOG_LEVEL,
+  };
+  const unknownPackages = (config.packages ?? []).filter((p) => !(PACKAGE_NAMES as readonly string[]).includes(p));
+  if (unknownPackages.length > 0) {
+    throw new ConfigError(
+      `invalid configuration:\n  - AGENTFOREST_PACKAGES: unknown package(s) ${unknownPackages.join(', ')}; known: ${PACKAGE_NAMES.join(', ')}`,
+    );
+  }
+  if (!isLoopback(config.host) && config.apiKeys.length === 0) {
+    throw new ConfigError(
+      `invalid configuration:\n  - HOST=${JSON.stringify(config.host)} is not a loopback address and AGENTFOREST_API_KEYS is empty: ` +
+        'refusing to serve an unauthenticated API beyond this machine. Set AGENTFOREST_API_KEYS=<key>[,<key>...] or HOST=127.0.0.1.',
+    );
+  }
+  return config;
+}
+
+function describe(name: string, message: string): string {
+  switch (name) {
+    case 'AGENTFOREST_REPORT_DELIVERY':
+      return `must be one of ${REPORT_DELIVERIES.join(', ')}`;
+    case 'AGENTFOREST_SQLITE_SYNCHRONOUS':
+      return `must be one of ${SQLITE_SYNC_MODES.join(', ')}`;
+    case 'LOG_LEVEL':
+      return `must be one of ${LOG_LEVELS.join(', ')}`;
+    default:
+      return message;
+  }
+}
+
+/** True for addresses that only this machine can reach. */
+export function isLoopback(host: string): boolean {
+  const h = host.toLowerCase().replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}

@@ -1,0 +1,48 @@
+/**
+ * The closed set of error codes the service can produce, and the one error type that carries
+ * them. Domain and services throw `ServiceError`; only the HTTP adapter maps a code to a status
+ * (routes/error-status.ts), so the compiler rejects a code that has no status.
+ */
+export const ERROR_CODES = [
+  'VALIDATION',
+  'UNAUTHENTICATED',
+  'UNAUTHORIZED',
+  'AGENT_NOT_FOUND',
+  'TOOL_NOT_FOUND',
+  'STEP_NOT_FOUND',
+  'ROUTE_NOT_FOUND',
+  'AGENT_EXISTS',
+  'PARENT_UNAVAILABLE',
+  'ACTIVATION_CLOSING',
+  'ACTIVATION_SETUP_REVOKED',
+  'ACTIVATION_SETUP_RELEASE_FAILED',
+  'NOT_RESUMABLE',
+  'STEP_CONFLICT',
+  'PAYLOAD_TOO_LARGE',
+  'UNSUPPORTED_MEDIA_TYPE',
+  'DRAINING',
+  'INTERNAL',
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/** Fixed, model- or client-visible message texts. */
+export const MESSAGES = {
+  draining: 'continuable subagents are draining; the operation was not admitted',
+  unknownTool: (name: string) => `unknown tool "${name}"`,
+  parentUnavailable: 'direct parent is not live; report was not delivered',
+} as const;
+
+export class ServiceError extends Error {
+  override readonly name = 'ServiceError';
+  readonly code: ErrorCode;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+  }
+}
+
+export function isServiceError(value: unknown): value is ServiceError {
+  return value instanceof ServiceError;
+}

@@ -1,0 +1,31 @@
+/**
+ * Invariants of `AgentState` that every transition must preserve. Tests run them after each
+ * transition; the runtime may run them in debug builds. Returns the violated rules.
+ */
+import type { AgentState } from './turn-machine.js';
+
+export function checkInvariants(state: AgentState): string[] {
+  const broken: string[] = [];
+  const turn = state.turn;
+  if (turn.phase === 'disposed' && (state.inbox.length > 0 || state.pending.length > 0)) {
+    broken.push('a disposed agent holds no inbox items or staged context');
+  }
+  if (turn.phase === 'idle' && state.pending.length > 0) {
+    broken.push('an idle agent has no staged context (idle injects append at once)');
+  }
+  if (turn.phase === 'admitting' && turn.turn.step !== null) {
+    broken.push('an admitting turn has not claimed a step');
+  }
+  if (turn.phase === 'running') {
+    const step = turn.turn.step;
+    if ((step.status === 'awaiting') !== step.awaiting.length > 0) {
+      broken.push('a step awaits results exactly when it has unanswered tool calls');
+    }
+  }
+  if (state.inbox.some((item) => item.placement !== 'queued')) {
+    broken.push('the inbox holds only queued items');
+  }
+  const ids = [...state.inbox.map((i) => i.id), ...state.pending.flatMap((p) => (p.kind === 'steering' ? [p.item.id] : []))];
+  if (new Set(ids).size !== ids.length) broken.push('each inbox item is held once');
+  return broken;
+}

@@ -1,0 +1,8 @@
+/**
+ * The service-owned tool packages and their configuration literals.
+ */
+export const PACKAGE_NAMES = ['subagent', 'subagent-control', 'subagent-report'] as const;
+export type PackageName = (typeof PACKAGE_NAMES)[number];
+
+export const REPORT_DELIVERIES = ['quiet', 'wakeup'] as const;
+export type ReportDelivery = (typeof REPORT_DELIVERIES)[number];

@@ -1,0 +1,74 @@
+/**
+ * The durable session: an immutable header plus an append-only log of entries with a
+ * per-session, strictly increasing `seq`. The log is the source of truth for what an agent
+ * has seen; everything else about an agent can be rebuilt from it or is process-local.
+ */
+import type { AgentKind, ChildMode, Provider } from './agent.js';
+import type { Message } from './message.js';
+
+/** Schema version of the persisted header and entries. Bump with a migration. */
+export const SESSION_SCHEMA_VERSION = 1;
+
+export interface SessionHeader {
+  version: number;
+  id: string;
+  createdAt: string;
+  kind: AgentKind;
+  /** Durable lineage: the id of the parent's session, or null for a root. */
+  parentSession: string | null;
+  depth: number;
+  origin?: 'subagent';
+  mode: ChildMode | null;
+  provider: Provider | null;
+  label?: string;
+  instructions?: string;
+  metadata?: Record<string, unknown>;
+}
+
+export const TURN_END_REASONS = ['completed', 'cancelled', 'failed'] as const;
+export type TurnEndReason = (typeof TURN_END_REASONS)[number];
+
+export const ACTIVATION_EVENTS = ['created', 'resumed', 'settled', 'closed'] as const;
+export type ActivationEvent = (typeof ACTIVATION_EVENTS)[number];
+
+export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation'] as const;
+export type EntryType = (typeof ENTRY_TYPES)[number];
+
+/** An entry as the domain produces it; the log assigns `seq`. */
+export type EntryBody =
+  | ({ type: 'message'; at: string } & MessageEntryFields)
+  | { type: 'turn-start'; at: string; turnId: string; inboxItemId: string; messageId: string }
+  | { type: 'step-start'; at: string; turnId: string; stepId: string; index: number }
+  | { type: 'turn-end'; at: string; turnId: string; reason: TurnEndReason }
+  | { type: 'activation'; at: string; activationId: string; event: ActivationEvent };
+
+export type SessionEntry = EntryBody & { seq: number };
+
+export interface MessageEntryFields {
+  messageId: string;
+  role: Message['role'];
+  content: Message['content'];
+  source: Message['source'];
+  toolCalls?: Message['toolCalls'];
+  toolCallId?: string;
+  isError?: boolean;
+}
+
+export function messageEntry(message: Message, at: string): EntryBody {
+  const entry: EntryBody = {
+    type: 'message',
+    at,
+    messageId: message.id,
+    role: message.role,
+    content: message.content,
+    source: message.source,
+  };
+  if (message.toolCalls !== undefined) entry.toolCalls = message.toolCalls;
+  if (message.toolCallId !== undefined) entry.toolCallId = message.toolCallId;
+  if (message.isError !== undefined) entry.isError = message.isError;
+  return entry;
+}
+
+export function isoTime(ms: number): string {
+  return new Date(ms).toISOString();
+}

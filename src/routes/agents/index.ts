@@ -1,0 +1,158 @@
+/**
+ * Agent routes: create, list, get, dispose and resume roots; messages; session paging; the
+ * tools an agent sees and its service-owned tool calls. Thin: parse, call the service, shape.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { AgentService } from '../../services/agent-service.js';
+import { agentToken } from '../auth.js';
+import { AGENT_SECURITY, AgentIdParams, AgentView, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import {
+  AgentList,
+  AgentWithToken,
+  CreateRootBody,
+  DisposeQuery,
+  DisposeResult,
+  ListQuery,
+  MessageAccepted,
+  MessageBody,
+  SessionPage,
+  SessionQuery,
+  ToolCallBody,
+  ToolCallResult,
+  ToolList,
+} from './schemas.js';
+
+export interface AgentRoutesOptions {
+  agents: AgentService;
+}
+
+export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { agents }) => {
+  app.post('/v1/agents', {
+    schema: {
+      tags: ['agents'],
+      summary: 'Create a root agent',
+      security: OPERATOR_SECURITY,
+      body: CreateRootBody,
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_EXISTS', 'DRAINING']) },
+    },
+  }, async (request, reply) => {
+    const created = await agents.createRoot(request.body);
+    return reply.status(201).send(created);
+  });
+
+  app.get('/v1/agents', {
+    schema: {
+      tags: ['agents'],
+      summary: 'List live agents',
+      description: 'Ordered by creation time, then id. Filters combine.',
+      security: OPERATOR_SECURITY,
+      querystring: ListQuery,
+      response: { 200: AgentList, ...errorResponses([], { bodyless: true }) },
+    },
+  }, async (request) => {
+    const { parentId, status, limit, cursor } = request.query;
+    return agents.list({ limit, ...(parentId === undefined ? {} : { parentId }), ...(status === undefined ? {} : { status }), ...(cursor === undefined ? {} : { cursor }) });
+  });
+
+  app.get('/v1/agents/:id', {
+    schema: {
+      tags: ['agents'],
+      summary: 'Get an agent',
+      security: OPERATOR_SECURITY,
+      params: AgentIdParams,
+      response: { 200: AgentView, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
+    },
+  }, async (request) => agents.view(request.params.id));
+
+  app.delete('/v1/agents/:id', {
+    schema: {
+      tags: ['agents'],
+      summary: 'Dispose a root or close a child',
+      description: 'Answers 202 with the agent as it was when disposal started; the agent then leaves the live registry.',
+      security: OPERATOR_SECURITY,
+      params: AgentIdParams,
+      querystring: DisposeQuery,
+      response: { 202: DisposeResult, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
+    },
+  }, async (request, reply) => {
+    const agent = await agents.dispose(request.params.id);
+    return reply.status(202).send({ agent });
+  });
+
+  app.post('/v1/agents/:id/resume', {
+    schema: {
+      tags: ['agents'],
+      summary: 'Re-open a root after a restart',
+      description: 'A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.',
+      security: OPERATOR_SECURITY,
+      params: AgentIdParams,
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING'], { bodyless: true }) },
+    },
+  }, async (request, reply) => {
+    const resumed = await agents.resumeRoot(request.params.id);
+    return reply.status(201).send(resumed);
+  });
+
+  app.post('/v1/agents/:id/messages', {
+    schema: {
+      tags: ['agents'],
+      summary: 'Send a message (followup, inject or steer)',
+      description:
+        'followup queues one inbox item, the sole prompt of a later turn. inject adds context without a turn: ' +
+        'appended at once to an idle agent, staged for a running one until the next step start or the turn end. ' +
+        'steer joins the next step of the open turn, or queues like a followup when no turn is open.',
+      security: OPERATOR_SECURITY,
+      params: AgentIdParams,
+      body: MessageBody,
+      response: { 202: MessageAccepted, ...errorResponses(['AGENT_NOT_FOUND', 'DRAINING']) },
+    },
+  }, async (request, reply) => {
+    const accepted = await agents.deliver(request.params.id, request.body.content, request.body.delivery);
+    return reply.status(202).send(accepted);
+  });
+
+  app.get('/v1/agents/:id/session', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Read a session log',
+      description: 'Works for any agent with a durable session, live or not.',
+      security: OPERATOR_SECURITY,
+      params: AgentIdParams,
+      querystring: SessionQuery,
+      response: { 200: SessionPage, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
+    },
+  }, async (request, reply) => {
+    const page = await agents.sessionPage(request.params.id, request.query.after, request.query.limit);
+    // Entries are a union by `type`; the schema documents them as one object with optional fields.
+    return reply.send(page as never);
+  });
+
+  app.get('/v1/agents/:id/tools', {
+    schema: {
+      tags: ['tools'],
+      summary: 'The service-owned tools this agent sees',
+      security: AGENT_SECURITY,
+      params: AgentIdParams,
+      response: { 200: ToolList, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND'], { bodyless: true }) },
+    },
+  }, async (request) => ({ tools: await agents.toolsFor(request.params.id, agentToken(request)) }));
+
+  app.post('/v1/agents/:id/tool-calls', {
+    config: { toolCall: true },
+    schema: {
+      tags: ['tools'],
+      summary: 'Execute a service-owned tool as this agent',
+      description: 'Errors add `toolResult`, the exact text to show the model.',
+      security: AGENT_SECURITY,
+      params: AgentIdParams,
+      body: ToolCallBody,
+      response: {
+        200: ToolCallResult,
+        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'DRAINING'], { withToolResult: true }),
+      },
+    },
+  }, async (request) => {
+    const result = await agents.callTool(request.params.id, agentToken(request), request.body);
+    return { toolCallId: result.toolCallId, isError: false as const, output: result.output, content: result.content };
+  });
+};

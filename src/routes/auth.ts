@@ -1,0 +1,28 @@
+/**
+ * Operator authentication: `Authorization: Bearer <key>` on every /v1 route when keys are
+ * configured, compared in constant time. Agent tokens are checked by the service, inside the
+ * operation they guard; this module only reads the header.
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ServiceError } from '../domain/errors.js';
+import { digest, matchesAny } from '../services/tokens.js';
+
+export const AGENT_TOKEN_HEADER = 'x-agent-token';
+
+export function agentToken(request: FastifyRequest): string | undefined {
+  const value = request.headers[AGENT_TOKEN_HEADER];
+  return typeof value === 'string' && value !== '' ? value : undefined;
+}
+
+export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly string[]): void {
+  if (apiKeys.length === 0) return;
+  const digests = apiKeys.map(digest);
+  app.addHook('onRequest', async (request) => {
+    if (!request.url.startsWith('/v1/') && request.url !== '/v1') return;
+    const header = request.headers.authorization;
+    const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+    if (!matchesAny(match?.[1], digests)) {
+      throw new ServiceError('UNAUTHENTICATED', 'a valid operator key is required: Authorization: Bearer <key>');
+    }
+  });
+}

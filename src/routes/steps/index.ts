@@ -1,0 +1,97 @@
+/**
+ * Step routes: an agent's driver claims its next model request (long-poll), posts the model's
+ * output and the results of its own tools; a worker pool claims any agent's next step.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyReply } from 'fastify';
+import type { AgentService } from '../../services/agent-service.js';
+import { agentToken } from '../auth.js';
+import { AGENT_SECURITY, AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import {
+  ClaimBody,
+  ClaimResult,
+  OutputBody,
+  OutputResult,
+  PoolClaimBody,
+  PoolClaimResult,
+  StepParams,
+  ToolResultsBody,
+  ToolResultsResult,
+} from './schemas.js';
+
+export interface StepRoutesOptions {
+  agents: AgentService;
+}
+
+/** Aborts when the client goes away, so a long-poll that lost its caller never claims a step. */
+function clientGone(reply: FastifyReply): AbortSignal {
+  const controller = new AbortController();
+  // 'close' also fires after a normal response; only an unfinished response means the client left.
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableEnded) controller.abort();
+  });
+  return controller.signal;
+}
+
+const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;
+
+export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { agents }) => {
+  app.post('/v1/agents/:id/steps/next', {
+    schema: {
+      tags: ['steps'],
+      summary: "Claim this agent's next model request",
+      description: 'Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0.',
+      security: AGENT_SECURITY,
+      params: AgentIdParams,
+      body: ClaimBody,
+      response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'DRAINING']) },
+    },
+  }, async (request, reply) => {
+    const step = await agents.claimStep(request.params.id, agentToken(request), request.body.waitMs, clientGone(reply));
+    if (step === null) return reply.status(204).send();
+    return { step };
+  });
+
+  app.post('/v1/steps/next', {
+    schema: {
+      tags: ['steps'],
+      summary: "Claim any agent's next step (worker pool)",
+      description:
+        'FIFO by when each step became claimable; `rootId` keeps to one forest. Each step is claimed by exactly one caller. ' +
+        'The response carries the agent token for the step protocol calls that follow.',
+      security: OPERATOR_SECURITY,
+      body: PoolClaimBody,
+      response: { 200: PoolClaimResult, 204: noStep, ...errorResponses(['DRAINING']) },
+    },
+  }, async (request, reply) => {
+    const claimed = await agents.claimAny(request.body.waitMs, request.body.rootId, clientGone(reply));
+    if (claimed === null) return reply.status(204).send();
+    return claimed;
+  });
+
+  app.post('/v1/agents/:id/steps/:stepId/output', {
+    schema: {
+      tags: ['steps'],
+      summary: "Post the model's answer to a step",
+      description:
+        'Service-owned tool calls run at once (`toolResults`); the backend\'s own calls are listed as `awaiting`. ' +
+        'An output without tool calls ends the turn.',
+      security: AGENT_SECURITY,
+      params: StepParams,
+      body: OutputBody,
+      response: { 200: OutputResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
+    },
+  }, async (request) => agents.postOutput(request.params.id, agentToken(request), request.params.stepId, request.body));
+
+  app.post('/v1/agents/:id/steps/:stepId/tool-results', {
+    schema: {
+      tags: ['steps'],
+      summary: "Post results of the backend's own tool calls",
+      description: 'Once every call of the step has a result, the next step is claimable. A request naming any call the step does not await changes nothing.',
+      security: AGENT_SECURITY,
+      params: StepParams,
+      body: ToolResultsBody,
+      response: { 200: ToolResultsResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
+    },
+  }, async (request) => agents.postToolResults(request.params.id, agentToken(request), request.params.stepId, request.body.results));
+};

@@ -1,0 +1,69 @@
+/**
+ * The process entry: config -> logger -> store -> buildApp -> listen. SIGTERM/SIGINT drain
+ * (readiness fails, new work is refused, long-polls end), let in-flight model requests be
+ * recorded for up to the drain timeout, close the HTTP server, close open turns and the store.
+ */
+import closeWithGrace from 'close-with-grace';
+import { buildApp } from './app.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { createLogger } from './logger.js';
+import { createSystem, openStore } from './services/system.js';
+
+async function main(): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`agentforest: ${error.message}\n`);
+      process.exit(78);
+    }
+    throw error;
+  }
+  const logger = createLogger(config.logLevel);
+  const store = openStore(config.dataPath, config.sqliteSynchronous);
+  const system = createSystem({ store, logger });
+  const app = await buildApp({
+    agents: system.agents,
+    logger,
+    apiKeys: config.apiKeys,
+    bodyLimit: config.bodyLimit,
+    publicUrl: `http://${config.host}:${config.port}`,
+  });
+
+  if (config.apiKeys.length === 0) {
+    logger.warn(
+      { host: config.host },
+      '!!! AGENTFOREST_API_KEYS is not set: operator routes are UNAUTHENTICATED. Serving on loopback only. ' +
+        'Set AGENTFOREST_API_KEYS to require a key. !!!',
+    );
+  }
+
+  closeWithGrace({ delay: config.drainTimeoutMs + 5_000, logger }, async ({ signal, err }) => {
+    if (err !== undefined) logger.error({ err }, 'stopping after an uncaught error');
+    logger.info({ signal }, 'draining: readiness is failing, new work is refused, open long-polls end');
+    system.agents.startDrain();
+    await waitFor(() => system.agents.stepsInFlight === 0, config.drainTimeoutMs);
+    await app.close();
+    await system.agents.shutdown();
+    await store.close();
+    logger.info('drained and closed');
+  });
+
+  const address = await app.listen({ host: config.host, port: config.port });
+  logger.info(
+    { url: address, store: store.kind, data: config.dataPath, auth: config.apiKeys.length > 0 },
+    `agentforest listening on ${address}`,
+  );
+}
+
+/** Resolves when `done()` holds or after `timeoutMs`, checking every 50 ms. */
+async function waitFor(done: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`agentforest: failed to start: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`);
+  process.exit(1);
+});

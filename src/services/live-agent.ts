@@ -1,0 +1,213 @@
+/**
+ * One live incarnation of an agent: its turn state, its token and its place in the step
+ * dispatcher. Every operation runs the domain transition and writes its log entries in one
+ * synchronous span, so no other request can observe (or act on) a state whose entries were not
+ * yet assigned their seq. Routes then await `SessionLog.durable()` before acknowledging.
+ *
+ * Authority is this object's identity: a token authenticates exactly one incarnation, and a
+ * re-created or resumed agent is a different object with a different token.
+ */
+import type { Clock, IdSource } from '../domain/ports.js';
+import type { Delivery } from '../domain/agent.js';
+import { ServiceError } from '../domain/errors.js';
+import { createUserMessage, textBlocks, type Message, type MessageSource, type TextBlock, type ToolCall } from '../domain/message.js';
+import { isoTime, type SessionHeader } from '../domain/session.js';
+import {
+  admit,
+  closeTurn,
+  deliver,
+  dispose,
+  initialState,
+  isClaimable,
+  recordOutput,
+  recordToolResult,
+  startStep,
+  type AgentState,
+  type InboxEvent,
+  type InboxItem,
+  type Transition,
+} from '../domain/turn-machine.js';
+import type { SessionLog } from './session-log.js';
+import type { StepDispatcher } from './step-dispatcher.js';
+import { digest, matchesDigest, mintToken } from './tokens.js';
+
+/** What a claim hands the caller: the step's identity and the log position it was cut at. */
+export interface StepClaim {
+  agent: LiveAgent;
+  stepId: string;
+  turnId: string;
+  index: number;
+  /** The seq of the step-start entry: the step's messages are the log up to here. */
+  upToSeq: number;
+}
+
+export interface LiveAgentDeps {
+  log: SessionLog;
+  clock: Clock;
+  ids: IdSource;
+  dispatcher: StepDispatcher<LiveAgent, StepClaim>;
+  onInbox?: (agent: LiveAgent, event: InboxEvent, item: InboxItem) => void;
+}
+
+const RECENT_STEPS = 64;
+
+export class LiveAgent {
+  readonly id: string;
+  readonly rootId: string;
+  readonly token: string;
+  private readonly tokenDigest: Buffer;
+  private turnState: AgentState = initialState();
+  private disposalStarted = false;
+  /** Step ids this incarnation handed out, newest last, to tell STEP_CONFLICT from STEP_NOT_FOUND. */
+  private readonly recentSteps: string[] = [];
+
+  constructor(
+    readonly header: SessionHeader,
+    private readonly deps: LiveAgentDeps,
+  ) {
+    this.id = header.id;
+    this.rootId = header.kind === 'root' ? header.id : (header.parentSession ?? header.id);
+    this.token = mintToken();
+    this.tokenDigest = digest(this.token);
+  }
+
+  get state(): AgentState {
+    return this.turnState;
+  }
+
+  get disposing(): boolean {
+    return this.disposalStarted;
+  }
+
+  authenticates(token: string | undefined): boolean {
+    return matchesDigest(token, this.tokenDigest);
+  }
+
+  /** Deliver new content; returns the stable message id and, for followup/steer, the item id. */
+  deliver(
+    delivery: Delivery,
+    content: string | readonly TextBlock[],
+    source: MessageSource = { kind: 'user' },
+  ): { messageId: string; inboxItemId?: string } {
+    const message = createUserMessage(this.deps.ids.next('message'), content, source);
+    const inboxItemId = delivery === 'inject' ? undefined : this.deps.ids.next('inbox');
+    const input = inboxItemId === undefined ? { delivery, message } : { delivery, message, inboxItemId };
+    this.apply(deliver(this.turnState, input, this.now()));
+    return inboxItemId === undefined ? { messageId: message.id } : { messageId: message.id, inboxItemId };
+  }
+
+  /** Admit the next queued item as a turn, if idle. Runs on a microtask after a wake. */
+  admitNext(): void {
+    this.apply(admit(this.turnState, this.deps.ids.next('turn'), this.now()));
+  }
+
+  /** Claim the claimable step. Only the dispatcher calls this, so a step is claimed once. */
+  claimStep(): StepClaim {
+    const stepId = this.deps.ids.next('step');
+    const entries = this.apply(startStep(this.turnState, stepId, this.now()));
+    const running = this.turnState.turn;
+    if (running.phase !== 'running') throw new Error('a claimed step leaves its turn running');
+    this.remember(stepId);
+    return {
+      agent: this,
+      stepId,
+      turnId: running.turn.id,
+      index: running.turn.step.index,
+      upToSeq: entries[entries.length - 1]!,
+    };
+  }
+
+  /** Record the model's output; returns the tool calls now awaiting results and whether the turn ended. */
+  recordOutput(stepId: string, content: string | readonly TextBlock[] | undefined, toolCalls: ToolCall[]): { ended: boolean } {
+    this.requireKnownStep(stepId);
+    const message: Message = {
+      id: this.deps.ids.next('message'),
+      role: 'assistant',
+      content: content === undefined ? [] : textBlocks(content),
+      source: { kind: 'model' },
+    };
+    if (toolCalls.length > 0) message.toolCalls = toolCalls;
+    this.apply(recordOutput(this.turnState, stepId, message, this.now()));
+    if (this.turnState.turn.phase === 'closing') {
+      this.apply(closeTurn(this.turnState, this.now()));
+      return { ended: true };
+    }
+    return { ended: false };
+  }
+
+  /** Record one tool result (service-owned or the backend's). */
+  recordToolResult(stepId: string, toolCallId: string, content: string | readonly TextBlock[], isError: boolean): void {
+    this.requireKnownStep(stepId);
+    const message: Message = {
+      id: this.deps.ids.next('message'),
+      role: 'tool',
+      content: textBlocks(content),
+      source: { kind: 'tool' },
+      toolCallId,
+    };
+    if (isError) message.isError = true;
+    this.apply(recordToolResult(this.turnState, stepId, message, this.now()));
+  }
+
+  /** Throws unless the step awaits a result for each id, each named once. Changes nothing. */
+  checkToolResults(stepId: string, toolCallIds: readonly string[]): void {
+    this.requireKnownStep(stepId);
+    const turn = this.turnState.turn;
+    if (turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.status !== 'awaiting') {
+      throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not awaiting tool results`);
+    }
+    const awaiting = turn.turn.step.awaiting;
+    toolCallIds.forEach((callId, i) => {
+      if (!awaiting.includes(callId) || toolCallIds.indexOf(callId) !== i) {
+        throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not awaiting a result for tool call "${callId}"`);
+      }
+    });
+  }
+
+  /** Start disposal: a synchronous cutoff; cancels the open turn and discards queued work. */
+  dispose(): void {
+    this.disposalStarted = true;
+    this.apply(dispose(this.turnState, this.now()));
+    this.deps.dispatcher.withdraw(this);
+    this.deps.dispatcher.release(this);
+  }
+
+  private requireKnownStep(stepId: string): void {
+    if (!this.recentSteps.includes(stepId)) {
+      throw new ServiceError('STEP_NOT_FOUND', `step "${stepId}" does not exist for agent "${this.id}"`);
+    }
+  }
+
+  private remember(stepId: string): void {
+    this.recentSteps.push(stepId);
+    if (this.recentSteps.length > RECENT_STEPS) this.recentSteps.shift();
+  }
+
+  /** Carry out a transition: new state, log appends in order, inbox events, wake, dispatch. Returns appended seqs. */
+  private apply(transition: Transition): number[] {
+    this.turnState = transition.state;
+    const seqs: number[] = [];
+    for (const effect of transition.effects) {
+      switch (effect.kind) {
+        case 'append':
+          seqs.push(this.deps.log.append(this.id, effect.entry).seq);
+          break;
+        case 'inbox':
+          this.deps.onInbox?.(this, effect.event, effect.item);
+          break;
+        case 'wake':
+          queueMicrotask(() => this.admitNext());
+          break;
+        case 'claimable':
+          break; // handled below, once every effect has run
+      }
+    }
+    if (isClaimable(this.turnState) && !this.disposalStarted) this.deps.dispatcher.offer(this);
+    else this.deps.dispatcher.withdraw(this);
+    return seqs;
+  }
+
+  private now(): string {
+    return isoTime(this.deps.clock.now());
+  }
+}

@@ -1,0 +1,112 @@
+/**
+ * Hands out claimable steps exactly once. An agent with a claimable step is either handed
+ * straight to the oldest matching long-poll waiter or parked in `ready`, a map whose insertion
+ * order is the order in which agents became claimable (the worker pool's FIFO). Claiming
+ * happens synchronously inside `offer`/`tryClaim`, so two callers can never get one step.
+ */
+export interface StepSource {
+  readonly id: string;
+  readonly rootId: string;
+}
+
+export interface ClaimFilter<A extends StepSource = StepSource> {
+  /** Exactly this incarnation (identity, not id: a re-created agent is another object). */
+  agent?: A;
+  rootId?: string;
+}
+
+interface Waiter<A extends StepSource, C> {
+  filter: ClaimFilter<A>;
+  resolve: (claim: C | null) => void;
+}
+
+export class StepDispatcher<A extends StepSource, C> {
+  private readonly ready = new Map<string, A>();
+  private waiters: Waiter<A, C>[] = [];
+
+  constructor(private readonly claim: (agent: A) => C) {}
+
+  /** The agent has a claimable step. Keeps its original place if already offered. */
+  offer(agent: A): void {
+    if (this.ready.get(agent.id) === agent) return;
+    const index = this.waiters.findIndex((w) => matches(w.filter, agent));
+    if (index === -1) {
+      this.ready.set(agent.id, agent);
+      return;
+    }
+    const [waiter] = this.waiters.splice(index, 1);
+    waiter!.resolve(this.claim(agent));
+  }
+
+  /** The agent no longer has a claimable step (claimed elsewhere, disposed). */
+  withdraw(agent: A): void {
+    if (this.ready.get(agent.id) === agent) this.ready.delete(agent.id);
+  }
+
+  tryClaim(filter: ClaimFilter<A>): C | null {
+    if (filter.agent !== undefined) {
+      const agent = this.ready.get(filter.agent.id);
+      if (agent === undefined || !matches(filter, agent)) return null;
+      this.ready.delete(agent.id);
+      return this.claim(agent);
+    }
+    for (const agent of this.ready.values()) {
+      if (!matches(filter, agent)) continue;
+      this.ready.delete(agent.id);
+      return this.claim(agent);
+    }
+    return null;
+  }
+
+  /**
+   * Claim now, or wait up to `waitMs` for a matching step. Resolves null on timeout, on abort
+   * (the caller went away: it must never be handed a step) or when `release` is called.
+   */
+  claimOrWait(filter: ClaimFilter<A>, waitMs: number, signal?: AbortSignal): Promise<C | null> {
+    const now = this.tryClaim(filter);
+    if (now !== null || waitMs <= 0 || signal?.aborted === true) return Promise.resolve(now);
+    return new Promise((resolve) => {
+      const finish = (claim: C | null): void => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        resolve(claim);
+      };
+      const waiter: Waiter<A, C> = { filter, resolve: finish };
+      const drop = (): void => {
+        const i = this.waiters.indexOf(waiter);
+        if (i !== -1) this.waiters.splice(i, 1);
+        finish(null);
+      };
+      const onAbort = (): void => drop();
+      const timer = setTimeout(drop, waitMs);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.waiters.push(waiter);
+    });
+  }
+
+  /** Answer every waiter (of one incarnation, or all) with no step. */
+  release(agent?: A): void {
+    const keep: Waiter<A, C>[] = [];
+    const released: Waiter<A, C>[] = [];
+    for (const w of this.waiters) {
+      if (agent === undefined || w.filter.agent === agent) released.push(w);
+      else keep.push(w);
+    }
+    this.waiters = keep;
+    for (const w of released) w.resolve(null);
+  }
+
+  get waiting(): number {
+    return this.waiters.length;
+  }
+
+  get readyCount(): number {
+    return this.ready.size;
+  }
+}
+
+function matches<A extends StepSource>(filter: ClaimFilter<A>, agent: A): boolean {
+  if (filter.agent !== undefined && filter.agent !== agent) return false;
+  if (filter.rootId !== undefined && filter.rootId !== agent.rootId) return false;
+  return true;
+}

@@ -1,0 +1,133 @@
+/**
+ * SQLite session store (better-sqlite3, WAL). One database file holds every session header
+ * and entry. A batch is one transaction; `last_seq` is advanced with a compare-and-set so a
+ * gap or a duplicate seq aborts the whole batch. `synchronous` is FULL by default, so a
+ * committed batch survives power loss, not only a process crash.
+ */
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import type { EntryBody, SessionEntry, SessionHeader } from '../../domain/session.js';
+import type { SessionStore, SessionSummary, TurnBoundary, WriteBatch } from '../session-store.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
+
+export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
+export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
+
+export interface SqliteStoreOptions {
+  path: string;
+  synchronous?: SqliteSyncMode;
+}
+
+export class SqliteSessionStore implements SessionStore {
+  readonly kind = 'sqlite' as const;
+  private readonly db: Database.Database;
+  private readonly statements;
+  private readonly writeTx: (batch: WriteBatch) => void;
+
+  constructor(options: SqliteStoreOptions) {
+    if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
+    this.db = new Database(options.path);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma(`synchronous = ${options.synchronous ?? 'full'}`);
+    this.db.pragma('foreign_keys = ON');
+    this.db.pragma('busy_timeout = 5000');
+    migrate(this.db);
+    this.statements = {
+      insertSession: this.db.prepare(
+        'INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq) VALUES (?, ?, ?, ?, ?, 0)',
+      ),
+      advanceSeq: this.db.prepare('UPDATE sessions SET last_seq = ? WHERE id = ? AND last_seq = ?'),
+      insertEntry: this.db.prepare('INSERT INTO entries (session_id, seq, type, body) VALUES (?, ?, ?, ?)'),
+      header: this.db.prepare<[string], { header: string; last_seq: number }>(
+        'SELECT header, last_seq FROM sessions WHERE id = ?',
+      ),
+      read: this.db.prepare<[string, number, number], { seq: number; body: string }>(
+        'SELECT seq, body FROM entries WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+      ),
+      lastBoundary: this.db.prepare<[string], { seq: number; body: string }>(
+        `SELECT seq, body FROM entries WHERE session_id = ? AND type IN ('turn-start', 'turn-end')
+         ORDER BY seq DESC LIMIT 1`,
+      ),
+    };
+    this.writeTx = this.db.transaction((batch: WriteBatch) => this.writeBatch(batch));
+  }
+
+  async write(batch: WriteBatch): Promise<void> {
+    this.writeTx(batch);
+  }
+
+  async header(id: string): Promise<SessionSummary | undefined> {
+    const row = this.statements.header.get(id);
+    if (row === undefined) return undefined;
+    return { header: JSON.parse(row.header) as SessionHeader, lastSeq: row.last_seq };
+  }
+
+  async read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
+    const rows = this.statements.read.all(id, after, limit ?? -1);
+    return rows.map((row) => ({ seq: row.seq, ...(JSON.parse(row.body) as EntryBody) }) as SessionEntry);
+  }
+
+  async lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
+    const row = this.statements.lastBoundary.get(id);
+    if (row === undefined) return undefined;
+    const entry = JSON.parse(row.body) as SessionEntry;
+    if (entry.type !== 'turn-start' && entry.type !== 'turn-end') return undefined;
+    return { type: entry.type, turnId: entry.turnId, seq: row.seq };
+  }
+
+  async close(): Promise<void> {
+    if (this.db.open) this.db.close();
+  }
+
+  /** Runs inside the write transaction: any throw rolls the whole batch back. */
+  private writeBatch(batch: WriteBatch): void {
+    const s = this.statements;
+    for (const header of batch.headers) {
+      s.insertSession.run(header.id, header.kind, header.parentSession, header.createdAt, JSON.stringify(header));
+    }
+    const advance = new Map<string, { from: number; to: number }>();
+    for (const { sessionId, entry } of batch.entries) {
+      const { seq, ...body } = entry;
+      s.insertEntry.run(sessionId, seq, entry.type, JSON.stringify(body));
+      const range = advance.get(sessionId);
+      if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
+      else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
+      else range.to = seq;
+    }
+    for (const [sessionId, { from, to }] of advance) {
+      const result = s.advanceSeq.run(to, sessionId, from);
+      if (result.changes !== 1) {
+        throw new Error(`session "${sessionId}" is not at seq ${from}; refusing a gap or duplicate`);
+      }
+    }
+  }
+}
+
+function migrate(db: Database.Database): void {
+  db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)');
+  const row = db.prepare<[], { v: number | null }>('SELECT max(version) AS v FROM schema_migrations').get();
+  const current = row?.v ?? 0;
+  if (current > LATEST_SCHEMA_VERSION) {
+    throw new Error(
+      `database schema version ${current} is newer than this build supports (${LATEST_SCHEMA_VERSION}); refusing to start`,
+    );
+  }
+  for (const migration of MIGRATIONS) {
+    if (migration.version <= current) continue;
+    db.transaction(() => {
+      db.exec(migration.sql);
+      db.prepare('INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)').run(
+        migration.version,
+        migration.description,
+        new Date().toISOString(),
+      );
+    })();
+  }
+}
+
+/** The schema version a database file is at, for tests and diagnostics. */
+export function schemaVersionOf(db: Database.Database): number {
+  const row = db.prepare<[], { v: number | null }>('SELECT max(version) AS v FROM schema_migrations').get();
+  return row?.v ?? 0;
+}
