@@ -88,11 +88,12 @@ function configureJsonBodies(app: FastifyInstance): void {
   const parse = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if (body === '' || (typeof body === 'string' && body.trim() === '')) {
+    const text = body as string;
+    if (text.trim() === '') {
       done(null, undefined);
       return;
     }
-    parse(request, body as string, done);
+    void parse(request, text, done);
   });
   // A POST without a body validates as `{}`, so `{waitMs?}` bodies may be omitted.
   app.addHook('preValidation', async (request) => {

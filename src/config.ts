@@ -44,46 +44,52 @@ export class ConfigError extends Error {
 
 /** Reads and validates the environment; throws ConfigError listing every problem. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
-  const known = Object.keys(EnvSchema.properties);
-  const raw: Record<string, unknown> = {};
-  for (const key of known) {
+  const raw: Record<string, string> = {};
+  for (const key of Object.keys(EnvSchema.properties)) {
     const value = env[key];
-    if (value !== undefined && value !== '') raw[key] = value.trim();
+    if (value !== undefined && value.trim() !== '') raw[key] = value.trim();
   }
-  const withDefaults = Value.Default(EnvSchema, Value.Convert(EnvSchema, raw));
-  const problems = [...Value.Errors(EnvSchema, withDefaults)].map((e) => {
-    const name = e.path.replace(/^\//, '');
-    return `${name}=${JSON.stringify(raw[name] ?? '')}: ${describe(name, e.message)}`;
-  });
-  if (problems.length > 0) {
-    throw new ConfigError(`invalid configuration:\n  - ${[...new Set(problems)].join('\n  - ')}`);
+  const problems: string[] = [];
+  // Integers must be written as plain digits: Value.Convert would turn "1e3" into 1 and "80.5" into 80.
+  for (const [key, schema] of Object.entries(EnvSchema.properties)) {
+    const value = raw[key];
+    if (schema.type === 'integer' && value !== undefined && !/^\d+$/.test(value)) {
+      problems.push(`${key}=${JSON.stringify(value)}: must be a whole number written in digits`);
+    }
   }
-  const e = withDefaults as Env;
-  const config: Config = {
-    host: e.HOST,
-    port: e.PORT,
-    dataPath: e.AGENTFOREST_DATA,
-    apiKeys: e.AGENTFOREST_API_KEYS.split(',').map((k) => k.trim()).filter((k) => k !== ''),
-    reportDelivery: e.AGENTFOREST_REPORT_DELIVERY,
-    packages: e.AGENTFOREST_PACKAGES?.split(',').map((p) => p.trim()).filter((p) => p !== ''),
-    bodyLimit: e.AGENTFOREST_BODY_LIMIT,
-    drainTimeoutMs: e.AGENTFOREST_DRAIN_TIMEOUT_MS,
-    sqliteSynchronous: e.AGENTFOREST_SQLITE_SYNCHRONOUS,
-    logLevel: e.LOG_LEVEL,
-  };
-  const unknownPackages = (config.packages ?? []).filter((p) => !(PACKAGE_NAMES as readonly string[]).includes(p));
+  const converted = Value.Default(EnvSchema, Value.Convert(EnvSchema, { ...raw })) as Env;
+  if (problems.length === 0) {
+    for (const e of Value.Errors(EnvSchema, converted)) {
+      const key = e.path.replace(/^\//, '');
+      problems.push(`${key}=${JSON.stringify(raw[key] ?? '')}: ${describe(key, e.message)}`);
+    }
+  }
+  const packages = raw.AGENTFOREST_PACKAGES?.split(',').map((p) => p.trim()).filter((p) => p !== '');
+  const unknownPackages = (packages ?? []).filter((p) => !(PACKAGE_NAMES as readonly string[]).includes(p));
   if (unknownPackages.length > 0) {
-    throw new ConfigError(
-      `invalid configuration:\n  - AGENTFOREST_PACKAGES: unknown package(s) ${unknownPackages.join(', ')}; known: ${PACKAGE_NAMES.join(', ')}`,
-    );
+    problems.push(`AGENTFOREST_PACKAGES: unknown package(s) ${unknownPackages.join(', ')}; known: ${PACKAGE_NAMES.join(', ')}`);
   }
-  if (!isLoopback(config.host) && config.apiKeys.length === 0) {
-    throw new ConfigError(
-      `invalid configuration:\n  - HOST=${JSON.stringify(config.host)} is not a loopback address and AGENTFOREST_API_KEYS is empty: ` +
+  const apiKeys = (raw.AGENTFOREST_API_KEYS ?? '').split(',').map((k) => k.trim()).filter((k) => k !== '');
+  const host = raw.HOST ?? '127.0.0.1';
+  if (!isLoopback(host) && apiKeys.length === 0) {
+    problems.push(
+      `HOST=${JSON.stringify(host)} is not a loopback address and AGENTFOREST_API_KEYS is empty: ` +
         'refusing to serve an unauthenticated API beyond this machine. Set AGENTFOREST_API_KEYS=<key>[,<key>...] or HOST=127.0.0.1.',
     );
   }
-  return config;
+  if (problems.length > 0) throw new ConfigError(`invalid configuration:\n  - ${[...new Set(problems)].join('\n  - ')}`);
+  return {
+    host: converted.HOST,
+    port: converted.PORT,
+    dataPath: converted.AGENTFOREST_DATA,
+    apiKeys,
+    reportDelivery: converted.AGENTFOREST_REPORT_DELIVERY,
+    packages,
+    bodyLimit: converted.AGENTFOREST_BODY_LIMIT,
+    drainTimeoutMs: converted.AGENTFOREST_DRAIN_TIMEOUT_MS,
+    sqliteSynchronous: converted.AGENTFOREST_SQLITE_SYNCHRONOUS,
+    logLevel: converted.LOG_LEVEL,
+  };
 }
 
 function describe(name: string, message: string): string {

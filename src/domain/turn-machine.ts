@@ -128,7 +128,10 @@ export function deliver(state: AgentState, input: DeliveryInput, at: string): Tr
   const open = phase === 'admitting' || phase === 'running';
 
   if (input.delivery === 'inject') {
-    if (open) {
+    // A closing turn still holding staged context stages this one too, so the log keeps
+    // acceptance order (closeTurn writes them all after the turn-end).
+    const behindStaged = phase === 'closing' && state.pending.some((p) => p.kind === 'staged');
+    if (open || behindStaged) {
       return { state: { ...state, pending: [...state.pending, { kind: 'staged', message: input.message }] }, effects: [] };
     }
     return { state, effects: [{ kind: 'append', entry: messageEntry(input.message, at) }] };

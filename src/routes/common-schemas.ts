@@ -43,7 +43,7 @@ export function errorBody(codes: readonly ErrorCode[], withToolResult = false): 
   return Type.Object(
     {
       statusCode: Type.Integer(),
-      code: literals(codes),
+      code: Type.Unsafe<ErrorCode>({ type: 'string', enum: [...codes] }),
       error: Type.String({ description: 'The HTTP reason phrase.' }),
       message: Type.String(),
       ...(withToolResult ? { toolResult: Type.Optional(ToolResultBody) } : {}),

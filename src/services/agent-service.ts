@@ -305,8 +305,8 @@ export class AgentService {
   }
 
   private async renderStep(claim: StepClaim): Promise<Step> {
-    const entries = await this.deps.log.read(claim.agent.id, 0);
-    const upTo = entries.filter((e) => e.seq <= claim.upToSeq);
+    // Seqs are gap-free from 1, so the first `upToSeq` entries are exactly the step's context.
+    const upTo = await this.deps.log.read(claim.agent.id, 0, claim.upToSeq);
     return {
       id: claim.stepId,
       turnId: claim.turnId,

@@ -65,6 +65,8 @@ export class SessionLog {
   /** Resolves when every write queued before this call is committed. */
   durable(): Promise<void> {
     if (!batchIsEmpty(this.pending)) return this.pending.done;
+    // A failed batch is not durable: retry it now rather than report success.
+    if (this.inflight === null && this.failedBatch !== null) this.commitNow();
     return this.inflight?.done ?? Promise.resolve();
   }
 

@@ -63,8 +63,9 @@ export class StepDispatcher<A extends StepSource, C> {
    * (the caller went away: it must never be handed a step) or when `release` is called.
    */
   claimOrWait(filter: ClaimFilter<A>, waitMs: number, signal?: AbortSignal): Promise<C | null> {
+    if (signal?.aborted === true) return Promise.resolve(null);
     const now = this.tryClaim(filter);
-    if (now !== null || waitMs <= 0 || signal?.aborted === true) return Promise.resolve(now);
+    if (now !== null || waitMs <= 0) return Promise.resolve(now);
     return new Promise((resolve) => {
       const finish = (claim: C | null): void => {
         clearTimeout(timer);

@@ -32,7 +32,12 @@ export class SqliteSessionStore implements SessionStore {
     this.db.pragma(`synchronous = ${options.synchronous ?? 'full'}`);
     this.db.pragma('foreign_keys = ON');
     this.db.pragma('busy_timeout = 5000');
-    migrate(this.db);
+    try {
+      migrate(this.db);
+    } catch (error) {
+      this.db.close();
+      throw error;
+    }
     this.statements = {
       insertSession: this.db.prepare(
         'INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq) VALUES (?, ?, ?, ?, ?, 0)',

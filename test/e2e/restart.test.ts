@@ -1,0 +1,175 @@
+/**
+ * End to end across process restarts on one SQLite file: a graceful SIGTERM drain, then a cold
+ * start and root resume; and a SIGKILL with a turn open, whose turn is closed as failed exactly
+ * once by resume.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  ServerClient,
+  startServer,
+  stopLeftoverServers,
+  type EntryView,
+  type ErrorView,
+  type RunningServer,
+} from '../fixtures/server-process.js';
+
+let dir: string;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'agentforest-restart-'));
+});
+
+afterEach(async () => {
+  await stopLeftoverServers();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function dataFile(): string {
+  return join(dir, 'agentforest.db');
+}
+
+function logIndex(server: RunningServer, prefix: string): number {
+  return server.logs.findIndex((l) => typeof l.json?.msg === 'string' && l.json.msg.startsWith(prefix));
+}
+
+function expectGapFree(entries: readonly EntryView[]): void {
+  expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i + 1));
+}
+
+function failedTurnEnds(entries: readonly EntryView[], turnId: string): EntryView[] {
+  return entries.filter((e) => e.type === 'turn-end' && e.turnId === turnId && e.reason === 'failed');
+}
+
+function integrityCheck(path: string): unknown {
+  const db = new Database(path, { readonly: true });
+  try {
+    return db.pragma('integrity_check', { simple: true });
+  } finally {
+    db.close();
+  }
+}
+
+describe('restarting the server on the same SQLite file', { timeout: 60_000 }, () => {
+  it('drains on SIGTERM, then resumes the root with a new token and an unchanged, continuing session', async () => {
+    const first = await startServer({ dataPath: dataFile(), env: { AGENTFOREST_DRAIN_TIMEOUT_MS: '20000' } });
+    const api = new ServerClient(first);
+    const root = await api.createRoot({ id: 'restart-root', instructions: 'Remember everything.' });
+    await api.runTurn(root, 'first question', 'first answer');
+    await api.send(root.id, 'context: the user prefers metric units', 'inject');
+    await api.runTurn(root, 'second question', 'second answer');
+    const before = await api.session(root.id);
+    expectGapFree(before);
+    expect(before.filter((e) => e.type === 'turn-end').map((e) => e.reason)).toEqual(['completed', 'completed']);
+
+    // A second root holds a model request in flight, so the drain window stays open until it answers.
+    const busy = await api.createRoot({ id: 'busy-root' });
+    await api.send(busy.id, 'a slow question');
+    const inFlight = await api.claim(busy, 5_000);
+    expect(inFlight).not.toBeNull();
+
+    const longPoll = api.request('POST', `/v1/agents/${root.id}/steps/next`, {
+      token: root.token,
+      body: { waitMs: 20_000 },
+      headers: { 'x-request-id': 'drain-long-poll' },
+    });
+    await first.waitForLog('incoming request drain-long-poll', (l) => l.json?.reqId === 'drain-long-poll' && l.json.msg === 'incoming request');
+
+    first.child.kill('SIGTERM');
+    await first.waitForLog("'draining: ...'", (l) => typeof l.json?.msg === 'string' && l.json.msg.startsWith('draining: '));
+    expect((await longPoll).status).toBe(204);
+    const readyz = await api.request<{ status: string }>('GET', '/readyz');
+    expect(readyz.status).toBe(503);
+    expect(readyz.body).toEqual({ status: 'draining' });
+    const refused = await api.request<ErrorView>('POST', '/v1/agents', { body: {} });
+    expect(refused.status).toBe(503);
+    expect(refused.body).toMatchObject({ code: 'DRAINING' });
+
+    const finished = await api.postOutput(busy, inFlight!.id, { content: 'a slow answer' });
+    expect(finished.turn).toBe('ended');
+    // No second signal: the first one is still being handled.
+    const exit = await first.waitForExit();
+    expect(exit).toEqual({ code: 0, signal: null });
+    const draining = logIndex(first, 'draining: ');
+    const closed = logIndex(first, 'drained and closed');
+    expect(draining).toBeGreaterThanOrEqual(0);
+    expect(closed).toBeGreaterThan(draining);
+
+    const second = await startServer({ dataPath: dataFile() });
+    const api2 = new ServerClient(second);
+    const notLive = await api2.request<ErrorView>('GET', `/v1/agents/${root.id}`);
+    expect(notLive.status).toBe(404);
+    expect(notLive.body).toMatchObject({ code: 'AGENT_NOT_FOUND' });
+    expect(await api2.session(root.id)).toEqual(before);
+
+    const resumed = await api2.resume(root.id);
+    expect(resumed.id).toBe(root.id);
+    expect(resumed.token).not.toBe(root.token);
+    const live = await api2.request<{ id: string; status: string }>('GET', `/v1/agents/${root.id}`);
+    expect(live.status).toBe(200);
+    expect(live.body).toMatchObject({ id: root.id, status: 'idle' });
+
+    const stale = await api2.request<ErrorView>('POST', `/v1/agents/${root.id}/steps/next`, { token: root.token, body: { waitMs: 0 } });
+    expect(stale.status).toBe(403);
+    expect(stale.body).toMatchObject({ code: 'UNAUTHORIZED' });
+
+    expect(await api2.session(root.id)).toEqual(before);
+
+    const step = await api2.runTurn(resumed, 'third question', 'third answer');
+    expect(step.messages).toEqual([
+      { role: 'system', content: 'Remember everything.' },
+      { role: 'user', content: 'first question' },
+      { role: 'assistant', content: 'first answer' },
+      { role: 'user', content: 'context: the user prefers metric units' },
+      { role: 'user', content: 'second question' },
+      { role: 'assistant', content: 'second answer' },
+      { role: 'user', content: 'third question' },
+    ]);
+    const after = await api2.session(root.id);
+    expectGapFree(after);
+    expect(after.slice(0, before.length)).toEqual(before);
+    expect(after.slice(before.length).map((e) => e.type)).toEqual(['turn-start', 'message', 'step-start', 'message', 'turn-end']);
+    expect(after[after.length - 1]).toMatchObject({ type: 'turn-end', turnId: step.turnId, reason: 'completed' });
+
+    expect(await second.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+  });
+
+  it('closes a turn left open by SIGKILL as failed exactly once, across repeated resumes', async () => {
+    const first = await startServer({ dataPath: dataFile() });
+    const api = new ServerClient(first);
+    const root = await api.createRoot({ id: 'killed-root' });
+    await api.runTurn(root, 'before the crash', 'fine');
+    await api.send(root.id, 'the question the crash interrupts');
+    const open = await api.claim(root, 5_000);
+    expect(open).not.toBeNull();
+    const atKill = await api.session(root.id);
+    expect(atKill[atKill.length - 1]).toMatchObject({ type: 'step-start', turnId: open!.turnId, stepId: open!.id });
+
+    expect(await first.stop('SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
+    expect(integrityCheck(dataFile())).toBe('ok');
+
+    const second = await startServer({ dataPath: dataFile() });
+    const api2 = new ServerClient(second);
+    expect(await api2.session(root.id)).toEqual(atKill);
+    expect((await api2.request('GET', `/v1/agents/${root.id}`)).status).toBe(404);
+    await api2.resume(root.id);
+
+    const resumed = await api2.session(root.id);
+    expectGapFree(resumed);
+    expect(resumed.slice(0, atKill.length)).toEqual(atKill);
+    expect(resumed.slice(atKill.length)).toMatchObject([{ type: 'turn-end', turnId: open!.turnId, reason: 'failed' }]);
+    expect(failedTurnEnds(resumed, open!.turnId)).toHaveLength(1);
+    expect(await second.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+
+    const third = await startServer({ dataPath: dataFile() });
+    const api3 = new ServerClient(third);
+    await api3.resume(root.id);
+    const again = await api3.session(root.id);
+    expect(again).toEqual(resumed);
+    expect(failedTurnEnds(again, open!.turnId)).toHaveLength(1);
+    expect(await third.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+  });
+});

@@ -1,0 +1,119 @@
+/**
+ * loadConfig(env): defaults, parsing, and refusals an operator can act on (the variable and
+ * its allowed values named in the message). isLoopback decides whether keys are required.
+ */
+import { describe, expect, it } from 'vitest';
+import { ConfigError, isLoopback, loadConfig } from '../../src/config.js';
+
+function configErrorOf(env: Record<string, string | undefined>): ConfigError {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error;
+    throw error;
+  }
+  throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`);
+}
+
+describe('loadConfig', () => {
+  it('fills in the defaults for an empty environment', () => {
+    const config = loadConfig({});
+
+    expect(config.host).toBe('127.0.0.1');
+    expect(config.port).toBe(3000);
+    expect(config.dataPath).toBe('./data/agentforest.db');
+    expect(config.reportDelivery).toBe('quiet');
+    expect(config.sqliteSynchronous).toBe('full');
+    expect(config.apiKeys).toEqual([]);
+    expect(config.packages).toBeUndefined();
+  });
+
+  it('treats empty variables as unset', () => {
+    const config = loadConfig({ HOST: '', PORT: '', AGENTFOREST_REPORT_DELIVERY: '' });
+
+    expect(config.host).toBe('127.0.0.1');
+    expect(config.port).toBe(3000);
+    expect(config.reportDelivery).toBe('quiet');
+  });
+
+  it('reads the values it is given', () => {
+    const config = loadConfig({
+      PORT: '8080',
+      AGENTFOREST_DATA: ':memory:',
+      AGENTFOREST_REPORT_DELIVERY: 'wakeup',
+      AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal',
+      AGENTFOREST_PACKAGES: 'subagent, subagent-report',
+    });
+
+    expect(config.port).toBe(8080);
+    expect(config.dataPath).toBe(':memory:');
+    expect(config.reportDelivery).toBe('wakeup');
+    expect(config.sqliteSynchronous).toBe('normal');
+    expect(config.packages).toEqual(['subagent', 'subagent-report']);
+  });
+
+  it('splits API keys on commas, trims them and drops empty ones', () => {
+    const config = loadConfig({ AGENTFOREST_API_KEYS: ' key-one , key-two,,key-three ,' });
+
+    expect(config.apiKeys).toEqual(['key-one', 'key-two', 'key-three']);
+  });
+
+  it('refuses an unknown report delivery, naming the variable and the allowed values', () => {
+    const error = configErrorOf({ AGENTFOREST_REPORT_DELIVERY: 'shout' });
+
+    expect(error.name).toBe('ConfigError');
+    expect(error.message).toContain('AGENTFOREST_REPORT_DELIVERY');
+    expect(error.message).toContain('"shout"');
+    expect(error.message).toContain('quiet');
+    expect(error.message).toContain('wakeup');
+  });
+
+  it('refuses an unknown sqlite synchronous mode, naming the allowed values', () => {
+    const error = configErrorOf({ AGENTFOREST_SQLITE_SYNCHRONOUS: 'off' });
+
+    expect(error.message).toContain('AGENTFOREST_SQLITE_SYNCHRONOUS');
+    expect(error.message).toContain('full, normal');
+  });
+
+  it.each(['abc', '70000', '-1', '80.5', '1e3'])('refuses PORT=%s', (port) => {
+    const error = configErrorOf({ PORT: port });
+
+    expect(error.message).toContain('PORT');
+  });
+
+  it('refuses unknown package names and names them', () => {
+    const error = configErrorOf({ AGENTFOREST_PACKAGES: 'subagent,bogus' });
+
+    expect(error.message).toContain('AGENTFOREST_PACKAGES');
+    expect(error.message).toContain('bogus');
+    expect(error.message).toContain('subagent-report');
+  });
+
+  it('refuses a non-loopback HOST without API keys and says to set AGENTFOREST_API_KEYS', () => {
+    const error = configErrorOf({ HOST: '0.0.0.0' });
+
+    expect(error.message).toContain('0.0.0.0');
+    expect(error.message).toContain('AGENTFOREST_API_KEYS');
+  });
+
+  it('refuses a non-loopback HOST whose API keys are only commas', () => {
+    expect(configErrorOf({ HOST: '0.0.0.0', AGENTFOREST_API_KEYS: ' , ,' }).message).toContain('AGENTFOREST_API_KEYS');
+  });
+
+  it('accepts a non-loopback HOST with an API key', () => {
+    const config = loadConfig({ HOST: '0.0.0.0', AGENTFOREST_API_KEYS: 'secret' });
+
+    expect(config.host).toBe('0.0.0.0');
+    expect(config.apiKeys).toEqual(['secret']);
+  });
+});
+
+describe('isLoopback', () => {
+  it.each(['127.0.0.1', '127.1.2.3', '::1', '[::1]', 'localhost', 'LOCALHOST'])('%s is loopback', (host) => {
+    expect(isLoopback(host)).toBe(true);
+  });
+
+  it.each(['0.0.0.0', '10.0.0.1', '::', '192.168.1.10', 'example.com', '128.0.0.1'])('%s is not loopback', (host) => {
+    expect(isLoopback(host)).toBe(false);
+  });
+});

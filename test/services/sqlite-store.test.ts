@@ -1,0 +1,165 @@
+/**
+ * What only the SQLite store promises: durability across reopen, its PRAGMAs, its migrations
+ * and their version guard, and a consistent file. The shared contract lives in
+ * session-store.test.ts.
+ */
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
+import { SqliteSessionStore, schemaVersionOf } from '../../src/services/stores/sqlite-store.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/services/stores/sqlite-migrations.js';
+
+const AT = '2026-01-01T00:00:00.000Z';
+
+function header(id: string): SessionHeader {
+  return { version: 1, id, createdAt: AT, kind: 'root', parentSession: null, depth: 0, mode: null, provider: null };
+}
+
+function message(seq: number): SessionEntry {
+  return {
+    seq,
+    type: 'message',
+    at: AT,
+    messageId: `msg-${seq}`,
+    role: 'user',
+    content: [{ type: 'text', text: `m${seq}` }],
+    source: { kind: 'user' },
+  };
+}
+
+/**
+ * `synchronous` is a per-connection setting, so a second connection would only show its own
+ * default. The store's own connection is read through its (TypeScript-only) private field.
+ */
+function storeConnection(store: SqliteSessionStore): Database.Database {
+  return (store as unknown as { db: Database.Database }).db;
+}
+
+describe('SqliteSessionStore', () => {
+  let dir: string;
+  let path: string;
+  const opened: { close(): unknown }[] = [];
+
+  function openStore(options: { synchronous?: 'full' | 'normal' } = {}): SqliteSessionStore {
+    const store = new SqliteSessionStore({ path, ...options });
+    opened.push(store);
+    return store;
+  }
+
+  function openRaw(): Database.Database {
+    const db = new Database(path);
+    opened.push(db);
+    return db;
+  }
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'agentforest-sqlite-'));
+    path = join(dir, 'sessions.db');
+  });
+
+  afterEach(async () => {
+    for (const handle of opened.splice(0)) await handle.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keeps headers and entries across close and reopen of the same file', async () => {
+    const first = openStore();
+    await first.write({ headers: [header('s1')], entries: [1, 2, 3].map((seq) => ({ sessionId: 's1', entry: message(seq) })) });
+    await first.close();
+
+    const second = openStore();
+    expect(await second.header('s1')).toEqual({ header: header('s1'), lastSeq: 3 });
+    expect(await second.read('s1', 0)).toEqual([message(1), message(2), message(3)]);
+
+    await second.write({ headers: [], entries: [{ sessionId: 's1', entry: message(4) }] });
+    expect((await second.read('s1', 0)).map((e) => e.seq)).toEqual([1, 2, 3, 4]);
+  });
+
+  it('puts the file in WAL journal mode', () => {
+    openStore();
+
+    expect(openRaw().pragma('journal_mode', { simple: true })).toBe('wal');
+  });
+
+  it('runs with synchronous FULL by default', () => {
+    const store = openStore();
+
+    expect(storeConnection(store).pragma('synchronous', { simple: true })).toBe(2);
+  });
+
+  it('runs with synchronous NORMAL when asked', () => {
+    const store = openStore({ synchronous: 'normal' });
+
+    expect(storeConnection(store).pragma('synchronous', { simple: true })).toBe(1);
+  });
+
+  it('records its migrations in schema_migrations', () => {
+    openStore();
+
+    const rows = openRaw().prepare('SELECT version, description FROM schema_migrations ORDER BY version').all();
+    expect(rows).toEqual(MIGRATIONS.map((m) => ({ version: m.version, description: m.description })));
+    expect(rows).toContainEqual(expect.objectContaining({ version: 1 }));
+  });
+
+  it('does not re-run migrations when the file is reopened', async () => {
+    const first = openStore();
+    await first.write({ headers: [header('s1')], entries: [{ sessionId: 's1', entry: message(1) }] });
+    await first.close();
+    const raw = openRaw();
+    const before = raw.prepare('SELECT version, applied_at FROM schema_migrations ORDER BY version').all();
+
+    const second = openStore();
+
+    expect(raw.prepare('SELECT version, applied_at FROM schema_migrations ORDER BY version').all()).toEqual(before);
+    expect(schemaVersionOf(raw)).toBe(LATEST_SCHEMA_VERSION);
+    expect(await second.read('s1', 0)).toEqual([message(1)]);
+  });
+
+  it('refuses a database whose schema is newer than this build', () => {
+    const raw = new Database(path);
+    raw.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)');
+    raw.prepare('INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)').run(
+      LATEST_SCHEMA_VERSION + 1,
+      'from the future',
+      AT,
+    );
+    raw.close();
+
+    expect(() => openStore()).toThrow(
+      `database schema version ${LATEST_SCHEMA_VERSION + 1} is newer than this build supports (${LATEST_SCHEMA_VERSION}); refusing to start`,
+    );
+    const tables = openRaw()
+      .prepare<[], { name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+      .all()
+      .map((row) => row.name);
+    expect(tables).toEqual(['schema_migrations']);
+  });
+
+  it('passes integrity_check after accepted and rejected writes', async () => {
+    const store = openStore();
+    await store.write({ headers: [header('a'), header('b')], entries: [{ sessionId: 'a', entry: message(1) }] });
+    await store.write({ headers: [], entries: [2, 3, 4].map((seq) => ({ sessionId: 'a', entry: message(seq) })) });
+    await expect(
+      store.write({ headers: [header('c')], entries: [{ sessionId: 'b', entry: message(1) }, { sessionId: 'b', entry: message(3) }] }),
+    ).rejects.toThrow();
+    await store.close();
+
+    const raw = openRaw();
+    expect(raw.pragma('integrity_check', { simple: true })).toBe('ok');
+    expect(raw.prepare('SELECT count(*) AS n FROM entries').get()).toEqual({ n: 4 });
+  });
+
+  it('creates the parent directory of the file when it is missing', async () => {
+    path = join(dir, 'nested', 'deeper', 'sessions.db');
+    expect(existsSync(join(dir, 'nested'))).toBe(false);
+
+    const store = openStore();
+    await store.write({ headers: [header('s1')], entries: [] });
+
+    expect(existsSync(path)).toBe(true);
+    expect(await store.header('s1')).toEqual({ header: header('s1'), lastSeq: 0 });
+  });
+});

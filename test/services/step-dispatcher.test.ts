@@ -1,0 +1,324 @@
+/**
+ * StepDispatcher with fake agents and a claim function that records every claim: FIFO parking,
+ * filters by root and by exact incarnation, long-poll waiters, and the exactly-once guarantee
+ * under many waiters and offers. Timeouts run on fake timers.
+ */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { StepDispatcher } from '../../src/services/step-dispatcher.js';
+
+interface FakeAgent {
+  readonly id: string;
+  readonly rootId: string;
+}
+
+interface Claim {
+  agent: FakeAgent;
+}
+
+function agent(id: string, rootId = 'root-1'): FakeAgent {
+  return { id, rootId };
+}
+
+function setup(): { dispatcher: StepDispatcher<FakeAgent, Claim>; claims: FakeAgent[] } {
+  const claims: FakeAgent[] = [];
+  const dispatcher = new StepDispatcher<FakeAgent, Claim>((a) => {
+    claims.push(a);
+    return { agent: a };
+  });
+  return { dispatcher, claims };
+}
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('StepDispatcher', () => {
+  it('parks an offered agent when nobody waits', () => {
+    const { dispatcher, claims } = setup();
+
+    dispatcher.offer(agent('a'));
+
+    expect(dispatcher.readyCount).toBe(1);
+    expect(claims).toEqual([]);
+  });
+
+  it('tryClaim takes parked agents in the order they were offered', () => {
+    const { dispatcher, claims } = setup();
+    const [a, b, c] = [agent('a'), agent('b'), agent('c')];
+    dispatcher.offer(a);
+    dispatcher.offer(b);
+    dispatcher.offer(c);
+
+    expect(dispatcher.tryClaim({})?.agent).toBe(a);
+    expect(dispatcher.tryClaim({})?.agent).toBe(b);
+    expect(dispatcher.tryClaim({})?.agent).toBe(c);
+    expect(dispatcher.tryClaim({})).toBeNull();
+    expect(claims).toEqual([a, b, c]);
+  });
+
+  it('re-offering a parked agent keeps its original place', () => {
+    const { dispatcher } = setup();
+    const [a, b] = [agent('a'), agent('b')];
+    dispatcher.offer(a);
+    dispatcher.offer(b);
+    dispatcher.offer(a);
+
+    expect(dispatcher.readyCount).toBe(2);
+    expect(dispatcher.tryClaim({})?.agent).toBe(a);
+    expect(dispatcher.tryClaim({})?.agent).toBe(b);
+  });
+
+  it('tryClaim with a rootId takes the oldest agent of that root only', () => {
+    const { dispatcher } = setup();
+    const a = agent('a', 'r1');
+    const b = agent('b', 'r2');
+    const c = agent('c', 'r1');
+    [a, b, c].forEach((x) => dispatcher.offer(x));
+
+    expect(dispatcher.tryClaim({ rootId: 'r2' })?.agent).toBe(b);
+    expect(dispatcher.tryClaim({ rootId: 'r2' })).toBeNull();
+    expect(dispatcher.tryClaim({ rootId: 'r3' })).toBeNull();
+    expect(dispatcher.tryClaim({ rootId: 'r1' })?.agent).toBe(a);
+    expect(dispatcher.tryClaim({ rootId: 'r1' })?.agent).toBe(c);
+  });
+
+  it('an agent filter matches the same object only, not another object with the same id', () => {
+    const { dispatcher, claims } = setup();
+    const a = agent('a');
+    const impostor = agent('a');
+    dispatcher.offer(a);
+
+    expect(dispatcher.tryClaim({ agent: impostor })).toBeNull();
+    expect(dispatcher.readyCount).toBe(1);
+    expect(claims).toEqual([]);
+    expect(dispatcher.tryClaim({ agent: a })?.agent).toBe(a);
+    expect(dispatcher.readyCount).toBe(0);
+  });
+
+  it('an agent filter and a rootId filter must both match', () => {
+    const { dispatcher } = setup();
+    const a = agent('a', 'r1');
+    dispatcher.offer(a);
+
+    expect(dispatcher.tryClaim({ agent: a, rootId: 'r2' })).toBeNull();
+    expect(dispatcher.tryClaim({ agent: a, rootId: 'r1' })?.agent).toBe(a);
+  });
+
+  it('a waiter for one incarnation is not handed another object with the same id', async () => {
+    vi.useFakeTimers();
+    const { dispatcher, claims } = setup();
+    const a = agent('a');
+    const impostor = agent('a');
+    const pending = dispatcher.claimOrWait({ agent: a }, 1_000);
+
+    dispatcher.offer(impostor);
+
+    expect(claims).toEqual([]);
+    expect(dispatcher.readyCount).toBe(1);
+    expect(dispatcher.waiting).toBe(1);
+    dispatcher.withdraw(impostor);
+    dispatcher.offer(a);
+    expect((await pending)?.agent).toBe(a);
+  });
+
+  it('claimOrWait takes a parked agent at once without waiting', async () => {
+    const { dispatcher } = setup();
+    const a = agent('a');
+    dispatcher.offer(a);
+
+    const claim = await dispatcher.claimOrWait({}, 1_000);
+
+    expect(claim?.agent).toBe(a);
+    expect(dispatcher.waiting).toBe(0);
+  });
+
+  it('a waiter is handed an agent offered later, at the moment of the offer', async () => {
+    vi.useFakeTimers();
+    const { dispatcher, claims } = setup();
+    const a = agent('a');
+    const pending = dispatcher.claimOrWait({}, 1_000);
+    expect(dispatcher.waiting).toBe(1);
+
+    dispatcher.offer(a);
+
+    expect(claims).toEqual([a]);
+    expect(dispatcher.readyCount).toBe(0);
+    expect(dispatcher.waiting).toBe(0);
+    expect((await pending)?.agent).toBe(a);
+  });
+
+  it('an offer goes to the oldest waiter whose filter matches', async () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    const forR2 = dispatcher.claimOrWait({ rootId: 'r2' }, 1_000);
+    const anyOld = dispatcher.claimOrWait({}, 1_000);
+    const anyNew = dispatcher.claimOrWait({}, 1_000);
+    const a = agent('a', 'r1');
+    const b = agent('b', 'r2');
+    const c = agent('c', 'r1');
+
+    dispatcher.offer(a);
+    dispatcher.offer(b);
+    dispatcher.offer(c);
+
+    expect((await forR2)?.agent).toBe(b);
+    expect((await anyOld)?.agent).toBe(a);
+    expect((await anyNew)?.agent).toBe(c);
+  });
+
+  it('hands every offered agent to exactly one of many concurrent callers', async () => {
+    vi.useFakeTimers();
+    const { dispatcher, claims } = setup();
+    const agents = Array.from({ length: 12 }, (_, i) => agent(`a${i}`, i % 3 === 0 ? 'r0' : 'r1'));
+    const waiters = [
+      dispatcher.claimOrWait({}, 1_000),
+      dispatcher.claimOrWait({ rootId: 'r0' }, 1_000),
+      dispatcher.claimOrWait({}, 1_000),
+      dispatcher.claimOrWait({ rootId: 'r1' }, 1_000),
+      dispatcher.claimOrWait({ rootId: 'r0' }, 1_000),
+      dispatcher.claimOrWait({}, 1_000),
+    ];
+
+    const tryClaims: Claim[] = [];
+    agents.forEach((a, i) => {
+      dispatcher.offer(a);
+      // A parked agent offered again (its step still unclaimed) must not become a second step.
+      if (!claims.includes(a)) dispatcher.offer(a);
+      if (i % 4 === 3) {
+        const claim = dispatcher.tryClaim({});
+        if (claim !== null) tryClaims.push(claim);
+      }
+    });
+    const fromWaiters = await Promise.all(waiters);
+    const rest: Claim[] = [];
+    for (let claim = dispatcher.tryClaim({}); claim !== null; claim = dispatcher.tryClaim({})) rest.push(claim);
+
+    const handedOut = [...fromWaiters, ...tryClaims, ...rest].map((c) => c?.agent);
+    expect(fromWaiters.every((c) => c !== null)).toBe(true);
+    expect(handedOut).toHaveLength(agents.length);
+    expect(new Set(handedOut).size).toBe(agents.length);
+    expect(new Set(handedOut)).toEqual(new Set(agents));
+    expect(claims).toHaveLength(agents.length);
+    expect(dispatcher.readyCount).toBe(0);
+    expect(dispatcher.waiting).toBe(0);
+  });
+
+  it('a waiter whose signal aborts resolves null and is never handed a step afterwards', async () => {
+    vi.useFakeTimers();
+    const { dispatcher, claims } = setup();
+    const controller = new AbortController();
+    const pending = dispatcher.claimOrWait({}, 10_000, controller.signal);
+
+    controller.abort();
+
+    expect(await pending).toBeNull();
+    expect(dispatcher.waiting).toBe(0);
+    const a = agent('a');
+    dispatcher.offer(a);
+    expect(claims).toEqual([]);
+    expect(dispatcher.readyCount).toBe(1);
+    expect(dispatcher.tryClaim({})?.agent).toBe(a);
+  });
+
+  it('a caller whose signal is already aborted claims nothing and leaves the agent parked', async () => {
+    const { dispatcher, claims } = setup();
+    const a = agent('a');
+    dispatcher.offer(a);
+
+    const claim = await dispatcher.claimOrWait({}, 1_000, AbortSignal.abort());
+
+    expect(claim).toBeNull();
+    expect(claims).toEqual([]);
+    expect(dispatcher.readyCount).toBe(1);
+  });
+
+  it('a waiter resolves null when its wait times out, and later offers are parked', async () => {
+    vi.useFakeTimers();
+    const { dispatcher, claims } = setup();
+    let settled = false;
+    const pending = dispatcher.claimOrWait({}, 5_000).then((claim) => {
+      settled = true;
+      return claim;
+    });
+
+    await vi.advanceTimersByTimeAsync(4_999);
+    expect(settled).toBe(false);
+    expect(dispatcher.waiting).toBe(1);
+
+    await vi.advanceTimersByTimeAsync(1);
+    expect(settled).toBe(true);
+    expect(await pending).toBeNull();
+    expect(dispatcher.waiting).toBe(0);
+
+    dispatcher.offer(agent('a'));
+    expect(claims).toEqual([]);
+    expect(dispatcher.readyCount).toBe(1);
+  });
+
+  it('claimOrWait with no wait resolves null at once when nothing is parked', async () => {
+    const { dispatcher } = setup();
+
+    expect(await dispatcher.claimOrWait({}, 0)).toBeNull();
+    expect(dispatcher.waiting).toBe(0);
+  });
+
+  it('release() answers every waiter with null', async () => {
+    vi.useFakeTimers();
+    const { dispatcher, claims } = setup();
+    const a = agent('a');
+    const pending = [
+      dispatcher.claimOrWait({}, 1_000),
+      dispatcher.claimOrWait({ rootId: 'r9' }, 1_000),
+      dispatcher.claimOrWait({ agent: a }, 1_000),
+    ];
+
+    dispatcher.release();
+
+    expect(await Promise.all(pending)).toEqual([null, null, null]);
+    expect(dispatcher.waiting).toBe(0);
+    dispatcher.offer(a);
+    expect(claims).toEqual([]);
+  });
+
+  it('release(agent) answers only the waiters for that incarnation', async () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    const a = agent('a');
+    const forA = dispatcher.claimOrWait({ agent: a }, 1_000);
+    const forImpostor = dispatcher.claimOrWait({ agent: agent('a') }, 1_000);
+    const forAny = dispatcher.claimOrWait({}, 1_000);
+
+    dispatcher.release(a);
+
+    expect(await forA).toBeNull();
+    expect(dispatcher.waiting).toBe(2);
+    dispatcher.release();
+    expect(await forImpostor).toBeNull();
+    expect(await forAny).toBeNull();
+  });
+
+  it('withdraw removes a parked agent', () => {
+    const { dispatcher } = setup();
+    const a = agent('a');
+    const b = agent('b');
+    dispatcher.offer(a);
+    dispatcher.offer(b);
+
+    dispatcher.withdraw(a);
+
+    expect(dispatcher.readyCount).toBe(1);
+    expect(dispatcher.tryClaim({ agent: a })).toBeNull();
+    expect(dispatcher.tryClaim({})?.agent).toBe(b);
+  });
+
+  it('withdraw of another object with the same id leaves the parked agent in place', () => {
+    const { dispatcher } = setup();
+    const a = agent('a');
+    dispatcher.offer(a);
+
+    dispatcher.withdraw(agent('a'));
+
+    expect(dispatcher.readyCount).toBe(1);
+    expect(dispatcher.tryClaim({})?.agent).toBe(a);
+  });
+});
