@@ -13,10 +13,12 @@ import { agentRoutes } from './routes/agents/index.js';
 import { registerErrorHandling } from './routes/errors.js';
 import { healthRoutes } from './routes/health/index.js';
 import { stepRoutes } from './routes/steps/index.js';
-import type { AgentService } from './services/agent-service.js';
+import type { System } from './services/system.js';
+import { childRoutes } from './routes/children/index.js';
+import { packageRoutes } from './routes/packages/index.js';
 
 export interface AppDeps {
-  agents: AgentService;
+  system: Pick<System, 'agents' | 'steps' | 'packages'>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -67,9 +69,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
   });
 
-  await app.register(healthRoutes, { agents: deps.agents });
-  await app.register(agentRoutes, { agents: deps.agents });
-  await app.register(stepRoutes, { agents: deps.agents });
+  const { agents, steps, packages } = deps.system;
+  await app.register(healthRoutes, { agents });
+  await app.register(agentRoutes, { agents, steps });
+  await app.register(childRoutes, { agents });
+  await app.register(stepRoutes, { steps });
+  await app.register(packageRoutes, { packages });
   return app;
 }
 

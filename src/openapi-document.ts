@@ -10,7 +10,7 @@ import { MemorySessionStore } from './services/stores/memory-store.js';
 export async function generateOpenApi(): Promise<string> {
   const logger = createLogger('silent');
   const system = createSystem({ store: new MemorySessionStore(), logger });
-  const app = await buildApp({ agents: system.agents, logger });
+  const app = await buildApp({ system, logger });
   await app.ready();
   const yaml = app.swagger({ yaml: true });
   await app.close();

@@ -22,9 +22,9 @@ async function main(): Promise<void> {
   }
   const logger = createLogger(config.logLevel);
   const store = openStore(config.dataPath, config.sqliteSynchronous);
-  const system = createSystem({ store, logger });
+  const system = createSystem({ store, logger, packages: config.packages, reportDelivery: config.reportDelivery });
   const app = await buildApp({
-    agents: system.agents,
+    system,
     logger,
     apiKeys: config.apiKeys,
     bodyLimit: config.bodyLimit,
@@ -43,7 +43,7 @@ async function main(): Promise<void> {
     if (err !== undefined) logger.error({ err }, 'stopping after an uncaught error');
     logger.info({ signal }, 'draining: readiness is failing, new work is refused, open long-polls end');
     system.agents.startDrain();
-    await waitFor(() => system.agents.stepsInFlight === 0, config.drainTimeoutMs);
+    await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
     await app.close();
     await system.agents.shutdown();
     await store.close();

@@ -17,12 +17,16 @@ export interface SessionHeader {
   /** Durable lineage: the id of the parent's session, or null for a root. */
   parentSession: string | null;
   depth: number;
+  /** Children: the root of the forest (a root's own id is its root). */
+  rootSession?: string;
   origin?: 'subagent';
   mode: ChildMode | null;
   provider: Provider | null;
   label?: string;
   instructions?: string;
   metadata?: Record<string, unknown>;
+  /** Children: the global tools this child may see (child-scoped tools are not filtered). */
+  toolFilter?: { allow: string[] };
 }
 
 export const TURN_END_REASONS = ['completed', 'cancelled', 'failed'] as const;

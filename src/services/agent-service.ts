@@ -1,51 +1,35 @@
 /**
- * The agent service: creates, resumes and disposes agents, routes deliveries, and runs the
- * step protocol (claim, output, tool results) and service-owned tools. It owns the live
- * registry (one LiveAgent per live id) and the drain state. Authority is checked in the same
- * synchronous span as the action it guards; only the failure path awaits (to tell a missing
- * agent from a wrong token).
+ * The agent service: roots (create, resume, dispose), children (start, deliver, close),
+ * messages, views, lists, sessions, and the drain state. Children's lifecycle belongs to the
+ * continuation manager; this service authenticates callers and routes to it.
+ *
+ * Authority is checked in the same synchronous span as the action it guards; only failure
+ * paths await (to tell a missing agent from a wrong token).
  */
 import type { Logger } from 'pino';
 import type { Delivery } from '../domain/agent.js';
 import { MESSAGES, ServiceError } from '../domain/errors.js';
+import type { TextBlock } from '../domain/message.js';
 import type { Clock, IdSource } from '../domain/ports.js';
-import type { TextBlock, ToolCall } from '../domain/message.js';
 import { isoTime, SESSION_SCHEMA_VERSION, type SessionEntry, type SessionHeader } from '../domain/session.js';
-import { renderMessages, renderTools, type ChatMessage, type ChatTool, type ToolSchema } from '../domain/step-render.js';
-import { LiveAgent, type StepClaim } from './live-agent.js';
+import type { AgentRegistry } from './agent-registry.js';
+import type { ChildSpec, ContinuationManager } from './continuation/continuation-manager.js';
+import type { LiveAgent } from './live-agent.js';
+import type { ChildListing } from './packages/subagent-control.js';
 import type { SessionLog } from './session-log.js';
-import { StepDispatcher } from './step-dispatcher.js';
-import type { ToolRegistry } from './tool-registry.js';
-import { viewOf, type AgentView } from './views.js';
+import { storedChildView, viewOf, type AgentView } from './views.js';
 
 export interface AgentServiceDeps {
+  registry: AgentRegistry;
+  manager: ContinuationManager;
   log: SessionLog;
-  tools: ToolRegistry;
   clock: Clock;
   ids: IdSource;
   logger: Logger;
-}
-
-export interface Step {
-  id: string;
-  turnId: string;
-  index: number;
-  messages: ChatMessage[];
-  tools: ChatTool[];
-}
-
-export interface ToolResultView {
-  toolCallId: string;
-  name: string;
-  isError: boolean;
-  output?: unknown;
-  content: string;
-}
-
-export interface OutputResult {
-  toolResults: ToolResultView[];
-  awaiting: ToolCall[];
-  turn: 'open' | 'ended';
+  /** Builds an unpublished root LiveAgent wired to the dispatcher and hooks. */
+  makeRoot: (header: SessionHeader) => LiveAgent;
+  /** Called once when draining starts (the dispatcher answers open long-polls). */
+  onDrain: () => void;
 }
 
 export interface ListFilter {
@@ -61,39 +45,30 @@ export interface SessionPage {
   nextAfter: number | null;
 }
 
-export class AgentService {
-  private readonly live = new Map<string, LiveAgent>();
-  /** Ids being created or resumed: claimed before the first await so concurrent requests conflict. */
-  private readonly reserved = new Set<string>();
-  readonly dispatcher: StepDispatcher<LiveAgent, StepClaim>;
-  private drainingSince: number | null = null;
+export interface Created {
+  agent: AgentView;
+  agentToken: string;
+}
 
-  constructor(private readonly deps: AgentServiceDeps) {
-    this.dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep());
-  }
+export class AgentService {
+  private drainingSince: number | null = null;
+  /** Agents known to have started a continuable child (durably): they see send_message and list_agents. */
+  private readonly parentsOfContinuable = new Set<string>();
+
+  constructor(private readonly deps: AgentServiceDeps) {}
 
   get draining(): boolean {
     return this.drainingSince !== null;
   }
 
-  /** Steps claimed whose output has not arrived: model requests in flight. */
-  get stepsInFlight(): number {
-    let n = 0;
-    for (const agent of this.live.values()) {
-      const turn = agent.state.turn;
-      if (turn.phase === 'running' && turn.turn.step.status === 'claimed') n++;
-    }
-    return n;
-  }
-
   get liveCount(): number {
-    return this.live.size;
+    return this.deps.registry.size;
   }
 
-  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown> }): Promise<{ agent: AgentView; agentToken: string }> {
+  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown> }): Promise<Created> {
     this.admitNewWork();
     const id = input.id ?? this.deps.ids.next('agent');
-    this.reserve(id);
+    this.deps.registry.reserve(id);
     try {
       await this.deps.log.durable();
       if ((await this.deps.log.store.header(id)) !== undefined) {
@@ -114,16 +89,16 @@ export class AgentService {
       if (input.metadata !== undefined) header.metadata = input.metadata;
       this.deps.log.create(header);
       await this.settleOpened(id);
-      return this.publish(header);
+      return this.publishRoot(header);
     } finally {
-      this.reserved.delete(id);
+      this.deps.registry.unreserve(id);
     }
   }
 
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
-  async resumeRoot(id: string): Promise<{ agent: AgentView; agentToken: string }> {
+  async resumeRoot(id: string): Promise<Created> {
     this.admitNewWork();
-    this.reserve(id);
+    this.deps.registry.reserve(id);
     try {
       await this.deps.log.durable();
       const summary = await this.deps.log.store.header(id);
@@ -132,6 +107,7 @@ export class AgentService {
         throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" is resumed by a followup from its parent, not by the operator`);
       }
       const boundary = await this.deps.log.store.lastTurnBoundary(id);
+      await this.noteContinuableChildren(id);
       this.admitNewWork();
       this.deps.log.open(id, summary.lastSeq);
       if (boundary?.type === 'turn-start') {
@@ -139,40 +115,81 @@ export class AgentService {
         this.deps.log.append(id, { type: 'turn-end', at: isoTime(this.deps.clock.now()), turnId: boundary.turnId, reason: 'failed' });
       }
       await this.settleOpened(id);
-      return this.publish(summary.header);
+      return this.publishRoot(summary.header);
     } finally {
-      this.reserved.delete(id);
+      this.deps.registry.unreserve(id);
     }
   }
 
-  /** Dispose a root: cancel its open turn, discard queued work, leave the live registry. */
-  async dispose(id: string): Promise<AgentView> {
-    const agent = this.requireLive(id);
-    agent.dispose();
-    const view = viewOf(agent);
-    this.live.delete(id);
-    this.deps.log.release(id);
-    await this.deps.log.durable();
+  /** Start a child of the agent whose token this is. */
+  async startChild(parentId: string, token: string | undefined, spec: ChildSpec): Promise<Created & { messageId: string }> {
+    this.admitNewWork();
+    const parent = this.liveWithToken(parentId, token) ?? (await this.rejectCredential(parentId));
+    const { agent, messageId } = await this.deps.manager.startChild(parent, spec);
+    if (spec.mode === 'continuable' && spec.provider === 'in-process') this.parentsOfContinuable.add(parent.id);
+    return { agent: this.viewOfLive(agent), agentToken: agent.token, messageId };
+  }
+
+  /** Dispose a root or close a child; `cascade` closes live descendants child-first first. */
+  async dispose(id: string, cascade: boolean): Promise<AgentView> {
+    const agent = this.deps.registry.get(id);
+    if (agent === undefined) {
+      const view = await this.storedView(id);
+      if (view === undefined || view.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
+      return view; // a child that is not resident: nothing to close
+    }
+    const closing = this.deps.manager.close(agent, cascade);
+    const view = this.viewOfLive(agent);
+    await closing;
     return view;
   }
 
-  async deliver(id: string, content: string | TextBlock[], delivery: Delivery): Promise<{ messageId: string; inboxItemId?: string }> {
+  /**
+   * Deliver a message. Roots take it from the operator; a child only from its exact live
+   * direct parent (that parent's token), and a settled child is cold-resumed.
+   */
+  async deliver(
+    id: string,
+    token: string | undefined,
+    content: string | TextBlock[],
+    delivery: Delivery,
+  ): Promise<{ messageId: string; inboxItemId?: string; resumed?: { agentToken: string } }> {
     this.admitNewWork();
-    const agent = this.requireLive(id);
-    const result = agent.deliver(delivery, content);
-    await this.deps.log.durable();
-    return result;
+    const live = this.deps.registry.get(id);
+    const header = live?.header ?? (await this.storedHeader(id));
+    if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    if (header.kind === 'root') {
+      if (live === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live; resume it first`);
+      const accepted = live.deliver(delivery, content);
+      await this.deps.log.durable();
+      return accepted;
+    }
+    const parentId = header.parentSession ?? '';
+    const parent = this.deps.registry.get(parentId);
+    if (parent === undefined || !parent.authenticates(token)) {
+      throw new ServiceError('UNAUTHORIZED', `subagent "${id}" delivery requires the exact live parent agent`);
+    }
+    return this.deps.manager.deliverToChild(parent, id, delivery, content, { kind: 'coordinator', senderSessionId: parent.id }, 'http');
   }
 
-  view(id: string): AgentView {
-    return viewOf(this.requireLive(id));
+  async view(id: string): Promise<AgentView> {
+    const live = this.deps.registry.get(id);
+    if (live !== undefined) return this.viewOfLive(live);
+    const view = await this.storedView(id);
+    if (view === undefined || view.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
+    return view;
   }
 
-  list(filter: ListFilter): { items: AgentView[]; nextCursor: string | null } {
+  /**
+   * Without `parentId`: the live agents. With it: every child of that parent, resident or
+   * not (from the durable sessions). Ordered by creation time, then id.
+   */
+  async list(filter: ListFilter): Promise<{ items: AgentView[]; nextCursor: string | null }> {
     const after = filter.cursor === undefined ? undefined : decodeCursor(filter.cursor);
-    const items = [...this.live.values()]
-      .map(viewOf)
-      .filter((v) => filter.parentId === undefined || v.parentId === filter.parentId)
+    const all = filter.parentId === undefined
+      ? [...this.deps.registry.values()].map((a) => this.viewOfLive(a))
+      : await this.childViews(filter.parentId);
+    const items = all
       .filter((v) => filter.status === undefined || v.status === filter.status)
       .sort(compareViews)
       .filter((v) => after === undefined || compareViews(v, after) > 0);
@@ -180,6 +197,18 @@ export class AgentService {
     const last = page[page.length - 1];
     const nextCursor = items.length > filter.limit && last !== undefined ? encodeCursor(last) : null;
     return { items: page, nextCursor };
+  }
+
+  /** list_agents: the caller's children except one-shot ones. */
+  async listChildren(agent: LiveAgent): Promise<ChildListing[]> {
+    const views = await this.childViews(agent.id);
+    return views
+      .filter((v) => v.mode !== 'one-shot')
+      .map((v) => ({ kind: 'child' as const, id: v.id, label: v.label ?? '', status: v.resident ? ('running' as const) : ('complete' as const) }));
+  }
+
+  hasContinuableChildren(agent: LiveAgent): boolean {
+    return this.parentsOfContinuable.has(agent.id);
   }
 
   async sessionPage(id: string, after: number, limit: number): Promise<SessionPage> {
@@ -192,141 +221,89 @@ export class AgentService {
     return { header: summary.header, entries, nextAfter: more ? last.seq : null };
   }
 
-  async toolsFor(id: string, token: string | undefined): Promise<ToolSchema[]> {
-    const agent = await this.authenticate(id, token);
-    return this.deps.tools.listFor(agent);
+  /** Authenticate an agent token: the exact live incarnation, or 404/403. */
+  async authenticate(id: string, token: string | undefined): Promise<LiveAgent> {
+    return this.liveWithToken(id, token) ?? (await this.rejectCredential(id));
   }
 
-  /** Claim this agent's next step, waiting up to `waitMs`. Null when none (204). */
-  async claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal): Promise<Step | null> {
-    const agent = await this.authenticate(id, token);
-    this.admitNewWork();
-    const claim = await this.dispatcher.claimOrWait({ agent }, waitMs, signal);
-    return claim === null ? null : this.renderStep(claim);
+  /**
+   * The exact live incarnation this token belongs to, synchronously, so callers can act in
+   * the same synchronous span: `liveWithToken(id, t) ?? await rejectCredential(id)`.
+   */
+  liveWithToken(id: string, token: string | undefined): LiveAgent | undefined {
+    const agent = this.deps.registry.get(id);
+    return agent !== undefined && agent.authenticates(token) ? agent : undefined;
   }
 
-  /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
-  async claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal): Promise<{ agentId: string; agentToken: string; step: Step } | null> {
-    this.admitNewWork();
-    const filter = rootId === undefined ? {} : { rootId };
-    const claim = await this.dispatcher.claimOrWait(filter, waitMs, signal);
-    if (claim === null) return null;
-    const step = await this.renderStep(claim);
-    return { agentId: claim.agent.id, agentToken: claim.agent.token, step };
-  }
-
-  async postOutput(
-    id: string,
-    token: string | undefined,
-    stepId: string,
-    output: { content?: string | TextBlock[]; toolCalls?: ToolCall[] },
-  ): Promise<OutputResult> {
-    const agent = await this.authenticate(id, token);
-    const calls = output.toolCalls ?? [];
-    const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
-    if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
-    const { ended } = agent.recordOutput(stepId, output.content, calls);
-    const toolResults: ToolResultView[] = [];
-    const awaiting: ToolCall[] = [];
-    for (const call of calls) {
-      const tool = this.deps.tools.find(agent, call.name);
-      if (tool === undefined) {
-        awaiting.push(call);
-        continue;
-      }
-      const result = await this.runTool(agent, call, stepId);
-      toolResults.push(result);
+  /** Throws AGENT_NOT_FOUND for an unknown id, UNAUTHORIZED otherwise. */
+  async rejectCredential(id: string): Promise<never> {
+    if (this.deps.registry.get(id) === undefined && (await this.storedHeader(id)) === undefined) {
+      throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
     }
-    await this.deps.log.durable();
-    return { toolResults, awaiting, turn: ended ? 'ended' : 'open' };
-  }
-
-  async postToolResults(
-    id: string,
-    token: string | undefined,
-    stepId: string,
-    results: { toolCallId: string; content: string | TextBlock[]; isError?: boolean }[],
-  ): Promise<{ turn: 'open' | 'ended' }> {
-    const agent = await this.authenticate(id, token);
-    // Validate the whole batch before writing any of it, so a rejected request changes nothing.
-    agent.checkToolResults(stepId, results.map((r) => r.toolCallId));
-    for (const r of results) agent.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true);
-    await this.deps.log.durable();
-    return { turn: 'open' };
-  }
-
-  /** `POST /v1/agents/{id}/tool-calls`: run one service-owned tool as this agent. */
-  async callTool(id: string, token: string | undefined, call: { name: string; input: unknown; toolCallId?: string }): Promise<ToolResultView> {
-    const agent = await this.authenticate(id, token);
-    const tool = this.deps.tools.require(agent, call.name);
-    const toolCallId = call.toolCallId ?? this.deps.ids.next('message');
-    const outcome = await tool.execute(call.input, { agent, toolCallId });
-    return { toolCallId, name: call.name, isError: false, output: outcome.output, content: outcome.content };
+    throw new ServiceError('UNAUTHORIZED', `agent "${id}" requires the token of its live incarnation`);
   }
 
   /** Stop admitting work: readiness fails, open long-polls answer with no step. */
   startDrain(): void {
     if (this.drainingSince !== null) return;
     this.drainingSince = this.deps.clock.now();
-    this.dispatcher.release();
+    this.deps.onDrain();
   }
 
-  /** Close every live agent's open turn and commit the log. Agents stay resumable. */
+  admitNewWork(): void {
+    if (this.drainingSince !== null) throw new ServiceError('DRAINING', MESSAGES.draining);
+  }
+
+  /**
+   * Stop every live agent (open turns end as cancelled) and commit the log. Roots stay
+   * resumable and continuable children cold-resumable: no settlement is logged.
+   */
   async shutdown(): Promise<void> {
     this.startDrain();
-    for (const agent of this.live.values()) agent.dispose();
-    this.live.clear();
+    await this.deps.manager.drain();
+    this.deps.manager.abandonAll();
+    for (const agent of [...this.deps.registry.values()]) {
+      agent.dispose();
+      this.deps.registry.remove(agent);
+      this.deps.log.release(agent.id);
+    }
     await this.deps.log.flush();
   }
 
-  /** Authenticate an agent token: the exact live incarnation, or 404/403. */
-  async authenticate(id: string, token: string | undefined): Promise<LiveAgent> {
-    const agent = this.live.get(id);
-    if (agent !== undefined && agent.authenticates(token)) return agent;
-    if (agent === undefined && (await this.deps.log.store.header(id)) === undefined) {
-      throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
-    }
-    throw new ServiceError('UNAUTHORIZED', `agent "${id}" requires the token of its live incarnation`);
+  viewOfLive(agent: LiveAgent): AgentView {
+    const activation = this.deps.manager.activationOf(agent);
+    const state = activation === undefined ? null : this.deps.manager.stateOf(activation);
+    // A quiescent Activation about to settle shows as waiting until it leaves the registry.
+    return viewOf(agent, state === null ? null : state === 'running' ? 'running' : 'waiting');
   }
 
-  private async runTool(agent: LiveAgent, call: ToolCall, stepId: string | undefined): Promise<ToolResultView> {
-    const tool = this.deps.tools.require(agent, call.name);
-    let result: ToolResultView;
-    try {
-      const outcome = await tool.execute(call.input, { agent, toolCallId: call.id });
-      result = { toolCallId: call.id, name: call.name, isError: false, output: outcome.output, content: outcome.content };
-    } catch (error) {
-      const message = error instanceof ServiceError ? error.message : 'the tool failed';
-      if (!(error instanceof ServiceError)) this.deps.logger.error({ err: error, tool: call.name }, 'service tool failed');
-      result = { toolCallId: call.id, name: call.name, isError: true, content: `Error: ${message}` };
-    }
-    if (stepId !== undefined) agent.recordToolResult(stepId, call.id, result.content, result.isError);
-    return result;
+  private async childViews(parentId: string): Promise<AgentView[]> {
+    await this.deps.log.durable();
+    const children = await this.deps.log.store.children(parentId);
+    return Promise.all(
+      children.map(async ({ header }) => {
+        const live = this.deps.registry.get(header.id);
+        if (live !== undefined) return this.viewOfLive(live);
+        return storedChildView(header, await this.deps.log.store.lastActivation(header.id));
+      }),
+    );
   }
 
-  private async renderStep(claim: StepClaim): Promise<Step> {
-    // Seqs are gap-free from 1, so the first `upToSeq` entries are exactly the step's context.
-    const upTo = await this.deps.log.read(claim.agent.id, 0, claim.upToSeq);
-    return {
-      id: claim.stepId,
-      turnId: claim.turnId,
-      index: claim.index,
-      messages: renderMessages(claim.agent.header.instructions, upTo),
-      tools: renderTools(this.deps.tools.listFor(claim.agent)),
-    };
+  private async storedView(id: string): Promise<AgentView | undefined> {
+    const header = await this.storedHeader(id);
+    if (header === undefined) return undefined;
+    if (header.kind === 'root') return { ...storedChildView(header, undefined), kind: 'root' };
+    return storedChildView(header, await this.deps.log.store.lastActivation(id));
   }
 
-  private requireLive(id: string): LiveAgent {
-    const agent = this.live.get(id);
-    if (agent === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
-    return agent;
+  private async storedHeader(id: string): Promise<SessionHeader | undefined> {
+    await this.deps.log.durable();
+    return (await this.deps.log.store.header(id))?.header;
   }
 
-  private reserve(id: string): void {
-    if (this.live.has(id) || this.reserved.has(id)) {
-      throw new ServiceError('AGENT_EXISTS', `agent "${id}" is already live`);
-    }
-    this.reserved.add(id);
+  private async noteContinuableChildren(id: string): Promise<void> {
+    const children = await this.deps.log.store.children(id);
+    if (children.some(({ header }) => header.mode === 'continuable' && header.provider === 'in-process')) this.parentsOfContinuable.add(id);
   }
 
   /** Wait for the opened session's writes; on failure stop tracking it so the id stays usable. */
@@ -339,14 +316,10 @@ export class AgentService {
     }
   }
 
-  private publish(header: SessionHeader): { agent: AgentView; agentToken: string } {
-    const agent = new LiveAgent(header, { log: this.deps.log, clock: this.deps.clock, ids: this.deps.ids, dispatcher: this.dispatcher });
-    this.live.set(header.id, agent);
-    return { agent: viewOf(agent), agentToken: agent.token };
-  }
-
-  private admitNewWork(): void {
-    if (this.drainingSince !== null) throw new ServiceError('DRAINING', MESSAGES.draining);
+  private publishRoot(header: SessionHeader): Created {
+    const agent = this.deps.makeRoot(header);
+    this.deps.registry.add(agent);
+    return { agent: this.viewOfLive(agent), agentToken: agent.token };
   }
 }
 

@@ -29,6 +29,7 @@ import {
 } from '../domain/turn-machine.js';
 import type { SessionLog } from './session-log.js';
 import type { StepDispatcher } from './step-dispatcher.js';
+import type { ServiceTool } from './tool-registry.js';
 import { digest, matchesDigest, mintToken } from './tokens.js';
 
 /** What a claim hands the caller: the step's identity and the log position it was cut at. */
@@ -47,6 +48,13 @@ export interface LiveAgentDeps {
   ids: IdSource;
   dispatcher: StepDispatcher<LiveAgent, StepClaim>;
   onInbox?: (agent: LiveAgent, event: InboxEvent, item: InboxItem) => void;
+  /** Called after every transition, e.g. to check whether a child Activation can settle. */
+  onChange?: (agent: LiveAgent) => void;
+}
+
+/** The tools installed into one agent incarnation alone (child-scoped, e.g. `report`). */
+export class AgentScope {
+  readonly tools = new Map<string, ServiceTool>();
 }
 
 const RECENT_STEPS = 64;
@@ -58,15 +66,19 @@ export class LiveAgent {
   private readonly tokenDigest: Buffer;
   private turnState: AgentState = initialState();
   private disposalStarted = false;
+  private admittedTurns = 0;
   /** Step ids this incarnation handed out, newest last, to tell STEP_CONFLICT from STEP_NOT_FOUND. */
   private readonly recentSteps: string[] = [];
 
   constructor(
     readonly header: SessionHeader,
     private readonly deps: LiveAgentDeps,
+    readonly scope: AgentScope = new AgentScope(),
+    /** The id of this incarnation's activation (children), logged in activation entries. */
+    readonly activationId: string | null = null,
   ) {
     this.id = header.id;
-    this.rootId = header.kind === 'root' ? header.id : (header.parentSession ?? header.id);
+    this.rootId = header.rootSession ?? header.id;
     this.token = mintToken();
     this.tokenDigest = digest(this.token);
   }
@@ -79,6 +91,16 @@ export class LiveAgent {
     return this.disposalStarted;
   }
 
+  /** True once this incarnation admitted at least one turn. */
+  get hasRunATurn(): boolean {
+    return this.admittedTurns > 0;
+  }
+
+  /** The disposal cutoff, set before any asynchronous part of a disposal. */
+  beginDisposal(): void {
+    this.disposalStarted = true;
+  }
+
   authenticates(token: string | undefined): boolean {
     return matchesDigest(token, this.tokenDigest);
   }
@@ -88,17 +110,33 @@ export class LiveAgent {
     delivery: Delivery,
     content: string | readonly TextBlock[],
     source: MessageSource = { kind: 'user' },
+    messageId: string = this.deps.ids.next('message'),
   ): { messageId: string; inboxItemId?: string } {
-    const message = createUserMessage(this.deps.ids.next('message'), content, source);
+    const message = createUserMessage(messageId, content, source);
     const inboxItemId = delivery === 'inject' ? undefined : this.deps.ids.next('inbox');
     const input = inboxItemId === undefined ? { delivery, message } : { delivery, message, inboxItemId };
     this.apply(deliver(this.turnState, input, this.now()));
     return inboxItemId === undefined ? { messageId: message.id } : { messageId: message.id, inboxItemId };
   }
 
+  /**
+   * Record messages as context at the next safe position (idle: now; open turn: staged), e.g.
+   * a tool call made outside the step protocol and its result.
+   */
+  recordContext(messages: readonly Message[]): void {
+    for (const message of messages) this.apply(deliver(this.turnState, { delivery: 'inject', message }, this.now()));
+  }
+
+  /** Mint a message id from this agent's id source. */
+  newMessageId(): string {
+    return this.deps.ids.next('message');
+  }
+
   /** Admit the next queued item as a turn, if idle. Runs on a microtask after a wake. */
   admitNext(): void {
-    this.apply(admit(this.turnState, this.deps.ids.next('turn'), this.now()));
+    const before = this.turnState;
+    this.apply(admit(before, this.deps.ids.next('turn'), this.now()));
+    if (this.turnState !== before) this.admittedTurns++;
   }
 
   /** Claim the claimable step. Only the dispatcher calls this, so a step is claimed once. */
@@ -204,6 +242,7 @@ export class LiveAgent {
     }
     if (isClaimable(this.turnState) && !this.disposalStarted) this.deps.dispatcher.offer(this);
     else this.deps.dispatcher.withdraw(this);
+    this.deps.onChange?.(this);
     return seqs;
   }
 

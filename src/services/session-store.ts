@@ -22,6 +22,11 @@ export interface TurnBoundary {
   seq: number;
 }
 
+export interface ActivationMark {
+  event: 'created' | 'resumed' | 'settled' | 'closed';
+  seq: number;
+}
+
 export interface SessionStore {
   readonly kind: 'memory' | 'sqlite';
   /** Writes one batch atomically: all headers and entries, or nothing. */
@@ -31,6 +36,10 @@ export interface SessionStore {
   read(id: string, after: number, limit?: number): Promise<SessionEntry[]>;
   /** The latest turn-start or turn-end entry, to find a turn left open by a stop. */
   lastTurnBoundary(id: string): Promise<TurnBoundary | undefined>;
+  /** The latest activation entry: tells a settled child from one closed for good. */
+  lastActivation(id: string): Promise<ActivationMark | undefined>;
+  /** Sessions whose header names `parentId` as parent, in creation order. */
+  children(parentId: string): Promise<SessionSummary[]>;
   close(): Promise<void>;
 }
 

@@ -1,13 +1,23 @@
 /**
- * Wiring of the service layer: store -> session log -> tools -> agent service. Shared by the
+ * Wiring of the service layer: store -> session log -> registry, dispatcher, tools, setup
+ * registry -> continuation manager -> agent and step services -> packages. Shared by the
  * server, the tests and the benchmarks so they all run the same composition.
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { Clock, IdSource, IdKind } from '../domain/ports.js';
+import type { ReportDelivery } from '../domain/packages.js';
+import type { Clock, IdKind, IdSource } from '../domain/ports.js';
+import type { SessionHeader } from '../domain/session.js';
+import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
+import { ContinuationManager } from './continuation/continuation-manager.js';
+import { ActivationSetupRegistry } from './continuation/setup-registry.js';
+import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from './live-agent.js';
+import { PackageManager } from './packages/package-manager.js';
 import { SessionLog } from './session-log.js';
 import type { SessionStore } from './session-store.js';
+import { StepDispatcher } from './step-dispatcher.js';
+import { StepService } from './step-service.js';
 import { MemorySessionStore } from './stores/memory-store.js';
 import { SqliteSessionStore, type SqliteSyncMode } from './stores/sqlite-store.js';
 import { ToolRegistry } from './tool-registry.js';
@@ -15,8 +25,24 @@ import { ToolRegistry } from './tool-registry.js';
 export interface System {
   store: SessionStore;
   log: SessionLog;
+  registry: AgentRegistry;
+  dispatcher: StepDispatcher<LiveAgent, StepClaim>;
   tools: ToolRegistry;
+  setup: ActivationSetupRegistry<AgentScope>;
+  manager: ContinuationManager;
   agents: AgentService;
+  steps: StepService;
+  packages: PackageManager;
+}
+
+export interface SystemOptions {
+  store: SessionStore;
+  logger: Logger;
+  clock?: Clock;
+  ids?: IdSource;
+  /** Installed at start; default all. */
+  packages?: readonly string[] | undefined;
+  reportDelivery?: ReportDelivery;
 }
 
 const ID_PREFIX: Record<IdKind, string> = {
@@ -37,15 +63,58 @@ export function openStore(dataPath: string, synchronous: SqliteSyncMode = 'full'
   return dataPath === ':memory:' ? new MemorySessionStore() : new SqliteSessionStore({ path: dataPath, synchronous });
 }
 
-export function createSystem(options: { store: SessionStore; logger: Logger; clock?: Clock; ids?: IdSource }): System {
-  const log = new SessionLog(options.store, options.logger);
+export function createSystem(options: SystemOptions): System {
+  const { store, logger } = options;
+  const clock = options.clock ?? systemClock;
+  const ids = options.ids ?? randomIds;
+  const log = new SessionLog(store, logger);
+  const registry = new AgentRegistry();
+  const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep());
   const tools = new ToolRegistry();
-  const agents = new AgentService({
+  const setup = new ActivationSetupRegistry<AgentScope>();
+
+  const agentDeps: LiveAgentDeps = {
     log,
-    tools,
-    clock: options.clock ?? systemClock,
-    ids: options.ids ?? randomIds,
-    logger: options.logger,
+    clock,
+    ids,
+    dispatcher,
+    onInbox: (agent, event, item) => {
+      if (event !== 'enqueue') manager.onInboxExit(agent, item.message.id);
+    },
+    onChange: (agent) => manager.onAgentChange(agent),
+  };
+  const manager: ContinuationManager = new ContinuationManager({
+    registry,
+    log,
+    clock,
+    ids,
+    logger,
+    setup,
+    makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => new LiveAgent(header, agentDeps, scope, activationId),
+    isDraining: () => agents.draining,
   });
-  return { store: options.store, log, tools, agents };
+  const agents: AgentService = new AgentService({
+    registry,
+    manager,
+    log,
+    clock,
+    ids,
+    logger,
+    makeRoot: (header) => new LiveAgent(header, agentDeps),
+    onDrain: () => dispatcher.release(),
+  });
+  const steps = new StepService({ agents, dispatcher, tools, log, logger });
+  const packages = new PackageManager(
+    {
+      tools,
+      setup,
+      manager,
+      control: {
+        hasContinuableChildren: (agent) => agents.hasContinuableChildren(agent),
+        listChildren: (agent) => agents.listChildren(agent),
+      },
+    },
+    { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet' },
+  );
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages };
 }

@@ -19,6 +19,14 @@ export interface ToolOutcome {
   output: unknown;
   /** The rendered text the model reads as the tool result. */
   content: string;
+  /** Children this call started or cold-resumed, with their new tokens, for the backend. */
+  spawned?: AgentCredential[];
+  resumed?: AgentCredential[];
+}
+
+export interface AgentCredential {
+  agentId: string;
+  agentToken: string;
 }
 
 export interface ServiceTool extends ToolSchema {
@@ -38,16 +46,26 @@ export class ToolRegistry {
     };
   }
 
+  /**
+   * The tools this agent's model sees: global tools in scope and allowed by the agent's
+   * `toolFilter`, then the tools installed into its own scope (never filtered).
+   */
   listFor(agent: LiveAgent): ToolSchema[] {
-    return [...this.tools.values()]
-      .filter((tool) => tool.inScope(agent))
-      .map(({ name, description, inputSchema }) => ({ name, description, inputSchema }));
+    const global = [...this.tools.values()].filter((tool) => this.globalFor(agent, tool));
+    return [...global, ...agent.scope.tools.values()].map(({ name, description, inputSchema }) => ({ name, description, inputSchema }));
   }
 
   /** The tool this agent may run under that name, or undefined. */
   find(agent: LiveAgent, name: string): ServiceTool | undefined {
+    const scoped = agent.scope.tools.get(name);
+    if (scoped !== undefined) return scoped;
     const tool = this.tools.get(name);
-    return tool !== undefined && tool.inScope(agent) ? tool : undefined;
+    return tool !== undefined && this.globalFor(agent, tool) ? tool : undefined;
+  }
+
+  private globalFor(agent: LiveAgent, tool: ServiceTool): boolean {
+    const allow = agent.header.toolFilter?.allow;
+    return tool.inScope(agent) && (allow === undefined || allow.includes(tool.name));
   }
 
   require(agent: LiveAgent, name: string): ServiceTool {

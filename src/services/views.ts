@@ -1,9 +1,12 @@
 /**
- * The agent view the HTTP API returns, derived from a live agent (never stored twice).
+ * The agent view the HTTP API returns, derived from a live agent or, for a child that is not
+ * resident, from its durable session (never stored twice).
  */
 import type { ActivationState, AgentKind, AgentStatus, ChildMode, Provider } from '../domain/agent.js';
+import type { SessionHeader } from '../domain/session.js';
 import { queuedCount, stagedCount } from '../domain/turn-machine.js';
 import type { LiveAgent } from './live-agent.js';
+import type { ActivationMark } from './session-store.js';
 
 export interface AgentView {
   id: string;
@@ -22,25 +25,39 @@ export interface AgentView {
 }
 
 export function statusOf(agent: LiveAgent): AgentStatus {
-  if (agent.disposing) return 'disposing';
+  if (agent.disposing) return agent.header.kind === 'root' ? 'disposing' : 'closed';
   const busy = agent.state.turn.phase !== 'idle' || queuedCount(agent.state) > 0;
   return busy ? 'running' : 'idle';
 }
 
-export function viewOf(agent: LiveAgent): AgentView {
-  const h = agent.header;
-  const view: AgentView = {
+export function viewOf(agent: LiveAgent, activation: ActivationState | null = null): AgentView {
+  return {
+    ...base(agent.header),
+    status: statusOf(agent),
+    resident: true,
+    activation: activation === null ? null : { state: activation },
+    inbox: { queued: queuedCount(agent.state) },
+    staged: stagedCount(agent.state),
+  };
+}
+
+/**
+ * A child that is not resident: `settled` when a followup could cold-resume it (continuable,
+ * in-process, not closed for good), `closed` otherwise.
+ */
+export function storedChildView(header: SessionHeader, mark: ActivationMark | undefined): AgentView {
+  const resumable = header.mode === 'continuable' && header.provider === 'in-process' && mark?.event !== 'closed';
+  return { ...base(header), status: resumable ? 'settled' : 'closed', resident: false, activation: null, inbox: { queued: 0 }, staged: 0 };
+}
+
+function base(h: SessionHeader): Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'createdAt'> {
+  const view: Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'createdAt'> = {
     id: h.id,
     kind: h.kind,
     parentId: h.parentSession,
     mode: h.mode,
     provider: h.provider,
     depth: h.depth,
-    status: statusOf(agent),
-    resident: true,
-    activation: null,
-    inbox: { queued: queuedCount(agent.state) },
-    staged: stagedCount(agent.state),
     createdAt: h.createdAt,
   };
   if (h.label !== undefined) view.label = h.label;

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import { SessionLog } from '../../src/services/session-log.js';
-import type { SessionStore, SessionSummary, TurnBoundary, WriteBatch } from '../../src/services/session-store.js';
+import type { ActivationMark, SessionStore, SessionSummary, TurnBoundary, WriteBatch } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
@@ -77,6 +77,14 @@ class ProbeStore implements SessionStore {
 
   lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
     return this.inner.lastTurnBoundary(id);
+  }
+
+  lastActivation(id: string): Promise<ActivationMark | undefined> {
+    return this.inner.lastActivation(id);
+  }
+
+  children(parentId: string): Promise<SessionSummary[]> {
+    return this.inner.children(parentId);
   }
 
   close(): Promise<void> {

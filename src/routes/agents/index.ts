@@ -4,6 +4,7 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AgentService } from '../../services/agent-service.js';
+import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { AGENT_SECURITY, AgentIdParams, AgentView, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
@@ -24,9 +25,10 @@ import {
 
 export interface AgentRoutesOptions {
   agents: AgentService;
+  steps: StepService;
 }
 
-export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { agents }) => {
+export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { agents, steps }) => {
   app.post('/v1/agents', {
     schema: {
       tags: ['agents'],
@@ -43,8 +45,10 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   app.get('/v1/agents', {
     schema: {
       tags: ['agents'],
-      summary: 'List live agents',
-      description: 'Ordered by creation time, then id. Filters combine.',
+      summary: 'List agents',
+      description:
+        'Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. ' +
+        'Ordered by creation time, then id. Filters combine.',
       security: OPERATOR_SECURITY,
       querystring: ListQuery,
       response: { 200: AgentList, ...errorResponses([], { bodyless: true }) },
@@ -58,6 +62,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
     schema: {
       tags: ['agents'],
       summary: 'Get an agent',
+      description: 'Live agents, and children that are not resident (settled or closed). A root that is not live is 404.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       response: { 200: AgentView, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
@@ -68,14 +73,17 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
     schema: {
       tags: ['agents'],
       summary: 'Dispose a root or close a child',
-      description: 'Answers 202 with the agent as it was when disposal started; the agent then leaves the live registry.',
+      description:
+        'Answers 202 with the agent as it was when disposal started, once it has left the live registry. ' +
+        '`cascade=true` (default) first closes live descendants child-first; with `cascade=false` they stay live until ' +
+        'they settle, and their reports then fail with PARENT_UNAVAILABLE. A child that is not resident is answered as it is.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       querystring: DisposeQuery,
       response: { 202: DisposeResult, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
     },
   }, async (request, reply) => {
-    const agent = await agents.dispose(request.params.id);
+    const agent = await agents.dispose(request.params.id, request.query.cascade);
     return reply.status(202).send({ agent });
   });
 
@@ -100,14 +108,16 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       description:
         'followup queues one inbox item, the sole prompt of a later turn. inject adds context without a turn: ' +
         'appended at once to an idle agent, staged for a running one until the next step start or the turn end. ' +
-        'steer joins the next step of the open turn, or queues like a followup when no turn is open.',
-      security: OPERATOR_SECURITY,
+        'steer joins the next step of the open turn, or queues like a followup when no turn is open. ' +
+        "Roots take messages from the operator; a child only from its exact live direct parent (X-Agent-Token of the parent). " +
+        'A message to a settled continuable child cold-resumes it; `resumed.agentToken` is its new token.',
+      security: [...OPERATOR_SECURITY, ...AGENT_SECURITY],
       params: AgentIdParams,
       body: MessageBody,
-      response: { 202: MessageAccepted, ...errorResponses(['AGENT_NOT_FOUND', 'DRAINING']) },
+      response: { 202: MessageAccepted, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'DRAINING']) },
     },
   }, async (request, reply) => {
-    const accepted = await agents.deliver(request.params.id, request.body.content, request.body.delivery);
+    const accepted = await agents.deliver(request.params.id, agentToken(request), request.body.content, request.body.delivery);
     return reply.status(202).send(accepted);
   });
 
@@ -135,7 +145,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       params: AgentIdParams,
       response: { 200: ToolList, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND'], { bodyless: true }) },
     },
-  }, async (request) => ({ tools: await agents.toolsFor(request.params.id, agentToken(request)) }));
+  }, async (request) => ({ tools: await steps.toolsFor(request.params.id, agentToken(request)) }));
 
   app.post('/v1/agents/:id/tool-calls', {
     config: { toolCall: true },
@@ -148,11 +158,14 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       body: ToolCallBody,
       response: {
         200: ToolCallResult,
-        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'DRAINING'], { withToolResult: true }),
+        ...errorResponses(
+          ['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'NOT_RESUMABLE', 'DRAINING'],
+          { withToolResult: true },
+        ),
       },
     },
   }, async (request) => {
-    const result = await agents.callTool(request.params.id, agentToken(request), request.body);
-    return { toolCallId: result.toolCallId, isError: false as const, output: result.output, content: result.content };
+    const result = await steps.callTool(request.params.id, agentToken(request), request.body);
+    return { ...result, output: result.output, isError: false as const };
   });
 };

@@ -159,12 +159,17 @@ export const ToolCallBody = Type.Object(
   { additionalProperties: false },
 );
 
+export const Credential = Type.Object({ agentId: AgentId, agentToken: Type.String() }, { additionalProperties: false });
+
 export const ToolCallResult = Type.Object(
   {
     toolCallId: Type.String(),
+    name: Type.String(),
     isError: Type.Literal(false),
     output: Type.Unknown({ description: 'The canonical value.' }),
     content: Type.String({ description: 'The rendered text the model reads.' }),
+    spawned: Type.Optional(Type.Array(Credential, { description: 'Children started by this call (spawn_subagent), with their tokens.' })),
+    resumed: Type.Optional(Type.Array(Credential, { description: 'Children cold-resumed by this call (send_message), with their new tokens.' })),
   },
   { additionalProperties: false },
 );

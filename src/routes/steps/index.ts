@@ -4,7 +4,7 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
-import type { AgentService } from '../../services/agent-service.js';
+import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { AGENT_SECURITY, AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
@@ -20,7 +20,7 @@ import {
 } from './schemas.js';
 
 export interface StepRoutesOptions {
-  agents: AgentService;
+  steps: StepService;
 }
 
 /** Aborts when the client goes away, so a long-poll that lost its caller never claims a step. */
@@ -35,7 +35,7 @@ function clientGone(reply: FastifyReply): AbortSignal {
 
 const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;
 
-export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { agents }) => {
+export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { steps }) => {
   app.post('/v1/agents/:id/steps/next', {
     schema: {
       tags: ['steps'],
@@ -47,7 +47,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'DRAINING']) },
     },
   }, async (request, reply) => {
-    const step = await agents.claimStep(request.params.id, agentToken(request), request.body.waitMs, clientGone(reply));
+    const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs, clientGone(reply));
     if (step === null) return reply.status(204).send();
     return { step };
   });
@@ -64,7 +64,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       response: { 200: PoolClaimResult, 204: noStep, ...errorResponses(['DRAINING']) },
     },
   }, async (request, reply) => {
-    const claimed = await agents.claimAny(request.body.waitMs, request.body.rootId, clientGone(reply));
+    const claimed = await steps.claimAny(request.body.waitMs, request.body.rootId, clientGone(reply));
     if (claimed === null) return reply.status(204).send();
     return claimed;
   });
@@ -81,7 +81,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       body: OutputBody,
       response: { 200: OutputResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
     },
-  }, async (request) => agents.postOutput(request.params.id, agentToken(request), request.params.stepId, request.body));
+  }, async (request) => steps.postOutput(request.params.id, agentToken(request), request.params.stepId, request.body));
 
   app.post('/v1/agents/:id/steps/:stepId/tool-results', {
     schema: {
@@ -93,5 +93,5 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       body: ToolResultsBody,
       response: { 200: ToolResultsResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
     },
-  }, async (request) => agents.postToolResults(request.params.id, agentToken(request), request.params.stepId, request.body.results));
+  }, async (request) => steps.postToolResults(request.params.id, agentToken(request), request.params.stepId, request.body.results));
 };

@@ -3,6 +3,7 @@
  * results of the backend's own tools.
  */
 import { Type } from '@sinclair/typebox';
+import { Credential } from '../agents/schemas.js';
 import { AgentId, Content, OpaqueId } from '../common-schemas.js';
 
 export const MAX_WAIT_MS = 60_000;
@@ -88,6 +89,8 @@ export const OutputResult = Type.Object(
     toolResults: Type.Array(ToolResult, { description: 'Results of the service-owned tools, already run.' }),
     awaiting: Type.Array(ToolCall, { description: "The backend's own calls; post their results to tool-results." }),
     turn: Type.Union([Type.Literal('open'), Type.Literal('ended')]),
+    spawned: Type.Optional(Type.Array(Credential, { description: 'Children started by spawn_subagent calls, with their tokens.' })),
+    resumed: Type.Optional(Type.Array(Credential, { description: 'Children cold-resumed by send_message calls, with their new tokens.' })),
   },
   { additionalProperties: false },
 );

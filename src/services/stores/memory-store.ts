@@ -4,7 +4,7 @@
  * what was "persisted".
  */
 import type { SessionEntry, SessionHeader } from '../../domain/session.js';
-import { planSeqs, type SessionStore, type SessionSummary, type TurnBoundary, type WriteBatch } from '../session-store.js';
+import { planSeqs, type ActivationMark, type SessionStore, type SessionSummary, type TurnBoundary, type WriteBatch } from '../session-store.js';
 
 interface StoredSession {
   header: SessionHeader;
@@ -45,6 +45,21 @@ export class MemorySessionStore implements SessionStore {
       }
     }
     return undefined;
+  }
+
+  async lastActivation(id: string): Promise<ActivationMark | undefined> {
+    const entries = this.sessions.get(id)?.entries ?? [];
+    for (let i = entries.length - 1; i >= 0; i--) {
+      const entry = entries[i]!;
+      if (entry.type === 'activation') return { event: entry.event, seq: entry.seq };
+    }
+    return undefined;
+  }
+
+  async children(parentId: string): Promise<SessionSummary[]> {
+    return [...this.sessions.values()]
+      .filter((s) => s.header.parentSession === parentId)
+      .map((s) => ({ header: structuredClone(s.header), lastSeq: s.entries.length }));
   }
 
   async close(): Promise<void> {

@@ -21,7 +21,7 @@ export const MIGRATIONS: readonly Migration[] = [
         header         TEXT NOT NULL,
         last_seq       INTEGER NOT NULL DEFAULT 0
       );
-      CREATE INDEX sessions_parent ON sessions (parent_session);
+      CREATE INDEX sessions_parent ON sessions (parent_session, created_at, id);
       CREATE TABLE entries (
         session_id TEXT NOT NULL,
         seq        INTEGER NOT NULL,
@@ -31,6 +31,8 @@ export const MIGRATIONS: readonly Migration[] = [
       ) WITHOUT ROWID;
       CREATE INDEX entries_turn_boundaries ON entries (session_id, seq)
         WHERE type IN ('turn-start', 'turn-end');
+      CREATE INDEX entries_activations ON entries (session_id, seq)
+        WHERE type = 'activation';
     `,
   },
 ];

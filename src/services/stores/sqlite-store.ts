@@ -8,7 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../domain/session.js';
-import type { SessionStore, SessionSummary, TurnBoundary, WriteBatch } from '../session-store.js';
+import type { ActivationMark, SessionStore, SessionSummary, TurnBoundary, WriteBatch } from '../session-store.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
 
 export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
@@ -50,6 +50,12 @@ export class SqliteSessionStore implements SessionStore {
       read: this.db.prepare<[string, number, number], { seq: number; body: string }>(
         'SELECT seq, body FROM entries WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?',
       ),
+      lastActivation: this.db.prepare<[string], { seq: number; body: string }>(
+        `SELECT seq, body FROM entries WHERE session_id = ? AND type = 'activation' ORDER BY seq DESC LIMIT 1`,
+      ),
+      children: this.db.prepare<[string], { header: string; last_seq: number }>(
+        'SELECT header, last_seq FROM sessions WHERE parent_session = ? ORDER BY created_at, id',
+      ),
       lastBoundary: this.db.prepare<[string], { seq: number; body: string }>(
         `SELECT seq, body FROM entries WHERE session_id = ? AND type IN ('turn-start', 'turn-end')
          ORDER BY seq DESC LIMIT 1`,
@@ -79,6 +85,17 @@ export class SqliteSessionStore implements SessionStore {
     const entry = JSON.parse(row.body) as SessionEntry;
     if (entry.type !== 'turn-start' && entry.type !== 'turn-end') return undefined;
     return { type: entry.type, turnId: entry.turnId, seq: row.seq };
+  }
+
+  async lastActivation(id: string): Promise<ActivationMark | undefined> {
+    const row = this.statements.lastActivation.get(id);
+    if (row === undefined) return undefined;
+    const entry = JSON.parse(row.body) as EntryBody;
+    return entry.type === 'activation' ? { event: entry.event, seq: row.seq } : undefined;
+  }
+
+  async children(parentId: string): Promise<SessionSummary[]> {
+    return this.statements.children.all(parentId).map((row) => ({ header: JSON.parse(row.header) as SessionHeader, lastSeq: row.last_seq }));
   }
 
   async close(): Promise<void> {

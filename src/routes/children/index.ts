@@ -1,0 +1,40 @@
+/**
+ * Child creation: a live agent (the parent, by its token) starts a child whose prompt is its
+ * first queued turn.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { AgentService } from '../../services/agent-service.js';
+import { agentToken } from '../auth.js';
+import { AGENT_SECURITY, AgentIdParams, errorResponses } from '../common-schemas.js';
+import { ChildCreated, CreateChildBody } from './schemas.js';
+
+export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = async (app, { agents }) => {
+  app.post('/v1/agents/:id/children', {
+    schema: {
+      tags: ['children'],
+      summary: 'Start a child of this agent',
+      description:
+        'Needs the parent\'s X-Agent-Token. A continuable in-process child gets the child-scoped `report` tool (when the ' +
+        'subagent-report package is installed) and settles when it has nothing left to do.',
+      security: AGENT_SECURITY,
+      params: AgentIdParams,
+      body: CreateChildBody,
+      response: {
+        201: ChildCreated,
+        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'DRAINING']),
+      },
+    },
+  }, async (request, reply) => {
+    const { mode, provider, prompt, label, instructions, toolFilter } = request.body;
+    const spec = {
+      mode,
+      provider: provider ?? 'in-process',
+      prompt,
+      ...(label === undefined ? {} : { label }),
+      ...(instructions === undefined ? {} : { instructions }),
+      ...(toolFilter === undefined ? {} : { toolFilter }),
+    };
+    const created = await agents.startChild(request.params.id, agentToken(request), spec);
+    return reply.status(201).send(created);
+  });
+};

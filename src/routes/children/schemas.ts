@@ -1,0 +1,32 @@
+/**
+ * Schemas of child creation.
+ */
+import { Type } from '@sinclair/typebox';
+import { CHILD_MODES, PROVIDERS } from '../../domain/agent.js';
+import { AgentView, Content, literals } from '../common-schemas.js';
+
+export const CreateChildBody = Type.Object(
+  {
+    mode: literals(CHILD_MODES, { description: 'continuable: lives on after its turns, settles, cold-resumes; one-shot: one turn, then closed.' }),
+    provider: Type.Optional(literals(PROVIDERS, { default: 'in-process', description: 'remote: a durable descriptor whose turns run elsewhere (no Activation, no report).' })),
+    prompt: Content,
+    label: Type.Optional(Type.String({ maxLength: 200 })),
+    instructions: Type.Optional(Type.String()),
+    toolFilter: Type.Optional(
+      Type.Object(
+        { allow: Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 256, description: 'Global tools the child may see; child-scoped tools (report) are not filtered.' }) },
+        { additionalProperties: false },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const ChildCreated = Type.Object(
+  {
+    agent: AgentView,
+    agentToken: Type.String({ description: "The child's credential for this incarnation." }),
+    messageId: Type.String({ description: "The prompt's message id: the child's first queued turn." }),
+  },
+  { additionalProperties: false },
+);

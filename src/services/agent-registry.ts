@@ -1,0 +1,83 @@
+/**
+ * The live registry: at most one LiveAgent per id, plus ids reserved by creations and resumes
+ * in flight (so concurrent requests for one id conflict before any await), and the live
+ * children of each live agent. Registry presence is what "live" means.
+ */
+import { ServiceError } from '../domain/errors.js';
+import type { LiveAgent } from './live-agent.js';
+
+export class AgentRegistry {
+  private readonly live = new Map<string, LiveAgent>();
+  private readonly reserved = new Set<string>();
+  private readonly childrenOf = new Map<string, Set<string>>();
+
+  get size(): number {
+    return this.live.size;
+  }
+
+  get(id: string): LiveAgent | undefined {
+    return this.live.get(id);
+  }
+
+  values(): IterableIterator<LiveAgent> {
+    return this.live.values();
+  }
+
+  /** Claim an id for a creation or resume; AGENT_EXISTS if live or already claimed. */
+  reserve(id: string): void {
+    if (this.live.has(id) || this.reserved.has(id)) {
+      throw new ServiceError('AGENT_EXISTS', `agent "${id}" is already live`);
+    }
+    this.reserved.add(id);
+  }
+
+  unreserve(id: string): void {
+    this.reserved.delete(id);
+  }
+
+  add(agent: LiveAgent): void {
+    this.live.set(agent.id, agent);
+    const parent = agent.header.parentSession;
+    if (parent !== null) {
+      let set = this.childrenOf.get(parent);
+      if (set === undefined) {
+        set = new Set();
+        this.childrenOf.set(parent, set);
+      }
+      set.add(agent.id);
+    }
+  }
+
+  /** Remove exactly this incarnation (a newer one with the same id stays). */
+  remove(agent: LiveAgent): void {
+    if (this.live.get(agent.id) !== agent) return;
+    this.live.delete(agent.id);
+    const parent = agent.header.parentSession;
+    if (parent !== null) {
+      const set = this.childrenOf.get(parent);
+      set?.delete(agent.id);
+      if (set?.size === 0) this.childrenOf.delete(parent);
+    }
+  }
+
+  /** Live children of an agent id, in creation order. */
+  liveChildren(parentId: string): LiveAgent[] {
+    return [...(this.childrenOf.get(parentId) ?? [])].flatMap((id) => {
+      const child = this.live.get(id);
+      return child === undefined ? [] : [child];
+    });
+  }
+
+  /** Live descendants, deepest first (the order in which to close them). */
+  liveDescendantsChildFirst(parentId: string): LiveAgent[] {
+    const out: LiveAgent[] = [];
+    const visit = (id: string): void => {
+      for (const child of this.liveChildren(id)) {
+        visit(child.id);
+        out.push(child);
+      }
+    };
+    visit(parentId);
+    return out;
+  }
+}

@@ -1,0 +1,481 @@
+/**
+ * The continuation manager: the lifecycle of child agents.
+ *
+ * It owns the Activation map (at most one process-local Activation per continuable in-process
+ * child), a lock per child so creation, cold resume, settlement and disposal never interleave,
+ * the scoped drains of forests being disposed, and the admission accounting that keeps a child
+ * from settling between accepting a waking message and admitting it as a turn.
+ *
+ * Activation states are derived, never stored: `running` (a turn, queued work or an accepted
+ * waking message), `waiting` (quiescent but owning live children), `settled` (neither: the
+ * Activation is disposed and the child leaves the live registry; its session stays and a
+ * followup from its live parent cold-resumes it with a new token).
+ *
+ * Authority for every delivery is the exact live incarnation (object identity), checked in the
+ * same synchronous span as the send. Every asynchronous window (setup, store reads) is followed
+ * by a re-check before anything is published.
+ */
+import type { Logger } from 'pino';
+import type { ChildMode, Delivery, Provider } from '../../domain/agent.js';
+import { MESSAGES, ServiceError } from '../../domain/errors.js';
+import type { MessageSource, TextBlock } from '../../domain/message.js';
+import type { Clock, IdSource } from '../../domain/ports.js';
+import { isoTime, SESSION_SCHEMA_VERSION, type SessionHeader } from '../../domain/session.js';
+import { queuedCount } from '../../domain/turn-machine.js';
+import type { ReportDelivery } from '../../domain/packages.js';
+import type { AgentRegistry } from '../agent-registry.js';
+import { AgentScope, type LiveAgent } from '../live-agent.js';
+import type { SessionLog } from '../session-log.js';
+import { ChildLock } from './child-lock.js';
+import type { ActivationSetupRegistry, AgentSetupCommit } from './setup-registry.js';
+
+export const ACTIVATION_STATES_DERIVED = ['running', 'waiting', 'settled'] as const;
+export type DerivedActivationState = (typeof ACTIVATION_STATES_DERIVED)[number];
+
+export interface Activation {
+  readonly id: string;
+  readonly agent: LiveAgent;
+  /** Waking message ids accepted and not yet dequeued or discarded. */
+  readonly accepted: Set<string>;
+  /** Present once disposal started: the admission cutoff. */
+  disposal: Promise<void> | null;
+  settleScheduled: boolean;
+}
+
+export interface ContinuationDeps {
+  registry: AgentRegistry;
+  log: SessionLog;
+  clock: Clock;
+  ids: IdSource;
+  logger: Logger;
+  setup: ActivationSetupRegistry<AgentScope>;
+  /** Builds a LiveAgent wired to the dispatcher and to this manager's hooks (unpublished). */
+  makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => LiveAgent;
+  isDraining: () => boolean;
+}
+
+export interface ChildSpec {
+  mode: ChildMode;
+  provider: Provider;
+  prompt: string | TextBlock[];
+  label?: string;
+  instructions?: string;
+  toolFilter?: { allow: string[] };
+}
+
+export interface ChildDelivery {
+  messageId: string;
+  inboxItemId?: string;
+  resumed?: { agentToken: string };
+}
+
+/** Which wording an authority failure uses: the HTTP route's, or send_message's. */
+export type DeliveryPath = 'http' | 'tool';
+
+export class ContinuationManager {
+  private readonly activations = new Map<string, Activation>();
+  private readonly lock = new ChildLock();
+  /** Roots whose forests are being disposed: admission is closed below them. */
+  private readonly closingScopes = new Set<string>();
+  /** Creations and cold resumes in flight: drain waits for them. */
+  private readonly materializing = new Set<Promise<unknown>>();
+
+  constructor(private readonly deps: ContinuationDeps) {}
+
+  activationOf(agent: LiveAgent): Activation | undefined {
+    const activation = this.activations.get(agent.id);
+    return activation?.agent === agent ? activation : undefined;
+  }
+
+  get activationCount(): number {
+    return this.activations.size;
+  }
+
+  stateOf(activation: Activation): DerivedActivationState {
+    const agent = activation.agent;
+    if (agent.state.turn.phase !== 'idle' || queuedCount(agent.state) > 0 || activation.accepted.size > 0) return 'running';
+    return this.ownsLiveChildren(agent) ? 'waiting' : 'settled';
+  }
+
+  /** Start a child of `parent`; returns it published, its prompt queued as its first turn. */
+  async startChild(parent: LiveAgent, spec: ChildSpec): Promise<{ agent: LiveAgent; messageId: string }> {
+    this.checkParentAdmits(parent);
+    const childId = this.deps.ids.next('agent');
+    const continuable = spec.mode === 'continuable' && spec.provider === 'in-process';
+    const work = this.withLock(childId, async () => {
+      const header = this.childHeader(parent, childId, spec);
+      const scope = new AgentScope();
+      const setup = continuable ? this.deps.setup.apply(scope) : undefined;
+      // The asynchronous window before publication: earlier writes settle, and a revocation
+      // or a parent disposal may land here. Everything is re-checked before commit.
+      await this.beforePublication(scope, setup, () => this.checkParentAdmits(parent));
+      this.deps.log.create(header);
+      const agent = this.publish(header, scope, 'created', continuable);
+      const { messageId } = this.admitWaking(agent, 'followup', spec.prompt, { kind: 'coordinator', senderSessionId: parent.id });
+      return { agent, messageId };
+    });
+    const started = await this.track(work);
+    await this.durableOrClose(started.agent);
+    return started;
+  }
+
+  /**
+   * Deliver to a child from its parent (HTTP with the parent's token, or send_message). A
+   * settled continuable child is cold-resumed first; `resumed` then carries its new token.
+   */
+  async deliverToChild(
+    parent: LiveAgent,
+    childId: string,
+    delivery: Delivery,
+    content: string | TextBlock[],
+    source: MessageSource,
+    path: DeliveryPath,
+  ): Promise<ChildDelivery> {
+    this.checkAdmission(parent);
+    const header = this.deps.registry.get(childId)?.header ?? (await this.storedHeader(childId));
+    if (header === undefined) {
+      if (path === 'tool') throw new ServiceError('NOT_RESUMABLE', `subagent "${childId}" is unavailable`);
+      throw new ServiceError('AGENT_NOT_FOUND', `agent "${childId}" does not exist`);
+    }
+    this.authorizeLineage(parent, header, path);
+    const result = await this.track(
+      this.withLock(childId, async () => {
+        let child = this.deps.registry.get(childId);
+        let resumed: { agentToken: string } | undefined;
+        if (child === undefined) {
+          child = await this.coldResume(parent, header, path);
+          resumed = { agentToken: child.token };
+        }
+        this.checkAdmission(parent);
+        this.authorizeLineage(parent, header, path);
+        if (child.header.mode === 'one-shot' && delivery === 'followup') {
+          throw new ServiceError('NOT_RESUMABLE', `subagent "${childId}" is one-shot and takes no further turns`);
+        }
+        const activation = this.activationOf(child);
+        if (activation?.disposal != null || child.disposing) {
+          throw new ServiceError('ACTIVATION_CLOSING', `subagent "${childId}" activation is being disposed; the message was not accepted`);
+        }
+        const accepted = this.admitWaking(child, delivery, content, source);
+        return resumed === undefined ? accepted : { ...accepted, resumed };
+      }),
+    );
+    await this.deps.log.durable();
+    return result;
+  }
+
+  /**
+   * The report authority: synchronous from the first check to the parent's acceptance, in the
+   * reference order. The sender is the exact live Activation's agent; the recipient is its
+   * direct parent from durable lineage, and only if live and not being disposed.
+   */
+  reportFrom(child: LiveAgent, output: string, delivery: ReportDelivery): string {
+    this.checkAdmission(child);
+    const activation = this.activationOf(child);
+    if (activation === undefined) {
+      throw new ServiceError('UNAUTHORIZED', `agent "${child.id}" is not a live continuable subagent and cannot report`);
+    }
+    if (activation.disposal !== null) {
+      throw new ServiceError('ACTIVATION_CLOSING', `subagent "${child.id}" activation is being disposed; the report was not delivered`);
+    }
+    const parentId = child.header.parentSession;
+    const parent = parentId === null ? undefined : this.deps.registry.get(parentId);
+    if (parent === undefined || parent.disposing || this.activationOf(parent)?.disposal != null) {
+      throw new ServiceError('PARENT_UNAVAILABLE', MESSAGES.parentUnavailable);
+    }
+    const content: TextBlock[] = [
+      { type: 'text', text: `Background subagent ${child.id} reported:` },
+      { type: 'text', text: output },
+    ];
+    const source: MessageSource = { kind: 'subagent-report', senderSessionId: child.id };
+    try {
+      if (delivery === 'quiet') return parent.deliver('inject', content, source).messageId;
+      return this.admitWaking(parent, 'followup', content, source).messageId;
+    } catch (error) {
+      throw new ServiceError('PARENT_UNAVAILABLE', MESSAGES.parentUnavailable, { cause: error });
+    }
+  }
+
+  /**
+   * Close a live agent for good (DELETE, or a parent's cascade): set the cutoff at once, close
+   * live descendants child-first when `cascade`, then dispose it. A root closes its forest
+   * under a scoped drain, so nothing below it is admitted meanwhile.
+   */
+  async close(agent: LiveAgent, cascade: boolean): Promise<void> {
+    const isRoot = agent.header.kind === 'root';
+    if (isRoot && cascade) this.closingScopes.add(agent.id);
+    try {
+      const activation = this.activationOf(agent);
+      if (activation !== undefined) {
+        await this.withLock(agent.id, () => this.disposeActivation(activation, 'closed', cascade));
+        return;
+      }
+      agent.beginDisposal();
+      if (cascade) await this.closeChildren(agent);
+      this.finish(agent, isRoot ? null : 'closed');
+      await this.deps.log.durable();
+    } finally {
+      if (isRoot) this.closingScopes.delete(agent.id);
+    }
+  }
+
+  /** Manager drain for shutdown: refuse new work (the caller flips draining), wait for materializations. */
+  async drain(): Promise<void> {
+    await Promise.allSettled([...this.materializing]);
+  }
+
+  /**
+   * Forget every Activation without logging settlement: the process is stopping, and each
+   * continuable child stays cold-resumable from its session after a restart.
+   */
+  abandonAll(): void {
+    for (const activation of this.activations.values()) this.releaseScope(activation.agent.scope);
+    this.activations.clear();
+  }
+
+  /** LiveAgent hook: after every transition. */
+  onAgentChange(agent: LiveAgent): void {
+    const activation = this.activationOf(agent);
+    if (activation !== undefined) {
+      this.scheduleSettle(activation);
+      return;
+    }
+    if (agent.header.mode === 'one-shot' && !agent.disposing && agent.state.turn.phase === 'idle' && queuedCount(agent.state) === 0 && agent.hasRunATurn) {
+      // A one-shot child is finished for good once its turn ended; close it outside this transition.
+      agent.beginDisposal();
+      queueMicrotask(() => {
+        this.close(agent, true).catch((error: unknown) => this.deps.logger.error({ err: error, agentId: agent.id }, 'closing a finished one-shot child failed'));
+      });
+    }
+  }
+
+  /** LiveAgent hook: a waking message left the inbox (admitted or discarded). */
+  onInboxExit(agent: LiveAgent, messageId: string): void {
+    const activation = this.activationOf(agent);
+    if (activation === undefined) return;
+    activation.accepted.delete(messageId);
+    this.scheduleSettle(activation);
+  }
+
+  /** Deliver a waking message with admission accounting when the receiver is an Activation. */
+  private admitWaking(agent: LiveAgent, delivery: Delivery, content: string | TextBlock[], source: MessageSource): { messageId: string; inboxItemId?: string } {
+    const activation = this.activationOf(agent);
+    const messageId = agent.newMessageId();
+    const waking = delivery !== 'inject';
+    if (waking) activation?.accepted.add(messageId);
+    try {
+      return agent.deliver(delivery, content, source, messageId);
+    } catch (error) {
+      activation?.accepted.delete(messageId);
+      throw error;
+    } finally {
+      if (activation !== undefined) this.scheduleSettle(activation);
+    }
+  }
+
+  private async coldResume(parent: LiveAgent, header: SessionHeader, path: DeliveryPath): Promise<LiveAgent> {
+    const id = header.id;
+    if (header.mode !== 'continuable' || header.provider !== 'in-process') {
+      throw new ServiceError(
+        'NOT_RESUMABLE',
+        `subagent "${id}" has no supported continuation state and cannot be resumed; do not retry send_message with this id`,
+      );
+    }
+    await this.deps.log.durable();
+    const summary = await this.deps.log.store.header(id);
+    if (summary === undefined) throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" is unavailable`);
+    const mark = await this.deps.log.store.lastActivation(id);
+    if (mark?.event === 'closed') throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" was closed and cannot be resumed`);
+    const scope = new AgentScope();
+    const setup = this.deps.setup.apply(scope);
+    let openTurn: string | undefined;
+    await this.beforePublication(scope, setup, async () => {
+      const boundary = await this.deps.log.store.lastTurnBoundary(id);
+      openTurn = boundary?.type === 'turn-start' ? boundary.turnId : undefined;
+      this.checkAdmission(parent);
+      this.authorizeLineage(parent, header, path);
+    });
+    this.deps.log.open(id, summary.lastSeq);
+    if (openTurn !== undefined) {
+      this.deps.log.append(id, { type: 'turn-end', at: this.now(), turnId: openTurn, reason: 'failed' });
+    }
+    return this.publish(summary.header, scope, 'resumed', true);
+  }
+
+  /**
+   * Await the pre-publication window, then commit setup synchronously. On any failure the
+   * scope's installations are released and nothing is published.
+   */
+  private async beforePublication(scope: AgentScope, setup: AgentSetupCommit | undefined, recheck: () => void | Promise<void>): Promise<void> {
+    try {
+      await this.deps.log.durable();
+      await recheck();
+      setup?.commit();
+    } catch (error) {
+      this.releaseScope(scope);
+      throw error;
+    }
+  }
+
+  /** Publication, synchronous: agent, registry, activation entry and Activation. */
+  private publish(header: SessionHeader, scope: AgentScope, event: 'created' | 'resumed', continuable: boolean): LiveAgent {
+    const activationId = this.deps.ids.next('activation');
+    const agent = this.deps.makeAgent(header, scope, activationId);
+    this.deps.log.append(header.id, { type: 'activation', at: this.now(), activationId, event });
+    this.deps.registry.add(agent);
+    if (continuable) {
+      this.activations.set(header.id, { id: activationId, agent, accepted: new Set(), disposal: null, settleScheduled: false });
+    }
+    return agent;
+  }
+
+  private scheduleSettle(activation: Activation): void {
+    if (activation.disposal !== null || activation.settleScheduled) return;
+    if (this.stateOf(activation) !== 'settled') return;
+    activation.settleScheduled = true;
+    queueMicrotask(() => {
+      void this.withLock(activation.agent.id, async () => {
+        activation.settleScheduled = false;
+        if (this.activationOf(activation.agent) !== activation || activation.disposal !== null) return;
+        if (this.stateOf(activation) !== 'settled') return;
+        await this.disposeActivation(activation, 'settled', true);
+      }).catch((error: unknown) => this.deps.logger.error({ err: error, agentId: activation.agent.id }, 'settling a child failed'));
+    });
+  }
+
+  /** Dispose an Activation (memoized): cutoff now, children first, then the agent. */
+  private disposeActivation(activation: Activation, event: 'settled' | 'closed', cascade: boolean): Promise<void> {
+    if (activation.disposal !== null) return activation.disposal;
+    let resolve!: () => void;
+    let reject!: (error: unknown) => void;
+    activation.disposal = new Promise<void>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    activation.disposal.catch(() => undefined);
+    const agent = activation.agent;
+    agent.beginDisposal();
+    void (async () => {
+      if (cascade) await this.closeChildren(agent);
+      this.finish(agent, event);
+      this.activations.delete(agent.id);
+      await this.deps.log.durable();
+    })().then(resolve, reject);
+    return activation.disposal;
+  }
+
+  /** Leave the live registry: dispose the agent, log the activation event, release its scope, wake the parent. */
+  private finish(agent: LiveAgent, event: 'settled' | 'closed' | null): void {
+    agent.dispose();
+    if (event !== null && agent.activationId !== null) {
+      this.deps.log.append(agent.id, { type: 'activation', at: this.now(), activationId: agent.activationId, event });
+    }
+    this.releaseScope(agent.scope);
+    this.deps.registry.remove(agent);
+    this.deps.log.release(agent.id);
+    const parentId = agent.header.parentSession;
+    const parent = parentId === null ? undefined : this.deps.registry.get(parentId);
+    const parentActivation = parent === undefined ? undefined : this.activationOf(parent);
+    if (parentActivation !== undefined) this.scheduleSettle(parentActivation);
+  }
+
+  private async closeChildren(agent: LiveAgent): Promise<void> {
+    const failures: unknown[] = [];
+    for (const child of this.deps.registry.liveChildren(agent.id)) {
+      try {
+        await this.close(child, true);
+      } catch (error) {
+        failures.push(error);
+      }
+    }
+    if (failures.length > 0) throw new AggregateError(failures, `closing ${failures.length} child agent(s) of "${agent.id}" failed`);
+  }
+
+  private releaseScope(scope: AgentScope): void {
+    try {
+      this.deps.setup.releaseScope(scope);
+    } catch (error) {
+      this.deps.logger.error({ err: error }, 'releasing a child scope failed');
+    }
+  }
+
+  private ownsLiveChildren(agent: LiveAgent): boolean {
+    return this.deps.registry.liveChildren(agent.id).some((child) => child.header.provider !== 'remote');
+  }
+
+  private checkAdmission(agent: LiveAgent): void {
+    if (this.deps.isDraining()) throw new ServiceError('DRAINING', MESSAGES.draining);
+    if (this.closingScopes.has(agent.rootId)) {
+      throw new ServiceError('DRAINING', `continuable subagents below parent "${agent.rootId}" are draining; the operation was not admitted`);
+    }
+  }
+
+  private checkParentAdmits(parent: LiveAgent): void {
+    this.checkAdmission(parent);
+    if (this.deps.registry.get(parent.id) !== parent || parent.disposing || this.activationOf(parent)?.disposal != null) {
+      throw new ServiceError('ACTIVATION_CLOSING', `subagent parent "${parent.id}" is being disposed; the child was not established`);
+    }
+  }
+
+  private authorizeLineage(parent: LiveAgent, header: SessionHeader, path: DeliveryPath): void {
+    if (header.kind !== 'child' || header.parentSession !== parent.id) {
+      const message = path === 'tool'
+        ? `subagent "${header.id}" belongs to another parent session`
+        : `subagent "${header.id}" delivery requires the exact live parent agent`;
+      throw new ServiceError('UNAUTHORIZED', message);
+    }
+    if (this.deps.registry.get(parent.id) !== parent || parent.disposing) {
+      throw new ServiceError('UNAUTHORIZED', `subagent "${header.id}" delivery requires the exact live parent agent`);
+    }
+  }
+
+  private childHeader(parent: LiveAgent, id: string, spec: ChildSpec): SessionHeader {
+    const header: SessionHeader = {
+      version: SESSION_SCHEMA_VERSION,
+      id,
+      createdAt: this.now(),
+      kind: 'child',
+      parentSession: parent.id,
+      depth: parent.header.depth + 1,
+      rootSession: parent.rootId,
+      origin: 'subagent',
+      mode: spec.mode,
+      provider: spec.provider,
+    };
+    if (spec.label !== undefined) header.label = spec.label;
+    if (spec.instructions !== undefined) header.instructions = spec.instructions;
+    if (spec.toolFilter !== undefined) header.toolFilter = { allow: [...spec.toolFilter.allow] };
+    return header;
+  }
+
+  private async storedHeader(id: string): Promise<SessionHeader | undefined> {
+    await this.deps.log.durable();
+    return (await this.deps.log.store.header(id))?.header;
+  }
+
+  /** Wait for a new child's first writes; if they cannot be made durable, close it again. */
+  private async durableOrClose(agent: LiveAgent): Promise<void> {
+    try {
+      await this.deps.log.durable();
+    } catch (error) {
+      await this.close(agent, true).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  private withLock<T>(id: string, critical: () => Promise<T>): Promise<T> {
+    return this.lock.run(id, critical);
+  }
+
+  private track<T>(work: Promise<T>): Promise<T> {
+    this.materializing.add(work);
+    void work.then(
+      () => this.materializing.delete(work),
+      () => this.materializing.delete(work),
+    );
+    return work;
+  }
+
+  private now(): string {
+    return isoTime(this.deps.clock.now());
+  }
+}

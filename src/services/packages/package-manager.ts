@@ -1,0 +1,103 @@
+/**
+ * The installed service-owned tool packages and their configuration, changed at runtime
+ * through /v1/packages. Global tools appear and vanish for every agent at once; the report
+ * contribution follows the setup registry's rules (grants wait for the next Activation,
+ * revocation is immediate).
+ */
+import { ServiceError } from '../../domain/errors.js';
+import { PACKAGE_NAMES, type PackageName, type ReportDelivery } from '../../domain/packages.js';
+import type { ContinuationManager } from '../continuation/continuation-manager.js';
+import type { ActivationSetupRegistry } from '../continuation/setup-registry.js';
+import type { AgentScope } from '../live-agent.js';
+import type { ToolRegistry } from '../tool-registry.js';
+import { controlTools, type ControlDeps } from './subagent-control.js';
+import { reportTool } from './subagent-report.js';
+import { spawnSubagentTool } from './subagent.js';
+
+export interface PackageConfig {
+  reportDelivery?: ReportDelivery;
+}
+
+export interface PackageView {
+  name: PackageName;
+  installed: boolean;
+  config: PackageConfig;
+}
+
+export interface PackageManagerDeps {
+  tools: ToolRegistry;
+  setup: ActivationSetupRegistry<AgentScope>;
+  manager: ContinuationManager;
+  control: Omit<ControlDeps, 'manager'>;
+}
+
+export class PackageManager {
+  private readonly installed = new Map<PackageName, () => void>();
+  private reportDelivery: ReportDelivery;
+
+  constructor(
+    private readonly deps: PackageManagerDeps,
+    initial: { packages?: readonly string[] | undefined; reportDelivery: ReportDelivery },
+  ) {
+    this.reportDelivery = initial.reportDelivery;
+    for (const name of initial.packages ?? PACKAGE_NAMES) this.install(name, {});
+  }
+
+  list(): PackageView[] {
+    return PACKAGE_NAMES.map((name) => this.view(name));
+  }
+
+  view(name: PackageName): PackageView {
+    return { name, installed: this.installed.has(name), config: this.configOf(name) };
+  }
+
+  /** Install, or reconfigure an installed package; the config applies to the next Activation. */
+  install(name: string, config: PackageConfig): PackageView {
+    const pkg = requirePackage(name);
+    if (pkg !== 'subagent-report' && config.reportDelivery !== undefined) {
+      throw new ServiceError('VALIDATION', `package "${pkg}" takes no reportDelivery`);
+    }
+    if (config.reportDelivery !== undefined) this.reportDelivery = config.reportDelivery;
+    if (!this.installed.has(pkg)) this.installed.set(pkg, this.activate(pkg));
+    return this.view(pkg);
+  }
+
+  /** Uninstall; a child-scoped tool is revoked from resident children at once. */
+  uninstall(name: string): PackageView {
+    const pkg = requirePackage(name);
+    const teardown = this.installed.get(pkg);
+    this.installed.delete(pkg);
+    teardown?.();
+    return this.view(pkg);
+  }
+
+  private activate(name: PackageName): () => void {
+    switch (name) {
+      case 'subagent':
+        return this.deps.tools.register(spawnSubagentTool(this.deps.manager));
+      case 'subagent-control': {
+        const disposers = controlTools({ manager: this.deps.manager, ...this.deps.control }).map((tool) => this.deps.tools.register(tool));
+        return () => disposers.forEach((dispose) => dispose());
+      }
+      case 'subagent-report':
+        return this.deps.setup.register((scope) => {
+          // The mode is read per Activation: a reconfiguration applies to the next one.
+          scope.tools.set('report', reportTool(this.deps.manager, this.reportDelivery));
+          return () => {
+            scope.tools.delete('report');
+          };
+        });
+    }
+  }
+
+  private configOf(name: PackageName): PackageConfig {
+    return name === 'subagent-report' ? { reportDelivery: this.reportDelivery } : {};
+  }
+}
+
+function requirePackage(name: string): PackageName {
+  if (!(PACKAGE_NAMES as readonly string[]).includes(name)) {
+    throw new ServiceError('PACKAGE_NOT_FOUND', `unknown package "${name}"; known: ${PACKAGE_NAMES.join(', ')}`);
+  }
+  return name as PackageName;
+}

@@ -1,0 +1,75 @@
+/**
+ * Package `subagent-control`: `send_message` and `list_agents`, for every agent that has
+ * continuable children. send_message continues a child's conversation as its next turn,
+ * cold-resuming a settled child; only the exact live direct parent may send.
+ */
+import { Type } from '@sinclair/typebox';
+import type { ContinuationManager } from '../continuation/continuation-manager.js';
+import { defineTool } from '../define-tool.js';
+import type { LiveAgent } from '../live-agent.js';
+import type { ServiceTool } from '../tool-registry.js';
+
+export const SEND_MESSAGE_DESCRIPTION =
+  'Send a message to a background subagent by its subagent id, continuing the same conversation. It becomes the ' +
+  "subagent's next turn: if it is still working, the message waits until its current turn finishes, so it cannot " +
+  'redirect work already underway. This call returns no answer from the subagent — only confirmation that the message ' +
+  'was delivered — so use it to give it more work. A failure means the message was NOT delivered.';
+
+export const LIST_AGENTS_DESCRIPTION =
+  'List the background subagents you started, with their status: running while they work, complete when they have nothing left to do.';
+
+export interface ChildListing {
+  kind: 'child';
+  id: string;
+  label: string;
+  status: 'running' | 'complete';
+}
+
+export interface ControlDeps {
+  manager: ContinuationManager;
+  hasContinuableChildren(agent: LiveAgent): boolean;
+  listChildren(agent: LiveAgent): Promise<ChildListing[]>;
+}
+
+export function controlTools(deps: ControlDeps): ServiceTool[] {
+  const inScope = (agent: LiveAgent): boolean => agent.header.provider !== 'remote' && deps.hasContinuableChildren(agent);
+  const sendMessage = defineTool({
+    name: 'send_message',
+    description: SEND_MESSAGE_DESCRIPTION,
+    input: Type.Object(
+      {
+        subagent_id: Type.String({ minLength: 1, description: 'The subagent id returned when the background subagent was started.' }),
+        message: Type.String({ minLength: 1, description: 'The message to deliver to the subagent.' }),
+      },
+      { additionalProperties: false },
+    ),
+    inScope,
+    async execute(input, { agent }) {
+      const delivered = await deps.manager.deliverToChild(
+        agent,
+        input.subagent_id,
+        'followup',
+        input.message,
+        { kind: 'coordinator', senderSessionId: agent.id },
+        'tool',
+      );
+      return {
+        output: { messageId: delivered.messageId },
+        content: `message queued as the next turn for subagent ${input.subagent_id}`,
+        ...(delivered.resumed === undefined ? {} : { resumed: [{ agentId: input.subagent_id, agentToken: delivered.resumed.agentToken }] }),
+      };
+    },
+  });
+  const listAgents = defineTool({
+    name: 'list_agents',
+    description: LIST_AGENTS_DESCRIPTION,
+    input: Type.Object({}, { additionalProperties: false }),
+    inScope,
+    async execute(_input, { agent }) {
+      const children = await deps.listChildren(agent);
+      const content = children.length === 0 ? '(no subagents)' : children.map((c) => `${c.id} [${c.status}] — ${c.label}`).join('\n');
+      return { output: children, content };
+    },
+  });
+  return [sendMessage, listAgents];
+}

@@ -1,0 +1,33 @@
+/**
+ * Package `subagent-report`: the child-scoped `report` tool. It is not a global tool: the
+ * package registers a setup contribution that installs `report` into each continuable
+ * in-process child's own scope (after its toolFilter), so roots, one-shot and remote children
+ * never see or run it. The delivery mode is read when an Activation is set up, so a change
+ * applies to the next Activation; removing the package revokes `report` from resident
+ * children at once.
+ */
+import { Type } from '@sinclair/typebox';
+import type { ReportDelivery } from '../../domain/packages.js';
+import type { ContinuationManager } from '../continuation/continuation-manager.js';
+import { defineTool } from '../define-tool.js';
+import type { ServiceTool } from '../tool-registry.js';
+
+export const REPORT_DESCRIPTION =
+  'Report selected content to the agent that started you. Call this zero or more times for progress, findings, or a ' +
+  'final answer. Reporting does not end your turn or finish your work, and only your direct parent receives it. A ' +
+  'failed call may still have arrived, so do not blindly repeat it.';
+
+export const REPORT_OUTPUT_DESCRIPTION = 'Self-contained content for your parent; it does not see your private work.';
+
+export function reportTool(manager: ContinuationManager, delivery: ReportDelivery): ServiceTool {
+  return defineTool({
+    name: 'report',
+    description: REPORT_DESCRIPTION,
+    input: Type.Object({ output: Type.String({ description: REPORT_OUTPUT_DESCRIPTION }) }, { additionalProperties: false }),
+    inScope: () => true,
+    execute(input, { agent }) {
+      const messageId = manager.reportFrom(agent, input.output, delivery);
+      return { output: { messageId }, content: `report accepted by the agent that started you as message ${messageId}` };
+    },
+  });
+}

@@ -1,0 +1,37 @@
+/**
+ * Package `subagent`: the global `spawn_subagent` tool, for every in-process agent. It starts
+ * a continuable in-process child whose first turn is the prompt.
+ */
+import { Type } from '@sinclair/typebox';
+import type { ContinuationManager } from '../continuation/continuation-manager.js';
+import { defineTool } from '../define-tool.js';
+import type { ServiceTool } from '../tool-registry.js';
+
+export const SPAWN_SUBAGENT_DESCRIPTION =
+  'Start a background subagent that works on the prompt in its own conversation. It returns its subagent id at once; ' +
+  'the subagent keeps its conversation after it finishes, so you can give it more work later with send_message, and it ' +
+  'can report findings back to you while it works.';
+
+export function spawnSubagentTool(manager: ContinuationManager): ServiceTool {
+  return defineTool({
+    name: 'spawn_subagent',
+    description: SPAWN_SUBAGENT_DESCRIPTION,
+    input: Type.Object(
+      {
+        prompt: Type.String({ minLength: 1, description: 'The task: the subagent starts with this as its first message.' }),
+        label: Type.Optional(Type.String({ maxLength: 200, description: 'A short name for the subagent, shown in list_agents.' })),
+      },
+      { additionalProperties: false },
+    ),
+    inScope: (agent) => agent.header.provider !== 'remote',
+    async execute(input, { agent }) {
+      const spec = { mode: 'continuable' as const, provider: 'in-process' as const, prompt: input.prompt };
+      const { agent: child } = await manager.startChild(agent, input.label === undefined ? spec : { ...spec, label: input.label });
+      return {
+        output: { subagent_id: child.id },
+        content: `started background subagent ${child.id}`,
+        spawned: [{ agentId: child.id, agentToken: child.token }],
+      };
+    },
+  });
+}

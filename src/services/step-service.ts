@@ -1,0 +1,217 @@
+/**
+ * The step protocol: claiming model requests (per agent or from the worker pool), recording
+ * the model's output and running service-owned tools at once, recording the backend's own
+ * tool results, and `POST /v1/agents/{id}/tool-calls`. Every tool call and result is written
+ * to the caller's session.
+ */
+import type { Logger } from 'pino';
+import { ServiceError } from '../domain/errors.js';
+import type { Message, TextBlock, ToolCall } from '../domain/message.js';
+import { renderMessages, renderTools, type ChatMessage, type ChatTool, type ToolSchema } from '../domain/step-render.js';
+import type { AgentService } from './agent-service.js';
+import type { LiveAgent, StepClaim } from './live-agent.js';
+import type { SessionLog } from './session-log.js';
+import type { StepDispatcher } from './step-dispatcher.js';
+import type { AgentCredential, ServiceTool, ToolRegistry } from './tool-registry.js';
+
+export interface Step {
+  id: string;
+  turnId: string;
+  index: number;
+  messages: ChatMessage[];
+  tools: ChatTool[];
+}
+
+export interface ToolResultView {
+  toolCallId: string;
+  name: string;
+  isError: boolean;
+  /** The canonical value; absent for errors. */
+  output?: unknown;
+  content: string;
+}
+
+export interface OutputResult {
+  toolResults: ToolResultView[];
+  awaiting: ToolCall[];
+  turn: 'open' | 'ended';
+  spawned?: AgentCredential[];
+  resumed?: AgentCredential[];
+}
+
+export interface StepServiceDeps {
+  agents: AgentService;
+  dispatcher: StepDispatcher<LiveAgent, StepClaim>;
+  tools: ToolRegistry;
+  log: SessionLog;
+  logger: Logger;
+}
+
+interface RunOutcome {
+  result: ToolResultView;
+  spawned: AgentCredential[];
+  resumed: AgentCredential[];
+  error?: ServiceError;
+}
+
+export class StepService {
+  constructor(private readonly deps: StepServiceDeps) {}
+
+  /** Steps claimed whose output has not arrived: model requests in flight. */
+  stepsInFlight(agents: Iterable<LiveAgent>): number {
+    let n = 0;
+    for (const agent of agents) {
+      const turn = agent.state.turn;
+      if (turn.phase === 'running' && turn.turn.step.status === 'claimed') n++;
+    }
+    return n;
+  }
+
+  async toolsFor(id: string, token: string | undefined): Promise<ToolSchema[]> {
+    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    return this.deps.tools.listFor(agent);
+  }
+
+  /** Claim this agent's next step, waiting up to `waitMs`. Null when none (204). */
+  async claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal): Promise<Step | null> {
+    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    this.deps.agents.admitNewWork();
+    const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
+    return claim === null ? null : this.renderStep(claim);
+  }
+
+  /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
+  async claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal): Promise<{ agentId: string; agentToken: string; step: Step } | null> {
+    this.deps.agents.admitNewWork();
+    const claim = await this.deps.dispatcher.claimOrWait(rootId === undefined ? {} : { rootId }, waitMs, signal);
+    if (claim === null) return null;
+    const step = await this.renderStep(claim);
+    return { agentId: claim.agent.id, agentToken: claim.agent.token, step };
+  }
+
+  async postOutput(
+    id: string,
+    token: string | undefined,
+    stepId: string,
+    output: { content?: string | TextBlock[]; toolCalls?: ToolCall[] },
+  ): Promise<OutputResult> {
+    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    const calls = output.toolCalls ?? [];
+    const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
+    if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
+    const { ended } = agent.recordOutput(stepId, output.content, calls);
+    const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
+    const spawned: AgentCredential[] = [];
+    const resumed: AgentCredential[] = [];
+    for (const call of calls) {
+      const tool = this.deps.tools.find(agent, call.name);
+      if (tool === undefined) {
+        result.awaiting.push(call);
+        continue;
+      }
+      const outcome = await this.run(agent, tool, call);
+      agent.recordToolResult(stepId, call.id, outcome.result.content, outcome.result.isError);
+      result.toolResults.push(outcome.result);
+      spawned.push(...outcome.spawned);
+      resumed.push(...outcome.resumed);
+    }
+    if (spawned.length > 0) result.spawned = spawned;
+    if (resumed.length > 0) result.resumed = resumed;
+    await this.deps.log.durable();
+    return result;
+  }
+
+  async postToolResults(
+    id: string,
+    token: string | undefined,
+    stepId: string,
+    results: { toolCallId: string; content: string | TextBlock[]; isError?: boolean }[],
+  ): Promise<{ turn: 'open' | 'ended' }> {
+    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    // Validate the whole batch before writing any of it, so a rejected request changes nothing.
+    agent.checkToolResults(stepId, results.map((r) => r.toolCallId));
+    for (const r of results) agent.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true);
+    await this.deps.log.durable();
+    return { turn: 'open' };
+  }
+
+  /**
+   * Run one service-owned tool as this agent, outside a step's output. The call and its
+   * result are written to the agent's session: as the result of the open step's call with the
+   * same id when there is one, otherwise as a call/result pair at the next safe position.
+   * Errors are rethrown with the same text the session records.
+   */
+  async callTool(
+    id: string,
+    token: string | undefined,
+    body: { name: string; input: unknown; toolCallId?: string },
+  ): Promise<ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] }> {
+    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
+    const tool = this.deps.tools.find(agent, call.name);
+    const outcome = tool === undefined
+      ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
+      : await this.run(agent, tool, call);
+    this.record(agent, call, outcome.result);
+    await this.deps.log.durable();
+    if (outcome.error !== undefined) throw outcome.error;
+    const view: ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] } = { ...outcome.result };
+    if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
+    if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
+    return view;
+  }
+
+  private record(agent: LiveAgent, call: ToolCall, result: ToolResultView): void {
+    const step = agent.state.turn.phase === 'running' ? agent.state.turn.turn.step : undefined;
+    if (step !== undefined && step.awaiting.includes(call.id)) {
+      agent.recordToolResult(step.id, call.id, result.content, result.isError);
+      return;
+    }
+    const assistant: Message = { id: agent.newMessageId(), role: 'assistant', content: [], source: { kind: 'model' }, toolCalls: [call] };
+    const toolMessage: Message = {
+      id: agent.newMessageId(),
+      role: 'tool',
+      content: [{ type: 'text', text: result.content }],
+      source: { kind: 'tool' },
+      toolCallId: call.id,
+    };
+    if (result.isError) toolMessage.isError = true;
+    agent.recordContext([assistant, toolMessage]);
+  }
+
+  private async run(agent: LiveAgent, tool: ServiceTool, call: ToolCall): Promise<RunOutcome> {
+    try {
+      const outcome = await tool.execute(call.input, { agent, toolCallId: call.id });
+      return {
+        result: { toolCallId: call.id, name: call.name, isError: false, output: outcome.output, content: outcome.content },
+        spawned: outcome.spawned ?? [],
+        resumed: outcome.resumed ?? [],
+      };
+    } catch (error) {
+      if (error instanceof ServiceError) return this.failure(call, error);
+      this.deps.logger.error({ err: error, tool: call.name }, 'service tool failed');
+      return this.failure(call, new ServiceError('INTERNAL', `tool "${call.name}" failed`));
+    }
+  }
+
+  private failure(call: ToolCall, error: ServiceError): RunOutcome {
+    return {
+      result: { toolCallId: call.id, name: call.name, isError: true, content: `Error: ${error.message}` },
+      spawned: [],
+      resumed: [],
+      error,
+    };
+  }
+
+  private async renderStep(claim: StepClaim): Promise<Step> {
+    // Seqs are gap-free from 1, so the first `upToSeq` entries are exactly the step's context.
+    const upTo = await this.deps.log.read(claim.agent.id, 0, claim.upToSeq);
+    return {
+      id: claim.stepId,
+      turnId: claim.turnId,
+      index: claim.index,
+      messages: renderMessages(claim.agent.header.instructions, upTo),
+      tools: renderTools(this.deps.tools.listFor(claim.agent)),
+    };
+  }
+}
