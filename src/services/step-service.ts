@@ -145,13 +145,14 @@ export class StepService {
     id: string,
     token: string | undefined,
     body: { name: string; input: unknown; toolCallId?: string },
+    signal?: AbortSignal,
   ): Promise<ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] }> {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
     const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
     const tool = this.deps.tools.find(agent, call.name);
     const outcome = tool === undefined
       ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
-      : await this.run(agent, tool, call);
+      : await this.run(agent, tool, call, signal);
     this.record(agent, call, outcome.result);
     await this.deps.log.durable();
     if (outcome.error !== undefined) throw outcome.error;
@@ -179,9 +180,9 @@ export class StepService {
     agent.recordContext([assistant, toolMessage]);
   }
 
-  private async run(agent: LiveAgent, tool: ServiceTool, call: ToolCall): Promise<RunOutcome> {
+  private async run(agent: LiveAgent, tool: ServiceTool, call: ToolCall, signal?: AbortSignal): Promise<RunOutcome> {
     try {
-      const outcome = await tool.execute(call.input, { agent, toolCallId: call.id });
+      const outcome = await tool.execute(call.input, signal === undefined ? { agent, toolCallId: call.id } : { agent, toolCallId: call.id, signal });
       return {
         result: { toolCallId: call.id, name: call.name, isError: false, output: outcome.output, content: outcome.content },
         spawned: outcome.spawned ?? [],
@@ -189,6 +190,7 @@ export class StepService {
       };
     } catch (error) {
       if (error instanceof ServiceError) return this.failure(call, error);
+      if (signal?.aborted === true) return this.failure(call, new ServiceError('CANCELLED', 'the call was cancelled before it was admitted'));
       this.deps.logger.error({ err: error, tool: call.name }, 'service tool failed');
       return this.failure(call, new ServiceError('INTERNAL', `tool "${call.name}" failed`));
     }

@@ -6,6 +6,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AgentService } from '../../services/agent-service.js';
 import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
+import { clientGone } from '../client-gone.js';
 import { AGENT_SECURITY, AgentIdParams, AgentView, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   AgentList,
@@ -159,13 +160,13 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: {
         200: ToolCallResult,
         ...errorResponses(
-          ['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'NOT_RESUMABLE', 'DRAINING'],
+          ['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'NOT_RESUMABLE', 'CANCELLED', 'DRAINING'],
           { withToolResult: true },
         ),
       },
     },
-  }, async (request) => {
-    const result = await steps.callTool(request.params.id, agentToken(request), request.body);
+  }, async (request, reply) => {
+    const result = await steps.callTool(request.params.id, agentToken(request), request.body, clientGone(reply));
     return { ...result, output: result.output, isError: false as const };
   });
 };

@@ -3,9 +3,9 @@
  * output and the results of its own tools; a worker pool claims any agent's next step.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { FastifyReply } from 'fastify';
 import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
+import { clientGone } from '../client-gone.js';
 import { AGENT_SECURITY, AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   ClaimBody,
@@ -21,16 +21,6 @@ import {
 
 export interface StepRoutesOptions {
   steps: StepService;
-}
-
-/** Aborts when the client goes away, so a long-poll that lost its caller never claims a step. */
-function clientGone(reply: FastifyReply): AbortSignal {
-  const controller = new AbortController();
-  // 'close' also fires after a normal response; only an unfinished response means the client left.
-  reply.raw.once('close', () => {
-    if (!reply.raw.writableEnded) controller.abort();
-  });
-  return controller.signal;
 }
 
 const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;

@@ -168,7 +168,8 @@ export class ContinuationManager {
    * reference order. The sender is the exact live Activation's agent; the recipient is its
    * direct parent from durable lineage, and only if live and not being disposed.
    */
-  reportFrom(child: LiveAgent, output: string, delivery: ReportDelivery): string {
+  reportFrom(child: LiveAgent, output: string, delivery: ReportDelivery, signal?: AbortSignal): string {
+    signal?.throwIfAborted();
     this.checkAdmission(child);
     const activation = this.activationOf(child);
     if (activation === undefined) {

@@ -25,8 +25,8 @@ export function reportTool(manager: ContinuationManager, delivery: ReportDeliver
     description: REPORT_DESCRIPTION,
     input: Type.Object({ output: Type.String({ description: REPORT_OUTPUT_DESCRIPTION }) }, { additionalProperties: false }),
     inScope: () => true,
-    execute(input, { agent }) {
-      const messageId = manager.reportFrom(agent, input.output, delivery);
+    execute(input, { agent, signal }) {
+      const messageId = manager.reportFrom(agent, input.output, delivery, signal);
       return { output: { messageId }, content: `report accepted by the agent that started you as message ${messageId}` };
     },
   });
