@@ -6,11 +6,11 @@ import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import { registerOperatorAuth } from './routes/auth.js';
 import { agentRoutes } from './routes/agents/index.js';
-import { registerErrorHandling } from './routes/errors.js';
+import { errorBody, registerErrorHandling } from './routes/errors.js';
 import { healthRoutes } from './routes/health/index.js';
 import { stepRoutes } from './routes/steps/index.js';
 import type { System } from './services/system.js';
@@ -37,7 +37,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
     },
     return503OnClosing: true,
+    // Ids may be 128 characters; longer ones must reach validation (400), not the router's 414.
+    routerOptions: { maxParamLength: 256 },
     forceCloseConnections: 'idle',
+    // Malformed percent-encoding and over-long path parameters are client errors in our shape.
+    frameworkErrors: (error, _request, reply) => {
+      const body = errorBody('VALIDATION', error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'a path parameter is too long' : 'the URL is not validly encoded');
+      void (reply as FastifyReply).status(body.statusCode).send(body);
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   configureValidation(app);
@@ -91,7 +98,8 @@ function configureValidation(app: FastifyInstance): void {
 /** JSON bodies via Fastify's safe parser (prototype poisoning is an error); an empty body is no body. */
 function configureJsonBodies(app: FastifyInstance): void {
   const parse = app.getDefaultJsonParser('error', 'error');
-  app.removeContentTypeParser('application/json');
+  // JSON only: any other content type is 415, not parsed as text and then failed as VALIDATION.
+  app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     const text = body as string;
     if (text.trim() === '') {

@@ -14,11 +14,16 @@ export function agentToken(request: FastifyRequest): string | undefined {
   return typeof value === 'string' && value !== '' ? value : undefined;
 }
 
+/** Routes anyone may call. Everything else needs a key: deny by default. */
+const PUBLIC_ROUTES = new Set(['/healthz', '/readyz']);
+
 export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly string[]): void {
   if (apiKeys.length === 0) return;
   const digests = apiKeys.map(digest);
   app.addHook('onRequest', async (request) => {
-    if (!request.url.startsWith('/v1/') && request.url !== '/v1') return;
+    // The matched route pattern, not the raw URL: a percent-encoded spelling of a path routes
+    // the same way, so it must be judged the same way.
+    if (PUBLIC_ROUTES.has(request.routeOptions.url ?? '')) return;
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!matchesAny(match?.[1], digests)) {

@@ -52,9 +52,6 @@ export interface Created {
 
 export class AgentService {
   private drainingSince: number | null = null;
-  /** Agents known to have started a continuable child (durably): they see send_message and list_agents. */
-  private readonly parentsOfContinuable = new Set<string>();
-
   constructor(private readonly deps: AgentServiceDeps) {}
 
   get draining(): boolean {
@@ -107,7 +104,7 @@ export class AgentService {
         throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" is resumed by a followup from its parent, not by the operator`);
       }
       const boundary = await this.deps.log.store.lastTurnBoundary(id);
-      await this.noteContinuableChildren(id);
+      await this.deps.manager.noteContinuableChildren(id);
       this.admitNewWork();
       this.deps.log.open(id, summary.lastSeq);
       if (boundary?.type === 'turn-start') {
@@ -126,7 +123,6 @@ export class AgentService {
     this.admitNewWork();
     const parent = this.liveWithToken(parentId, token) ?? (await this.rejectCredential(parentId));
     const { agent, messageId } = await this.deps.manager.startChild(parent, spec);
-    if (spec.mode === 'continuable' && spec.provider === 'in-process') this.parentsOfContinuable.add(parent.id);
     return { agent: this.viewOfLive(agent), agentToken: agent.token, messageId };
   }
 
@@ -138,10 +134,8 @@ export class AgentService {
       if (view === undefined || view.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
       return view; // a child that is not resident: nothing to close
     }
-    const closing = this.deps.manager.close(agent, cascade);
-    const view = this.viewOfLive(agent);
-    await closing;
-    return view;
+    await this.deps.manager.close(agent, cascade);
+    return this.viewOfLive(agent);
   }
 
   /**
@@ -205,10 +199,6 @@ export class AgentService {
     return views
       .filter((v) => v.mode !== 'one-shot')
       .map((v) => ({ kind: 'child' as const, id: v.id, label: v.label ?? '', status: v.resident ? ('running' as const) : ('complete' as const) }));
-  }
-
-  hasContinuableChildren(agent: LiveAgent): boolean {
-    return this.parentsOfContinuable.has(agent.id);
   }
 
   async sessionPage(id: string, after: number, limit: number): Promise<SessionPage> {
@@ -299,11 +289,6 @@ export class AgentService {
   private async storedHeader(id: string): Promise<SessionHeader | undefined> {
     await this.deps.log.durable();
     return (await this.deps.log.store.header(id))?.header;
-  }
-
-  private async noteContinuableChildren(id: string): Promise<void> {
-    const children = await this.deps.log.store.children(id);
-    if (children.some(({ header }) => header.mode === 'continuable' && header.provider === 'in-process')) this.parentsOfContinuable.add(id);
   }
 
   /** Wait for the opened session's writes; on failure stop tracking it so the id stays usable. */

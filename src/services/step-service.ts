@@ -147,7 +147,7 @@ export class StepService {
     body: { name: string; input: unknown; toolCallId?: string },
     signal?: AbortSignal,
   ): Promise<ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] }> {
-    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.rejectToolCaller(id, body.name));
     const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
     const tool = this.deps.tools.find(agent, call.name);
     const outcome = tool === undefined
@@ -160,6 +160,18 @@ export class StepService {
     if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
     if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
     return view;
+  }
+
+  /** A report from anything but the exact live incarnation is refused in the report's own words. */
+  private async rejectToolCaller(id: string, tool: string): Promise<never> {
+    try {
+      return await this.deps.agents.rejectCredential(id);
+    } catch (error) {
+      if (tool === 'report' && error instanceof ServiceError && error.code === 'UNAUTHORIZED') {
+        throw new ServiceError('UNAUTHORIZED', `agent "${id}" is not a live continuable subagent and cannot report`);
+      }
+      throw error;
+    }
   }
 
   private record(agent: LiveAgent, call: ToolCall, result: ToolResultView): void {

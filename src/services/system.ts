@@ -110,7 +110,7 @@ export function createSystem(options: SystemOptions): System {
       setup,
       manager,
       control: {
-        hasContinuableChildren: (agent) => agents.hasContinuableChildren(agent),
+        hasContinuableChildren: (agent) => manager.hasContinuableChildren(agent),
         listChildren: (agent) => agents.listChildren(agent),
       },
     },

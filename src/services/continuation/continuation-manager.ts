@@ -79,6 +79,8 @@ export class ContinuationManager {
   private readonly closingScopes = new Set<string>();
   /** Creations and cold resumes in flight: drain waits for them. */
   private readonly materializing = new Set<Promise<unknown>>();
+  /** Agents known to have continuable children (durably): they see send_message and list_agents. */
+  private readonly parentsOfContinuable = new Set<string>();
 
   constructor(private readonly deps: ContinuationDeps) {}
 
@@ -89,6 +91,18 @@ export class ContinuationManager {
 
   get activationCount(): number {
     return this.activations.size;
+  }
+
+  hasContinuableChildren(agent: LiveAgent): boolean {
+    return this.parentsOfContinuable.has(agent.id);
+  }
+
+  /** Learn from the store whether an agent being resumed has continuable children. */
+  async noteContinuableChildren(id: string): Promise<void> {
+    const children = await this.deps.log.store.children(id);
+    if (children.some(({ header }) => header.mode === 'continuable' && header.provider === 'in-process')) {
+      this.parentsOfContinuable.add(id);
+    }
   }
 
   stateOf(activation: Activation): DerivedActivationState {
@@ -111,6 +125,7 @@ export class ContinuationManager {
       await this.beforePublication(scope, setup, () => this.checkParentAdmits(parent));
       this.deps.log.create(header);
       const agent = this.publish(header, scope, 'created', continuable);
+      if (continuable) this.parentsOfContinuable.add(parent.id);
       const { messageId } = this.admitWaking(agent, 'followup', spec.prompt, { kind: 'coordinator', senderSessionId: parent.id });
       return { agent, messageId };
     });
@@ -291,6 +306,7 @@ export class ContinuationManager {
     let openTurn: string | undefined;
     await this.beforePublication(scope, setup, async () => {
       const boundary = await this.deps.log.store.lastTurnBoundary(id);
+      await this.noteContinuableChildren(id);
       openTurn = boundary?.type === 'turn-start' ? boundary.turnId : undefined;
       this.checkAdmission(parent);
       this.authorizeLineage(parent, header, path);
