@@ -1,0 +1,220 @@
+/**
+ * Draining over HTTP: readiness fails, new work is refused with DRAINING, open long-polls are
+ * answered with no step, and work already handed out can still be finished.
+ */
+import type { LightMyRequestResponse } from 'fastify';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  claim,
+  createRoot,
+  postOutput,
+  postResults,
+  send,
+  session,
+  settle,
+  shape,
+  startHarness,
+  type ClaimedStep,
+  type CreatedRoot,
+  type Harness,
+  type HarnessOptions,
+} from '../fixtures/harness.js';
+
+const DRAINING_BODY = {
+  statusCode: 503,
+  code: 'DRAINING',
+  error: 'Service Unavailable',
+  message: 'continuable subagents are draining; the operation was not admitted',
+};
+
+const harnesses: Harness[] = [];
+
+async function open(options: HarnessOptions = {}): Promise<Harness> {
+  const harness = await startHarness(options);
+  harnesses.push(harness);
+  return harness;
+}
+
+afterEach(async () => {
+  for (const harness of harnesses.splice(0)) await harness.close();
+});
+
+/**
+ * The step dispatcher's waiter count: how a test knows a long-poll has reached the dispatcher
+ * before it lands something in that window. (The dispatcher sits on the system or, in older
+ * wiring, on the agent service.)
+ */
+function waiting(h: Harness): number {
+  const system = h.system as unknown as { dispatcher?: { waiting: number }; agents: { dispatcher?: { waiting: number } } };
+  const dispatcher = system.dispatcher ?? system.agents.dispatcher;
+  if (dispatcher === undefined) throw new Error('the system has no step dispatcher');
+  return dispatcher.waiting;
+}
+
+function expectDraining(res: LightMyRequestResponse): void {
+  expect(res.statusCode).toBe(503);
+  expect(res.json()).toEqual(DRAINING_BODY);
+}
+
+function claimRaw(h: Harness, root: CreatedRoot, waitMs = 0): Promise<LightMyRequestResponse> {
+  return h.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/steps/next`, headers: { 'x-agent-token': root.token }, payload: { waitMs } });
+}
+
+function poolClaim(h: Harness, body: Record<string, unknown> = {}): Promise<LightMyRequestResponse> {
+  return h.app.inject({ method: 'POST', url: '/v1/steps/next', payload: body });
+}
+
+/** Lets requests in flight reach the dispatcher, one event-loop tick at a time (bounded). */
+async function untilWaiting(h: Harness, n: number): Promise<void> {
+  for (let i = 0; i < 100 && waiting(h) < n; i++) await settle();
+  expect(waiting(h)).toBe(n);
+}
+
+async function rootWithClaimedStep(h: Harness): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
+  const root = await createRoot(h.app, { id: 'r' });
+  await send(h.app, 'r', 'task');
+  await settle();
+  const step = await claim(h.app, root);
+  if (step === null) throw new Error('expected a claimable step');
+  return { root, step };
+}
+
+describe('draining', () => {
+  it('draining makes /readyz answer 503 draining while /healthz stays 200', async () => {
+    const h = await open();
+    const before = await h.app.inject({ method: 'GET', url: '/readyz' });
+    expect(before.statusCode).toBe(200);
+    expect(before.json()).toEqual({ status: 'ready' });
+
+    h.system.agents.startDrain();
+
+    const ready = await h.app.inject({ method: 'GET', url: '/readyz' });
+    expect(ready.statusCode).toBe(503);
+    expect(ready.json()).toEqual({ status: 'draining' });
+    const health = await h.app.inject({ method: 'GET', url: '/healthz' });
+    expect(health.statusCode).toBe(200);
+    expect(health.json()).toEqual({ status: 'ok' });
+  });
+
+  it('while draining, creating a root answers 503 DRAINING and creates nothing', async () => {
+    const h = await open();
+    h.system.agents.startDrain();
+
+    expectDraining(await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'late' } }));
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents/late' })).statusCode).toBe(404);
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents/late/session' })).statusCode).toBe(404);
+  });
+
+  it('while draining, followup, inject and steer answer 503 DRAINING and write nothing', async () => {
+    const h = await open();
+    await createRoot(h.app, { id: 'idle' });
+    await rootWithClaimedStep(h);
+    const idleBefore = await session(h.app, 'idle');
+    const busyBefore = await session(h.app, 'r');
+    h.system.agents.startDrain();
+
+    for (const id of ['idle', 'r']) {
+      for (const delivery of ['followup', 'inject', 'steer'] as const) {
+        expectDraining(await send(h.app, id, `late ${delivery}`, delivery));
+      }
+    }
+    await settle();
+    expect(await session(h.app, 'idle')).toEqual(idleBefore);
+    expect(await session(h.app, 'r')).toEqual(busyBefore);
+    const view = (await h.app.inject({ method: 'GET', url: '/v1/agents/r' })).json() as { inbox: { queued: number }; staged: number };
+    expect(view).toMatchObject({ inbox: { queued: 0 }, staged: 0 });
+  });
+
+  it('while draining, resume answers 503 DRAINING and the root stays not live', async () => {
+    const h = await open();
+    await createRoot(h.app, { id: 'r' });
+    await h.app.inject({ method: 'DELETE', url: '/v1/agents/r' });
+    h.system.agents.startDrain();
+
+    expectDraining(await h.app.inject({ method: 'POST', url: '/v1/agents/r/resume' }));
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents/r' })).statusCode).toBe(404);
+  });
+
+  it('while draining, claiming a step answers 503 DRAINING for the agent and for the pool, and the step stays unclaimed', async () => {
+    const h = await open();
+    const root = await createRoot(h.app, { id: 'r' });
+    await send(h.app, 'r', 'task');
+    await settle();
+    h.system.agents.startDrain();
+
+    expectDraining(await claimRaw(h, root));
+    expectDraining(await poolClaim(h));
+    expectDraining(await poolClaim(h, { rootId: 'r', waitMs: 1000 }));
+    expect(shape(await session(h.app, 'r'))).toEqual(['turn-start', 'user:task']);
+  });
+
+  it("an agent's open long-poll answers 204 when the drain starts", async () => {
+    const h = await open();
+    const root = await createRoot(h.app, { id: 'r' });
+    const pending = claimRaw(h, root, 15_000);
+    await untilWaiting(h, 1);
+
+    h.system.agents.startDrain();
+    expect(waiting(h)).toBe(0);
+    const res = await pending;
+    expect(res.statusCode).toBe(204);
+  });
+
+  it('an open pool long-poll answers 204 when the drain starts', async () => {
+    const h = await open();
+    await createRoot(h.app, { id: 'r' });
+    const pending = poolClaim(h, { waitMs: 15_000 });
+    await untilWaiting(h, 1);
+
+    h.system.agents.startDrain();
+    expect(waiting(h)).toBe(0);
+    expect((await pending).statusCode).toBe(204);
+  });
+
+  it('output for a step claimed before the drain is still accepted and ends the turn', async () => {
+    const h = await open();
+    const { root, step } = await rootWithClaimedStep(h);
+    h.system.agents.startDrain();
+
+    const res = await postOutput(h.app, root, step.id, { content: 'finished' });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ toolResults: [], awaiting: [], turn: 'ended' });
+    expect(shape(await session(h.app, 'r'))).toEqual(['turn-start', 'user:task', 'step-start', 'assistant:finished', 'turn-end:completed']);
+  });
+
+  it('tool results for a step claimed before the drain are still accepted, but its next step is not handed out', async () => {
+    const h = await open();
+    const { root, step } = await rootWithClaimedStep(h);
+    const output = await postOutput(h.app, root, step.id, { toolCalls: [{ id: 'c1', name: 'lookup', input: {} }] });
+    expect(output.statusCode).toBe(200);
+    h.system.agents.startDrain();
+
+    const res = await postResults(h.app, root, step.id, [{ toolCallId: 'c1', content: 'found' }]);
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ turn: 'open' });
+    expectDraining(await claimRaw(h, root));
+    expect(shape(await session(h.app, 'r'))).toEqual(['turn-start', 'user:task', 'step-start', 'assistant:', 'tool:found']);
+  });
+
+  it('reads still work while draining: the view, the list and the session', async () => {
+    const h = await open();
+    await createRoot(h.app, { id: 'r' });
+    await send(h.app, 'r', 'note', 'inject');
+    h.system.agents.startDrain();
+
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents/r' })).statusCode).toBe(200);
+    const listed = (await h.app.inject({ method: 'GET', url: '/v1/agents' })).json() as { items: { id: string }[] };
+    expect(listed.items.map((a) => a.id)).toEqual(['r']);
+    expect(shape(await session(h.app, 'r'))).toEqual(['user:note']);
+  });
+
+  it('with operator keys, a draining service still answers an unauthenticated request 401, not 503', async () => {
+    const h = await open({ apiKeys: ['k1'] });
+    h.system.agents.startDrain();
+    const res = await h.app.inject({ method: 'POST', url: '/v1/agents', payload: {} });
+    expect(res.statusCode).toBe(401);
+    expect((res.json() as { code: string }).code).toBe('UNAUTHENTICATED');
+    const authed = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: { authorization: 'Bearer k1' }, payload: {} });
+    expectDraining(authed);
+  });
+});
