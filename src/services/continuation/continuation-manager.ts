@@ -79,6 +79,8 @@ export class ContinuationManager {
   private readonly closingScopes = new Set<string>();
   /** Creations and cold resumes in flight: drain waits for them. */
   private readonly materializing = new Set<Promise<unknown>>();
+  /** Closes in flight of agents without an Activation (roots, one-shot, remote), memoized. */
+  private readonly closings = new WeakMap<LiveAgent, Promise<void>>();
   /** Agents known to have continuable children (durably): they see send_message and list_agents. */
   private readonly parentsOfContinuable = new Set<string>();
 
@@ -217,21 +219,25 @@ export class ContinuationManager {
    * under a scoped drain, so nothing below it is admitted meanwhile.
    */
   async close(agent: LiveAgent, cascade: boolean): Promise<void> {
+    if (this.deps.registry.get(agent.id) !== agent) return; // already left (settled or closed meanwhile)
+    const activation = this.activationOf(agent);
+    if (activation !== undefined) return this.disposeActivation(activation, 'closed', cascade, false);
+    const running = this.closings.get(agent);
+    if (running !== undefined) return running;
     const isRoot = agent.header.kind === 'root';
+    agent.beginDisposal();
     if (isRoot && cascade) this.closingScopes.add(agent.id);
-    try {
-      const activation = this.activationOf(agent);
-      if (activation !== undefined) {
-        await this.withLock(agent.id, () => this.disposeActivation(activation, 'closed', cascade));
-        return;
+    const closing = (async () => {
+      try {
+        if (cascade) await this.closeChildren(agent);
+        this.finish(agent, isRoot ? null : 'closed');
+        await this.deps.log.durable();
+      } finally {
+        if (isRoot) this.closingScopes.delete(agent.id);
       }
-      agent.beginDisposal();
-      if (cascade) await this.closeChildren(agent);
-      this.finish(agent, isRoot ? null : 'closed');
-      await this.deps.log.durable();
-    } finally {
-      if (isRoot) this.closingScopes.delete(agent.id);
-    }
+    })();
+    this.closings.set(agent, closing);
+    return closing;
   }
 
   /** Manager drain for shutdown: refuse new work (the caller flips draining), wait for materializations. */
@@ -354,13 +360,17 @@ export class ContinuationManager {
         activation.settleScheduled = false;
         if (this.activationOf(activation.agent) !== activation || activation.disposal !== null) return;
         if (this.stateOf(activation) !== 'settled') return;
-        await this.disposeActivation(activation, 'settled', true);
+        await this.disposeActivation(activation, 'settled', true, true);
       }).catch((error: unknown) => this.deps.logger.error({ err: error, agentId: activation.agent.id }, 'settling a child failed'));
     });
   }
 
-  /** Dispose an Activation (memoized): cutoff now, children first, then the agent. */
-  private disposeActivation(activation: Activation, event: 'settled' | 'closed', cascade: boolean): Promise<void> {
+  /**
+   * Dispose an Activation (memoized): the cutoff is set now, synchronously; then, under the
+   * child's lock (unless the caller holds it), its live children close first and the agent
+   * leaves the registry.
+   */
+  private disposeActivation(activation: Activation, event: 'settled' | 'closed', cascade: boolean, locked: boolean): Promise<void> {
     if (activation.disposal !== null) return activation.disposal;
     let resolve!: () => void;
     let reject!: (error: unknown) => void;
@@ -371,17 +381,19 @@ export class ContinuationManager {
     activation.disposal.catch(() => undefined);
     const agent = activation.agent;
     agent.beginDisposal();
-    void (async () => {
+    const body = async (): Promise<void> => {
       if (cascade) await this.closeChildren(agent);
       this.finish(agent, event);
       this.activations.delete(agent.id);
       await this.deps.log.durable();
-    })().then(resolve, reject);
+    };
+    (locked ? body() : this.withLock(agent.id, body)).then(resolve, reject);
     return activation.disposal;
   }
 
   /** Leave the live registry: dispose the agent, log the activation event, release its scope, wake the parent. */
   private finish(agent: LiveAgent, event: 'settled' | 'closed' | null): void {
+    if (this.deps.registry.get(agent.id) !== agent) return;
     agent.dispose();
     if (event !== null && agent.activationId !== null) {
       this.deps.log.append(agent.id, { type: 'activation', at: this.now(), activationId: agent.activationId, event });
