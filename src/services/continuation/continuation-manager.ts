@@ -123,13 +123,15 @@ export class ContinuationManager {
       const scope = new AgentScope();
       const setup = continuable ? this.deps.setup.apply(scope) : undefined;
       // The asynchronous window before publication: earlier writes settle, and a revocation
-      // or a parent disposal may land here. Everything is re-checked before commit.
-      await this.beforePublication(scope, setup, () => this.checkParentAdmits(parent));
-      this.deps.log.create(header);
-      const agent = this.publish(header, scope, 'created', continuable);
-      if (continuable) this.parentsOfContinuable.add(parent.id);
-      const { messageId } = this.admitWaking(agent, 'followup', spec.prompt, { kind: 'coordinator', senderSessionId: parent.id });
-      return { agent, messageId };
+      // or a parent close may land here. The re-check, the setup commit and the publication
+      // then run in one synchronous span.
+      return this.publishAfterWindow(scope, setup, async () => undefined, () => this.checkParentAdmits(parent), () => {
+        this.deps.log.create(header);
+        const agent = this.publish(header, scope, 'created', continuable);
+        if (continuable) this.parentsOfContinuable.add(parent.id);
+        const { messageId } = this.admitWaking(agent, 'followup', spec.prompt, { kind: 'coordinator', senderSessionId: parent.id });
+        return { agent, messageId };
+      });
     });
     const started = await this.track(work);
     await this.durableOrClose(started.agent);
@@ -157,27 +159,31 @@ export class ContinuationManager {
     this.authorizeLineage(parent, header, path);
     const result = await this.track(
       this.withLock(childId, async () => {
-        let child = this.deps.registry.get(childId);
-        let resumed: { agentToken: string } | undefined;
+        const child = this.deps.registry.get(childId);
         if (child === undefined) {
-          child = await this.coldResume(parent, header, path);
-          resumed = { agentToken: child.token };
+          // Cold resume: the message is accepted in the same synchronous span as publication.
+          return this.coldResume(parent, header, path, (resumed) => ({
+            ...this.acceptForChild(resumed, delivery, content, source),
+            resumed: { agentToken: resumed.token },
+          }));
         }
         this.checkAdmission(parent);
         this.authorizeLineage(parent, header, path);
-        if (child.header.mode === 'one-shot' && delivery === 'followup') {
-          throw new ServiceError('NOT_RESUMABLE', `subagent "${childId}" is one-shot and takes no further turns`);
-        }
-        const activation = this.activationOf(child);
-        if (activation?.disposal != null || child.disposing) {
-          throw new ServiceError('ACTIVATION_CLOSING', `subagent "${childId}" activation is being disposed; the message was not accepted`);
-        }
-        const accepted = this.admitWaking(child, delivery, content, source);
-        return resumed === undefined ? accepted : { ...accepted, resumed };
+        return this.acceptForChild(child, delivery, content, source);
       }),
     );
     await this.deps.log.durable();
     return result;
+  }
+
+  private acceptForChild(child: LiveAgent, delivery: Delivery, content: string | TextBlock[], source: MessageSource): ChildDelivery {
+    if (child.header.mode === 'one-shot' && delivery === 'followup') {
+      throw new ServiceError('NOT_RESUMABLE', `subagent "${child.id}" is one-shot and takes no further turns`);
+    }
+    if (this.activationOf(child)?.disposal != null || child.disposing) {
+      throw new ServiceError('ACTIVATION_CLOSING', `subagent "${child.id}" activation is being disposed; the message was not accepted`);
+    }
+    return this.admitWaking(child, delivery, content, source);
   }
 
   /**
@@ -294,7 +300,7 @@ export class ContinuationManager {
     }
   }
 
-  private async coldResume(parent: LiveAgent, header: SessionHeader, path: DeliveryPath): Promise<LiveAgent> {
+  private async coldResume<T>(parent: LiveAgent, header: SessionHeader, path: DeliveryPath, then: (child: LiveAgent) => T): Promise<T> {
     const id = header.id;
     if (header.mode !== 'continuable' || header.provider !== 'in-process') {
       throw new ServiceError(
@@ -310,33 +316,51 @@ export class ContinuationManager {
     const scope = new AgentScope();
     const setup = this.deps.setup.apply(scope);
     let openTurn: string | undefined;
-    await this.beforePublication(scope, setup, async () => {
-      const boundary = await this.deps.log.store.lastTurnBoundary(id);
-      await this.noteContinuableChildren(id);
-      openTurn = boundary?.type === 'turn-start' ? boundary.turnId : undefined;
-      this.checkAdmission(parent);
-      this.authorizeLineage(parent, header, path);
-    });
-    this.deps.log.open(id, summary.lastSeq);
-    if (openTurn !== undefined) {
-      this.deps.log.append(id, { type: 'turn-end', at: this.now(), turnId: openTurn, reason: 'failed' });
-    }
-    return this.publish(summary.header, scope, 'resumed', true);
+    return this.publishAfterWindow(
+      scope,
+      setup,
+      async () => {
+        const boundary = await this.deps.log.store.lastTurnBoundary(id);
+        openTurn = boundary?.type === 'turn-start' ? boundary.turnId : undefined;
+        await this.noteContinuableChildren(id);
+      },
+      () => {
+        this.checkAdmission(parent);
+        this.authorizeLineage(parent, header, path);
+      },
+      () => {
+        this.deps.log.open(id, summary.lastSeq);
+        if (openTurn !== undefined) {
+          this.deps.log.append(id, { type: 'turn-end', at: this.now(), turnId: openTurn, reason: 'failed' });
+        }
+        return then(this.publish(summary.header, scope, 'resumed', true));
+      },
+    );
   }
 
   /**
-   * Await the pre-publication window, then commit setup synchronously. On any failure the
+   * The pre-publication window, then publication: await the window (pending writes, store
+   * reads), then re-check, commit the setup and publish in one synchronous span, so nothing
+   * can land between the commit and the publication. On any failure before publication the
    * scope's installations are released and nothing is published.
    */
-  private async beforePublication(scope: AgentScope, setup: AgentSetupCommit | undefined, recheck: () => void | Promise<void>): Promise<void> {
+  private async publishAfterWindow<T>(
+    scope: AgentScope,
+    setup: AgentSetupCommit | undefined,
+    window: () => Promise<void>,
+    recheck: () => void,
+    publish: () => T,
+  ): Promise<T> {
     try {
       await this.deps.log.durable();
-      await recheck();
+      await window();
+      recheck();
       setup?.commit();
     } catch (error) {
       this.releaseScope(scope);
       throw error;
     }
+    return publish();
   }
 
   /** Publication, synchronous: agent, registry, activation entry and Activation. */
