@@ -4,11 +4,58 @@
  * decides seq numbers (the session log does) but rejects a batch that would leave a gap or a
  * duplicate, so the log on disk is always gap-free.
  */
+import type { Message } from '../domain/message.js';
 import type { SessionEntry, SessionHeader } from '../domain/session.js';
+
+export const PENDING_KINDS = ['queued', 'steering', 'staged'] as const;
+export type PendingKind = (typeof PENDING_KINDS)[number];
+
+/** An accepted message not yet in the log: a queued or steering inbox item, or staged context. */
+export interface PendingRow {
+  kind: PendingKind;
+  /** The inbox item id (queued, steering); null for staged context. */
+  itemId: string | null;
+  message: Message;
+  acceptedAt: string;
+}
+
+/** A stored idempotent result: the same key from the same sender replays it. */
+export interface IdempotencyRecord {
+  /** Who sent it: `operator`, or the sending agent's id. */
+  sender: string;
+  key: string;
+  /** The route and body the key was first used with (a hash). */
+  fingerprint: string;
+  status: number;
+  response: unknown;
+  createdAt: number;
+  expiresAt: number;
+}
 
 export interface WriteBatch {
   headers: SessionHeader[];
   entries: { sessionId: string; entry: SessionEntry }[];
+  /** Replaces each named session's pending rows with this list, in order. */
+  pending?: Map<string, PendingRow[]>;
+  idempotency?: IdempotencyRecord[];
+}
+
+export const RECEIPT_STATES = ['appended', 'staged', 'queued', 'turn-started', 'turn-ended'] as const;
+export type ReceiptState = (typeof RECEIPT_STATES)[number];
+
+/** Where a message is, from durable state. */
+export interface MessageLocation {
+  messageId: string;
+  sessionId: string;
+  state: ReceiptState;
+  /** The message as accepted or as logged. */
+  message: Pick<Message, 'role' | 'source'>;
+  acceptedAt?: string;
+  appendedAt?: string;
+  turnId?: string;
+  turnStartedAt?: string;
+  turnEndedAt?: string;
+  seq?: number;
 }
 
 export interface SessionSummary {
@@ -40,11 +87,60 @@ export interface SessionStore {
   lastActivation(id: string): Promise<ActivationMark | undefined>;
   /** Sessions whose header names `parentId` as parent, in creation order. */
   children(parentId: string): Promise<SessionSummary[]>;
+  /** The session's pending rows (queued, steering, staged), in order. */
+  pending(id: string): Promise<PendingRow[]>;
+  /** Where a message is: pending, in a log, as a turn's prompt. */
+  locate(messageId: string): Promise<MessageLocation | undefined>;
+  /** An unexpired idempotency record, or undefined. */
+  idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined>;
+  /** Drop idempotency records that expired before `now`; returns how many. */
+  expireIdempotency(now: number): Promise<number>;
   close(): Promise<void>;
 }
 
 export function batchIsEmpty(batch: WriteBatch): boolean {
-  return batch.headers.length === 0 && batch.entries.length === 0;
+  return batch.headers.length === 0 && batch.entries.length === 0 && (batch.pending?.size ?? 0) === 0 && (batch.idempotency?.length ?? 0) === 0;
+}
+
+/** Receipt of a logged message from its entries: the message entry and, for a prompt, its turn. */
+export function locationFromEntries(
+  messageId: string,
+  sessionId: string,
+  entries: readonly SessionEntry[],
+  turnEnd: SessionEntry | undefined,
+): MessageLocation | undefined {
+  const message = entries.find((e) => e.type === 'message');
+  const turnStart = entries.find((e) => e.type === 'turn-start');
+  if (message === undefined || message.type !== 'message') return undefined;
+  const location: MessageLocation = {
+    messageId,
+    sessionId,
+    state: 'appended',
+    message: { role: message.role, source: message.source },
+    appendedAt: message.at,
+    seq: message.seq,
+  };
+  if (turnStart !== undefined && turnStart.type === 'turn-start') {
+    location.turnId = turnStart.turnId;
+    location.turnStartedAt = turnStart.at;
+    location.state = 'turn-started';
+    if (turnEnd !== undefined) {
+      location.turnEndedAt = turnEnd.at;
+      location.state = 'turn-ended';
+    }
+  }
+  return location;
+}
+
+/** Receipt of a pending message. */
+export function locationFromPending(sessionId: string, row: PendingRow): MessageLocation {
+  return {
+    messageId: row.message.id,
+    sessionId,
+    state: row.kind === 'staged' ? 'staged' : 'queued',
+    message: { role: row.message.role, source: row.message.source },
+    acceptedAt: row.acceptedAt,
+  };
 }
 
 /** Checks a batch against the current last seq of each session; returns the new last seqs. */

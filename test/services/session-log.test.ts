@@ -6,7 +6,16 @@
 import { describe, expect, it } from 'vitest';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import { SessionLog } from '../../src/services/session-log.js';
-import type { ActivationMark, SessionStore, SessionSummary, TurnBoundary, WriteBatch } from '../../src/services/session-store.js';
+import type {
+  ActivationMark,
+  IdempotencyRecord,
+  MessageLocation,
+  PendingRow,
+  SessionStore,
+  SessionSummary,
+  TurnBoundary,
+  WriteBatch,
+} from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
@@ -85,6 +94,22 @@ class ProbeStore implements SessionStore {
 
   children(parentId: string): Promise<SessionSummary[]> {
     return this.inner.children(parentId);
+  }
+
+  pending(id: string): Promise<PendingRow[]> {
+    return this.inner.pending(id);
+  }
+
+  locate(messageId: string): Promise<MessageLocation | undefined> {
+    return this.inner.locate(messageId);
+  }
+
+  idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
+    return this.inner.idempotency(sender, key, now);
+  }
+
+  expireIdempotency(now: number): Promise<number> {
+    return this.inner.expireIdempotency(now);
   }
 
   close(): Promise<void> {

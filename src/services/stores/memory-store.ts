@@ -4,7 +4,19 @@
  * what was "persisted".
  */
 import type { SessionEntry, SessionHeader } from '../../domain/session.js';
-import { planSeqs, type ActivationMark, type SessionStore, type SessionSummary, type TurnBoundary, type WriteBatch } from '../session-store.js';
+import {
+  locationFromEntries,
+  locationFromPending,
+  planSeqs,
+  type ActivationMark,
+  type IdempotencyRecord,
+  type MessageLocation,
+  type PendingRow,
+  type SessionStore,
+  type SessionSummary,
+  type TurnBoundary,
+  type WriteBatch,
+} from '../session-store.js';
 
 interface StoredSession {
   header: SessionHeader;
@@ -14,6 +26,8 @@ interface StoredSession {
 export class MemorySessionStore implements SessionStore {
   readonly kind = 'memory' as const;
   private readonly sessions = new Map<string, StoredSession>();
+  private readonly pendingRows = new Map<string, PendingRow[]>();
+  private readonly keys = new Map<string, IdempotencyRecord>();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
@@ -21,6 +35,11 @@ export class MemorySessionStore implements SessionStore {
     for (const { sessionId, entry } of batch.entries) {
       this.sessions.get(sessionId)?.entries.push(structuredClone(entry));
     }
+    for (const [sessionId, rows] of batch.pending ?? []) {
+      if (rows.length === 0) this.pendingRows.delete(sessionId);
+      else this.pendingRows.set(sessionId, structuredClone(rows));
+    }
+    for (const record of batch.idempotency ?? []) this.keys.set(`${record.sender}\u0000${record.key}`, structuredClone(record));
   }
 
   async header(id: string): Promise<SessionSummary | undefined> {
@@ -60,6 +79,43 @@ export class MemorySessionStore implements SessionStore {
     return [...this.sessions.values()]
       .filter((s) => s.header.parentSession === parentId)
       .map((s) => ({ header: structuredClone(s.header), lastSeq: s.entries.length }));
+  }
+
+  async pending(id: string): Promise<PendingRow[]> {
+    return structuredClone(this.pendingRows.get(id) ?? []);
+  }
+
+  async locate(messageId: string): Promise<MessageLocation | undefined> {
+    for (const [sessionId, rows] of this.pendingRows) {
+      const row = rows.find((r) => r.message.id === messageId);
+      if (row !== undefined) return locationFromPending(sessionId, structuredClone(row));
+    }
+    for (const [sessionId, session] of this.sessions) {
+      const entries = session.entries.filter((e) => 'messageId' in e && e.messageId === messageId);
+      if (entries.length === 0) continue;
+      const start = entries.find((e) => e.type === 'turn-start');
+      const turnEnd = start?.type === 'turn-start'
+        ? session.entries.find((e) => e.type === 'turn-end' && e.turnId === start.turnId)
+        : undefined;
+      return locationFromEntries(messageId, sessionId, structuredClone(entries), structuredClone(turnEnd));
+    }
+    return undefined;
+  }
+
+  async idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
+    const record = this.keys.get(`${sender}\u0000${key}`);
+    return record !== undefined && record.expiresAt > now ? structuredClone(record) : undefined;
+  }
+
+  async expireIdempotency(now: number): Promise<number> {
+    let n = 0;
+    for (const [k, record] of this.keys) {
+      if (record.expiresAt <= now) {
+        this.keys.delete(k);
+        n++;
+      }
+    }
+    return n;
   }
 
   async close(): Promise<void> {

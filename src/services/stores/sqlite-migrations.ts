@@ -35,6 +35,39 @@ export const MIGRATIONS: readonly Migration[] = [
         WHERE type = 'activation';
     `,
   },
+  {
+    version: 2,
+    description: 'pending inbox items and staged context, message and turn lookups, idempotency keys',
+    sql: `
+      ALTER TABLE entries ADD COLUMN message_id TEXT;
+      ALTER TABLE entries ADD COLUMN turn_id TEXT;
+      UPDATE entries SET message_id = json_extract(body, '$.messageId'), turn_id = json_extract(body, '$.turnId');
+      CREATE INDEX entries_message ON entries (message_id) WHERE message_id IS NOT NULL;
+      CREATE INDEX entries_turn ON entries (session_id, turn_id) WHERE turn_id IS NOT NULL;
+      CREATE TABLE pending (
+        session_id  TEXT NOT NULL,
+        position    INTEGER NOT NULL,
+        kind        TEXT NOT NULL,
+        item_id     TEXT,
+        message_id  TEXT NOT NULL,
+        message     TEXT NOT NULL,
+        accepted_at TEXT NOT NULL,
+        PRIMARY KEY (session_id, position)
+      ) WITHOUT ROWID;
+      CREATE INDEX pending_message ON pending (message_id);
+      CREATE TABLE idempotency (
+        sender      TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        status      INTEGER NOT NULL,
+        response    TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        expires_at  INTEGER NOT NULL,
+        PRIMARY KEY (sender, key)
+      ) WITHOUT ROWID;
+      CREATE INDEX idempotency_expiry ON idempotency (expires_at);
+    `,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -8,7 +8,20 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../domain/session.js';
-import type { ActivationMark, SessionStore, SessionSummary, TurnBoundary, WriteBatch } from '../session-store.js';
+import {
+  locationFromEntries,
+  locationFromPending,
+  type ActivationMark,
+  type IdempotencyRecord,
+  type MessageLocation,
+  type PendingKind,
+  type PendingRow,
+  type SessionStore,
+  type SessionSummary,
+  type TurnBoundary,
+  type WriteBatch,
+} from '../session-store.js';
+import type { Message } from '../../domain/message.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
 
 export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
@@ -43,7 +56,32 @@ export class SqliteSessionStore implements SessionStore {
         'INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq) VALUES (?, ?, ?, ?, ?, 0)',
       ),
       advanceSeq: this.db.prepare('UPDATE sessions SET last_seq = ? WHERE id = ? AND last_seq = ?'),
-      insertEntry: this.db.prepare('INSERT INTO entries (session_id, seq, type, body) VALUES (?, ?, ?, ?)'),
+      insertEntry: this.db.prepare('INSERT INTO entries (session_id, seq, type, body, message_id, turn_id) VALUES (?, ?, ?, ?, ?, ?)'),
+      clearPending: this.db.prepare('DELETE FROM pending WHERE session_id = ?'),
+      insertPending: this.db.prepare(
+        'INSERT INTO pending (session_id, position, kind, item_id, message_id, message, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      ),
+      pending: this.db.prepare<[string], { kind: string; item_id: string | null; message: string; accepted_at: string }>(
+        'SELECT kind, item_id, message, accepted_at FROM pending WHERE session_id = ? ORDER BY position',
+      ),
+      pendingByMessage: this.db.prepare<[string], { session_id: string; kind: string; item_id: string | null; message: string; accepted_at: string }>(
+        'SELECT session_id, kind, item_id, message, accepted_at FROM pending WHERE message_id = ? LIMIT 1',
+      ),
+      entriesByMessage: this.db.prepare<[string], { session_id: string; seq: number; body: string }>(
+        'SELECT session_id, seq, body FROM entries WHERE message_id = ? ORDER BY seq',
+      ),
+      turnEnd: this.db.prepare<[string, string], { seq: number; body: string }>(
+        `SELECT seq, body FROM entries WHERE session_id = ? AND turn_id = ? AND type = 'turn-end' LIMIT 1`,
+      ),
+      putIdempotency: this.db.prepare(
+        `INSERT INTO idempotency (sender, key, fingerprint, status, response, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (sender, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
+           response = excluded.response, created_at = excluded.created_at, expires_at = excluded.expires_at`,
+      ),
+      getIdempotency: this.db.prepare<[string, string, number], { fingerprint: string; status: number; response: string; created_at: number; expires_at: number }>(
+        'SELECT fingerprint, status, response, created_at, expires_at FROM idempotency WHERE sender = ? AND key = ? AND expires_at > ?',
+      ),
+      expireIdempotency: this.db.prepare('DELETE FROM idempotency WHERE expires_at <= ?'),
       header: this.db.prepare<[string], { header: string; last_seq: number }>(
         'SELECT header, last_seq FROM sessions WHERE id = ?',
       ),
@@ -98,6 +136,41 @@ export class SqliteSessionStore implements SessionStore {
     return this.statements.children.all(parentId).map((row) => ({ header: JSON.parse(row.header) as SessionHeader, lastSeq: row.last_seq }));
   }
 
+  async pending(id: string): Promise<PendingRow[]> {
+    return this.statements.pending.all(id).map(rowToPending);
+  }
+
+  async locate(messageId: string): Promise<MessageLocation | undefined> {
+    const pending = this.statements.pendingByMessage.get(messageId);
+    if (pending !== undefined) return locationFromPending(pending.session_id, rowToPending(pending));
+    const rows = this.statements.entriesByMessage.all(messageId);
+    const first = rows[0];
+    if (first === undefined) return undefined;
+    const entries = rows.filter((r) => r.session_id === first.session_id).map((r) => ({ seq: r.seq, ...(JSON.parse(r.body) as EntryBody) }) as SessionEntry);
+    const turnStart = entries.find((e) => e.type === 'turn-start');
+    const end = turnStart?.type === 'turn-start' ? this.statements.turnEnd.get(first.session_id, turnStart.turnId) : undefined;
+    const turnEnd = end === undefined ? undefined : ({ seq: end.seq, ...(JSON.parse(end.body) as EntryBody) } as SessionEntry);
+    return locationFromEntries(messageId, first.session_id, entries, turnEnd);
+  }
+
+  async idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
+    const row = this.statements.getIdempotency.get(sender, key, now);
+    if (row === undefined) return undefined;
+    return {
+      sender,
+      key,
+      fingerprint: row.fingerprint,
+      status: row.status,
+      response: JSON.parse(row.response) as unknown,
+      createdAt: row.created_at,
+      expiresAt: row.expires_at,
+    };
+  }
+
+  async expireIdempotency(now: number): Promise<number> {
+    return this.statements.expireIdempotency.run(now).changes;
+  }
+
   async close(): Promise<void> {
     if (this.db.open) this.db.close();
   }
@@ -111,7 +184,9 @@ export class SqliteSessionStore implements SessionStore {
     const advance = new Map<string, { from: number; to: number }>();
     for (const { sessionId, entry } of batch.entries) {
       const { seq, ...body } = entry;
-      s.insertEntry.run(sessionId, seq, entry.type, JSON.stringify(body));
+      const messageId = 'messageId' in entry ? entry.messageId : null;
+      const turnId = 'turnId' in entry ? entry.turnId : null;
+      s.insertEntry.run(sessionId, seq, entry.type, JSON.stringify(body), messageId, turnId);
       const range = advance.get(sessionId);
       if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
       else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
@@ -123,7 +198,20 @@ export class SqliteSessionStore implements SessionStore {
         throw new Error(`session "${sessionId}" is not at seq ${from}; refusing a gap or duplicate`);
       }
     }
+    for (const [sessionId, rows] of batch.pending ?? []) {
+      s.clearPending.run(sessionId);
+      rows.forEach((row, position) => {
+        s.insertPending.run(sessionId, position, row.kind, row.itemId, row.message.id, JSON.stringify(row.message), row.acceptedAt);
+      });
+    }
+    for (const r of batch.idempotency ?? []) {
+      s.putIdempotency.run(r.sender, r.key, r.fingerprint, r.status, JSON.stringify(r.response), r.createdAt, r.expiresAt);
+    }
   }
+}
+
+function rowToPending(row: { kind: string; item_id: string | null; message: string; accepted_at: string }): PendingRow {
+  return { kind: row.kind as PendingKind, itemId: row.item_id, message: JSON.parse(row.message) as Message, acceptedAt: row.accepted_at };
 }
 
 function migrate(db: Database.Database): void {
