@@ -151,6 +151,21 @@ export function deliver(state: AgentState, input: DeliveryInput, at: string): Tr
   return { state: { ...state, inbox: [...state.inbox, item] }, effects };
 }
 
+/**
+ * Restore what an agent had accepted but not yet logged when its process stopped: queued
+ * items back in the inbox (a wake follows), staged context written now, since an idle agent's
+ * next safe position is the present. Only from a fresh idle state.
+ */
+export function restore(state: AgentState, queued: readonly InboxItem[], staged: readonly Message[], at: string): Transition {
+  if (state.turn.phase !== 'idle' || state.inbox.length > 0 || state.pending.length > 0) {
+    throw new Error('restore needs a fresh idle state');
+  }
+  const effects: Effect[] = staged.map((message) => ({ kind: 'append', entry: messageEntry(message, at) }));
+  const inbox = queued.map((item) => ({ ...item, placement: 'queued' as const }));
+  if (inbox.length > 0) effects.push({ kind: 'wake' });
+  return { state: { ...state, inbox }, effects };
+}
+
 /** Admit the first queued item as a new turn. A no-op unless idle with queued work. */
 export function admit(state: AgentState, turnId: string, at: string): Transition {
   if (state.turn.phase !== 'idle' || state.inbox.length === 0) return { state, effects: [] };

@@ -104,6 +104,7 @@ export class AgentService {
         throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" is resumed by a followup from its parent, not by the operator`);
       }
       const boundary = await this.deps.log.store.lastTurnBoundary(id);
+      const pending = await this.deps.log.store.pending(id);
       await this.deps.manager.noteContinuableChildren(id);
       this.admitNewWork();
       this.deps.log.open(id, summary.lastSeq);
@@ -111,8 +112,19 @@ export class AgentService {
         // The process stopped with this turn open: close it once, as failed.
         this.deps.log.append(id, { type: 'turn-end', at: isoTime(this.deps.clock.now()), turnId: boundary.turnId, reason: 'failed' });
       }
-      await this.settleOpened(id);
-      return this.publishRoot(summary.header);
+      const agent = this.deps.makeRoot(summary.header);
+      this.deps.registry.add(agent);
+      // What the previous incarnation accepted but had not logged: queued turns, staged context.
+      agent.restorePending(pending);
+      try {
+        await this.deps.log.durable();
+      } catch (error) {
+        agent.suspend();
+        this.deps.registry.remove(agent);
+        this.deps.log.release(id);
+        throw error;
+      }
+      return { agent: this.viewOfLive(agent), agentToken: agent.token };
     } finally {
       this.deps.registry.unreserve(id);
     }
@@ -245,15 +257,16 @@ export class AgentService {
   }
 
   /**
-   * Stop every live agent (open turns end as cancelled) and commit the log. Roots stay
-   * resumable and continuable children cold-resumable: no settlement is logged.
+   * Stop every live agent (open turns end as cancelled; queued items stay durable) and commit
+   * the log. Roots stay resumable and continuable children cold-resumable: no settlement is
+   * logged, and the next incarnation restores what was queued.
    */
   async shutdown(): Promise<void> {
     this.startDrain();
     await this.deps.manager.drain();
     this.deps.manager.abandonAll();
     for (const agent of [...this.deps.registry.values()]) {
-      agent.dispose();
+      agent.suspend();
       this.deps.registry.remove(agent);
       this.deps.log.release(agent.id);
     }

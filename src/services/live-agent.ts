@@ -21,6 +21,8 @@ import {
   isClaimable,
   recordOutput,
   recordToolResult,
+  restore,
+  cancelTurn,
   startStep,
   type AgentState,
   type InboxEvent,
@@ -28,6 +30,7 @@ import {
   type Transition,
 } from '../domain/turn-machine.js';
 import type { SessionLog } from './session-log.js';
+import type { PendingRow } from './session-store.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { ServiceTool } from './tool-registry.js';
 import { digest, matchesDigest, mintToken } from './tokens.js';
@@ -67,6 +70,10 @@ export class LiveAgent {
   private turnState: AgentState = initialState();
   private disposalStarted = false;
   private admittedTurns = 0;
+  /** When each pending message was accepted, for its durable pending row. */
+  private readonly acceptedAt = new Map<string, string>();
+  /** The pending set as last handed to the log (kind:id list), to write it only on change. */
+  private pendingSignature = '';
   /** Step ids this incarnation handed out, newest last, to tell STEP_CONFLICT from STEP_NOT_FOUND. */
   private readonly recentSteps: string[] = [];
 
@@ -113,6 +120,7 @@ export class LiveAgent {
     messageId: string = this.deps.ids.next('message'),
   ): { messageId: string; inboxItemId?: string } {
     const message = createUserMessage(messageId, content, source);
+    this.acceptedAt.set(message.id, this.now());
     const inboxItemId = delivery === 'inject' ? undefined : this.deps.ids.next('inbox');
     const input = inboxItemId === undefined ? { delivery, message } : { delivery, message, inboxItemId };
     this.apply(deliver(this.turnState, input, this.now()));
@@ -124,7 +132,37 @@ export class LiveAgent {
    * a tool call made outside the step protocol and its result.
    */
   recordContext(messages: readonly Message[]): void {
-    for (const message of messages) this.apply(deliver(this.turnState, { delivery: 'inject', message }, this.now()));
+    for (const message of messages) {
+      this.acceptedAt.set(message.id, this.now());
+      this.apply(deliver(this.turnState, { delivery: 'inject', message }, this.now()));
+    }
+  }
+
+  /**
+   * Bring back what a previous incarnation had accepted but not logged (from its durable
+   * pending rows): queued and steering items queue again, staged context is written now.
+   */
+  restorePending(rows: readonly PendingRow[]): void {
+    if (rows.length === 0) return;
+    for (const row of rows) this.acceptedAt.set(row.message.id, row.acceptedAt);
+    const queued: InboxItem[] = rows.flatMap((row) =>
+      row.kind === 'staged' ? [] : [{ id: row.itemId ?? this.deps.ids.next('inbox'), placement: 'queued' as const, message: row.message }],
+    );
+    const staged = rows.flatMap((row) => (row.kind === 'staged' ? [row.message] : []));
+    this.apply(restore(this.turnState, queued, staged, this.now()));
+  }
+
+  /**
+   * Stop this incarnation because the process is stopping, keeping what it accepted: an open
+   * turn ends as cancelled, and queued items stay durable for the next incarnation.
+   */
+  suspend(): void {
+    if (this.disposalStarted) return;
+    this.disposalStarted = true;
+    this.apply(cancelTurn(this.turnState, 'cancelled'));
+    this.apply(closeTurn(this.turnState, this.now()));
+    this.deps.dispatcher.withdraw(this);
+    this.deps.dispatcher.release(this);
   }
 
   /** Mint a message id from this agent's id source. */
@@ -134,6 +172,7 @@ export class LiveAgent {
 
   /** Admit the next queued item as a turn, if idle. Runs on a microtask after a wake. */
   admitNext(): void {
+    if (this.disposalStarted) return;
     const before = this.turnState;
     this.apply(admit(before, this.deps.ids.next('turn'), this.now()));
     if (this.turnState !== before) this.admittedTurns++;
@@ -240,10 +279,31 @@ export class LiveAgent {
           break; // handled below, once every effect has run
       }
     }
+    this.persistPending();
     if (isClaimable(this.turnState) && !this.disposalStarted) this.deps.dispatcher.offer(this);
     else this.deps.dispatcher.withdraw(this);
     this.deps.onChange?.(this);
     return seqs;
+  }
+
+  /** Hand the log this agent's pending rows when they changed, in restore order. */
+  private persistPending(): void {
+    const state = this.turnState;
+    const rows: PendingRow[] = [];
+    const row = (kind: PendingRow['kind'], itemId: string | null, message: Message): void => {
+      rows.push({ kind, itemId, message, acceptedAt: this.acceptedAt.get(message.id) ?? this.now() });
+    };
+    for (const p of state.pending) if (p.kind === 'steering') row('steering', p.item.id, p.item.message);
+    for (const item of state.inbox) row('queued', item.id, item.message);
+    for (const p of state.pending) if (p.kind === 'staged') row('staged', null, p.message);
+    if (this.acceptedAt.size > rows.length) {
+      const live = new Set(rows.map((r) => r.message.id));
+      for (const id of this.acceptedAt.keys()) if (!live.has(id)) this.acceptedAt.delete(id);
+    }
+    const signature = rows.map((r) => `${r.kind}:${r.message.id}`).join(',');
+    if (signature === this.pendingSignature) return;
+    this.pendingSignature = signature;
+    this.deps.log.setPending(this.id, rows);
   }
 
   private now(): string {

@@ -11,7 +11,7 @@
  */
 import type { Logger } from 'pino';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
-import { batchIsEmpty, type SessionStore, type WriteBatch } from './session-store.js';
+import { batchIsEmpty, type IdempotencyRecord, type PendingRow, type SessionStore, type WriteBatch } from './session-store.js';
 
 interface PendingBatch extends WriteBatch {
   done: Promise<void>;
@@ -62,6 +62,23 @@ export class SessionLog {
     return entry;
   }
 
+  /**
+   * Replace a session's pending rows (its queued and steering inbox items and staged context)
+   * in the same batch as the entries appended so far, so the log and the pending set always
+   * commit together.
+   */
+  setPending(id: string, rows: PendingRow[]): void {
+    this.pending.pending ??= new Map();
+    this.pending.pending.set(id, rows);
+    this.schedule();
+  }
+
+  /** Record an idempotent result in the same batch as the writes it describes. */
+  putIdempotency(record: IdempotencyRecord): void {
+    (this.pending.idempotency ??= []).push(record);
+    this.schedule();
+  }
+
   /** Resolves when every write queued before this call is committed. */
   durable(): Promise<void> {
     if (!batchIsEmpty(this.pending)) return this.pending.done;
@@ -97,12 +114,7 @@ export class SessionLog {
     const batch = this.pending;
     if (batchIsEmpty(batch) && this.failedBatch === null) return;
     this.pending = emptyBatch();
-    const toWrite: WriteBatch = this.failedBatch === null
-      ? batch
-      : {
-          headers: [...this.failedBatch.headers, ...batch.headers],
-          entries: [...this.failedBatch.entries, ...batch.entries],
-        };
+    const toWrite: WriteBatch = this.failedBatch === null ? batch : mergeBatches(this.failedBatch, batch);
     this.inflight = batch;
     this.store.write(toWrite).then(
       () => {
@@ -119,6 +131,17 @@ export class SessionLog {
       if (!batchIsEmpty(this.pending)) this.commitNow();
     });
   }
+}
+
+/** A failed batch followed by a newer one: later pending snapshots replace earlier ones. */
+function mergeBatches(first: WriteBatch, second: WriteBatch): WriteBatch {
+  const pending = new Map([...(first.pending ?? []), ...(second.pending ?? [])]);
+  return {
+    headers: [...first.headers, ...second.headers],
+    entries: [...first.entries, ...second.entries],
+    pending,
+    idempotency: [...(first.idempotency ?? []), ...(second.idempotency ?? [])],
+  };
 }
 
 function emptyBatch(): PendingBatch {

@@ -26,6 +26,7 @@ import type { ReportDelivery } from '../../domain/packages.js';
 import type { AgentRegistry } from '../agent-registry.js';
 import { AgentScope, type LiveAgent } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
+import type { PendingRow } from '../session-store.js';
 import { ChildLock } from './child-lock.js';
 import type { ActivationSetupRegistry, AgentSetupCommit } from './setup-registry.js';
 
@@ -316,10 +317,12 @@ export class ContinuationManager {
     const scope = new AgentScope();
     const setup = this.deps.setup.apply(scope);
     let openTurn: string | undefined;
+    let pending: PendingRow[] = [];
     return this.publishAfterWindow(
       scope,
       setup,
       async () => {
+        pending = await this.deps.log.store.pending(id);
         const boundary = await this.deps.log.store.lastTurnBoundary(id);
         openTurn = boundary?.type === 'turn-start' ? boundary.turnId : undefined;
         await this.noteContinuableChildren(id);
@@ -333,7 +336,9 @@ export class ContinuationManager {
         if (openTurn !== undefined) {
           this.deps.log.append(id, { type: 'turn-end', at: this.now(), turnId: openTurn, reason: 'failed' });
         }
-        return then(this.publish(summary.header, scope, 'resumed', true));
+        const child = this.publish(summary.header, scope, 'resumed', true);
+        child.restorePending(pending);
+        return then(child);
       },
     );
   }
