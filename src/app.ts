@@ -15,6 +15,7 @@ import { healthRoutes } from './routes/health/index.js';
 import { stepRoutes } from './routes/steps/index.js';
 import type { System } from './services/system.js';
 import { childRoutes } from './routes/children/index.js';
+import { messageRoutes } from './routes/messages/index.js';
 import { packageRoutes } from './routes/packages/index.js';
 
 export interface AppDeps {
@@ -81,6 +82,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(agentRoutes, { agents, steps });
   await app.register(childRoutes, { agents });
   await app.register(stepRoutes, { steps });
+  await app.register(messageRoutes, { agents });
   await app.register(packageRoutes, { packages });
   return app;
 }

@@ -18,6 +18,7 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_PACKAGES: Type.Optional(Type.String()),
   AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024 }),
   AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0 }),
+  AGENTFOREST_IDEMPOTENCY_TTL_MS: Type.Integer({ default: 86_400_000, minimum: 1000 }),
   AGENTFOREST_SQLITE_SYNCHRONOUS: Type.Union(SQLITE_SYNC_MODES.map((m) => Type.Literal(m)), { default: 'full' }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info' }),
 });
@@ -34,6 +35,7 @@ export interface Config {
   packages: string[] | undefined;
   bodyLimit: number;
   drainTimeoutMs: number;
+  idempotencyTtlMs: number;
   sqliteSynchronous: Env['AGENTFOREST_SQLITE_SYNCHRONOUS'];
   logLevel: Env['LOG_LEVEL'];
 }
@@ -87,6 +89,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     packages,
     bodyLimit: converted.AGENTFOREST_BODY_LIMIT,
     drainTimeoutMs: converted.AGENTFOREST_DRAIN_TIMEOUT_MS,
+    idempotencyTtlMs: converted.AGENTFOREST_IDEMPOTENCY_TTL_MS,
     sqliteSynchronous: converted.AGENTFOREST_SQLITE_SYNCHRONOUS,
     logLevel: converted.LOG_LEVEL,
   };

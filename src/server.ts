@@ -22,7 +22,18 @@ async function main(): Promise<void> {
   }
   const logger = createLogger(config.logLevel);
   const store = openStore(config.dataPath, config.sqliteSynchronous);
-  const system = createSystem({ store, logger, packages: config.packages, reportDelivery: config.reportDelivery });
+  const system = createSystem({
+    store,
+    logger,
+    packages: config.packages,
+    reportDelivery: config.reportDelivery,
+    idempotencyTtlMs: config.idempotencyTtlMs,
+  });
+  // Expired idempotency keys are never replayed; this only reclaims their space.
+  const expiry = setInterval(() => {
+    system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
+  }, Math.min(config.idempotencyTtlMs, 10 * 60_000));
+  expiry.unref();
   const app = await buildApp({
     system,
     logger,
@@ -42,6 +53,7 @@ async function main(): Promise<void> {
   closeWithGrace({ delay: config.drainTimeoutMs + 5_000, logger }, async ({ signal, err }) => {
     if (err !== undefined) logger.error({ err }, 'stopping after an uncaught error');
     logger.info({ signal }, 'draining: readiness is failing, new work is refused, open long-polls end');
+    clearInterval(expiry);
     system.agents.startDrain();
     await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
     await app.close();

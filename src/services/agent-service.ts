@@ -9,14 +9,16 @@
 import type { Logger } from 'pino';
 import type { Delivery } from '../domain/agent.js';
 import { MESSAGES, ServiceError } from '../domain/errors.js';
-import type { TextBlock } from '../domain/message.js';
+import type { MessageRole, MessageSource, TextBlock } from '../domain/message.js';
 import type { Clock, IdSource } from '../domain/ports.js';
 import { isoTime, SESSION_SCHEMA_VERSION, type SessionEntry, type SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from './agent-registry.js';
-import type { ChildSpec, ContinuationManager } from './continuation/continuation-manager.js';
+import type { ChildDelivery, ChildSpec, ContinuationManager } from './continuation/continuation-manager.js';
+import type { IdempotencyKeys, IdempotencyRequest, IdempotentResult } from './idempotency.js';
 import type { LiveAgent } from './live-agent.js';
 import type { ChildListing } from './packages/subagent-control.js';
 import type { SessionLog } from './session-log.js';
+import type { ReceiptState } from './session-store.js';
 import { storedChildView, viewOf, type AgentView } from './views.js';
 
 export interface AgentServiceDeps {
@@ -30,6 +32,7 @@ export interface AgentServiceDeps {
   makeRoot: (header: SessionHeader) => LiveAgent;
   /** Called once when draining starts (the dispatcher answers open long-polls). */
   onDrain: () => void;
+  idempotency: IdempotencyKeys;
 }
 
 export interface ListFilter {
@@ -43,6 +46,30 @@ export interface SessionPage {
   header: SessionHeader;
   entries: SessionEntry[];
   nextAfter: number | null;
+}
+
+export interface Receipt {
+  messageId: string;
+  state: ReceiptState;
+  recipient: string;
+  /** The sending agent's id, or null for the operator. */
+  sender: string | null;
+  source: MessageSource;
+  role: MessageRole;
+  timestamps: { acceptedAt?: string; appendedAt?: string; turnStartedAt?: string; turnEndedAt?: string };
+  turnId?: string;
+  seq?: number;
+}
+
+interface StoredDelivery {
+  messageId: string;
+  inboxItemId?: string;
+  resumed?: { agentToken: string };
+}
+
+interface StoredChild {
+  agent: AgentView;
+  messageId: string;
 }
 
 export interface Created {
@@ -130,12 +157,26 @@ export class AgentService {
     }
   }
 
-  /** Start a child of the agent whose token this is. */
-  async startChild(parentId: string, token: string | undefined, spec: ChildSpec): Promise<Created & { messageId: string }> {
+  /**
+   * Start a child of the agent whose token this is. With an idempotency key, a retry returns
+   * the same child and message id (and the child's current token while it is resident).
+   */
+  async startChild(
+    parentId: string,
+    token: string | undefined,
+    spec: ChildSpec,
+    idem?: IdempotencyRequest,
+  ): Promise<Created & { messageId: string; replayed: boolean }> {
     this.admitNewWork();
     const parent = this.liveWithToken(parentId, token) ?? (await this.rejectCredential(parentId));
-    const { agent, messageId } = await this.deps.manager.startChild(parent, spec);
-    return { agent: this.viewOfLive(agent), agentToken: agent.token, messageId };
+    const result = await this.deps.idempotency.run<StoredChild>(parent.id, idem, 201, async (record) => {
+      const { agent, messageId } = await this.deps.manager.startChild(parent, spec, (started) =>
+        record({ agent: this.viewOfLive(started.agent), messageId: started.messageId }),
+      );
+      return { agent: this.viewOfLive(agent), messageId };
+    });
+    const { agent, messageId } = result.body;
+    return { agent, agentToken: this.deps.registry.get(agent.id)?.token ?? '', messageId, replayed: result.replayed };
   }
 
   /** Dispose a root or close a child; `cascade` closes live descendants child-first first. */
@@ -159,23 +200,41 @@ export class AgentService {
     token: string | undefined,
     content: string | TextBlock[],
     delivery: Delivery,
-  ): Promise<{ messageId: string; inboxItemId?: string; resumed?: { agentToken: string } }> {
+    idem?: IdempotencyRequest,
+  ): Promise<{ messageId: string; inboxItemId?: string; resumed?: { agentToken: string }; replayed: boolean }> {
     this.admitNewWork();
     const live = this.deps.registry.get(id);
     const header = live?.header ?? (await this.storedHeader(id));
     if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    let result: IdempotentResult<StoredDelivery>;
     if (header.kind === 'root') {
-      if (live === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live; resume it first`);
-      const accepted = live.deliver(delivery, content);
-      await this.deps.log.durable();
-      return accepted;
+      result = await this.deps.idempotency.run<StoredDelivery>('operator', idem, 202, async (record) => {
+        const agent = this.deps.registry.get(id);
+        if (agent === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live; resume it first`);
+        const accepted = agent.deliver(delivery, content);
+        record(accepted);
+        await this.deps.log.durable();
+        return accepted;
+      });
+    } else {
+      const parent = this.deps.registry.get(header.parentSession ?? '');
+      if (parent === undefined || !parent.authenticates(token)) {
+        throw new ServiceError('UNAUTHORIZED', `subagent "${id}" delivery requires the exact live parent agent`);
+      }
+      const source = { kind: 'coordinator' as const, senderSessionId: parent.id };
+      result = await this.deps.idempotency.run<StoredDelivery>(parent.id, idem, 202, async (record) => {
+        const stored = (d: ChildDelivery): StoredDelivery => ({ ...d, ...(d.resumed === undefined ? {} : { resumed: { agentToken: '' } }) });
+        const delivered = await this.deps.manager.deliverToChild(parent, id, delivery, content, source, 'http', (d) => record(stored(d)));
+        return delivered;
+      });
     }
-    const parentId = header.parentSession ?? '';
-    const parent = this.deps.registry.get(parentId);
-    if (parent === undefined || !parent.authenticates(token)) {
-      throw new ServiceError('UNAUTHORIZED', `subagent "${id}" delivery requires the exact live parent agent`);
-    }
-    return this.deps.manager.deliverToChild(parent, id, delivery, content, { kind: 'coordinator', senderSessionId: parent.id }, 'http');
+    const body = result.body;
+    // A stored result never holds a token: a replay names the child's current one.
+    const resumed = body.resumed === undefined ? undefined : { agentToken: result.replayed ? (this.deps.registry.get(id)?.token ?? '') : body.resumed.agentToken };
+    const out: { messageId: string; inboxItemId?: string; resumed?: { agentToken: string }; replayed: boolean } = { messageId: body.messageId, replayed: result.replayed };
+    if (body.inboxItemId !== undefined) out.inboxItemId = body.inboxItemId;
+    if (resumed !== undefined) out.resumed = resumed;
+    return out;
   }
 
   async view(id: string): Promise<AgentView> {
@@ -221,6 +280,32 @@ export class AgentService {
     const last = entries[entries.length - 1];
     const more = last !== undefined && last.seq < summary.lastSeq;
     return { header: summary.header, entries, nextAfter: more ? last.seq : null };
+  }
+
+  /** Where a message is, from durable state: pending (queued, staged), in a log, as a turn's prompt. */
+  async receipt(messageId: string): Promise<Receipt> {
+    await this.deps.log.durable();
+    const location = await this.deps.log.store.locate(messageId);
+    if (location === undefined) {
+      throw new ServiceError('MESSAGE_NOT_FOUND', `message "${messageId}" is not queued, staged or in any session`);
+    }
+    const source = location.message.source;
+    const receipt: Receipt = {
+      messageId,
+      state: location.state,
+      recipient: location.sessionId,
+      sender: 'senderSessionId' in source ? source.senderSessionId : null,
+      source,
+      role: location.message.role,
+      timestamps: {},
+    };
+    if (location.acceptedAt !== undefined) receipt.timestamps.acceptedAt = location.acceptedAt;
+    if (location.appendedAt !== undefined) receipt.timestamps.appendedAt = location.appendedAt;
+    if (location.turnStartedAt !== undefined) receipt.timestamps.turnStartedAt = location.turnStartedAt;
+    if (location.turnEndedAt !== undefined) receipt.timestamps.turnEndedAt = location.turnEndedAt;
+    if (location.turnId !== undefined) receipt.turnId = location.turnId;
+    if (location.seq !== undefined) receipt.seq = location.seq;
+    return receipt;
   }
 
   /** Authenticate an agent token: the exact live incarnation, or 404/403. */

@@ -11,6 +11,7 @@ import { renderMessages, renderTools, type ChatMessage, type ChatTool, type Tool
 import type { AgentService } from './agent-service.js';
 import type { LiveAgent, StepClaim } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
+import type { IdempotencyKeys, IdempotencyRequest } from './idempotency.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { AgentCredential, ServiceTool, ToolRegistry } from './tool-registry.js';
 
@@ -45,6 +46,20 @@ export interface StepServiceDeps {
   tools: ToolRegistry;
   log: SessionLog;
   logger: Logger;
+  idempotency: IdempotencyKeys;
+}
+
+export type CallResult = ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] };
+
+/** A stored result never holds a token. */
+function withoutTokens(view: CallResult): CallResult {
+  const strip = (list: AgentCredential[] | undefined): AgentCredential[] | undefined => list?.map((c) => ({ agentId: c.agentId, agentToken: '' }));
+  const out: CallResult = { ...view };
+  const spawned = strip(view.spawned);
+  const resumed = strip(view.resumed);
+  if (spawned !== undefined) out.spawned = spawned;
+  if (resumed !== undefined) out.resumed = resumed;
+  return out;
 }
 
 interface RunOutcome {
@@ -146,20 +161,26 @@ export class StepService {
     token: string | undefined,
     body: { name: string; input: unknown; toolCallId?: string },
     signal?: AbortSignal,
-  ): Promise<ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] }> {
+    idem?: IdempotencyRequest,
+  ): Promise<CallResult & { replayed: boolean }> {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.rejectToolCaller(id, body.name));
-    const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
-    const tool = this.deps.tools.find(agent, call.name);
-    const outcome = tool === undefined
-      ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
-      : await this.run(agent, tool, call, signal);
-    this.record(agent, call, outcome.result);
-    await this.deps.log.durable();
-    if (outcome.error !== undefined) throw outcome.error;
-    const view: ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] } = { ...outcome.result };
-    if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
-    if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
-    return view;
+    const result = await this.deps.idempotency.run<CallResult>(agent.id, idem, 200, async (record) => {
+      const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
+      const tool = this.deps.tools.find(agent, call.name);
+      const outcome = tool === undefined
+        ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
+        : await this.run(agent, tool, call, signal);
+      this.record(agent, call, outcome.result);
+      const view: CallResult = { ...outcome.result };
+      if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
+      if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
+      // Only successes are kept: a failed call delivered nothing, so a retry may run it again.
+      if (outcome.error === undefined) record(withoutTokens(view));
+      await this.deps.log.durable();
+      if (outcome.error !== undefined) throw outcome.error;
+      return view;
+    });
+    return { ...result.body, replayed: result.replayed };
   }
 
   /** A report from anything but the exact live incarnation is refused in the report's own words. */

@@ -10,6 +10,7 @@ import type { Clock, IdKind, IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
+import { IdempotencyKeys } from './idempotency.js';
 import { ContinuationManager } from './continuation/continuation-manager.js';
 import { ActivationSetupRegistry } from './continuation/setup-registry.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from './live-agent.js';
@@ -33,6 +34,7 @@ export interface System {
   agents: AgentService;
   steps: StepService;
   packages: PackageManager;
+  idempotency: IdempotencyKeys;
 }
 
 export interface SystemOptions {
@@ -43,6 +45,8 @@ export interface SystemOptions {
   /** Installed at start; default all. */
   packages?: readonly string[] | undefined;
   reportDelivery?: ReportDelivery;
+  /** How long idempotency keys are kept (default 24 h). */
+  idempotencyTtlMs?: number;
 }
 
 const ID_PREFIX: Record<IdKind, string> = {
@@ -72,6 +76,7 @@ export function createSystem(options: SystemOptions): System {
   const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep());
   const tools = new ToolRegistry();
   const setup = new ActivationSetupRegistry<AgentScope>();
+  const idempotency = new IdempotencyKeys(log, clock, options.idempotencyTtlMs);
 
   const agentDeps: LiveAgentDeps = {
     log,
@@ -102,8 +107,9 @@ export function createSystem(options: SystemOptions): System {
     logger,
     makeRoot: (header) => new LiveAgent(header, agentDeps),
     onDrain: () => dispatcher.release(),
+    idempotency,
   });
-  const steps = new StepService({ agents, dispatcher, tools, log, logger });
+  const steps = new StepService({ agents, dispatcher, tools, log, logger, idempotency });
   const packages = new PackageManager(
     {
       tools,
@@ -116,5 +122,5 @@ export function createSystem(options: SystemOptions): System {
     },
     { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet' },
   );
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency };
 }

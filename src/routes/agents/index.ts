@@ -7,6 +7,7 @@ import type { AgentService } from '../../services/agent-service.js';
 import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
+import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
 import { AGENT_SECURITY, AgentIdParams, AgentView, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   AgentList,
@@ -113,12 +114,23 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
         "Roots take messages from the operator; a child only from its exact live direct parent (X-Agent-Token of the parent). " +
         'A message to a settled continuable child cold-resumes it; `resumed.agentToken` is its new token.',
       security: [...OPERATOR_SECURITY, ...AGENT_SECURITY],
+      headers: IdempotencyHeaders,
       params: AgentIdParams,
       body: MessageBody,
-      response: { 202: MessageAccepted, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'DRAINING']) },
+      response: {
+        202: MessageAccepted,
+        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'DRAINING']),
+      },
     },
   }, async (request, reply) => {
-    const accepted = await agents.deliver(request.params.id, agentToken(request), request.body.content, request.body.delivery);
+    const { replayed, ...accepted } = await agents.deliver(
+      request.params.id,
+      agentToken(request),
+      request.body.content,
+      request.body.delivery,
+      idempotencyOf(request),
+    );
+    markReplay(reply, replayed);
     return reply.status(202).send(accepted);
   });
 
@@ -155,18 +167,20 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       summary: 'Execute a service-owned tool as this agent',
       description: 'Errors add `toolResult`, the exact text to show the model.',
       security: AGENT_SECURITY,
+      headers: IdempotencyHeaders,
       params: AgentIdParams,
       body: ToolCallBody,
       response: {
         200: ToolCallResult,
         ...errorResponses(
-          ['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'NOT_RESUMABLE', 'CANCELLED', 'DRAINING'],
+          ['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'NOT_RESUMABLE', 'CANCELLED', 'IDEMPOTENCY_CONFLICT', 'DRAINING'],
           { withToolResult: true },
         ),
       },
     },
   }, async (request, reply) => {
-    const result = await steps.callTool(request.params.id, agentToken(request), request.body, clientGone(reply));
+    const { replayed, ...result } = await steps.callTool(request.params.id, agentToken(request), request.body, clientGone(reply), idempotencyOf(request));
+    markReplay(reply, replayed);
     return { ...result, output: result.output, isError: false as const };
   });
 };

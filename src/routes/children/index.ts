@@ -5,6 +5,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AgentService } from '../../services/agent-service.js';
 import { agentToken } from '../auth.js';
+import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
 import { AGENT_SECURITY, AgentIdParams, errorResponses } from '../common-schemas.js';
 import { ChildCreated, CreateChildBody } from './schemas.js';
 
@@ -17,11 +18,12 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
         'Needs the parent\'s X-Agent-Token. A continuable in-process child gets the child-scoped `report` tool (when the ' +
         'subagent-report package is installed) and settles when it has nothing left to do.',
       security: AGENT_SECURITY,
+      headers: IdempotencyHeaders,
       params: AgentIdParams,
       body: CreateChildBody,
       response: {
         201: ChildCreated,
-        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'DRAINING']),
+        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'DRAINING']),
       },
     },
   }, async (request, reply) => {
@@ -34,7 +36,8 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
       ...(instructions === undefined ? {} : { instructions }),
       ...(toolFilter === undefined ? {} : { toolFilter }),
     };
-    const created = await agents.startChild(request.params.id, agentToken(request), spec);
+    const { replayed, ...created } = await agents.startChild(request.params.id, agentToken(request), spec, idempotencyOf(request));
+    markReplay(reply, replayed);
     return reply.status(201).send(created);
   });
 };

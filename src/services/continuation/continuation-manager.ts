@@ -115,7 +115,11 @@ export class ContinuationManager {
   }
 
   /** Start a child of `parent`; returns it published, its prompt queued as its first turn. */
-  async startChild(parent: LiveAgent, spec: ChildSpec): Promise<{ agent: LiveAgent; messageId: string }> {
+  async startChild(
+    parent: LiveAgent,
+    spec: ChildSpec,
+    onAccepted?: (started: { agent: LiveAgent; messageId: string }) => void,
+  ): Promise<{ agent: LiveAgent; messageId: string }> {
     this.checkParentAdmits(parent);
     const childId = this.deps.ids.next('agent');
     const continuable = spec.mode === 'continuable' && spec.provider === 'in-process';
@@ -135,6 +139,8 @@ export class ContinuationManager {
       });
     });
     const started = await this.track(work);
+    // Still before the batch that holds the child commits: a record made here commits with it.
+    onAccepted?.(started);
     await this.durableOrClose(started.agent);
     return started;
   }
@@ -150,6 +156,7 @@ export class ContinuationManager {
     content: string | TextBlock[],
     source: MessageSource,
     path: DeliveryPath,
+    onAccepted?: (delivered: ChildDelivery) => void,
   ): Promise<ChildDelivery> {
     this.checkAdmission(parent);
     const header = this.deps.registry.get(childId)?.header ?? (await this.storedHeader(childId));
@@ -173,6 +180,8 @@ export class ContinuationManager {
         return this.acceptForChild(child, delivery, content, source);
       }),
     );
+    // Still before the batch that holds the message commits: a record made here commits with it.
+    onAccepted?.(result);
     await this.deps.log.durable();
     return result;
   }

@@ -1,0 +1,22 @@
+/**
+ * Delivery receipts: where an acknowledged message is, from durable state.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { AgentService } from '../../services/agent-service.js';
+import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import { MessageParams, Receipt } from './schemas.js';
+
+export const messageRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = async (app, { agents }) => {
+  app.get('/v1/messages/:messageId', {
+    schema: {
+      tags: ['messages'],
+      summary: 'Where a message is (delivery receipt)',
+      description:
+        'Answers from durable state, so it holds across restarts. A message discarded with its agent (disposal) or never ' +
+        'accepted is 404 MESSAGE_NOT_FOUND.',
+      security: OPERATOR_SECURITY,
+      params: MessageParams,
+      response: { 200: Receipt, ...errorResponses(['MESSAGE_NOT_FOUND'], { bodyless: true }) },
+    },
+  }, async (request) => agents.receipt(request.params.messageId));
+};
