@@ -27,10 +27,11 @@ import {
   type AgentState,
   type InboxEvent,
   type InboxItem,
+  type PendingContext,
   type Transition,
 } from '../domain/turn-machine.js';
 import type { SessionLog } from './session-log.js';
-import type { PendingRow } from './session-store.js';
+import type { PendingOp, PendingRow } from './session-store.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { ServiceTool } from './tool-registry.js';
 import { digest, matchesDigest, mintToken } from './tokens.js';
@@ -72,8 +73,12 @@ export class LiveAgent {
   private admittedTurns = 0;
   /** When each pending message was accepted, for its durable pending row. */
   private readonly acceptedAt = new Map<string, string>();
-  /** The pending set as last handed to the log (kind:id list), to write it only on change. */
-  private pendingSignature = '';
+  /** The pending rows as last handed to the log, by message id, to write only what changed. */
+  private readonly persisted = new Map<string, { kind: PendingRow['kind']; position: number }>();
+  private lowestPosition = 0;
+  private highestPosition = -1;
+  private persistedInbox: AgentState['inbox'] | null = null;
+  private persistedPending: AgentState['pending'] | null = null;
   /** Step ids this incarnation handed out, newest last, to tell STEP_CONFLICT from STEP_NOT_FOUND. */
   private readonly recentSteps: string[] = [];
 
@@ -144,7 +149,13 @@ export class LiveAgent {
    */
   restorePending(rows: readonly PendingRow[]): void {
     if (rows.length === 0) return;
-    for (const row of rows) this.acceptedAt.set(row.message.id, row.acceptedAt);
+    for (const row of rows) {
+      this.acceptedAt.set(row.message.id, row.acceptedAt);
+      // Restored steering items queue again as prompts: track them as queued.
+      this.persisted.set(row.message.id, { kind: row.kind === 'staged' ? 'staged' : 'queued', position: row.position });
+      this.lowestPosition = Math.min(this.lowestPosition, row.position);
+      this.highestPosition = Math.max(this.highestPosition, row.position);
+    }
     const queued: InboxItem[] = rows.flatMap((row) =>
       row.kind === 'staged' ? [] : [{ id: row.itemId ?? this.deps.ids.next('inbox'), placement: 'queued' as const, message: row.message }],
     );
@@ -280,33 +291,93 @@ export class LiveAgent {
       }
     }
     this.persistPending();
+    if (this.acceptedAt.size > this.persisted.size) {
+      // Messages appended at once (idle injects) never became pending rows.
+      for (const id of this.acceptedAt.keys()) if (!this.persisted.has(id)) this.acceptedAt.delete(id);
+    }
     if (isClaimable(this.turnState) && !this.disposalStarted) this.deps.dispatcher.offer(this);
     else this.deps.dispatcher.withdraw(this);
     this.deps.onChange?.(this);
     return seqs;
   }
 
-  /** Hand the log this agent's pending rows when they changed, in restore order. */
+  /**
+   * Hand the log the changes to this agent's pending rows (queued and steering items, staged
+   * context): new rows at the end, rows that left removed, and a steering item that became a
+   * queued prompt moved to the front. The common changes (a list grew at its end or lost its
+   * head) cost only their size; anything else is diffed in full.
+   */
   private persistPending(): void {
     const state = this.turnState;
-    const rows: PendingRow[] = [];
-    const row = (kind: PendingRow['kind'], itemId: string | null, message: Message): void => {
-      rows.push({ kind, itemId, message, acceptedAt: this.acceptedAt.get(message.id) ?? this.now() });
+    const prevInbox = this.persistedInbox ?? [];
+    const prevPending = this.persistedPending ?? [];
+    if (state.inbox === prevInbox && state.pending === prevPending) return;
+    this.persistedInbox = state.inbox;
+    this.persistedPending = state.pending;
+    const ops: PendingOp[] = [];
+    const put = (row: PendingShape, position: number): void => {
+      this.persisted.set(row.message.id, { kind: row.kind, position });
+      ops.push({ op: 'put', sessionId: this.id, row: { ...row, position, acceptedAt: this.acceptedAt.get(row.message.id) ?? this.now() } });
     };
-    for (const p of state.pending) if (p.kind === 'steering') row('steering', p.item.id, p.item.message);
-    for (const item of state.inbox) row('queued', item.id, item.message);
-    for (const p of state.pending) if (p.kind === 'staged') row('staged', null, p.message);
-    if (this.acceptedAt.size > rows.length) {
-      const live = new Set(rows.map((r) => r.message.id));
-      for (const id of this.acceptedAt.keys()) if (!live.has(id)) this.acceptedAt.delete(id);
+    const remove = (messageId: string): void => {
+      if (!this.persisted.delete(messageId)) return;
+      this.acceptedAt.delete(messageId);
+      ops.push({ op: 'delete', sessionId: this.id, messageId });
+    };
+    const inbox = appendOrShift(prevInbox, state.inbox);
+    const pending = appendOrShift(prevPending, state.pending);
+    if (inbox !== undefined && pending !== undefined) {
+      for (const item of [...inbox.removed]) remove(item.message.id);
+      for (const p of pending.removed) remove(shapeOf(p).message.id);
+      for (const item of inbox.added) put(shapeOf(item), ++this.highestPosition);
+      for (const p of pending.added) put(shapeOf(p), ++this.highestPosition);
+    } else {
+      const current = new Map<string, PendingShape>();
+      for (const p of state.pending) current.set(shapeOf(p).message.id, shapeOf(p));
+      for (const item of state.inbox) current.set(item.message.id, shapeOf(item));
+      for (const messageId of [...this.persisted.keys()]) if (!current.has(messageId)) remove(messageId);
+      const moved: PendingShape[] = [];
+      for (const row of current.values()) {
+        const known = this.persisted.get(row.message.id);
+        if (known === undefined) put(row, ++this.highestPosition);
+        else if (known.kind !== row.kind) moved.push(row);
+      }
+      // Steering items that found no step become the next prompts: they move to the front, in order.
+      for (const row of moved.reverse()) put(row, --this.lowestPosition);
     }
-    const signature = rows.map((r) => `${r.kind}:${r.message.id}`).join(',');
-    if (signature === this.pendingSignature) return;
-    this.pendingSignature = signature;
-    this.deps.log.setPending(this.id, rows);
+    this.deps.log.changePending(ops);
   }
 
   private now(): string {
     return isoTime(this.deps.clock.now());
   }
+}
+
+interface PendingShape {
+  kind: PendingRow['kind'];
+  itemId: string | null;
+  message: Message;
+}
+
+function shapeOf(x: InboxItem | PendingContext): PendingShape {
+  if ('kind' in x) {
+    return x.kind === 'staged'
+      ? { kind: 'staged', itemId: null, message: x.message }
+      : { kind: 'steering', itemId: x.item.id, message: x.item.message };
+  }
+  return { kind: 'queued', itemId: x.id, message: x.message };
+}
+
+/**
+ * How `after` differs from `before` when it only lost elements at its head and gained some at
+ * its end (compared by identity), or was emptied; undefined for any other change.
+ */
+function appendOrShift<T>(before: readonly T[], after: readonly T[]): { removed: T[]; added: T[] } | undefined {
+  if (after.length === 0) return { removed: [...before], added: [] };
+  const dropped = before.indexOf(after[0] as T);
+  if (dropped === -1) return before.length === 0 || !before.includes(after[after.length - 1] as T) ? { removed: [...before], added: [...after] } : undefined;
+  const kept = before.length - dropped;
+  if (after.length < kept) return undefined;
+  for (let i = 0; i < kept; i++) if (after[i] !== before[dropped + i]) return undefined;
+  return { removed: before.slice(0, dropped), added: after.slice(kept) };
 }

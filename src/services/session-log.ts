@@ -11,7 +11,7 @@
  */
 import type { Logger } from 'pino';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
-import { batchIsEmpty, type IdempotencyRecord, type PendingRow, type SessionStore, type WriteBatch } from './session-store.js';
+import { batchIsEmpty, type IdempotencyRecord, type PendingOp, type SessionStore, type WriteBatch } from './session-store.js';
 
 interface PendingBatch extends WriteBatch {
   done: Promise<void>;
@@ -63,13 +63,13 @@ export class SessionLog {
   }
 
   /**
-   * Replace a session's pending rows (its queued and steering inbox items and staged context)
+   * Change a session's pending rows (its queued and steering inbox items and staged context)
    * in the same batch as the entries appended so far, so the log and the pending set always
    * commit together.
    */
-  setPending(id: string, rows: PendingRow[]): void {
-    this.pending.pending ??= new Map();
-    this.pending.pending.set(id, rows);
+  changePending(ops: readonly PendingOp[]): void {
+    if (ops.length === 0) return;
+    (this.pending.pending ??= []).push(...ops);
     this.schedule();
   }
 
@@ -133,13 +133,12 @@ export class SessionLog {
   }
 }
 
-/** A failed batch followed by a newer one: later pending snapshots replace earlier ones. */
+/** A failed batch followed by a newer one, in order. */
 function mergeBatches(first: WriteBatch, second: WriteBatch): WriteBatch {
-  const pending = new Map([...(first.pending ?? []), ...(second.pending ?? [])]);
   return {
     headers: [...first.headers, ...second.headers],
     entries: [...first.entries, ...second.entries],
-    pending,
+    pending: [...(first.pending ?? []), ...(second.pending ?? [])],
     idempotency: [...(first.idempotency ?? []), ...(second.idempotency ?? [])],
   };
 }

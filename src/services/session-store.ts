@@ -13,11 +13,17 @@ export type PendingKind = (typeof PENDING_KINDS)[number];
 /** An accepted message not yet in the log: a queued or steering inbox item, or staged context. */
 export interface PendingRow {
   kind: PendingKind;
+  /** Restore order within the session. */
+  position: number;
   /** The inbox item id (queued, steering); null for staged context. */
   itemId: string | null;
   message: Message;
   acceptedAt: string;
 }
+
+export type PendingOp =
+  | { op: 'put'; sessionId: string; row: PendingRow }
+  | { op: 'delete'; sessionId: string; messageId: string };
 
 /** A stored idempotent result: the same key from the same sender replays it. */
 export interface IdempotencyRecord {
@@ -35,8 +41,8 @@ export interface IdempotencyRecord {
 export interface WriteBatch {
   headers: SessionHeader[];
   entries: { sessionId: string; entry: SessionEntry }[];
-  /** Replaces each named session's pending rows with this list, in order. */
-  pending?: Map<string, PendingRow[]>;
+  /** Changes to pending rows, applied in order after the entries. */
+  pending?: PendingOp[];
   idempotency?: IdempotencyRecord[];
 }
 
@@ -99,7 +105,7 @@ export interface SessionStore {
 }
 
 export function batchIsEmpty(batch: WriteBatch): boolean {
-  return batch.headers.length === 0 && batch.entries.length === 0 && (batch.pending?.size ?? 0) === 0 && (batch.idempotency?.length ?? 0) === 0;
+  return batch.headers.length === 0 && batch.entries.length === 0 && (batch.pending?.length ?? 0) === 0 && (batch.idempotency?.length ?? 0) === 0;
 }
 
 /** Receipt of a logged message from its entries: the message entry and, for a prompt, its turn. */

@@ -26,7 +26,7 @@ interface StoredSession {
 export class MemorySessionStore implements SessionStore {
   readonly kind = 'memory' as const;
   private readonly sessions = new Map<string, StoredSession>();
-  private readonly pendingRows = new Map<string, PendingRow[]>();
+  private readonly pendingRows = new Map<string, Map<string, PendingRow>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
 
   async write(batch: WriteBatch): Promise<void> {
@@ -35,9 +35,15 @@ export class MemorySessionStore implements SessionStore {
     for (const { sessionId, entry } of batch.entries) {
       this.sessions.get(sessionId)?.entries.push(structuredClone(entry));
     }
-    for (const [sessionId, rows] of batch.pending ?? []) {
-      if (rows.length === 0) this.pendingRows.delete(sessionId);
-      else this.pendingRows.set(sessionId, structuredClone(rows));
+    for (const change of batch.pending ?? []) {
+      let rows = this.pendingRows.get(change.sessionId);
+      if (change.op === 'put') {
+        if (rows === undefined) this.pendingRows.set(change.sessionId, (rows = new Map()));
+        rows.set(change.row.message.id, structuredClone(change.row));
+      } else {
+        rows?.delete(change.messageId);
+        if (rows?.size === 0) this.pendingRows.delete(change.sessionId);
+      }
     }
     for (const record of batch.idempotency ?? []) this.keys.set(`${record.sender}\u0000${record.key}`, structuredClone(record));
   }
@@ -82,12 +88,12 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async pending(id: string): Promise<PendingRow[]> {
-    return structuredClone(this.pendingRows.get(id) ?? []);
+    return structuredClone([...(this.pendingRows.get(id)?.values() ?? [])].sort((a, b) => a.position - b.position));
   }
 
   async locate(messageId: string): Promise<MessageLocation | undefined> {
     for (const [sessionId, rows] of this.pendingRows) {
-      const row = rows.find((r) => r.message.id === messageId);
+      const row = rows.get(messageId);
       if (row !== undefined) return locationFromPending(sessionId, structuredClone(row));
     }
     for (const [sessionId, session] of this.sessions) {

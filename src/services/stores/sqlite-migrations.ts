@@ -46,14 +46,15 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX entries_turn ON entries (session_id, turn_id) WHERE turn_id IS NOT NULL;
       CREATE TABLE pending (
         session_id  TEXT NOT NULL,
+        message_id  TEXT NOT NULL,
         position    INTEGER NOT NULL,
         kind        TEXT NOT NULL,
         item_id     TEXT,
-        message_id  TEXT NOT NULL,
         message     TEXT NOT NULL,
         accepted_at TEXT NOT NULL,
-        PRIMARY KEY (session_id, position)
+        PRIMARY KEY (session_id, message_id)
       ) WITHOUT ROWID;
+      CREATE INDEX pending_order ON pending (session_id, position);
       CREATE INDEX pending_message ON pending (message_id);
       CREATE TABLE idempotency (
         sender      TEXT NOT NULL,

@@ -57,15 +57,15 @@ export class SqliteSessionStore implements SessionStore {
       ),
       advanceSeq: this.db.prepare('UPDATE sessions SET last_seq = ? WHERE id = ? AND last_seq = ?'),
       insertEntry: this.db.prepare('INSERT INTO entries (session_id, seq, type, body, message_id, turn_id) VALUES (?, ?, ?, ?, ?, ?)'),
-      clearPending: this.db.prepare('DELETE FROM pending WHERE session_id = ?'),
-      insertPending: this.db.prepare(
-        'INSERT INTO pending (session_id, position, kind, item_id, message_id, message, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      deletePending: this.db.prepare('DELETE FROM pending WHERE session_id = ? AND message_id = ?'),
+      putPending: this.db.prepare(
+        'INSERT OR REPLACE INTO pending (session_id, message_id, position, kind, item_id, message, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
-      pending: this.db.prepare<[string], { kind: string; item_id: string | null; message: string; accepted_at: string }>(
-        'SELECT kind, item_id, message, accepted_at FROM pending WHERE session_id = ? ORDER BY position',
+      pending: this.db.prepare<[string], PendingDbRow>(
+        'SELECT position, kind, item_id, message, accepted_at FROM pending WHERE session_id = ? ORDER BY position',
       ),
-      pendingByMessage: this.db.prepare<[string], { session_id: string; kind: string; item_id: string | null; message: string; accepted_at: string }>(
-        'SELECT session_id, kind, item_id, message, accepted_at FROM pending WHERE message_id = ? LIMIT 1',
+      pendingByMessage: this.db.prepare<[string], PendingDbRow & { session_id: string }>(
+        'SELECT session_id, position, kind, item_id, message, accepted_at FROM pending WHERE message_id = ? LIMIT 1',
       ),
       entriesByMessage: this.db.prepare<[string], { session_id: string; seq: number; body: string }>(
         'SELECT session_id, seq, body FROM entries WHERE message_id = ? ORDER BY seq',
@@ -198,11 +198,13 @@ export class SqliteSessionStore implements SessionStore {
         throw new Error(`session "${sessionId}" is not at seq ${from}; refusing a gap or duplicate`);
       }
     }
-    for (const [sessionId, rows] of batch.pending ?? []) {
-      s.clearPending.run(sessionId);
-      rows.forEach((row, position) => {
-        s.insertPending.run(sessionId, position, row.kind, row.itemId, row.message.id, JSON.stringify(row.message), row.acceptedAt);
-      });
+    for (const change of batch.pending ?? []) {
+      if (change.op === 'delete') {
+        s.deletePending.run(change.sessionId, change.messageId);
+      } else {
+        const r = change.row;
+        s.putPending.run(change.sessionId, r.message.id, r.position, r.kind, r.itemId, JSON.stringify(r.message), r.acceptedAt);
+      }
     }
     for (const r of batch.idempotency ?? []) {
       s.putIdempotency.run(r.sender, r.key, r.fingerprint, r.status, JSON.stringify(r.response), r.createdAt, r.expiresAt);
@@ -210,8 +212,22 @@ export class SqliteSessionStore implements SessionStore {
   }
 }
 
-function rowToPending(row: { kind: string; item_id: string | null; message: string; accepted_at: string }): PendingRow {
-  return { kind: row.kind as PendingKind, itemId: row.item_id, message: JSON.parse(row.message) as Message, acceptedAt: row.accepted_at };
+interface PendingDbRow {
+  position: number;
+  kind: string;
+  item_id: string | null;
+  message: string;
+  accepted_at: string;
+}
+
+function rowToPending(row: PendingDbRow): PendingRow {
+  return {
+    kind: row.kind as PendingKind,
+    position: row.position,
+    itemId: row.item_id,
+    message: JSON.parse(row.message) as Message,
+    acceptedAt: row.accepted_at,
+  };
 }
 
 function migrate(db: Database.Database): void {
