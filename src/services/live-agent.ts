@@ -149,18 +149,27 @@ export class LiveAgent {
    */
   restorePending(rows: readonly PendingRow[]): void {
     if (rows.length === 0) return;
+    const queued: InboxItem[] = [];
+    const staged: Message[] = [];
     for (const row of rows) {
-      this.acceptedAt.set(row.message.id, row.acceptedAt);
-      // Restored steering items queue again as prompts: track them as queued.
-      this.persisted.set(row.message.id, { kind: row.kind === 'staged' ? 'staged' : 'queued', position: row.position });
       this.lowestPosition = Math.min(this.lowestPosition, row.position);
       this.highestPosition = Math.max(this.highestPosition, row.position);
+      if (row.kind === 'staged') {
+        staged.push(row.message);
+        continue;
+      }
+      // Restored steering items queue again as prompts: track them as queued rows.
+      this.acceptedAt.set(row.message.id, row.acceptedAt);
+      this.persisted.set(row.message.id, { kind: 'queued', position: row.position });
+      queued.push({ id: row.itemId ?? this.deps.ids.next('inbox'), placement: 'queued', message: row.message });
     }
-    const queued: InboxItem[] = rows.flatMap((row) =>
-      row.kind === 'staged' ? [] : [{ id: row.itemId ?? this.deps.ids.next('inbox'), placement: 'queued' as const, message: row.message }],
-    );
-    const staged = rows.flatMap((row) => (row.kind === 'staged' ? [row.message] : []));
-    this.apply(restore(this.turnState, queued, staged, this.now()));
+    const transition = restore(this.turnState, queued, staged, this.now());
+    // The restored inbox is durable already; staged context is written now, so its rows go in
+    // the same batch as its entries.
+    this.persistedInbox = transition.state.inbox;
+    this.persistedPending = transition.state.pending;
+    this.deps.log.changePending(staged.map((message) => ({ op: 'delete', sessionId: this.id, messageId: message.id })));
+    this.apply(transition);
   }
 
   /**

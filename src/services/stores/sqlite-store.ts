@@ -41,15 +41,16 @@ export class SqliteSessionStore implements SessionStore {
   constructor(options: SqliteStoreOptions) {
     if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
     this.db = new Database(options.path);
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma(`synchronous = ${options.synchronous ?? 'full'}`);
-    this.db.pragma('foreign_keys = ON');
-    this.db.pragma('busy_timeout = 5000');
     try {
+      this.db.pragma('journal_mode = WAL');
+      this.db.pragma(`synchronous = ${options.synchronous ?? 'full'}`);
+      this.db.pragma('foreign_keys = ON');
+      this.db.pragma('busy_timeout = 5000');
       migrate(this.db);
     } catch (error) {
       this.db.close();
-      throw error;
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new Error(`cannot open the session store at ${options.path}: ${reason}`, { cause: error });
     }
     this.statements = {
       insertSession: this.db.prepare(
