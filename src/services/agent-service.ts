@@ -72,6 +72,9 @@ interface StoredChild {
   messageId: string;
 }
 
+/** The operator as an idempotency sender: no agent id can be spelled this way (ids start with a letter or digit). */
+export const OPERATOR_SENDER = '@operator';
+
 export interface Created {
   agent: AgentView;
   agentToken: string;
@@ -176,7 +179,7 @@ export class AgentService {
       return { agent: this.viewOfLive(agent), messageId };
     });
     const { agent, messageId } = result.body;
-    return { agent, agentToken: this.deps.registry.get(agent.id)?.token ?? '', messageId, replayed: result.replayed };
+    return { agent, agentToken: this.currentToken(agent.id), messageId, replayed: result.replayed };
   }
 
   /** Dispose a root or close a child; `cascade` closes live descendants child-first first. */
@@ -208,7 +211,7 @@ export class AgentService {
     if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
     let result: IdempotentResult<StoredDelivery>;
     if (header.kind === 'root') {
-      result = await this.deps.idempotency.run<StoredDelivery>('operator', idem, 202, async (record) => {
+      result = await this.deps.idempotency.run<StoredDelivery>(OPERATOR_SENDER, idem, 202, async (record) => {
         const agent = this.deps.registry.get(id);
         if (agent === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live; resume it first`);
         const accepted = agent.deliver(delivery, content);
@@ -230,7 +233,7 @@ export class AgentService {
     }
     const body = result.body;
     // A stored result never holds a token: a replay names the child's current one.
-    const resumed = body.resumed === undefined ? undefined : { agentToken: result.replayed ? (this.deps.registry.get(id)?.token ?? '') : body.resumed.agentToken };
+    const resumed = body.resumed === undefined ? undefined : { agentToken: result.replayed ? this.currentToken(id) : body.resumed.agentToken };
     const out: { messageId: string; inboxItemId?: string; resumed?: { agentToken: string }; replayed: boolean } = { messageId: body.messageId, replayed: result.replayed };
     if (body.inboxItemId !== undefined) out.inboxItemId = body.inboxItemId;
     if (resumed !== undefined) out.resumed = resumed;
@@ -306,6 +309,11 @@ export class AgentService {
     if (location.turnId !== undefined) receipt.turnId = location.turnId;
     if (location.seq !== undefined) receipt.seq = location.seq;
     return receipt;
+  }
+
+  /** The token of an agent's live incarnation, or '' when it is not resident. */
+  currentToken(id: string): string {
+    return this.deps.registry.get(id)?.token ?? '';
   }
 
   /** Authenticate an agent token: the exact live incarnation, or 404/403. */

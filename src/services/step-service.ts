@@ -13,7 +13,7 @@ import type { LiveAgent, StepClaim } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
 import type { IdempotencyKeys, IdempotencyRequest } from './idempotency.js';
 import type { StepDispatcher } from './step-dispatcher.js';
-import type { AgentCredential, ServiceTool, ToolRegistry } from './tool-registry.js';
+import type { AgentCredential, ServiceTool, ToolExecution, ToolOutcome, ToolRegistry } from './tool-registry.js';
 
 export interface Step {
   id: string;
@@ -50,6 +50,13 @@ export interface StepServiceDeps {
 }
 
 export type CallResult = ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] };
+
+function callView(call: ToolCall, outcome: ToolOutcome): CallResult {
+  const view: CallResult = { toolCallId: call.id, name: call.name, isError: false, output: outcome.output, content: outcome.content };
+  if (outcome.spawned !== undefined && outcome.spawned.length > 0) view.spawned = outcome.spawned;
+  if (outcome.resumed !== undefined && outcome.resumed.length > 0) view.resumed = outcome.resumed;
+  return view;
+}
 
 /** A stored result never holds a token. */
 function withoutTokens(view: CallResult): CallResult {
@@ -167,20 +174,37 @@ export class StepService {
     const result = await this.deps.idempotency.run<CallResult>(agent.id, idem, 200, async (record) => {
       const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
       const tool = this.deps.tools.find(agent, call.name);
+      let recorded = false;
+      // Only successes are kept (a failed call delivered nothing, so a retry may run it again),
+      // recorded in the synchronous span of the tool's effect.
+      const keep = (view: CallResult): void => {
+        if (recorded) return;
+        recorded = true;
+        record(withoutTokens(view));
+      };
       const outcome = tool === undefined
         ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
-        : await this.run(agent, tool, call, signal);
+        : await this.run(agent, tool, call, signal, (accepted) => keep(callView(call, accepted)));
       this.record(agent, call, outcome.result);
       const view: CallResult = { ...outcome.result };
       if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
       if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
-      // Only successes are kept: a failed call delivered nothing, so a retry may run it again.
-      if (outcome.error === undefined) record(withoutTokens(view));
+      if (outcome.error === undefined) keep(view);
       await this.deps.log.durable();
       if (outcome.error !== undefined) throw outcome.error;
       return view;
     });
-    return { ...result.body, replayed: result.replayed };
+    // A stored result never holds a token: a replay names each child's current one.
+    const current = (list: AgentCredential[] | undefined): AgentCredential[] | undefined =>
+      list?.map((c) => ({ agentId: c.agentId, agentToken: this.deps.agents.currentToken(c.agentId) }));
+    const out: CallResult & { replayed: boolean } = { ...result.body, replayed: result.replayed };
+    if (result.replayed) {
+      const spawned = current(result.body.spawned);
+      const resumed = current(result.body.resumed);
+      if (spawned !== undefined) out.spawned = spawned;
+      if (resumed !== undefined) out.resumed = resumed;
+    }
+    return out;
   }
 
   /** A report from anything but the exact live incarnation is refused in the report's own words. */
@@ -213,9 +237,18 @@ export class StepService {
     agent.recordContext([assistant, toolMessage]);
   }
 
-  private async run(agent: LiveAgent, tool: ServiceTool, call: ToolCall, signal?: AbortSignal): Promise<RunOutcome> {
+  private async run(
+    agent: LiveAgent,
+    tool: ServiceTool,
+    call: ToolCall,
+    signal?: AbortSignal,
+    accepted?: (outcome: ToolOutcome) => void,
+  ): Promise<RunOutcome> {
     try {
-      const outcome = await tool.execute(call.input, signal === undefined ? { agent, toolCallId: call.id } : { agent, toolCallId: call.id, signal });
+      const exec: ToolExecution = { agent, toolCallId: call.id };
+      if (signal !== undefined) exec.signal = signal;
+      if (accepted !== undefined) exec.accepted = accepted;
+      const outcome = await tool.execute(call.input, exec);
       return {
         result: { toolCallId: call.id, name: call.name, isError: false, output: outcome.output, content: outcome.content },
         spawned: outcome.spawned ?? [],

@@ -12,6 +12,11 @@ export interface ToolExecution {
   agent: LiveAgent;
   toolCallId: string;
   signal?: AbortSignal;
+  /**
+   * Called by a tool in the synchronous span of its effect (before it awaits durability), so
+   * whatever the caller records about the call (an idempotency key) commits with the effect.
+   */
+  accepted?: (outcome: ToolOutcome) => void;
 }
 
 export interface ToolOutcome {

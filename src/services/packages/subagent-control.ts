@@ -4,10 +4,10 @@
  * cold-resuming a settled child; only the exact live direct parent may send.
  */
 import { Type } from '@sinclair/typebox';
-import type { ContinuationManager } from '../continuation/continuation-manager.js';
+import type { ChildDelivery, ContinuationManager } from '../continuation/continuation-manager.js';
 import { defineTool } from '../define-tool.js';
 import type { LiveAgent } from '../live-agent.js';
-import type { ServiceTool } from '../tool-registry.js';
+import type { ServiceTool, ToolOutcome } from '../tool-registry.js';
 
 export const SEND_MESSAGE_DESCRIPTION =
   'Send a message to a background subagent by its subagent id, continuing the same conversation. It becomes the ' +
@@ -44,7 +44,12 @@ export function controlTools(deps: ControlDeps): ServiceTool[] {
       { additionalProperties: false },
     ),
     inScope,
-    async execute(input, { agent }) {
+    async execute(input, { agent, accepted }) {
+      const outcome = (delivered: ChildDelivery): ToolOutcome => ({
+        output: { messageId: delivered.messageId },
+        content: `message queued as the next turn for subagent ${input.subagent_id}`,
+        ...(delivered.resumed === undefined ? {} : { resumed: [{ agentId: input.subagent_id, agentToken: delivered.resumed.agentToken }] }),
+      });
       const delivered = await deps.manager.deliverToChild(
         agent,
         input.subagent_id,
@@ -52,12 +57,9 @@ export function controlTools(deps: ControlDeps): ServiceTool[] {
         input.message,
         { kind: 'coordinator', senderSessionId: agent.id },
         'tool',
+        (d) => accepted?.(outcome(d)),
       );
-      return {
-        output: { messageId: delivered.messageId },
-        content: `message queued as the next turn for subagent ${input.subagent_id}`,
-        ...(delivered.resumed === undefined ? {} : { resumed: [{ agentId: input.subagent_id, agentToken: delivered.resumed.agentToken }] }),
-      };
+      return outcome(delivered);
     },
   });
   const listAgents = defineTool({

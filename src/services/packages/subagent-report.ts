@@ -25,9 +25,11 @@ export function reportTool(manager: ContinuationManager, delivery: ReportDeliver
     description: REPORT_DESCRIPTION,
     input: Type.Object({ output: Type.String({ description: REPORT_OUTPUT_DESCRIPTION }) }, { additionalProperties: false }),
     inScope: () => true,
-    execute(input, { agent, signal }) {
+    execute(input, { agent, signal, accepted }) {
       const messageId = manager.reportFrom(agent, input.output, delivery, signal);
-      return { output: { messageId }, content: `report accepted by the agent that started you as message ${messageId}` };
+      const outcome = { output: { messageId }, content: `report accepted by the agent that started you as message ${messageId}` };
+      accepted?.(outcome);
+      return outcome;
     },
   });
 }

@@ -5,7 +5,8 @@
 import { Type } from '@sinclair/typebox';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
 import { defineTool } from '../define-tool.js';
-import type { ServiceTool } from '../tool-registry.js';
+import type { LiveAgent } from '../live-agent.js';
+import type { ServiceTool, ToolOutcome } from '../tool-registry.js';
 
 export const SPAWN_SUBAGENT_DESCRIPTION =
   'Start a background subagent that works on the prompt in its own conversation. It returns its subagent id at once; ' +
@@ -24,14 +25,17 @@ export function spawnSubagentTool(manager: ContinuationManager): ServiceTool {
       { additionalProperties: false },
     ),
     inScope: (agent) => agent.header.provider !== 'remote',
-    async execute(input, { agent }) {
+    async execute(input, { agent, accepted }) {
       const spec = { mode: 'continuable' as const, provider: 'in-process' as const, prompt: input.prompt };
-      const { agent: child } = await manager.startChild(agent, input.label === undefined ? spec : { ...spec, label: input.label });
-      return {
+      const outcome = (child: LiveAgent): ToolOutcome => ({
         output: { subagent_id: child.id },
         content: `started background subagent ${child.id}`,
         spawned: [{ agentId: child.id, agentToken: child.token }],
-      };
+      });
+      const { agent: child } = await manager.startChild(agent, input.label === undefined ? spec : { ...spec, label: input.label }, (started) =>
+        accepted?.(outcome(started.agent)),
+      );
+      return outcome(child);
     },
   });
 }
