@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
@@ -15,14 +16,19 @@ import { healthRoutes } from './routes/health/index.js';
 import { stepRoutes } from './routes/steps/index.js';
 import type { System } from './services/system.js';
 import { childRoutes } from './routes/children/index.js';
+import { eventRoutes } from './routes/events/index.js';
 import { messageRoutes } from './routes/messages/index.js';
+import { metricsRoutes } from './routes/metrics/index.js';
 import { packageRoutes } from './routes/packages/index.js';
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packages'>;
+  system: Pick<System, 'agents' | 'steps' | 'packages' | 'streams' | 'hub' | 'metrics'>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
+  /** Event streams: heartbeat interval and how far a consumer may fall behind (bytes). */
+  eventHeartbeatMs?: number;
+  eventBufferBytes?: number;
   /** The URL advertised in the OpenAPI `servers` entry. */
   publicUrl?: string;
 }
@@ -56,6 +62,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.addHook('onSend', async (request, reply) => {
     void reply.header('x-request-id', request.id);
   });
+  const { metrics } = deps.system;
+  app.addHook('onResponse', async (request, reply) => {
+    metrics.httpRequest(request.method, request.routeOptions.url ?? 'unmatched', reply.statusCode, reply.elapsedTime / 1000);
+  });
   registerErrorHandling(app);
   registerOperatorAuth(app, deps.apiKeys ?? []);
 
@@ -77,13 +87,21 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
   });
 
-  const { agents, steps, packages } = deps.system;
+  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list', deepLinking: true } });
+  const { agents, steps, packages, streams, hub } = deps.system;
   await app.register(healthRoutes, { agents });
   await app.register(agentRoutes, { agents, steps });
   await app.register(childRoutes, { agents });
   await app.register(stepRoutes, { steps });
   await app.register(messageRoutes, { agents });
+  await app.register(eventRoutes, {
+    streams,
+    hub,
+    heartbeatMs: deps.eventHeartbeatMs ?? 15_000,
+    maxBufferedBytes: deps.eventBufferBytes ?? 1_048_576,
+  });
   await app.register(packageRoutes, { packages });
+  await app.register(metricsRoutes, { metrics });
   return app;
 }
 

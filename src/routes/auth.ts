@@ -14,8 +14,9 @@ export function agentToken(request: FastifyRequest): string | undefined {
   return typeof value === 'string' && value !== '' ? value : undefined;
 }
 
-/** Routes anyone may call. Everything else needs a key: deny by default. */
+/** Routes anyone may call: health and the API documentation. Everything else needs a key: deny by default. */
 const PUBLIC_ROUTES = new Set(['/healthz', '/readyz']);
+const PUBLIC_PREFIX = '/docs';
 
 export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly string[]): void {
   if (apiKeys.length === 0) return;
@@ -23,7 +24,8 @@ export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly str
   app.addHook('onRequest', async (request) => {
     // The matched route pattern, not the raw URL: a percent-encoded spelling of a path routes
     // the same way, so it must be judged the same way.
-    if (PUBLIC_ROUTES.has(request.routeOptions.url ?? '')) return;
+    const route = request.routeOptions.url ?? '';
+    if (PUBLIC_ROUTES.has(route) || route === PUBLIC_PREFIX || route.startsWith(`${PUBLIC_PREFIX}/`)) return;
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!matchesAny(match?.[1], digests)) {

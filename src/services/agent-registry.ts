@@ -6,7 +6,11 @@
 import { ServiceError } from '../domain/errors.js';
 import type { LiveAgent } from './live-agent.js';
 
+export type RegistryListener = (agent: LiveAgent, event: 'added' | 'removed') => void;
+
 export class AgentRegistry {
+  /** Told when an agent enters or leaves (event streams announce it). */
+  listener: RegistryListener | undefined;
   private readonly live = new Map<string, LiveAgent>();
   private readonly reserved = new Set<string>();
   private readonly childrenOf = new Map<string, Set<string>>();
@@ -37,6 +41,7 @@ export class AgentRegistry {
 
   add(agent: LiveAgent): void {
     this.live.set(agent.id, agent);
+    this.listener?.(agent, 'added');
     const parent = agent.header.parentSession;
     if (parent !== null) {
       let set = this.childrenOf.get(parent);
@@ -58,6 +63,7 @@ export class AgentRegistry {
       set?.delete(agent.id);
       if (set?.size === 0) this.childrenOf.delete(parent);
     }
+    this.listener?.(agent, 'removed');
   }
 
   /** Live children of an agent id, in creation order. */

@@ -135,9 +135,10 @@ export class AgentService {
       }
       const boundary = await this.deps.log.store.lastTurnBoundary(id);
       const pending = await this.deps.log.store.pending(id);
+      await this.deps.log.loadForest(id);
       await this.deps.manager.noteContinuableChildren(id);
       this.admitNewWork();
-      this.deps.log.open(id, summary.lastSeq);
+      this.deps.log.open(id, summary.lastSeq, id);
       if (boundary?.type === 'turn-start') {
         // The process stopped with this turn open: close it once, as failed.
         this.deps.log.append(id, { type: 'turn-end', at: isoTime(this.deps.clock.now()), turnId: boundary.turnId, reason: 'failed' });
@@ -238,6 +239,14 @@ export class AgentService {
     if (body.inboxItemId !== undefined) out.inboxItemId = body.inboxItemId;
     if (resumed !== undefined) out.resumed = resumed;
     return out;
+  }
+
+  /** The view of a live agent or of a child that is not resident; undefined for a root that is not live or an unknown id. */
+  async viewIfKnown(id: string): Promise<AgentView | undefined> {
+    const live = this.deps.registry.get(id);
+    if (live !== undefined) return this.viewOfLive(live);
+    const view = await this.storedView(id);
+    return view?.kind === 'root' ? undefined : view;
   }
 
   async view(id: string): Promise<AgentView> {

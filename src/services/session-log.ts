@@ -6,6 +6,9 @@
  * call is committed; routes await it before they acknowledge, so an acknowledged write is on
  * disk. Only sessions of live agents keep a seq counter in memory.
  *
+ * Each entry also gets a forest-wide `forestSeq` (gap-free per root), the id of forest event
+ * streams. Committed batches are announced to subscribers (event streams, metrics).
+ *
  * A failed batch is kept and retried ahead of later writes, so the on-disk order never differs
  * from the assigned order; callers waiting on it get the error.
  */
@@ -18,8 +21,14 @@ interface PendingBatch extends WriteBatch {
   settle: (error?: unknown) => void;
 }
 
+export type CommitListener = (batch: WriteBatch, elapsedMs: number) => void;
+
 export class SessionLog {
-  private readonly lastSeq = new Map<string, number>();
+  /** Open sessions: their last seq and their forest's root. */
+  private readonly sessions = new Map<string, { seq: number; root: string }>();
+  /** Forests with open sessions: the last forestSeq assigned, and how many sessions are open. */
+  private readonly forests = new Map<string, { seq: number; open: number }>();
+  private readonly listeners = new Set<CommitListener>();
   private pending: PendingBatch = emptyBatch();
   private inflight: PendingBatch | null = null;
   private scheduled = false;
@@ -30,36 +39,64 @@ export class SessionLog {
     private readonly logger?: Logger,
   ) {}
 
-  /** Queue a new session's header; its entries start at seq 1. */
+  /** Queue a new session's header; its entries start at seq 1. A child's forest must be open. */
   create(header: SessionHeader): void {
-    if (this.lastSeq.has(header.id)) throw new Error(`session "${header.id}" is already open`);
-    this.lastSeq.set(header.id, 0);
+    if (this.sessions.has(header.id)) throw new Error(`session "${header.id}" is already open`);
+    const root = header.rootSession ?? header.id;
+    if (root === header.id && !this.forests.has(root)) this.forests.set(root, { seq: 0, open: 0 });
+    this.track(header.id, 0, root);
     this.pending.headers.push(header);
     this.schedule();
   }
 
-  /** Open an existing session for appending at `lastSeq + 1`. */
-  open(id: string, lastSeq: number): void {
-    this.lastSeq.set(id, lastSeq);
+  /**
+   * Load a forest's last forestSeq from the store (after pending writes commit), so its
+   * sessions can be opened. A no-op while the forest is open.
+   */
+  async loadForest(root: string): Promise<void> {
+    if (this.forests.has(root)) return;
+    await this.durable();
+    const last = await this.store.lastForestSeq(root);
+    const known = this.forests.get(root);
+    if (known === undefined) this.forests.set(root, { seq: last, open: 0 });
+    else known.seq = Math.max(known.seq, last);
+  }
+
+  /** Open an existing session for appending at `lastSeq + 1` (its forest loaded first). */
+  open(id: string, lastSeq: number, root: string): void {
+    this.track(id, lastSeq, root);
   }
 
   /** Stop tracking a session whose agent left the live registry. Pending writes still commit. */
   release(id: string): void {
-    this.lastSeq.delete(id);
+    const session = this.sessions.get(id);
+    if (session === undefined) return;
+    this.sessions.delete(id);
+    const forest = this.forests.get(session.root);
+    if (forest !== undefined && --forest.open <= 0) this.forests.delete(session.root);
   }
 
   isOpen(id: string): boolean {
-    return this.lastSeq.has(id);
+    return this.sessions.has(id);
   }
 
   append(id: string, body: EntryBody): SessionEntry {
-    const last = this.lastSeq.get(id);
-    if (last === undefined) throw new Error(`session "${id}" is not open for appending`);
-    const entry = { seq: last + 1, ...body } as SessionEntry;
-    this.lastSeq.set(id, entry.seq);
-    this.pending.entries.push({ sessionId: id, entry });
+    const session = this.sessions.get(id);
+    if (session === undefined) throw new Error(`session "${id}" is not open for appending`);
+    const forest = this.forests.get(session.root);
+    if (forest === undefined) throw new Error(`forest "${session.root}" of session "${id}" is not loaded`);
+    const entry = { seq: session.seq + 1, ...body } as SessionEntry;
+    session.seq = entry.seq;
+    forest.seq += 1;
+    this.pending.entries.push({ sessionId: id, entry, rootId: session.root, forestSeq: forest.seq });
     this.schedule();
     return entry;
+  }
+
+  /** Hear about every committed batch, with how long the store took. Returns the unsubscribe. */
+  subscribe(listener: CommitListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
   }
 
   /**
@@ -100,6 +137,13 @@ export class SessionLog {
     await done;
   }
 
+  private track(id: string, seq: number, root: string): void {
+    const forest = this.forests.get(root);
+    if (forest === undefined) throw new Error(`forest "${root}" is not loaded; open it with loadForest first`);
+    this.sessions.set(id, { seq, root });
+    forest.open += 1;
+  }
+
   private schedule(): void {
     if (this.scheduled) return;
     this.scheduled = true;
@@ -116,9 +160,18 @@ export class SessionLog {
     this.pending = emptyBatch();
     const toWrite: WriteBatch = this.failedBatch === null ? batch : mergeBatches(this.failedBatch, batch);
     this.inflight = batch;
+    const started = performance.now();
     this.store.write(toWrite).then(
       () => {
         this.failedBatch = null;
+        const elapsed = performance.now() - started;
+        for (const listener of this.listeners) {
+          try {
+            listener(toWrite, elapsed);
+          } catch (error) {
+            this.logger?.error({ err: error }, 'a commit listener failed');
+          }
+        }
         batch.settle();
       },
       (error: unknown) => {

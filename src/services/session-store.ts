@@ -38,9 +38,17 @@ export interface IdempotencyRecord {
   expiresAt: number;
 }
 
+export interface BatchEntry {
+  sessionId: string;
+  entry: SessionEntry;
+  /** The forest (root session) the entry belongs to, and its gap-free position there. */
+  rootId: string;
+  forestSeq: number;
+}
+
 export interface WriteBatch {
   headers: SessionHeader[];
-  entries: { sessionId: string; entry: SessionEntry }[];
+  entries: BatchEntry[];
   /** Changes to pending rows, applied in order after the entries. */
   pending?: PendingOp[];
   idempotency?: IdempotencyRecord[];
@@ -95,6 +103,10 @@ export interface SessionStore {
   children(parentId: string): Promise<SessionSummary[]>;
   /** The session's pending rows (queued, steering, staged), in order. */
   pending(id: string): Promise<PendingRow[]>;
+  /** A forest's entries with `forestSeq > after`, in forest order. */
+  readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]>;
+  /** The last forestSeq of a forest (0 when it has none). */
+  lastForestSeq(rootId: string): Promise<number>;
   /** Where a message is: pending, in a log, as a turn's prompt. */
   locate(messageId: string): Promise<MessageLocation | undefined>;
   /** An unexpired idempotency record, or undefined. */

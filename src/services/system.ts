@@ -10,6 +10,9 @@ import type { Clock, IdKind, IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
+import { EventHub } from './event-hub.js';
+import { EventStreams } from './event-stream.js';
+import { Metrics } from './metrics.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { ContinuationManager } from './continuation/continuation-manager.js';
 import { ActivationSetupRegistry } from './continuation/setup-registry.js';
@@ -35,6 +38,9 @@ export interface System {
   steps: StepService;
   packages: PackageManager;
   idempotency: IdempotencyKeys;
+  hub: EventHub;
+  streams: EventStreams;
+  metrics: Metrics;
 }
 
 export interface SystemOptions {
@@ -78,6 +84,13 @@ export function createSystem(options: SystemOptions): System {
   const setup = new ActivationSetupRegistry<AgentScope>();
   const idempotency = new IdempotencyKeys(log, clock, options.idempotencyTtlMs);
 
+  const metrics: Metrics = new Metrics({
+    log,
+    registry,
+    viewOf: (agent) => agents.viewOfLive(agent),
+    isDraining: () => agents.draining,
+    openStreams: () => hub.streams,
+  });
   const agentDeps: LiveAgentDeps = {
     log,
     clock,
@@ -86,7 +99,10 @@ export function createSystem(options: SystemOptions): System {
     onInbox: (agent, event, item) => {
       if (event !== 'enqueue') manager.onInboxExit(agent, item.message.id);
     },
-    onChange: (agent) => manager.onAgentChange(agent),
+    onChange: (agent) => {
+      manager.onAgentChange(agent);
+      hub.agentChanged(agent);
+    },
   };
   const manager: ContinuationManager = new ContinuationManager({
     registry,
@@ -97,6 +113,7 @@ export function createSystem(options: SystemOptions): System {
     setup,
     makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => new LiveAgent(header, agentDeps, scope, activationId),
     isDraining: () => agents.draining,
+    observer: metrics.observer,
   });
   const agents: AgentService = new AgentService({
     registry,
@@ -106,9 +123,18 @@ export function createSystem(options: SystemOptions): System {
     ids,
     logger,
     makeRoot: (header) => new LiveAgent(header, agentDeps),
-    onDrain: () => dispatcher.release(),
+    onDrain: () => {
+      dispatcher.release();
+      hub.closeAll();
+    },
     idempotency,
   });
+  const hub: EventHub = new EventHub({ log, viewOf: (agent) => agents.viewOfLive(agent) });
+  registry.listener = (agent, event) => {
+    if (event === 'added') hub.agentChanged(agent);
+    else hub.agentLeft(agent, leftStatus(agent, manager));
+  };
+  const streams = new EventStreams({ log, hub, registry, view: (id) => agents.viewIfKnown(id) });
   const steps = new StepService({ agents, dispatcher, tools, log, logger, idempotency });
   const packages = new PackageManager(
     {
@@ -122,5 +148,10 @@ export function createSystem(options: SystemOptions): System {
     },
     { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet' },
   );
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics };
+}
+
+/** What an agent leaving the registry became: a settled continuable child, or closed. */
+function leftStatus(agent: LiveAgent, manager: ContinuationManager): 'settled' | 'closed' {
+  return agent.header.kind === 'child' && manager.settling(agent) ? 'settled' : 'closed';
 }

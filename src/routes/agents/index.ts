@@ -57,7 +57,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
     },
   }, async (request) => {
     const { parentId, status, limit, cursor } = request.query;
-    return agents.list({ limit, ...(parentId === undefined ? {} : { parentId }), ...(status === undefined ? {} : { status }), ...(cursor === undefined ? {} : { cursor }) });
+    return agents.list({ limit: limit ?? 100, ...(parentId === undefined ? {} : { parentId }), ...(status === undefined ? {} : { status }), ...(cursor === undefined ? {} : { cursor }) });
   });
 
   app.get('/v1/agents/:id', {
@@ -85,7 +85,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: { 202: DisposeResult, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
     },
   }, async (request, reply) => {
-    const agent = await agents.dispose(request.params.id, request.query.cascade);
+    const agent = await agents.dispose(request.params.id, request.query.cascade ?? true);
     return reply.status(202).send({ agent });
   });
 
@@ -145,7 +145,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: { 200: SessionPage, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
     },
   }, async (request, reply) => {
-    const page = await agents.sessionPage(request.params.id, request.query.after, request.query.limit);
+    const page = await agents.sessionPage(request.params.id, request.query.after ?? 0, request.query.limit ?? 100);
     // Entries are a union by `type`; the schema documents them as one object with optional fields.
     return reply.send(page as never);
   });

@@ -28,7 +28,7 @@ export const ListQuery = Type.Object(
   {
     parentId: Type.Optional(AgentId),
     status: Type.Optional(literals(AGENT_STATUSES)),
-    limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
     cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 1000 })),
   },
   { additionalProperties: false },
@@ -44,10 +44,12 @@ export const AgentList = Type.Object(
 
 export const DisposeQuery = Type.Object(
   {
-    cascade: Type.Boolean({
-      default: true,
-      description: 'Close continuable descendants child-first first (default); false leaves them live until they settle.',
-    }),
+    cascade: Type.Optional(
+      Type.Boolean({
+        default: true,
+        description: 'Close continuable descendants child-first first (default); false leaves them live until they settle.',
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -70,8 +72,8 @@ export const MessageAccepted = Type.Object(
 
 export const SessionQuery = Type.Object(
   {
-    after: Type.Integer({ minimum: 0, default: 0, description: 'Return entries with seq greater than this.' }),
-    limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+    after: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Return entries with seq greater than this.' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
   },
   { additionalProperties: false },
 );

@@ -37,7 +37,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'DRAINING']) },
     },
   }, async (request, reply) => {
-    const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs, clientGone(reply));
+    const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply));
     if (step === null) return reply.status(204).send();
     return { step };
   });
@@ -54,7 +54,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       response: { 200: PoolClaimResult, 204: noStep, ...errorResponses(['DRAINING']) },
     },
   }, async (request, reply) => {
-    const claimed = await steps.claimAny(request.body.waitMs, request.body.rootId, clientGone(reply));
+    const claimed = await steps.claimAny(request.body.waitMs ?? 0, request.body.rootId, clientGone(reply));
     if (claimed === null) return reply.status(204).send();
     return claimed;
   });

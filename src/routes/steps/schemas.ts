@@ -8,7 +8,7 @@ import { AgentId, Content, OpaqueId } from '../common-schemas.js';
 
 export const MAX_WAIT_MS = 60_000;
 
-const WaitMs = Type.Integer({ minimum: 0, maximum: MAX_WAIT_MS, default: 0, description: 'Long-poll up to this long for a step.' });
+const WaitMs = Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_MS, default: 0, description: 'Long-poll up to this long for a step.' }));
 
 export const ClaimBody = Type.Object({ waitMs: WaitMs }, { additionalProperties: false });
 

@@ -43,6 +43,13 @@ export interface Activation {
   settleScheduled: boolean;
 }
 
+/** What the manager tells the metrics about (all optional). */
+export interface ContinuationObserver {
+  report(delivery: ReportDelivery, outcome: string, messageId?: string): void;
+  coldResumed(): void;
+  settled(): void;
+}
+
 export interface ContinuationDeps {
   registry: AgentRegistry;
   log: SessionLog;
@@ -53,6 +60,7 @@ export interface ContinuationDeps {
   /** Builds a LiveAgent wired to the dispatcher and to this manager's hooks (unpublished). */
   makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => LiveAgent;
   isDraining: () => boolean;
+  observer?: ContinuationObserver;
 }
 
 export interface ChildSpec {
@@ -80,6 +88,8 @@ export class ContinuationManager {
   private readonly closingScopes = new Set<string>();
   /** Creations and cold resumes in flight: drain waits for them. */
   private readonly materializing = new Set<Promise<unknown>>();
+  /** Incarnations that left the registry by settling (not closing). */
+  private readonly settled = new WeakSet<LiveAgent>();
   /** Closes in flight of agents without an Activation (roots, one-shot, remote), memoized. */
   private readonly closings = new WeakMap<LiveAgent, Promise<void>>();
   /** Agents known to have continuable children (durably): they see send_message and list_agents. */
@@ -94,6 +104,11 @@ export class ContinuationManager {
 
   get activationCount(): number {
     return this.activations.size;
+  }
+
+  /** True when this incarnation is leaving (or left) by settling, not by being closed. */
+  settling(agent: LiveAgent): boolean {
+    return this.settled.has(agent);
   }
 
   hasContinuableChildren(agent: LiveAgent): boolean {
@@ -202,6 +217,17 @@ export class ContinuationManager {
    * direct parent from durable lineage, and only if live and not being disposed.
    */
   reportFrom(child: LiveAgent, output: string, delivery: ReportDelivery, signal?: AbortSignal): string {
+    try {
+      const messageId = this.authorizeAndSendReport(child, output, delivery, signal);
+      this.deps.observer?.report(delivery, 'accepted', messageId);
+      return messageId;
+    } catch (error) {
+      this.deps.observer?.report(delivery, error instanceof ServiceError ? error.code : 'ABORTED');
+      throw error;
+    }
+  }
+
+  private authorizeAndSendReport(child: LiveAgent, output: string, delivery: ReportDelivery, signal?: AbortSignal): string {
     signal?.throwIfAborted();
     this.checkAdmission(child);
     const activation = this.activationOf(child);
@@ -332,6 +358,7 @@ export class ContinuationManager {
       setup,
       async () => {
         pending = await this.deps.log.store.pending(id);
+        await this.deps.log.loadForest(header.rootSession ?? id);
         const boundary = await this.deps.log.store.lastTurnBoundary(id);
         openTurn = boundary?.type === 'turn-start' ? boundary.turnId : undefined;
         await this.noteContinuableChildren(id);
@@ -341,11 +368,12 @@ export class ContinuationManager {
         this.authorizeLineage(parent, header, path);
       },
       () => {
-        this.deps.log.open(id, summary.lastSeq);
+        this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);
         if (openTurn !== undefined) {
           this.deps.log.append(id, { type: 'turn-end', at: this.now(), turnId: openTurn, reason: 'failed' });
         }
         const child = this.publish(summary.header, scope, 'resumed', true);
+        this.deps.observer?.coldResumed();
         child.restorePending(pending);
         return then(child);
       },
@@ -432,6 +460,10 @@ export class ContinuationManager {
   /** Leave the live registry: dispose the agent, log the activation event, release its scope, wake the parent. */
   private finish(agent: LiveAgent, event: 'settled' | 'closed' | null): void {
     if (this.deps.registry.get(agent.id) !== agent) return;
+    if (event === 'settled') {
+      this.settled.add(agent);
+      this.deps.observer?.settled();
+    }
     agent.dispose();
     if (event !== null && agent.activationId !== null) {
       this.deps.log.append(agent.id, { type: 'activation', at: this.now(), activationId: agent.activationId, event });

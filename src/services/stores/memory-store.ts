@@ -9,6 +9,7 @@ import {
   locationFromPending,
   planSeqs,
   type ActivationMark,
+  type BatchEntry,
   type IdempotencyRecord,
   type MessageLocation,
   type PendingRow,
@@ -28,12 +29,16 @@ export class MemorySessionStore implements SessionStore {
   private readonly sessions = new Map<string, StoredSession>();
   private readonly pendingRows = new Map<string, Map<string, PendingRow>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
+  private readonly forests = new Map<string, BatchEntry[]>();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
     for (const header of batch.headers) this.sessions.set(header.id, { header: structuredClone(header), entries: [] });
-    for (const { sessionId, entry } of batch.entries) {
-      this.sessions.get(sessionId)?.entries.push(structuredClone(entry));
+    for (const item of batch.entries) {
+      this.sessions.get(item.sessionId)?.entries.push(structuredClone(item.entry));
+      let forest = this.forests.get(item.rootId);
+      if (forest === undefined) this.forests.set(item.rootId, (forest = []));
+      forest.push(structuredClone(item));
     }
     for (const change of batch.pending ?? []) {
       let rows = this.pendingRows.get(change.sessionId);
@@ -85,6 +90,16 @@ export class MemorySessionStore implements SessionStore {
     return [...this.sessions.values()]
       .filter((s) => s.header.parentSession === parentId)
       .map((s) => ({ header: structuredClone(s.header), lastSeq: s.entries.length }));
+  }
+
+  async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
+    const forest = this.forests.get(rootId) ?? [];
+    // forestSeq is gap-free from 1, so it indexes the list.
+    return structuredClone(forest.slice(Math.max(0, after), Math.max(0, after) + limit));
+  }
+
+  async lastForestSeq(rootId: string): Promise<number> {
+    return this.forests.get(rootId)?.length ?? 0;
   }
 
   async pending(id: string): Promise<PendingRow[]> {

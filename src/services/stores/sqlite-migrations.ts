@@ -69,6 +69,26 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX idempotency_expiry ON idempotency (expires_at);
     `,
   },
+  {
+    version: 3,
+    description: 'forest order: every entry carries its root and a gap-free position in that forest',
+    sql: `
+      ALTER TABLE entries ADD COLUMN root_id TEXT;
+      ALTER TABLE entries ADD COLUMN forest_seq INTEGER;
+      UPDATE entries SET root_id = (
+        SELECT coalesce(json_extract(s.header, '$.rootSession'), s.id) FROM sessions s WHERE s.id = entries.session_id
+      );
+      WITH ordered AS (
+        SELECT session_id, seq,
+               row_number() OVER (PARTITION BY root_id ORDER BY json_extract(body, '$.at'), session_id, seq) AS n
+        FROM entries
+      )
+      UPDATE entries SET forest_seq = (
+        SELECT n FROM ordered WHERE ordered.session_id = entries.session_id AND ordered.seq = entries.seq
+      );
+      CREATE UNIQUE INDEX entries_forest ON entries (root_id, forest_seq);
+    `,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

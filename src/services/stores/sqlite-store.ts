@@ -12,6 +12,7 @@ import {
   locationFromEntries,
   locationFromPending,
   type ActivationMark,
+  type BatchEntry,
   type IdempotencyRecord,
   type MessageLocation,
   type PendingKind,
@@ -57,7 +58,13 @@ export class SqliteSessionStore implements SessionStore {
         'INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq) VALUES (?, ?, ?, ?, ?, 0)',
       ),
       advanceSeq: this.db.prepare('UPDATE sessions SET last_seq = ? WHERE id = ? AND last_seq = ?'),
-      insertEntry: this.db.prepare('INSERT INTO entries (session_id, seq, type, body, message_id, turn_id) VALUES (?, ?, ?, ?, ?, ?)'),
+      insertEntry: this.db.prepare(
+        'INSERT INTO entries (session_id, seq, type, body, message_id, turn_id, root_id, forest_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      ),
+      readForest: this.db.prepare<[string, number, number], { session_id: string; seq: number; body: string; forest_seq: number }>(
+        'SELECT session_id, seq, body, forest_seq FROM entries WHERE root_id = ? AND forest_seq > ? ORDER BY forest_seq LIMIT ?',
+      ),
+      lastForestSeq: this.db.prepare<[string], { n: number | null }>('SELECT max(forest_seq) AS n FROM entries WHERE root_id = ?'),
       deletePending: this.db.prepare('DELETE FROM pending WHERE session_id = ? AND message_id = ?'),
       putPending: this.db.prepare(
         'INSERT OR REPLACE INTO pending (session_id, message_id, position, kind, item_id, message, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -137,6 +144,19 @@ export class SqliteSessionStore implements SessionStore {
     return this.statements.children.all(parentId).map((row) => ({ header: JSON.parse(row.header) as SessionHeader, lastSeq: row.last_seq }));
   }
 
+  async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
+    return this.statements.readForest.all(rootId, after, limit).map((row) => ({
+      sessionId: row.session_id,
+      entry: { seq: row.seq, ...(JSON.parse(row.body) as EntryBody) } as SessionEntry,
+      rootId,
+      forestSeq: row.forest_seq,
+    }));
+  }
+
+  async lastForestSeq(rootId: string): Promise<number> {
+    return this.statements.lastForestSeq.get(rootId)?.n ?? 0;
+  }
+
   async pending(id: string): Promise<PendingRow[]> {
     return this.statements.pending.all(id).map(rowToPending);
   }
@@ -183,11 +203,11 @@ export class SqliteSessionStore implements SessionStore {
       s.insertSession.run(header.id, header.kind, header.parentSession, header.createdAt, JSON.stringify(header));
     }
     const advance = new Map<string, { from: number; to: number }>();
-    for (const { sessionId, entry } of batch.entries) {
+    for (const { sessionId, entry, rootId, forestSeq } of batch.entries) {
       const { seq, ...body } = entry;
       const messageId = 'messageId' in entry ? entry.messageId : null;
       const turnId = 'turnId' in entry ? entry.turnId : null;
-      s.insertEntry.run(sessionId, seq, entry.type, JSON.stringify(body), messageId, turnId);
+      s.insertEntry.run(sessionId, seq, entry.type, JSON.stringify(body), messageId, turnId, rootId, forestSeq);
       const range = advance.get(sessionId);
       if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
       else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);

@@ -1,0 +1,110 @@
+/**
+ * The typed agentforest client: openapi-fetch over the paths that openapi-typescript generates
+ * from the committed `openapi.yaml` (`npm run client:generate` writes `schema.d.ts`; a test fails
+ * when it drifts). Owns the operator key (sent as `Authorization: Bearer`), the per-call agent
+ * token header, the service's error shape and a few names for the contract's types.
+ * The step-loop driver is `./driver.js` (it imports this module, never the reverse).
+ */
+import createClient, { type Client } from 'openapi-fetch';
+import type { paths } from './schema.js';
+
+export type { paths } from './schema.js';
+
+/** The openapi-fetch client typed by the generated paths. */
+export type AgentforestClient = Client<paths>;
+
+export interface AgentforestClientOptions {
+  /** The service's origin, e.g. `http://127.0.0.1:3000` (no trailing `/v1`). */
+  baseUrl: string;
+  /** An operator key from AGENTFOREST_API_KEYS; sent on every call as `Authorization: Bearer`. */
+  apiKey?: string;
+  /** A fetch to use instead of the global one (tests, proxies). */
+  fetch?: (input: Request) => Promise<Response>;
+}
+
+export function createAgentforestClient(options: AgentforestClientOptions): AgentforestClient {
+  return createClient<paths>({
+    baseUrl: options.baseUrl,
+    ...(options.apiKey === undefined ? {} : { headers: { authorization: `Bearer ${options.apiKey}` } }),
+    ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+  });
+}
+
+/** The header name of an agent token (the contract's `agentToken` security scheme). */
+export const AGENT_TOKEN_HEADER = 'x-agent-token';
+
+/**
+ * Per-call headers that act as one live agent incarnation. The contract declares the token as a
+ * security scheme, not a parameter, so it travels in openapi-fetch's `headers` option:
+ * `client.POST(path, { params, body, headers: asAgent(token) })`.
+ */
+export function asAgent(agentToken: string): { [AGENT_TOKEN_HEADER]: string } {
+  return { [AGENT_TOKEN_HEADER]: agentToken };
+}
+
+type Json<T> = T extends { content: { 'application/json': infer B } } ? B : never;
+type Post<P extends keyof paths> = paths[P] extends { post: infer O } ? O : never;
+type Get<P extends keyof paths> = paths[P] extends { get: infer O } ? O : never;
+
+/** A claimed step: `{id, turnId, index, messages, tools}`. */
+export type Step = Json<Post<'/v1/agents/{id}/steps/next'>['responses'][200]>['step'];
+/** One OpenAI chat-completions message of a step. */
+export type ChatMessage = Step['messages'][number];
+/** One service-owned tool of a step, in the chat-completions function shape. */
+export type ChatTool = Step['tools'][number];
+/** The answer to posting a step's output. */
+export type OutputResult = Json<Post<'/v1/agents/{id}/steps/{stepId}/output'>['responses'][200]>;
+/** One page of a session log. */
+export type SessionPage = Json<Get<'/v1/agents/{id}/session'>['responses'][200]>;
+/** One durable session entry. */
+export type SessionEntry = SessionPage['entries'][number];
+
+/** The body of every error response: `{statusCode, code, error, message}`. */
+export interface ErrorBody {
+  statusCode: number;
+  code: string;
+  error: string;
+  message: string;
+}
+
+function isErrorBody(value: unknown): value is ErrorBody {
+  if (typeof value !== 'object' || value === null) return false;
+  const v = value as Record<string, unknown>;
+  return typeof v.statusCode === 'number' && typeof v.code === 'string' && typeof v.message === 'string';
+}
+
+/** A response the caller did not expect, with the service's `code` when the body carries one. */
+export class AgentforestError extends Error {
+  readonly status: number;
+  /** The service's error code (e.g. `UNAUTHORIZED`), or `HTTP_<status>` when the body had none. */
+  readonly code: string;
+  readonly body: unknown;
+
+  constructor(what: string, status: number, body: unknown) {
+    const code = isErrorBody(body) ? body.code : `HTTP_${status}`;
+    const detail = isErrorBody(body) ? body.message : typeof body === 'string' ? body : '';
+    super(`${what} answered ${status} ${code}${detail === '' ? '' : `: ${detail}`}`);
+    this.name = 'AgentforestError';
+    this.status = status;
+    this.code = code;
+    this.body = body;
+  }
+}
+
+/**
+ * Every entry of a session log, paging with `after`/`nextAfter`. Works for any agent with a
+ * durable session, live or not.
+ */
+export async function readSession(client: AgentforestClient, agentId: string, pageSize = 1000): Promise<SessionEntry[]> {
+  const entries: SessionEntry[] = [];
+  let after = 0;
+  for (;;) {
+    const { data, error, response } = await client.GET('/v1/agents/{id}/session', {
+      params: { path: { id: agentId }, query: { after, limit: pageSize } },
+    });
+    if (data === undefined) throw new AgentforestError(`GET /v1/agents/${agentId}/session`, response.status, error);
+    entries.push(...data.entries);
+    if (data.nextAfter === null) return entries;
+    after = data.nextAfter;
+  }
+}

@@ -1,0 +1,107 @@
+/**
+ * Server-Sent Events: an agent's (or, with `forest=true`, a root's whole forest's) durable
+ * session entries and status changes. Entry events carry `id:` = the durable position (the
+ * session seq; the forest seq for a forest stream), so `Last-Event-ID` (or `?after=`) resumes
+ * with no gap and no duplicate. Heartbeat comments keep idle connections open; a consumer that
+ * falls too far behind is cut off and resumes from its last id.
+ */
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { EventStreams, StreamEvent } from '../../services/event-stream.js';
+import type { EventHub } from '../../services/event-hub.js';
+import { AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+
+export interface EventRoutesOptions {
+  streams: EventStreams;
+  hub: EventHub;
+  heartbeatMs: number;
+  /** Bytes a consumer may leave unread in its socket buffer before it is cut off. */
+  maxBufferedBytes: number;
+}
+
+const EventsQuery = Type.Object(
+  {
+    forest: Type.Optional(Type.Boolean({ default: false, description: "Stream the whole forest of this root (ids are the forest's positions)." })),
+    after: Type.Optional(Type.Integer({ minimum: 0, description: 'Resume after this event id (Last-Event-ID takes precedence).' })),
+  },
+  { additionalProperties: false },
+);
+
+const EventsHeaders = Type.Object({
+  'last-event-id': Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'The id of the last event received; the stream resumes after it.' })),
+});
+
+export function formatEvent(event: StreamEvent): string {
+  const id = event.id === undefined ? '' : `id: ${event.id}\n`;
+  return `${id}event: ${event.event}\ndata: ${JSON.stringify(event.data)}\n\n`;
+}
+
+export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async (app, options) => {
+  const { streams, hub } = options;
+  app.get('/v1/agents/:id/events', {
+    schema: {
+      tags: ['events'],
+      summary: "Follow an agent's (or a forest's) events",
+      description:
+        'text/event-stream. `event: entry` carries `{agentId, entry}` with `id:` = the entry\'s seq (forest: its forest ' +
+        'position); `event: status` carries `{agentId, status, resident, inbox, staged, claimable}` snapshots without an id ' +
+        '(sent at connect and on change; `claimable` tells a parked driver to claim a step). Comments (`: ping`) are ' +
+        'heartbeats. Resume with `Last-Event-ID` or `?after=`. A consumer that falls behind is disconnected with a final ' +
+        '`: slow consumer` comment and resumes from its last id; the stream also ends when the service drains.',
+      security: OPERATOR_SECURITY,
+      params: AgentIdParams,
+      querystring: EventsQuery,
+      headers: EventsHeaders,
+      response: {
+        200: { description: 'An event stream.', content: { 'text/event-stream': { schema: { type: 'string' } } } },
+        ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }),
+      },
+    },
+  }, async (request, reply) => {
+    const target = { id: request.params.id, forest: request.query.forest ?? false };
+    await streams.resolve(target);
+    const header = request.headers['last-event-id'];
+    const after = typeof header === 'string' ? Number(header) : (request.query.after ?? 0);
+
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+      'x-request-id': request.id,
+    });
+    res.write('retry: 2000\n\n');
+    let ended = false;
+    let unsubscribe: (() => void) | undefined;
+    const end = (note?: string): void => {
+      if (ended) return;
+      ended = true;
+      clearInterval(heartbeat);
+      unregister();
+      unsubscribe?.();
+      if (!res.writableEnded) res.end(note === undefined ? undefined : `: ${note}\n\n`);
+    };
+    const heartbeat = setInterval(() => {
+      if (!ended) res.write(': ping\n\n');
+    }, options.heartbeatMs);
+    heartbeat.unref();
+    const unregister = hub.onClose(() => end('the service is draining; resume with Last-Event-ID elsewhere'));
+    res.once('close', () => end());
+    const sink = {
+      send: (event: StreamEvent): boolean => {
+        if (ended) return true;
+        res.write(formatEvent(event));
+        return res.writableLength <= options.maxBufferedBytes;
+      },
+    };
+    try {
+      unsubscribe = await streams.start(target, after, sink, () => end('slow consumer; resume with Last-Event-ID'));
+      if (ended) unsubscribe();
+    } catch (error) {
+      request.log.error({ err: error }, 'event stream failed');
+      end('the stream failed; resume with Last-Event-ID');
+    }
+  });
+};

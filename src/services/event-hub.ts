@@ -1,0 +1,123 @@
+/**
+ * The event hub: fans committed session entries and agent status changes out to event-stream
+ * subscribers, per agent and per forest. Entries are announced only after their batch commits,
+ * so a subscriber never sees an entry that a crash could take back; each carries its durable
+ * position (the session `seq` for an agent stream, the `forestSeq` for a forest stream), which
+ * is what makes streams resumable from the log. Status events are snapshots, sent when they
+ * change; they carry no position.
+ */
+import type { AgentStatus } from '../domain/agent.js';
+import type { SessionEntry } from '../domain/session.js';
+import { isClaimable } from '../domain/turn-machine.js';
+import type { LiveAgent } from './live-agent.js';
+import type { SessionLog } from './session-log.js';
+import type { BatchEntry } from './session-store.js';
+import type { AgentView } from './views.js';
+
+export interface StatusEvent {
+  agentId: string;
+  status: AgentStatus;
+  resident: boolean;
+  inbox: { queued: number };
+  staged: number;
+  /** A step can be claimed now: a parked driver may claim instead of long-polling. */
+  claimable: boolean;
+}
+
+export type HubEvent =
+  | { kind: 'entry'; agentId: string; rootId: string; seq: number; forestSeq: number; entry: SessionEntry }
+  | { kind: 'status'; rootId: string; status: StatusEvent };
+
+export type HubListener = (event: HubEvent) => void;
+
+export interface EventHubDeps {
+  log: SessionLog;
+  /** The agent view of a live agent (status, inbox, staged). */
+  viewOf: (agent: LiveAgent) => AgentView;
+}
+
+export class EventHub {
+  private readonly byAgent = new Map<string, Set<HubListener>>();
+  private readonly byForest = new Map<string, Set<HubListener>>();
+  /** The last status sent per agent, so unchanged snapshots are not repeated. */
+  private readonly lastStatus = new Map<string, string>();
+  private readonly closers = new Set<() => void>();
+
+  constructor(private readonly deps: EventHubDeps) {
+    deps.log.subscribe((batch) => this.committed(batch.entries));
+  }
+
+  /** Listen to one agent's events, or (forest) to every agent of one root. Returns the unsubscribe. */
+  subscribe(target: { agentId: string } | { rootId: string }, listener: HubListener): () => void {
+    const [map, key] = 'agentId' in target ? [this.byAgent, target.agentId] : [this.byForest, target.rootId];
+    let set = map.get(key);
+    if (set === undefined) map.set(key, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0) map.delete(key);
+    };
+  }
+
+  /** Register how to end a stream when the service drains; returns the unregister. */
+  onClose(close: () => void): () => void {
+    this.closers.add(close);
+    return () => this.closers.delete(close);
+  }
+
+  /** End every open stream (draining): clients resume elsewhere from their last event id. */
+  closeAll(): void {
+    for (const close of [...this.closers]) close();
+  }
+
+  get streams(): number {
+    return this.closers.size;
+  }
+
+  /** A live agent changed: send its status if anyone listens and it differs from the last one. */
+  agentChanged(agent: LiveAgent): void {
+    if (!this.byAgent.has(agent.id) && !this.byForest.has(agent.rootId)) return;
+    const view = this.deps.viewOf(agent);
+    this.sendStatus(agent.id, agent.rootId, {
+      agentId: agent.id,
+      status: view.status,
+      resident: true,
+      inbox: view.inbox,
+      staged: view.staged,
+      claimable: !agent.disposing && isClaimable(agent.state),
+    });
+  }
+
+  /** An agent left the live registry (settled, closed, disposed, or the process stopping). */
+  agentLeft(agent: LiveAgent, status: AgentStatus): void {
+    if (!this.byAgent.has(agent.id) && !this.byForest.has(agent.rootId)) return;
+    this.sendStatus(agent.id, agent.rootId, { agentId: agent.id, status, resident: false, inbox: { queued: 0 }, staged: 0, claimable: false });
+    this.lastStatus.delete(agent.id);
+  }
+
+  private sendStatus(agentId: string, rootId: string, status: StatusEvent): void {
+    const key = JSON.stringify(status);
+    if (this.lastStatus.get(agentId) === key) return;
+    this.lastStatus.set(agentId, key);
+    this.emit(agentId, rootId, { kind: 'status', rootId, status });
+  }
+
+  private committed(entries: readonly BatchEntry[]): void {
+    for (const item of entries) {
+      if (!this.byAgent.has(item.sessionId) && !this.byForest.has(item.rootId)) continue;
+      this.emit(item.sessionId, item.rootId, {
+        kind: 'entry',
+        agentId: item.sessionId,
+        rootId: item.rootId,
+        seq: item.entry.seq,
+        forestSeq: item.forestSeq,
+        entry: item.entry,
+      });
+    }
+  }
+
+  private emit(agentId: string, rootId: string, event: HubEvent): void {
+    for (const listener of this.byAgent.get(agentId) ?? []) listener(event);
+    for (const listener of this.byForest.get(rootId) ?? []) listener(event);
+  }
+}

@@ -1,0 +1,136 @@
+/**
+ * Resumable event streams of one agent or one forest. A stream replays the durable log after
+ * the client's last event id, then follows live commits, with no gap and no duplicate: it
+ * subscribes before it reads, so whatever commits meanwhile is queued, and every entry event
+ * is filtered by its durable position. A consumer that cannot keep up is cut off (its sink
+ * reports overflow) and resumes from its last event id; a replay that falls behind its own
+ * queue drops the queue and reads the log again, so memory stays bounded either way.
+ */
+import { ServiceError } from '../domain/errors.js';
+import type { SessionHeader } from '../domain/session.js';
+import { isClaimable } from '../domain/turn-machine.js';
+import type { AgentRegistry } from './agent-registry.js';
+import type { EventHub, HubEvent, StatusEvent } from './event-hub.js';
+import type { SessionLog } from './session-log.js';
+import type { AgentView } from './views.js';
+
+export interface StreamEvent {
+  /** The durable position (seq, or forestSeq for a forest stream); absent for status snapshots. */
+  id?: number;
+  event: 'entry' | 'status';
+  data: unknown;
+}
+
+export interface StreamSink {
+  /** Write one event; false when the consumer is too far behind (the stream then ends). */
+  send(event: StreamEvent): boolean;
+}
+
+export interface StreamTarget {
+  id: string;
+  forest: boolean;
+}
+
+export interface EventStreamDeps {
+  log: SessionLog;
+  hub: EventHub;
+  registry: AgentRegistry;
+  /** The view of an agent, live or stored. */
+  view: (id: string) => Promise<AgentView | undefined>;
+}
+
+const PAGE = 500;
+const MAX_QUEUE = 5_000;
+
+export class EventStreams {
+  constructor(private readonly deps: EventStreamDeps) {}
+
+  /** Check the target exists (and is a root for a forest stream) before any response is sent. */
+  async resolve(target: StreamTarget): Promise<SessionHeader> {
+    await this.deps.log.durable();
+    const header = (await this.deps.log.store.header(target.id))?.header;
+    if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${target.id}" does not exist`);
+    if (target.forest && header.kind !== 'root') {
+      throw new ServiceError('VALIDATION', `forest streams follow a root; agent "${target.id}" belongs to the forest of "${header.rootSession ?? ''}"`);
+    }
+    return header;
+  }
+
+  /**
+   * Stream from `after` until `stop` is called or the sink overflows. Resolves with the
+   * unsubscribe once the stream is live; the caller calls it when the connection ends.
+   */
+  async start(target: StreamTarget, after: number, sink: StreamSink, onOverflow: () => void): Promise<() => void> {
+    let last = after;
+    let live = false;
+    let overflowed = false;
+    let cut = false;
+    const queue: HubEvent[] = [];
+    const deliver = (event: HubEvent): void => {
+      if (cut) return;
+      let ok: boolean;
+      if (event.kind === 'entry') {
+        const position = target.forest ? event.forestSeq : event.seq;
+        if (position <= last) return;
+        last = position;
+        ok = sink.send({ id: position, event: 'entry', data: { agentId: event.agentId, entry: event.entry } });
+      } else {
+        ok = sink.send({ event: 'status', data: event.status });
+      }
+      if (!ok) {
+        cut = true;
+        onOverflow();
+      }
+    };
+    const unsubscribe = this.deps.hub.subscribe(target.forest ? { rootId: target.id } : { agentId: target.id }, (event) => {
+      if (live) return deliver(event);
+      if (queue.length < MAX_QUEUE) queue.push(event);
+      else overflowed = true;
+    });
+    try {
+      for (const status of await this.snapshot(target)) deliver({ kind: 'status', rootId: target.id, status });
+      for (;;) {
+        await this.deps.log.durable();
+        const page = target.forest
+          ? (await this.deps.log.store.readForest(target.id, last, PAGE)).map((b) => ({ agentId: b.sessionId, seq: b.entry.seq, forestSeq: b.forestSeq, entry: b.entry }))
+          : (await this.deps.log.store.read(target.id, last, PAGE)).map((entry) => ({ agentId: target.id, seq: entry.seq, forestSeq: 0, entry }));
+        for (const e of page) deliver({ kind: 'entry', rootId: target.id, ...e });
+        if (cut) break;
+        if (page.length === PAGE) continue;
+        if (!overflowed) break;
+        // The live queue overflowed while replaying: its entries are durable, read them instead.
+        overflowed = false;
+        queue.length = 0;
+      }
+      // From here to `live = true` nothing awaits, so no event can slip between queue and live.
+      for (const event of queue) deliver(event);
+      queue.length = 0;
+      live = true;
+      return unsubscribe;
+    } catch (error) {
+      unsubscribe();
+      throw error;
+    }
+  }
+
+  private async snapshot(target: StreamTarget): Promise<StatusEvent[]> {
+    const agents = target.forest
+      ? [...this.deps.registry.values()].filter((a) => a.rootId === target.id).map((a) => a.id)
+      : [target.id];
+    const out: StatusEvent[] = [];
+    for (const id of agents) {
+      const view = await this.deps.view(id);
+      if (view === undefined) continue;
+      const live = this.deps.registry.get(id);
+      out.push({
+        agentId: id,
+        status: view.status,
+        resident: view.resident,
+        inbox: view.inbox,
+        staged: view.staged,
+        claimable: live !== undefined && !live.disposing && isClaimable(live.state),
+      });
+    }
+    return out;
+  }
+}

@@ -1,0 +1,146 @@
+/**
+ * Prometheus metrics (prom-client), on a registry of their own so several apps in one process
+ * (tests) never share counters. Counters are fed by the services' observers and the log's
+ * commit events; gauges of live state are computed when scraped.
+ */
+import client from 'prom-client';
+import type { AgentRegistry } from './agent-registry.js';
+import type { ContinuationObserver } from './continuation/continuation-manager.js';
+import type { SessionLog } from './session-log.js';
+import { queuedCount, stagedCount } from '../domain/turn-machine.js';
+import type { AgentView } from './views.js';
+import type { LiveAgent } from './live-agent.js';
+
+export interface MetricsDeps {
+  log: SessionLog;
+  registry: AgentRegistry;
+  viewOf: (agent: LiveAgent) => AgentView;
+  isDraining: () => boolean;
+  openStreams: () => number;
+}
+
+/** Wakeup reports remembered until their parent turn starts, to time report-to-turn latency. */
+const MAX_PENDING_WAKEUPS = 10_000;
+
+export class Metrics {
+  readonly registry = new client.Registry();
+  readonly contentType = this.registry.contentType;
+  private readonly httpRequests: client.Counter<'method' | 'route' | 'status'>;
+  private readonly httpDuration: client.Histogram<'method' | 'route' | 'status'>;
+  private readonly reports: client.Counter<'delivery' | 'outcome'>;
+  private readonly reportToTurn: client.Histogram;
+  private readonly coldResumes: client.Counter;
+  private readonly settlements: client.Counter;
+  private readonly storeCommit: client.Histogram;
+  private readonly storeEntries: client.Counter;
+  private readonly wakeups = new Map<string, number>();
+
+  constructor(deps: MetricsDeps) {
+    const registers = [this.registry];
+    this.httpRequests = new client.Counter({ name: 'agentforest_http_requests_total', help: 'HTTP requests by route and status.', labelNames: ['method', 'route', 'status'], registers });
+    this.httpDuration = new client.Histogram({
+      name: 'agentforest_http_request_duration_seconds',
+      help: 'HTTP request latency by route and status.',
+      labelNames: ['method', 'route', 'status'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60],
+      registers,
+    });
+    this.reports = new client.Counter({ name: 'agentforest_reports_total', help: 'report calls by delivery mode and outcome (accepted or an error code).', labelNames: ['delivery', 'outcome'], registers });
+    this.reportToTurn = new client.Histogram({
+      name: 'agentforest_report_to_parent_turn_seconds',
+      help: 'Wakeup delivery: from report acceptance to the start of the parent turn it queued.',
+      buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120],
+      registers,
+    });
+    this.coldResumes = new client.Counter({ name: 'agentforest_cold_resumes_total', help: 'Settled children cold-resumed from their sessions.', registers });
+    this.settlements = new client.Counter({ name: 'agentforest_settlements_total', help: 'Child Activations that settled.', registers });
+    this.storeCommit = new client.Histogram({
+      name: 'agentforest_store_commit_seconds',
+      help: 'Session store write latency per group-committed batch.',
+      buckets: [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1],
+      registers,
+    });
+    this.storeEntries = new client.Counter({ name: 'agentforest_store_entries_total', help: 'Session entries committed.', registers });
+    const live = (): LiveAgent[] => [...deps.registry.values()];
+    new client.Gauge({
+      name: 'agentforest_live_agents',
+      help: 'Live agents by kind and status.',
+      labelNames: ['kind', 'status'],
+      registers,
+      collect() {
+        this.reset();
+        for (const agent of live()) this.inc({ kind: agent.header.kind, status: deps.viewOf(agent).status });
+      },
+    });
+    new client.Gauge({
+      name: 'agentforest_inbox_depth',
+      help: 'Queued inbox items across live agents.',
+      registers,
+      collect() {
+        this.set(live().reduce((n, a) => n + queuedCount(a.state), 0));
+      },
+    });
+    new client.Gauge({
+      name: 'agentforest_staged_messages',
+      help: 'Staged context messages across live agents.',
+      registers,
+      collect() {
+        this.set(live().reduce((n, a) => n + stagedCount(a.state), 0));
+      },
+    });
+    new client.Gauge({
+      name: 'agentforest_draining',
+      help: '1 while the service drains.',
+      registers,
+      collect() {
+        this.set(deps.isDraining() ? 1 : 0);
+      },
+    });
+    new client.Gauge({
+      name: 'agentforest_event_streams',
+      help: 'Open event streams.',
+      registers,
+      collect() {
+        this.set(deps.openStreams());
+      },
+    });
+    deps.log.subscribe((batch, elapsedMs) => {
+      this.storeCommit.observe(elapsedMs / 1000);
+      this.storeEntries.inc(batch.entries.length);
+      if (this.wakeups.size === 0) return;
+      for (const { entry } of batch.entries) {
+        if (entry.type !== 'turn-start') continue;
+        const accepted = this.wakeups.get(entry.messageId);
+        if (accepted === undefined) continue;
+        this.wakeups.delete(entry.messageId);
+        this.reportToTurn.observe((performance.now() - accepted) / 1000);
+      }
+    });
+  }
+
+  /** The continuation manager's observer. */
+  readonly observer: ContinuationObserver = {
+    report: (delivery, outcome, messageId) => {
+      this.reports.inc({ delivery, outcome });
+      if (delivery === 'wakeup' && messageId !== undefined) {
+        if (this.wakeups.size >= MAX_PENDING_WAKEUPS) {
+          const oldest = this.wakeups.keys().next().value;
+          if (oldest !== undefined) this.wakeups.delete(oldest);
+        }
+        this.wakeups.set(messageId, performance.now());
+      }
+    },
+    coldResumed: () => this.coldResumes.inc(),
+    settled: () => this.settlements.inc(),
+  };
+
+  httpRequest(method: string, route: string, status: number, seconds: number): void {
+    const labels = { method, route, status: String(status) };
+    this.httpRequests.inc(labels);
+    this.httpDuration.observe(labels, seconds);
+  }
+
+  async text(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

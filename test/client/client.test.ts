@@ -1,0 +1,327 @@
+/**
+ * The typed client (client/) against the real server over HTTP: the app listening on
+ * 127.0.0.1:0, called only through createAgentforestClient and runAgent with scripted model and
+ * tool functions. Also: the generated schema must match what openapi-typescript makes of the
+ * committed openapi.yaml.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterEach, describe, expect, it } from 'vitest';
+import { runAgent, StaleAgentTokenError, type ChildCredential, type ModelFn, type ModelReply } from '../../client/src/driver.js';
+import {
+  AgentforestError,
+  asAgent,
+  createAgentforestClient,
+  readSession,
+  type AgentforestClient,
+  type ChatMessage,
+  type SessionEntry,
+} from '../../client/src/index.js';
+import { startHarness, until, type Harness } from '../fixtures/harness.js';
+
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+
+let harness: Harness | undefined;
+
+afterEach(async () => {
+  await harness?.close();
+  harness = undefined;
+});
+
+async function serve(apiKeys: string[] = []): Promise<{ h: Harness; baseUrl: string }> {
+  const h = await startHarness({ apiKeys });
+  harness = h;
+  const baseUrl = await h.app.listen({ host: '127.0.0.1', port: 0 });
+  return { h, baseUrl };
+}
+
+async function createRoot(client: AgentforestClient, instructions: string): Promise<{ id: string; token: string }> {
+  const { data, error, response } = await client.POST('/v1/agents', { body: { instructions } });
+  if (data === undefined) throw new AgentforestError('POST /v1/agents', response.status, error);
+  expect(response.status).toBe(201);
+  return { id: data.agent.id, token: data.agentToken };
+}
+
+async function followup(client: AgentforestClient, id: string, content: string): Promise<string> {
+  const { data, error, response } = await client.POST('/v1/agents/{id}/messages', {
+    params: { path: { id } },
+    body: { content, delivery: 'followup' },
+  });
+  if (data === undefined) throw new AgentforestError(`POST /v1/agents/${id}/messages`, response.status, error);
+  expect(response.status).toBe(202);
+  return data.messageId;
+}
+
+/** A model that answers from a script, one reply per step, and keeps what each step showed it. */
+function scripted(replies: ModelReply[]): { model: ModelFn; seen: { messages: ChatMessage[]; tools: string[] }[] } {
+  const seen: { messages: ChatMessage[]; tools: string[] }[] = [];
+  const model: ModelFn = (messages, tools) => {
+    const reply = replies[seen.length];
+    seen.push({ messages, tools: tools.map((t) => t.function.name) });
+    if (reply === undefined) throw new Error(`the script has no reply for step ${seen.length}`);
+    return reply;
+  };
+  return { model, seen };
+}
+
+/** `type`, or `role:text` for messages (with tool call names or the result's call id), per entry. */
+function shape(entries: readonly SessionEntry[]): string[] {
+  return entries.map((e) => {
+    if (e.type === 'turn-end') return `turn-end:${e.reason ?? ''}`;
+    if (e.type !== 'message') return e.type;
+    const text = (e.content ?? []).map((b) => b.text).join('\n');
+    const calls = (e.toolCalls ?? []).map((c) => `${c.name}#${c.id}`).join(',');
+    const result = e.toolCallId === undefined ? '' : `#${e.toolCallId}${e.isError === true ? '!' : ''}`;
+    return `${e.role ?? ''}${result}:${text}${calls === '' ? '' : `[${calls}]`}`;
+  });
+}
+
+describe('the typed client and its driver against the real server', () => {
+  it('drives a root through a backend tool call to an answer, and the session records every step', async () => {
+    const { baseUrl } = await serve();
+    const client = createAgentforestClient({ baseUrl });
+    const root = await createRoot(client, 'You look things up.');
+    const messageId = await followup(client, root.id, 'What is the capital of France?');
+
+    const { model, seen } = scripted([
+      {
+        toolCalls: [
+          { id: 'call-lookup', name: 'lookup', input: { key: 'capital:France' } },
+          { id: 'call-broken', name: 'broken', input: {} },
+        ],
+      },
+      { content: 'Paris.' },
+    ]);
+    const lookups: unknown[] = [];
+    const summary = await runAgent({
+      client,
+      agentId: root.id,
+      agentToken: root.token,
+      model,
+      tools: {
+        lookup: async (input) => {
+          lookups.push(input);
+          return 'Paris';
+        },
+        broken: async () => {
+          throw new Error('index offline');
+        },
+      },
+      toolSchemas: [
+        { type: 'function', function: { name: 'lookup', description: 'Look a key up.', parameters: { type: 'object', properties: { key: { type: 'string' } } } } },
+      ],
+      waitMs: 5000,
+      maxTurns: 1,
+    });
+
+    expect(summary).toEqual({ turns: 1, steps: 2, stoppedBy: 'maxTurns' });
+    expect(lookups).toEqual([{ key: 'capital:France' }]);
+    expect(seen[0]).toEqual({
+      messages: [
+        { role: 'system', content: 'You look things up.' },
+        { role: 'user', content: 'What is the capital of France?' },
+      ],
+      tools: ['spawn_subagent', 'lookup'],
+    });
+    // The second step shows the model its own calls and the results the driver posted.
+    expect(seen[1]?.messages.slice(2)).toEqual([
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call-lookup', type: 'function', function: { name: 'lookup', arguments: '{"key":"capital:France"}' } },
+          { id: 'call-broken', type: 'function', function: { name: 'broken', arguments: '{}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call-lookup', content: 'Paris' },
+      { role: 'tool', tool_call_id: 'call-broken', content: 'Error: index offline' },
+    ]);
+
+    const entries = await readSession(client, root.id);
+    expect(shape(entries)).toEqual([
+      'turn-start',
+      'user:What is the capital of France?',
+      'step-start',
+      'assistant:[lookup#call-lookup,broken#call-broken]',
+      'tool#call-lookup:Paris',
+      'tool#call-broken!:Error: index offline',
+      'step-start',
+      'assistant:Paris.',
+      'turn-end:completed',
+    ]);
+    expect(entries[1]).toMatchObject({ messageId, source: { kind: 'user' } });
+    expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i + 1));
+  });
+
+  it('leaves a spawn_subagent result to the service, hands on the child credential, and stops with a stale-token error once the child settles', async () => {
+    const { baseUrl } = await serve();
+    const client = createAgentforestClient({ baseUrl });
+    const root = await createRoot(client, 'You delegate.');
+    await followup(client, root.id, 'Find the answer.');
+
+    const parent = scripted([
+      { toolCalls: [{ id: 'call-spawn', name: 'spawn_subagent', input: { prompt: 'Search for the answer.', label: 'finder' } }] },
+      { content: 'Delegated.' },
+    ]);
+    const children: ChildCredential[] = [];
+    const backendCalls: string[] = [];
+    const summary = await runAgent({
+      client,
+      agentId: root.id,
+      agentToken: root.token,
+      model: parent.model,
+      // A service-owned call must never reach the backend's tools.
+      tools: {
+        spawn_subagent: async () => {
+          backendCalls.push('spawn_subagent');
+          return 'wrong';
+        },
+      },
+      onChild: (child) => children.push(child),
+      waitMs: 5000,
+      maxTurns: 1,
+    });
+
+    expect(summary).toEqual({ turns: 1, steps: 2, stoppedBy: 'maxTurns' });
+    expect(backendCalls).toEqual([]);
+    expect(children).toEqual([{ via: 'spawned', agentId: expect.any(String), agentToken: expect.any(String) }]);
+    const child = children[0]!;
+    expect(child.agentToken).not.toBe('');
+    const spawnResult = parent.seen[1]?.messages.at(-1);
+    expect(spawnResult).toMatchObject({ role: 'tool', tool_call_id: 'call-spawn' });
+    expect(JSON.stringify(spawnResult)).toContain(child.agentId);
+
+    // The child's prompt is its first turn; it reports, ends its turn and settles, so its token goes stale.
+    const worker = scripted([{ toolCalls: [{ id: 'call-report', name: 'report', input: { output: 'The answer is 42.' } }] }, { content: 'Reported.' }]);
+    const stopped = await runAgent({ client, agentId: child.agentId, agentToken: child.agentToken, model: worker.model, waitMs: 5000 }).then(
+      () => {
+        throw new Error('the child driver returned instead of failing on its stale token');
+      },
+      (error: unknown) => error,
+    );
+    expect(stopped).toBeInstanceOf(StaleAgentTokenError);
+    expect(stopped).toMatchObject({ agentId: child.agentId, status: 403, code: 'UNAUTHORIZED', summary: { turns: 1, steps: 2 } });
+    expect((stopped as Error).message).toContain(`agent "${child.agentId}" refused this driver's token`);
+    expect(worker.seen[0]).toEqual({ messages: [{ role: 'user', content: 'Search for the answer.' }], tools: ['spawn_subagent', 'report'] });
+
+    const childView = await client.GET('/v1/agents/{id}', { params: { path: { id: child.agentId } } });
+    expect(childView.data).toMatchObject({ id: child.agentId, kind: 'child', parentId: root.id, status: 'settled', resident: false });
+
+    const rootEntries = await readSession(client, root.id);
+    expect(shape(rootEntries)).toEqual([
+      'turn-start',
+      'user:Find the answer.',
+      'step-start',
+      'assistant:[spawn_subagent#call-spawn]',
+      expect.stringMatching(/^tool#call-spawn:/),
+      'step-start',
+      'assistant:Delegated.',
+      'turn-end:completed',
+      `user:Background subagent ${child.agentId} reported:\nThe answer is 42.`,
+    ]);
+    expect(rootEntries.at(-1)).toMatchObject({ source: { kind: 'subagent-report', senderSessionId: child.agentId } });
+  });
+
+  it('stops at once when aborted during a long-poll, and the abandoned poll is never handed a step', async () => {
+    const { h, baseUrl } = await serve();
+    const client = createAgentforestClient({ baseUrl });
+    const root = await createRoot(client, 'You wait.');
+    const { model, seen } = scripted([]);
+    const controller = new AbortController();
+
+    const running = runAgent({ client, agentId: root.id, agentToken: root.token, model, signal: controller.signal, waitMs: 60_000 });
+    await until(() => h.system.dispatcher.waiting === 1, 'the driver long-polls', 5000);
+    controller.abort();
+    expect(await running).toEqual({ turns: 0, steps: 0, stoppedBy: 'aborted' });
+    expect(seen).toEqual([]);
+    await until(() => h.system.dispatcher.waiting === 0, 'the server drops the abandoned poll', 5000);
+
+    // The next turn's first step is still there for a new driver.
+    await followup(client, root.id, 'Are you there?');
+    const next = scripted([{ content: 'Yes.' }]);
+    expect(await runAgent({ client, agentId: root.id, agentToken: root.token, model: next.model, waitMs: 5000, maxTurns: 1 })).toEqual({
+      turns: 1,
+      steps: 1,
+      stoppedBy: 'maxTurns',
+    });
+    expect(next.seen[0]?.messages.at(-1)).toEqual({ role: 'user', content: 'Are you there?' });
+  });
+
+  it('stops when aborted during a model call and names the step it leaves claimed', async () => {
+    const { baseUrl } = await serve();
+    const client = createAgentforestClient({ baseUrl });
+    const root = await createRoot(client, 'You are slow.');
+    await followup(client, root.id, 'Think hard.');
+    const controller = new AbortController();
+    let claimedStep = '';
+    const summary = await runAgent({
+      client,
+      agentId: root.id,
+      agentToken: root.token,
+      signal: controller.signal,
+      waitMs: 5000,
+      model: (_messages, _tools, { step, signal }) => {
+        claimedStep = step.id;
+        controller.abort();
+        signal?.throwIfAborted();
+        return { content: 'never posted' };
+      },
+    });
+    expect(claimedStep).not.toBe('');
+    expect(summary).toEqual({ turns: 0, steps: 0, stoppedBy: 'aborted', abandonedStepId: claimedStep });
+    expect(shape(await readSession(client, root.id))).toEqual(['turn-start', 'user:Think hard.', 'step-start']);
+  });
+
+  it('stops with a stale-token error when its root is disposed while it long-polls', async () => {
+    const { h, baseUrl } = await serve();
+    const client = createAgentforestClient({ baseUrl });
+    const root = await createRoot(client, 'You will be disposed.');
+    const { model } = scripted([]);
+    const running = runAgent({ client, agentId: root.id, agentToken: root.token, model, waitMs: 60_000 }).then(
+      () => null,
+      (error: unknown) => error,
+    );
+    await until(() => h.system.dispatcher.waiting === 1, 'the driver long-polls', 5000);
+    const disposed = await client.DELETE('/v1/agents/{id}', { params: { path: { id: root.id }, query: { cascade: true } } });
+    expect(disposed.response.status).toBe(202);
+    expect(disposed.data?.agent).toMatchObject({ id: root.id, kind: 'root' });
+    const stopped = await running;
+    expect(stopped).toBeInstanceOf(StaleAgentTokenError);
+    expect(stopped).toMatchObject({ agentId: root.id, code: 'UNAUTHORIZED', summary: { turns: 0, steps: 0 } });
+  });
+
+  it('sends the operator key as a bearer token and an agent token per call', async () => {
+    const { baseUrl } = await serve(['operator-key-1']);
+    const anonymous = createAgentforestClient({ baseUrl });
+    const refused = await anonymous.POST('/v1/agents', { body: {} });
+    expect(refused.response.status).toBe(401);
+    expect(refused.error).toMatchObject({ statusCode: 401, code: 'UNAUTHENTICATED' });
+
+    const client = createAgentforestClient({ baseUrl, apiKey: 'operator-key-1' });
+    const root = await createRoot(client, 'You are keyed.');
+    const withToken = await client.GET('/v1/agents/{id}/tools', { params: { path: { id: root.id } }, headers: asAgent(root.token) });
+    expect(withToken.response.status).toBe(200);
+    const withoutToken = await client.GET('/v1/agents/{id}/tools', { params: { path: { id: root.id } } });
+    expect(withoutToken.response.status).toBe(403);
+    expect(withoutToken.error).toMatchObject({ code: 'UNAUTHORIZED' });
+  });
+});
+
+describe('the generated client schema', () => {
+  it('is what openapi-typescript generates from the committed openapi.yaml', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'agentforest-client-'));
+    try {
+      const fresh = join(dir, 'schema.d.ts');
+      const cli = join(REPO, 'node_modules', 'openapi-typescript', 'bin', 'cli.js');
+      await promisify(execFile)(process.execPath, [cli, 'openapi.yaml', '-o', fresh], { cwd: REPO });
+      const committed = await readFile(join(REPO, 'client', 'src', 'schema.d.ts'), 'utf8');
+      expect(committed, 'client/src/schema.d.ts is stale: run `npm run client:generate`').toBe(await readFile(fresh, 'utf8'));
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
