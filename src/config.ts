@@ -19,6 +19,8 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024 }),
   AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0 }),
   AGENTFOREST_IDEMPOTENCY_TTL_MS: Type.Integer({ default: 86_400_000, minimum: 1000 }),
+  AGENTFOREST_EVENT_HEARTBEAT_MS: Type.Integer({ default: 15_000, minimum: 10 }),
+  AGENTFOREST_EVENT_BUFFER_BYTES: Type.Integer({ default: 1_048_576, minimum: 1024 }),
   AGENTFOREST_SQLITE_SYNCHRONOUS: Type.Union(SQLITE_SYNC_MODES.map((m) => Type.Literal(m)), { default: 'full' }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info' }),
 });
@@ -36,6 +38,8 @@ export interface Config {
   bodyLimit: number;
   drainTimeoutMs: number;
   idempotencyTtlMs: number;
+  eventHeartbeatMs: number;
+  eventBufferBytes: number;
   sqliteSynchronous: Env['AGENTFOREST_SQLITE_SYNCHRONOUS'];
   logLevel: Env['LOG_LEVEL'];
 }
@@ -90,6 +94,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     bodyLimit: converted.AGENTFOREST_BODY_LIMIT,
     drainTimeoutMs: converted.AGENTFOREST_DRAIN_TIMEOUT_MS,
     idempotencyTtlMs: converted.AGENTFOREST_IDEMPOTENCY_TTL_MS,
+    eventHeartbeatMs: converted.AGENTFOREST_EVENT_HEARTBEAT_MS,
+    eventBufferBytes: converted.AGENTFOREST_EVENT_BUFFER_BYTES,
     sqliteSynchronous: converted.AGENTFOREST_SQLITE_SYNCHRONOUS,
     logLevel: converted.LOG_LEVEL,
   };

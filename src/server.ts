@@ -39,6 +39,8 @@ async function main(): Promise<void> {
     logger,
     apiKeys: config.apiKeys,
     bodyLimit: config.bodyLimit,
+    eventHeartbeatMs: config.eventHeartbeatMs,
+    eventBufferBytes: config.eventBufferBytes,
     publicUrl: `http://${config.host}:${config.port}`,
   });
 
