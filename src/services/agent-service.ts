@@ -285,8 +285,7 @@ export class AgentService {
   }
 
   async sessionPage(id: string, after: number, limit: number): Promise<SessionPage> {
-    await this.deps.log.durable();
-    const summary = await this.deps.log.store.header(id);
+    const summary = await this.deps.log.summary(id);
     if (summary === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
     const entries = await this.deps.log.store.read(id, after, limit);
     const last = entries[entries.length - 1];
@@ -402,8 +401,7 @@ export class AgentService {
   }
 
   private async storedHeader(id: string): Promise<SessionHeader | undefined> {
-    await this.deps.log.durable();
-    return (await this.deps.log.store.header(id))?.header;
+    return (await this.deps.log.summary(id))?.header;
   }
 
   /** Wait for the opened session's writes; on failure stop tracking it so the id stays usable. */

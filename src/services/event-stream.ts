@@ -47,8 +47,7 @@ export class EventStreams {
 
   /** Check the target exists (and is a root for a forest stream) before any response is sent. */
   async resolve(target: StreamTarget): Promise<SessionHeader> {
-    await this.deps.log.durable();
-    const header = (await this.deps.log.store.header(target.id))?.header;
+    const header = (await this.deps.log.summary(target.id))?.header;
     if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${target.id}" does not exist`);
     if (target.forest && header.kind !== 'root') {
       throw new ServiceError('VALIDATION', `forest streams follow a root; agent "${target.id}" belongs to the forest of "${header.rootSession ?? ''}"`);

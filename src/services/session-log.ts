@@ -14,7 +14,7 @@
  */
 import type { Logger } from 'pino';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
-import { batchIsEmpty, type IdempotencyRecord, type PendingOp, type SessionStore, type WriteBatch } from './session-store.js';
+import { batchIsEmpty, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 interface PendingBatch extends WriteBatch {
   done: Promise<void>;
@@ -122,6 +122,12 @@ export class SessionLog {
     // A failed batch is not durable: retry it now rather than report success.
     if (this.inflight === null && this.failedBatch !== null) this.commitNow();
     return this.inflight?.done ?? Promise.resolve();
+  }
+
+  /** A session's header and last seq as committed (pending writes commit first). */
+  async summary(id: string): Promise<SessionSummary | undefined> {
+    await this.durable();
+    return this.store.header(id);
   }
 
   /** Entries after `after` (committed first, so reads see every acknowledged write). */

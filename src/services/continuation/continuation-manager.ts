@@ -174,7 +174,7 @@ export class ContinuationManager {
     onAccepted?: (delivered: ChildDelivery) => void,
   ): Promise<ChildDelivery> {
     this.checkAdmission(parent);
-    const header = this.deps.registry.get(childId)?.header ?? (await this.storedHeader(childId));
+    const header = this.deps.registry.get(childId)?.header ?? (await this.deps.log.summary(childId))?.header;
     if (header === undefined) {
       if (path === 'tool') throw new ServiceError('NOT_RESUMABLE', `subagent "${childId}" is unavailable`);
       throw new ServiceError('AGENT_NOT_FOUND', `agent "${childId}" does not exist`);
@@ -344,8 +344,7 @@ export class ContinuationManager {
         `subagent "${id}" has no supported continuation state and cannot be resumed; do not retry send_message with this id`,
       );
     }
-    await this.deps.log.durable();
-    const summary = await this.deps.log.store.header(id);
+    const summary = await this.deps.log.summary(id);
     if (summary === undefined) throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" is unavailable`);
     const mark = await this.deps.log.store.lastActivation(id);
     if (mark?.event === 'closed') throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" was closed and cannot be resumed`);
@@ -544,11 +543,6 @@ export class ContinuationManager {
     if (spec.instructions !== undefined) header.instructions = spec.instructions;
     if (spec.toolFilter !== undefined) header.toolFilter = { allow: [...spec.toolFilter.allow] };
     return header;
-  }
-
-  private async storedHeader(id: string): Promise<SessionHeader | undefined> {
-    await this.deps.log.durable();
-    return (await this.deps.log.store.header(id))?.header;
   }
 
   /** Wait for a new child's first writes; if they cannot be made durable, close it again. */
