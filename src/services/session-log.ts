@@ -26,9 +26,14 @@ export type CommitListener = (batch: WriteBatch, elapsedMs: number) => void;
 export class SessionLog {
   /** Open sessions: their last seq and their forest's root. */
   private readonly sessions = new Map<string, { seq: number; root: string }>();
-  /** Forests with open sessions: the last forestSeq assigned, and how many sessions are open. */
+  /**
+   * Forests this process has written to: the last forestSeq assigned and how many sessions are
+   * open. Kept after the last session closes, so a reload can never hand out a position twice.
+   */
   private readonly forests = new Map<string, { seq: number; open: number }>();
   private readonly listeners = new Set<CommitListener>();
+  /** Forest loads in flight, shared by concurrent callers. */
+  private readonly loadingForests = new Map<string, Promise<void>>();
   private pending: PendingBatch = emptyBatch();
   private inflight: PendingBatch | null = null;
   private scheduled = false;
@@ -55,11 +60,18 @@ export class SessionLog {
    */
   async loadForest(root: string): Promise<void> {
     if (this.forests.has(root)) return;
-    await this.durable();
-    const last = await this.store.lastForestSeq(root);
-    const known = this.forests.get(root);
-    if (known === undefined) this.forests.set(root, { seq: last, open: 0 });
-    else known.seq = Math.max(known.seq, last);
+    let loading = this.loadingForests.get(root);
+    if (loading === undefined) {
+      loading = (async () => {
+        await this.durable();
+        const last = await this.store.lastForestSeq(root);
+        const known = this.forests.get(root);
+        if (known === undefined) this.forests.set(root, { seq: last, open: 0 });
+        else known.seq = Math.max(known.seq, last);
+      })().finally(() => this.loadingForests.delete(root));
+      this.loadingForests.set(root, loading);
+    }
+    await loading;
   }
 
   /** Open an existing session for appending at `lastSeq + 1` (its forest loaded first). */
@@ -73,7 +85,7 @@ export class SessionLog {
     if (session === undefined) return;
     this.sessions.delete(id);
     const forest = this.forests.get(session.root);
-    if (forest !== undefined && --forest.open <= 0) this.forests.delete(session.root);
+    if (forest !== undefined) forest.open -= 1;
   }
 
   isOpen(id: string): boolean {
@@ -171,9 +183,12 @@ export class SessionLog {
       () => {
         this.failedBatch = null;
         const elapsed = performance.now() - started;
+        const committed: WriteBatch = { headers: toWrite.headers, entries: toWrite.entries };
+        if (toWrite.pending !== undefined) committed.pending = toWrite.pending;
+        if (toWrite.idempotency !== undefined) committed.idempotency = toWrite.idempotency;
         for (const listener of this.listeners) {
           try {
-            listener(toWrite, elapsed);
+            listener(committed, elapsed);
           } catch (error) {
             this.logger?.error({ err: error }, 'a commit listener failed');
           }

@@ -14,20 +14,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { fixedClock, type Clock } from '../../src/domain/ports.js';
 import { createLogger } from '../../src/logger.js';
-import type {
-  ActivationMark,
-  IdempotencyRecord,
-  MessageLocation,
-  PendingRow,
-  SessionStore,
-  SessionSummary,
-  TurnBoundary,
-  WriteBatch,
-} from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import { createSystem } from '../../src/services/system.js';
-import type { SessionEntry } from '../../src/domain/session.js';
 import {
   claim,
   createRoot,
@@ -40,6 +29,7 @@ import {
   type Harness,
   type HarnessOptions,
 } from '../fixtures/harness.js';
+import { CrashingStore } from '../fixtures/crashing-store.js';
 
 interface Accepted {
   messageId: string;
@@ -702,64 +692,3 @@ describe('durability of keys', () => {
     expect(await childIds(h2, root2.id)).toHaveLength(1);
   });
 });
-
-/**
- * A store whose process "dies" at the first batch `crashAt` matches: that batch and every later
- * one are dropped (as if never written), while reads still see what was committed before.
- * Closing it leaves the inner store open for the next process.
- */
-class CrashingStore implements SessionStore {
-  readonly kind = 'memory' as const;
-  crashed = false;
-
-  constructor(
-    private readonly inner: SessionStore,
-    private readonly crashAt: (batch: WriteBatch) => boolean,
-  ) {}
-
-  async write(batch: WriteBatch): Promise<void> {
-    if (!this.crashed && this.crashAt(batch)) this.crashed = true;
-    if (this.crashed) return;
-    await this.inner.write(batch);
-  }
-
-  header(id: string): Promise<SessionSummary | undefined> {
-    return this.inner.header(id);
-  }
-
-  read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
-    return this.inner.read(id, after, limit);
-  }
-
-  lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
-    return this.inner.lastTurnBoundary(id);
-  }
-
-  lastActivation(id: string): Promise<ActivationMark | undefined> {
-    return this.inner.lastActivation(id);
-  }
-
-  children(parentId: string): Promise<SessionSummary[]> {
-    return this.inner.children(parentId);
-  }
-
-  pending(id: string): Promise<PendingRow[]> {
-    return this.inner.pending(id);
-  }
-
-  locate(messageId: string): Promise<MessageLocation | undefined> {
-    return this.inner.locate(messageId);
-  }
-
-  idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
-    return this.inner.idempotency(sender, key, now);
-  }
-
-  expireIdempotency(now: number): Promise<number> {
-    return this.inner.expireIdempotency(now);
-  }
-
-  async close(): Promise<void> {
-    // The inner store belongs to the next "process"; a crashed one releases nothing.
-  }
-}

@@ -10,17 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { SessionEntry } from '../../src/domain/session.js';
-import type {
-  ActivationMark,
-  IdempotencyRecord,
-  MessageLocation,
-  PendingRow,
-  SessionStore,
-  SessionSummary,
-  TurnBoundary,
-  WriteBatch,
-} from '../../src/services/session-store.js';
+import type { SessionStore } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import {
@@ -36,6 +26,7 @@ import {
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
+import { CrashingStore } from '../fixtures/crashing-store.js';
 
 interface Accepted {
   messageId: string;
@@ -392,66 +383,3 @@ describe('disposal discards queued work', () => {
     expect(withId(await session(h.app, child.id), queued.messageId)).toEqual([]);
   });
 });
-
-/**
- * A store whose process can "crash": after `crash()` every write is dropped (never reaches the
- * inner store) while reads still answer. Closing it leaves the inner store to its owner.
- */
-class CrashingStore implements SessionStore {
-  private crashed = false;
-
-  constructor(readonly inner: SessionStore) {}
-
-  get kind(): 'memory' | 'sqlite' {
-    return this.inner.kind;
-  }
-
-  crash(): void {
-    this.crashed = true;
-  }
-
-  async write(batch: WriteBatch): Promise<void> {
-    if (this.crashed) return;
-    await this.inner.write(batch);
-  }
-
-  header(id: string): Promise<SessionSummary | undefined> {
-    return this.inner.header(id);
-  }
-
-  read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
-    return this.inner.read(id, after, limit);
-  }
-
-  lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
-    return this.inner.lastTurnBoundary(id);
-  }
-
-  lastActivation(id: string): Promise<ActivationMark | undefined> {
-    return this.inner.lastActivation(id);
-  }
-
-  children(parentId: string): Promise<SessionSummary[]> {
-    return this.inner.children(parentId);
-  }
-
-  pending(id: string): Promise<PendingRow[]> {
-    return this.inner.pending(id);
-  }
-
-  locate(messageId: string): Promise<MessageLocation | undefined> {
-    return this.inner.locate(messageId);
-  }
-
-  idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
-    return this.inner.idempotency(sender, key, now);
-  }
-
-  expireIdempotency(now: number): Promise<number> {
-    return this.inner.expireIdempotency(now);
-  }
-
-  async close(): Promise<void> {
-    // The inner store is closed by whoever opened it (see `crash`), after this process is gone.
-  }
-}

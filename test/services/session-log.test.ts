@@ -1,27 +1,28 @@
 /**
  * SessionLog over a memory store: synchronous seq assignment, group commit (one store batch per
  * event-loop turn), durable() as the commit point, and the retry of a failed batch ahead of
- * later writes. Wrapper stores count, hold or fail writes to land work in each window.
+ * later writes; the gap-free forestSeq per root, carried on across a reopened SQLite file;
+ * and commit listeners. Wrapper stores count, hold or fail writes to land work in each window.
  */
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import { SessionLog } from '../../src/services/session-log.js';
-import type {
-  ActivationMark,
-  IdempotencyRecord,
-  MessageLocation,
-  PendingRow,
-  SessionStore,
-  SessionSummary,
-  TurnBoundary,
-  WriteBatch,
-} from '../../src/services/session-store.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
+import type { BatchEntry, WriteBatch } from '../../src/services/session-store.js';
+import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
+import { DelegatingStore } from '../fixtures/delegating-store.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
 function header(id: string): SessionHeader {
   return { version: 1, id, createdAt: AT, kind: 'root', parentSession: null, depth: 0, mode: null, provider: null };
+}
+
+/** A child in the forest of `root`, under `parent` (the root unless told otherwise). */
+function childHeader(id: string, root: string, parent = root): SessionHeader {
+  return { ...header(id), kind: 'child', parentSession: parent, depth: parent === root ? 1 : 2, rootSession: root };
 }
 
 function body(text: string): EntryBody {
@@ -38,6 +39,11 @@ function body(text: string): EntryBody {
 function textOf(entry: SessionEntry): string {
   if (entry.type !== 'message') throw new Error(`expected a message entry, got ${entry.type}`);
   return entry.content.map((block) => block.text).join('');
+}
+
+/** [session, seq, root, forestSeq] of each entry, to compare numbering at a glance. */
+function positions(entries: readonly BatchEntry[]): [string, number, string, number][] {
+  return entries.map((e) => [e.sessionId, e.entry.seq, e.rootId, e.forestSeq]);
 }
 
 /** One turn of the event loop: the session log schedules its commits with setImmediate. */
@@ -60,60 +66,17 @@ function deferred(): Deferred {
  * Wraps a store: records every write() call, can hold a write until released, can fail the
  * first `failFirst` writes.
  */
-class ProbeStore implements SessionStore {
-  readonly kind = 'memory' as const;
+class ProbeStore extends DelegatingStore {
   readonly writes: WriteBatch[] = [];
   hold: Promise<void> | null = null;
   failFirst = 0;
 
-  constructor(readonly inner: SessionStore = new MemorySessionStore()) {}
-
-  async write(batch: WriteBatch): Promise<void> {
+  override async write(batch: WriteBatch): Promise<void> {
     this.writes.push(structuredClone({ headers: batch.headers, entries: batch.entries }));
     const call = this.writes.length;
     if (this.hold !== null) await this.hold;
     if (call <= this.failFirst) throw new Error(`disk full (write ${call})`);
     await this.inner.write(batch);
-  }
-
-  header(id: string): Promise<SessionSummary | undefined> {
-    return this.inner.header(id);
-  }
-
-  read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
-    return this.inner.read(id, after, limit);
-  }
-
-  lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
-    return this.inner.lastTurnBoundary(id);
-  }
-
-  lastActivation(id: string): Promise<ActivationMark | undefined> {
-    return this.inner.lastActivation(id);
-  }
-
-  children(parentId: string): Promise<SessionSummary[]> {
-    return this.inner.children(parentId);
-  }
-
-  pending(id: string): Promise<PendingRow[]> {
-    return this.inner.pending(id);
-  }
-
-  locate(messageId: string): Promise<MessageLocation | undefined> {
-    return this.inner.locate(messageId);
-  }
-
-  idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
-    return this.inner.idempotency(sender, key, now);
-  }
-
-  expireIdempotency(now: number): Promise<number> {
-    return this.inner.expireIdempotency(now);
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
   }
 }
 
@@ -138,11 +101,12 @@ describe('SessionLog', () => {
     const store = new ProbeStore();
     await store.inner.write({
       headers: [header('a')],
-      entries: [1, 2].map((seq) => ({ sessionId: 'a', entry: { seq, ...body(`a${seq}`) } as SessionEntry })),
+      entries: [1, 2].map((seq) => ({ sessionId: 'a', entry: { seq, ...body(`a${seq}`) } as SessionEntry, rootId: 'a', forestSeq: seq })),
     });
     const log = new SessionLog(store);
 
-    log.open('a', 2);
+    await log.loadForest('a');
+    log.open('a', 2, 'a');
     const entry = log.append('a', body('a3'));
     await log.durable();
 
@@ -384,10 +348,246 @@ describe('SessionLog', () => {
     expect(store.writes.flatMap((w) => w.headers.map((h) => h.id))).toEqual(['a']);
   });
 
-  it('create() of an id opened for appending throws', () => {
+  it('create() of an id opened for appending throws', async () => {
     const log = new SessionLog(new ProbeStore());
-    log.open('a', 5);
+    await log.loadForest('a');
+    log.open('a', 5, 'a');
 
     expect(() => log.create(header('a'))).toThrow('session "a" is already open');
+  });
+});
+
+describe('SessionLog forest numbering', () => {
+  const dirs: string[] = [];
+
+  afterEach(() => {
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('numbers the entries of a root and its children gap-free in one forest, in append order', async () => {
+    const store = new ProbeStore();
+    const log = new SessionLog(store);
+
+    log.create(header('r'));
+    log.create(childHeader('c1', 'r'));
+    log.append('r', body('r1'));
+    log.append('c1', body('c1-1'));
+    log.create(childHeader('g1', 'r', 'c1'));
+    log.append('g1', body('g1-1'));
+    log.append('r', body('r2'));
+    await log.durable();
+    log.append('c1', body('c1-2'));
+    log.append('g1', body('g1-2'));
+    await log.durable();
+
+    const expected: [string, number, string, number][] = [
+      ['r', 1, 'r', 1],
+      ['c1', 1, 'r', 2],
+      ['g1', 1, 'r', 3],
+      ['r', 2, 'r', 4],
+      ['c1', 2, 'r', 5],
+      ['g1', 2, 'r', 6],
+    ];
+    expect(store.writes.map((w) => positions(w.entries))).toEqual([expected.slice(0, 4), expected.slice(4)]);
+    expect(positions(await store.readForest('r', 0, 100))).toEqual(expected);
+    expect(await store.lastForestSeq('r')).toBe(6);
+  });
+
+  it('numbers two forests independently, each from 1', async () => {
+    const store = new ProbeStore();
+    const log = new SessionLog(store);
+
+    log.create(header('a'));
+    log.create(header('b'));
+    log.create(childHeader('a-child', 'a'));
+    log.create(childHeader('b-child', 'b'));
+    log.append('a', body('a1'));
+    log.append('b', body('b1'));
+    log.append('b-child', body('bc1'));
+    log.append('a-child', body('ac1'));
+    log.append('b', body('b2'));
+    log.append('a', body('a2'));
+    await log.durable();
+
+    expect(positions(store.writes.flatMap((w) => w.entries))).toEqual([
+      ['a', 1, 'a', 1],
+      ['b', 1, 'b', 1],
+      ['b-child', 1, 'b', 2],
+      ['a-child', 1, 'a', 2],
+      ['b', 2, 'b', 3],
+      ['a', 2, 'a', 3],
+    ]);
+    expect((await store.readForest('a', 0, 100)).map((e) => e.sessionId)).toEqual(['a', 'a-child', 'a']);
+    expect((await store.readForest('b', 0, 100)).map((e) => e.sessionId)).toEqual(['b', 'b-child', 'b']);
+  });
+
+  it('continues a forest after loadForest on a reopened SQLite file, for the root and for a child', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'agentforest-log-'));
+    dirs.push(dir);
+    const path = join(dir, 'sessions.db');
+    const first = new SqliteSessionStore({ path });
+    const before = new SessionLog(first);
+    before.create(header('r'));
+    before.create(childHeader('c', 'r'));
+    before.append('r', body('r1'));
+    before.append('c', body('c1'));
+    before.append('r', body('r2'));
+    await before.flush();
+    await first.close();
+
+    const second = new SqliteSessionStore({ path });
+    try {
+      const log = new SessionLog(second);
+      await log.loadForest('r');
+      log.open('c', 1, 'r');
+      log.open('r', 2, 'r');
+      const c2 = log.append('c', body('c2'));
+      const r3 = log.append('r', body('r3'));
+      await log.durable();
+
+      expect([c2.seq, r3.seq]).toEqual([2, 3]);
+      expect(positions(await second.readForest('r', 0, 100))).toEqual([
+        ['r', 1, 'r', 1],
+        ['c', 1, 'r', 2],
+        ['r', 2, 'r', 3],
+        ['c', 2, 'r', 4],
+        ['r', 3, 'r', 5],
+      ]);
+      expect(await second.lastForestSeq('r')).toBe(5);
+    } finally {
+      await second.close();
+    }
+  });
+
+  it('continues a forest whose sessions were all released, once loadForest reloads it', async () => {
+    const store = new ProbeStore();
+    const log = new SessionLog(store);
+    log.create(header('r'));
+    log.create(childHeader('c', 'r'));
+    log.append('r', body('r1'));
+    log.append('c', body('c1'));
+    log.release('r');
+    log.release('c');
+
+    await log.loadForest('r');
+    log.open('c', 1, 'r');
+    log.append('c', body('c2'));
+    await log.durable();
+
+    expect(positions(await store.readForest('r', 0, 100))).toEqual([
+      ['r', 1, 'r', 1],
+      ['c', 1, 'r', 2],
+      ['c', 2, 'r', 3],
+    ]);
+  });
+
+  it('refuses to open a session or create a child before its forest is loaded, and queues nothing', async () => {
+    const store = new ProbeStore();
+    await store.inner.write({ headers: [header('r')], entries: [] });
+    const log = new SessionLog(store);
+
+    expect(() => log.open('r', 0, 'r')).toThrow('forest "r" is not loaded; open it with loadForest first');
+    expect(() => log.create(childHeader('c', 'r'))).toThrow('forest "r" is not loaded; open it with loadForest first');
+    expect(log.isOpen('r')).toBe(false);
+    expect(log.isOpen('c')).toBe(false);
+    await log.flush();
+
+    expect(store.writes).toEqual([]);
+    expect(await store.header('c')).toBeUndefined();
+  });
+});
+
+describe('SessionLog commit listeners', () => {
+  it('subscribe() hears each committed batch once, with its headers and numbered entries, in commit order', async () => {
+    const log = new SessionLog(new ProbeStore());
+    const heard: { batch: WriteBatch; elapsedMs: number }[] = [];
+    log.subscribe((batch, elapsedMs) => {
+      heard.push({ batch: structuredClone({ headers: batch.headers, entries: batch.entries }), elapsedMs });
+    });
+
+    log.create(header('a'));
+    log.append('a', body('a1'));
+    log.append('a', body('a2'));
+    await log.durable();
+    log.append('a', body('a3'));
+    await log.durable();
+    await log.flush();
+
+    expect(heard.map((h) => h.batch.headers.map((x) => x.id))).toEqual([['a'], []]);
+    expect(heard.map((h) => positions(h.batch.entries))).toEqual([
+      [
+        ['a', 1, 'a', 1],
+        ['a', 2, 'a', 2],
+      ],
+      [['a', 3, 'a', 3]],
+    ]);
+    expect(heard.map((h) => h.batch.entries.map((e) => textOf(e.entry)))).toEqual([['a1', 'a2'], ['a3']]);
+    for (const { elapsedMs } of heard) expect(elapsedMs).toBeGreaterThanOrEqual(0);
+  });
+
+  it('subscribe() does not hear a failed batch, then hears it once when its retry commits', async () => {
+    const store = new ProbeStore();
+    store.failFirst = 1;
+    const log = new SessionLog(store);
+    const heard: [string, number, string, number][][] = [];
+    log.subscribe((batch) => {
+      heard.push(positions(batch.entries));
+    });
+
+    log.create(header('a'));
+    log.append('a', body('a1'));
+    log.append('a', body('a2'));
+    await expect(log.durable()).rejects.toThrow('disk full (write 1)');
+
+    expect(heard).toEqual([]);
+
+    log.append('a', body('a3'));
+    await log.durable();
+    await log.flush();
+
+    expect(store.writes).toHaveLength(2);
+    expect(heard).toEqual([
+      [
+        ['a', 1, 'a', 1],
+        ['a', 2, 'a', 2],
+        ['a', 3, 'a', 3],
+      ],
+    ]);
+  });
+
+  it('the function subscribe() returns stops the listener hearing later commits', async () => {
+    const log = new SessionLog(new ProbeStore());
+    const heard: number[][] = [];
+    const unsubscribe = log.subscribe((batch) => {
+      heard.push(batch.entries.map((e) => e.forestSeq));
+    });
+
+    log.create(header('a'));
+    log.append('a', body('a1'));
+    await log.durable();
+    unsubscribe();
+    log.append('a', body('a2'));
+    await log.durable();
+
+    expect(heard).toEqual([[1]]);
+  });
+
+  it('a throwing listener neither fails the commit nor keeps later listeners from hearing it', async () => {
+    const store = new ProbeStore();
+    const log = new SessionLog(store);
+    const heard: number[][] = [];
+    log.subscribe(() => {
+      throw new Error('listener broke');
+    });
+    log.subscribe((batch) => {
+      heard.push(batch.entries.map((e) => e.entry.seq));
+    });
+
+    log.create(header('a'));
+    log.append('a', body('a1'));
+    await log.durable();
+
+    expect(heard).toEqual([[1]]);
+    expect((await store.read('a', 0)).map(textOf)).toEqual(['a1']);
   });
 });

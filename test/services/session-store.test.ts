@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
-import type { SessionStore, WriteBatch } from '../../src/services/session-store.js';
+import type { BatchEntry, SessionStore, WriteBatch } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 
@@ -72,17 +72,45 @@ function turnEnd(seq: number, turnId: string): SessionEntry {
   return { seq, type: 'turn-end', at: AT, turnId, reason: 'completed' };
 }
 
-function entriesOf(sessionId: string, entries: SessionEntry[]): WriteBatch['entries'] {
-  return entries.map((entry) => ({ sessionId, entry }));
+function childHeader(id: string, root: string): SessionHeader {
+  return { ...header(id), kind: 'child', parentSession: root, depth: 1, rootSession: root };
+}
+
+/**
+ * Builds batch entries numbered the way SessionLog.append numbers them: forestSeq counts
+ * 1, 2, 3... per root, and a session is its own root unless told otherwise. One per test, as
+ * each test starts from an empty store.
+ */
+class ForestNumbering {
+  private readonly last = new Map<string, number>();
+
+  entry(sessionId: string, entry: SessionEntry, rootId = sessionId): BatchEntry {
+    const forestSeq = (this.last.get(rootId) ?? 0) + 1;
+    this.last.set(rootId, forestSeq);
+    return { sessionId, entry, rootId, forestSeq };
+  }
+
+  entries(sessionId: string, entries: SessionEntry[], rootId = sessionId): BatchEntry[] {
+    return entries.map((entry) => this.entry(sessionId, entry, rootId));
+  }
+
+  /** A rejected batch took no forest positions: hand them out again, as the log's retry would. */
+  rejected(batch: WriteBatch): void {
+    for (const { rootId, forestSeq } of batch.entries) {
+      this.last.set(rootId, Math.min(this.last.get(rootId) ?? 0, forestSeq - 1));
+    }
+  }
 }
 
 describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
   let fixture: StoreFixture;
   let store: SessionStore;
+  let forest: ForestNumbering;
 
   beforeEach(async () => {
     fixture = await factory.create();
     store = fixture.store;
+    forest = new ForestNumbering();
   });
 
   afterEach(async () => {
@@ -92,21 +120,21 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
   /** Session `id` with messages seq 1..count committed. */
   async function seed(id: string, count: number): Promise<SessionEntry[]> {
     const entries = Array.from({ length: count }, (_, i) => message(i + 1));
-    await store.write({ headers: [header(id)], entries: entriesOf(id, entries) });
+    await store.write({ headers: [header(id)], entries: forest.entries(id, entries) });
     return entries;
   }
 
   it('reads back a header and its entries in seq order', async () => {
     const entries = [message(1), turnStart(2, 't1'), message(3), turnEnd(4, 't1')];
-    await store.write({ headers: [header('s1')], entries: entriesOf('s1', entries) });
+    await store.write({ headers: [header('s1')], entries: forest.entries('s1', entries) });
 
     expect(await store.read('s1', 0)).toEqual(entries);
   });
 
   it('appends entries written in later batches after the earlier ones', async () => {
     await store.write({ headers: [header('s1')], entries: [] });
-    await store.write({ headers: [], entries: entriesOf('s1', [message(1), message(2)]) });
-    await store.write({ headers: [], entries: entriesOf('s1', [message(3)]) });
+    await store.write({ headers: [], entries: forest.entries('s1', [message(1), message(2)]) });
+    await store.write({ headers: [], entries: forest.entries('s1', [message(3)]) });
 
     expect((await store.read('s1', 0)).map((e) => e.seq)).toEqual([1, 2, 3]);
   });
@@ -125,9 +153,9 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
     await store.write({
       headers: [header('a'), header('b')],
       entries: [
-        { sessionId: 'a', entry: message(1, 'a1') },
-        { sessionId: 'b', entry: message(1, 'b1') },
-        { sessionId: 'a', entry: message(2, 'a2') },
+        forest.entry('a', message(1, 'a1')),
+        forest.entry('b', message(1, 'b1')),
+        forest.entry('a', message(2, 'a2')),
       ],
     });
 
@@ -143,7 +171,7 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
     await store.write({ headers: [header('s1')], entries: [] });
     expect(await store.header('s1')).toEqual({ header: header('s1'), lastSeq: 0 });
 
-    await store.write({ headers: [], entries: entriesOf('s1', [message(1), message(2), message(3)]) });
+    await store.write({ headers: [], entries: forest.entries('s1', [message(1), message(2), message(3)]) });
     expect(await store.header('s1')).toEqual({ header: header('s1'), lastSeq: 3 });
   });
 
@@ -171,7 +199,7 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
 
     const batch: WriteBatch = {
       headers: [header('b')],
-      entries: [{ sessionId: 'b', entry: message(1) }, { sessionId: 'a', entry: message(3) }, { sessionId: 'a', entry: message(5) }],
+      entries: [forest.entry('b', message(1)), forest.entry('a', message(3)), forest.entry('a', message(5))],
     };
     await expect(store.write(batch)).rejects.toThrow();
 
@@ -179,19 +207,22 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
     expect(await store.read('b', 0)).toEqual([]);
     expect(await store.header('a')).toEqual({ header: header('a'), lastSeq: 2 });
     expect((await store.read('a', 0)).map((e) => e.seq)).toEqual([1, 2]);
+    expect(await store.lastForestSeq('a')).toBe(2);
+    expect(await store.lastForestSeq('b')).toBe(0);
+    expect(await store.readForest('b', 0, 10)).toEqual([]);
   });
 
   it('rejects a batch whose first entry skips past the next seq', async () => {
     await seed('a', 2);
 
-    await expect(store.write({ headers: [], entries: entriesOf('a', [message(4), message(5)]) })).rejects.toThrow();
+    await expect(store.write({ headers: [], entries: forest.entries('a', [message(4), message(5)]) })).rejects.toThrow();
 
     expect(await store.header('a')).toEqual({ header: header('a'), lastSeq: 2 });
     expect((await store.read('a', 0)).map((e) => e.seq)).toEqual([1, 2]);
   });
 
   it('rejects a new session whose first entry is not seq 1 and keeps no header for it', async () => {
-    await expect(store.write({ headers: [header('b')], entries: entriesOf('b', [message(2)]) })).rejects.toThrow();
+    await expect(store.write({ headers: [header('b')], entries: forest.entries('b', [message(2)]) })).rejects.toThrow();
 
     expect(await store.header('b')).toBeUndefined();
   });
@@ -201,7 +232,7 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
 
     const batch: WriteBatch = {
       headers: [header('b')],
-      entries: [{ sessionId: 'b', entry: message(1) }, { sessionId: 'a', entry: message(2, 'again') }],
+      entries: [forest.entry('b', message(1)), forest.entry('a', message(2, 'again'))],
     };
     await expect(store.write(batch)).rejects.toThrow();
 
@@ -213,7 +244,7 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
     await seed('a', 2);
 
     await expect(
-      store.write({ headers: [header('b')], entries: entriesOf('a', [message(3), message(3, 'twin')]) }),
+      store.write({ headers: [header('b')], entries: forest.entries('a', [message(3), message(3, 'twin')]) }),
     ).rejects.toThrow();
 
     expect(await store.header('b')).toBeUndefined();
@@ -223,11 +254,14 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
 
   it('accepts the next seq after a rejected batch', async () => {
     await seed('a', 2);
-    await expect(store.write({ headers: [], entries: entriesOf('a', [message(3), message(5)]) })).rejects.toThrow();
+    const rejected: WriteBatch = { headers: [], entries: forest.entries('a', [message(3), message(5)]) };
+    await expect(store.write(rejected)).rejects.toThrow();
+    forest.rejected(rejected);
 
-    await store.write({ headers: [], entries: entriesOf('a', [message(3, 'retry')]) });
+    await store.write({ headers: [], entries: forest.entries('a', [message(3, 'retry')]) });
 
     expect(await store.read('a', 2)).toEqual([message(3, 'retry')]);
+    expect(await store.readForest('a', 2, 10)).toEqual([{ sessionId: 'a', entry: message(3, 'retry'), rootId: 'a', forestSeq: 3 }]);
   });
 
   it('rejects creating a session id that already exists and keeps the original header', async () => {
@@ -251,7 +285,7 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
 
     const batch: WriteBatch = {
       headers: [header('b')],
-      entries: [{ sessionId: 'a', entry: message(2) }, { sessionId: 'ghost', entry: message(1) }],
+      entries: [forest.entry('a', message(2)), forest.entry('ghost', message(1))],
     };
     await expect(store.write(batch)).rejects.toThrow();
 
@@ -264,7 +298,7 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
   it('lastTurnBoundary finds the latest turn-start', async () => {
     await store.write({
       headers: [header('s1')],
-      entries: entriesOf('s1', [message(1), turnStart(2, 't1'), message(3), turnEnd(4, 't1'), turnStart(5, 't2'), message(6)]),
+      entries: forest.entries('s1', [message(1), turnStart(2, 't1'), message(3), turnEnd(4, 't1'), turnStart(5, 't2'), message(6)]),
     });
 
     expect(await store.lastTurnBoundary('s1')).toEqual({ type: 'turn-start', turnId: 't2', seq: 5 });
@@ -273,7 +307,7 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
   it('lastTurnBoundary finds the latest turn-end', async () => {
     await store.write({
       headers: [header('s1')],
-      entries: entriesOf('s1', [turnStart(1, 't1'), message(2), turnEnd(3, 't1'), message(4)]),
+      entries: forest.entries('s1', [turnStart(1, 't1'), message(2), turnEnd(3, 't1'), message(4)]),
     });
 
     expect(await store.lastTurnBoundary('s1')).toEqual({ type: 'turn-end', turnId: 't1', seq: 3 });
@@ -283,9 +317,9 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
     await store.write({
       headers: [header('a'), header('b')],
       entries: [
-        { sessionId: 'a', entry: turnStart(1, 'ta') },
-        { sessionId: 'b', entry: turnStart(1, 'tb') },
-        { sessionId: 'b', entry: turnEnd(2, 'tb') },
+        forest.entry('a', turnStart(1, 'ta')),
+        forest.entry('b', turnStart(1, 'tb')),
+        forest.entry('b', turnEnd(2, 'tb')),
       ],
     });
 
@@ -302,7 +336,7 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
   it('stores copies: mutating a written header or entry does not change the store', async () => {
     const h = header('s1');
     const entry = message(1, 'original');
-    await store.write({ headers: [h], entries: [{ sessionId: 's1', entry }] });
+    await store.write({ headers: [h], entries: [forest.entry('s1', entry)] });
 
     h.depth = 99;
     h.createdAt = 'mutated';
@@ -328,5 +362,92 @@ describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
 
     expect(await store.read('s1', 0)).toEqual([message(1)]);
     expect(await store.header('s1')).toEqual({ header: header('s1'), lastSeq: 1 });
+  });
+
+  it("readForest returns a forest's entries across its sessions in forestSeq order, paged by after and limit", async () => {
+    await store.write({
+      headers: [header('r'), childHeader('c1', 'r'), header('other')],
+      entries: [
+        forest.entry('r', message(1, 'r1')),
+        forest.entry('c1', message(1, 'c1-1'), 'r'),
+        forest.entry('other', message(1, 'o1')),
+        forest.entry('r', message(2, 'r2')),
+      ],
+    });
+    await store.write({ headers: [childHeader('c2', 'r')], entries: [] });
+    await store.write({
+      headers: [],
+      entries: [
+        forest.entry('c2', message(1, 'c2-1'), 'r'),
+        forest.entry('c1', message(2, 'c1-2'), 'r'),
+        forest.entry('r', message(3, 'r3')),
+      ],
+    });
+    const expected: BatchEntry[] = [
+      { sessionId: 'r', entry: message(1, 'r1'), rootId: 'r', forestSeq: 1 },
+      { sessionId: 'c1', entry: message(1, 'c1-1'), rootId: 'r', forestSeq: 2 },
+      { sessionId: 'r', entry: message(2, 'r2'), rootId: 'r', forestSeq: 3 },
+      { sessionId: 'c2', entry: message(1, 'c2-1'), rootId: 'r', forestSeq: 4 },
+      { sessionId: 'c1', entry: message(2, 'c1-2'), rootId: 'r', forestSeq: 5 },
+      { sessionId: 'r', entry: message(3, 'r3'), rootId: 'r', forestSeq: 6 },
+    ];
+
+    expect(await store.readForest('r', 0, 100)).toEqual(expected);
+    expect(await store.readForest('r', 0, 2)).toEqual(expected.slice(0, 2));
+    expect(await store.readForest('r', 2, 3)).toEqual(expected.slice(2, 5));
+    expect(await store.readForest('r', 4, 10)).toEqual(expected.slice(4));
+    expect(await store.readForest('r', 6, 10)).toEqual([]);
+    expect(await store.readForest('r', 0, 0)).toEqual([]);
+    expect(await store.readForest('other', 0, 100)).toEqual([{ sessionId: 'other', entry: message(1, 'o1'), rootId: 'other', forestSeq: 1 }]);
+    expect(await store.lastForestSeq('r')).toBe(6);
+    expect(await store.lastForestSeq('other')).toBe(1);
+  });
+
+  it('readForest pages through a whole forest without repeating or skipping an entry', async () => {
+    await store.write({ headers: [header('r'), childHeader('c', 'r')], entries: [] });
+    for (let seq = 1; seq <= 4; seq++) {
+      await store.write({
+        headers: [],
+        entries: [forest.entry('r', message(seq, `r${seq}`)), forest.entry('c', message(seq, `c${seq}`), 'r')],
+      });
+    }
+
+    const pages: number[][] = [];
+    let after = 0;
+    for (;;) {
+      const page = await store.readForest('r', after, 3);
+      if (page.length === 0) break;
+      pages.push(page.map((item) => item.forestSeq));
+      after = page[page.length - 1]!.forestSeq;
+    }
+
+    expect(pages).toEqual([[1, 2, 3], [4, 5, 6], [7, 8]]);
+    expect(await store.lastForestSeq('r')).toBe(8);
+  });
+
+  it('lastForestSeq is 0 and readForest is empty for an unknown forest', async () => {
+    await seed('a', 2);
+
+    expect(await store.lastForestSeq('nope')).toBe(0);
+    expect(await store.readForest('nope', 0, 100)).toEqual([]);
+  });
+
+  it('lastForestSeq is 0 for a root whose session has no entries yet', async () => {
+    await store.write({ headers: [header('r')], entries: [] });
+
+    expect(await store.lastForestSeq('r')).toBe(0);
+    expect(await store.readForest('r', 0, 100)).toEqual([]);
+  });
+
+  it('readForest returns copies: mutating what was read does not change the store', async () => {
+    await seed('s1', 1);
+
+    const [read] = await store.readForest('s1', 0, 10);
+    if (read?.entry.type !== 'message') throw new Error('expected a message entry');
+    read.entry.content[0]!.text = 'mutated';
+    read.forestSeq = 42;
+    read.sessionId = 'mutated';
+
+    expect(await store.readForest('s1', 0, 10)).toEqual([{ sessionId: 's1', entry: message(1), rootId: 's1', forestSeq: 1 }]);
   });
 });

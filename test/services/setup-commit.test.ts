@@ -99,9 +99,9 @@ function recordPublication(h: Harness, order: string[]): void {
     create(header);
   });
   const reopen = log.open.bind(log);
-  vi.spyOn(log, 'open').mockImplementation((id, lastSeq) => {
+  vi.spyOn(log, 'open').mockImplementation((id, lastSeq, root) => {
     order.push('session:opened');
-    reopen(id, lastSeq);
+    reopen(id, lastSeq, root);
   });
   const append = log.append.bind(log);
   vi.spyOn(log, 'append').mockImplementation((id, body) => {

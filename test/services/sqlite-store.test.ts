@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
+import type { BatchEntry } from '../../src/services/session-store.js';
 import { SqliteSessionStore, schemaVersionOf } from '../../src/services/stores/sqlite-store.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/services/stores/sqlite-migrations.js';
 
@@ -16,6 +17,22 @@ const AT = '2026-01-01T00:00:00.000Z';
 
 function header(id: string): SessionHeader {
   return { version: 1, id, createdAt: AT, kind: 'root', parentSession: null, depth: 0, mode: null, provider: null };
+}
+
+type EntriesOf = (sessionId: string, entries: SessionEntry[], rootId?: string) => BatchEntry[];
+
+/**
+ * Builds batch entries with forestSeq counting 1, 2, 3... per root, as SessionLog.append
+ * numbers them; a session is its own root unless told otherwise.
+ */
+function forestNumbering(): EntriesOf {
+  const last = new Map<string, number>();
+  return (sessionId, entries, rootId = sessionId) =>
+    entries.map((entry) => {
+      const forestSeq = (last.get(rootId) ?? 0) + 1;
+      last.set(rootId, forestSeq);
+      return { sessionId, entry, rootId, forestSeq };
+    });
 }
 
 function message(seq: number): SessionEntry {
@@ -41,6 +58,7 @@ function storeConnection(store: SqliteSessionStore): Database.Database {
 describe('SqliteSessionStore', () => {
   let dir: string;
   let path: string;
+  let entriesOf: EntriesOf;
   const opened: { close(): unknown }[] = [];
 
   function openStore(options: { synchronous?: 'full' | 'normal' } = {}): SqliteSessionStore {
@@ -58,6 +76,7 @@ describe('SqliteSessionStore', () => {
   beforeEach(() => {
     dir = mkdtempSync(join(tmpdir(), 'agentforest-sqlite-'));
     path = join(dir, 'sessions.db');
+    entriesOf = forestNumbering();
   });
 
   afterEach(async () => {
@@ -67,15 +86,52 @@ describe('SqliteSessionStore', () => {
 
   it('keeps headers and entries across close and reopen of the same file', async () => {
     const first = openStore();
-    await first.write({ headers: [header('s1')], entries: [1, 2, 3].map((seq) => ({ sessionId: 's1', entry: message(seq) })) });
+    await first.write({ headers: [header('s1')], entries: entriesOf('s1', [message(1), message(2), message(3)]) });
     await first.close();
 
     const second = openStore();
     expect(await second.header('s1')).toEqual({ header: header('s1'), lastSeq: 3 });
     expect(await second.read('s1', 0)).toEqual([message(1), message(2), message(3)]);
 
-    await second.write({ headers: [], entries: [{ sessionId: 's1', entry: message(4) }] });
+    await second.write({ headers: [], entries: entriesOf('s1', [message(4)]) });
     expect((await second.read('s1', 0)).map((e) => e.seq)).toEqual([1, 2, 3, 4]);
+  });
+
+  it('keeps forest order across close and reopen, and continues it', async () => {
+    const first = openStore();
+    const child: SessionHeader = { ...header('c'), kind: 'child', parentSession: 'r', depth: 1, rootSession: 'r' };
+    await first.write({ headers: [header('r'), child], entries: [...entriesOf('r', [message(1)]), ...entriesOf('c', [message(1)], 'r')] });
+    await first.close();
+
+    const second = openStore();
+    expect(await second.lastForestSeq('r')).toBe(2);
+    await second.write({ headers: [], entries: entriesOf('r', [message(2)]) });
+
+    expect((await second.readForest('r', 0, 10)).map((item) => [item.sessionId, item.entry.seq, item.forestSeq])).toEqual([
+      ['r', 1, 1],
+      ['c', 1, 2],
+      ['r', 2, 3],
+    ]);
+  });
+
+  it('rejects a batch that repeats a forest position and persists none of it', async () => {
+    const store = openStore();
+    await store.write({ headers: [header('r'), header('s')], entries: entriesOf('r', [message(1), message(2)]) });
+
+    await expect(
+      store.write({
+        headers: [],
+        entries: [
+          { sessionId: 's', entry: message(1), rootId: 's', forestSeq: 1 },
+          { sessionId: 'r', entry: message(3), rootId: 'r', forestSeq: 2 },
+        ],
+      }),
+    ).rejects.toThrow();
+
+    expect(await store.header('r')).toEqual({ header: header('r'), lastSeq: 2 });
+    expect(await store.header('s')).toEqual({ header: header('s'), lastSeq: 0 });
+    expect(await store.lastForestSeq('r')).toBe(2);
+    expect(await store.lastForestSeq('s')).toBe(0);
   });
 
   it('puts the file in WAL journal mode', () => {
@@ -106,7 +162,7 @@ describe('SqliteSessionStore', () => {
 
   it('does not re-run migrations when the file is reopened', async () => {
     const first = openStore();
-    await first.write({ headers: [header('s1')], entries: [{ sessionId: 's1', entry: message(1) }] });
+    await first.write({ headers: [header('s1')], entries: entriesOf('s1', [message(1)]) });
     await first.close();
     const raw = openRaw();
     const before = raw.prepare('SELECT version, applied_at FROM schema_migrations ORDER BY version').all();
@@ -140,10 +196,10 @@ describe('SqliteSessionStore', () => {
 
   it('passes integrity_check after accepted and rejected writes', async () => {
     const store = openStore();
-    await store.write({ headers: [header('a'), header('b')], entries: [{ sessionId: 'a', entry: message(1) }] });
-    await store.write({ headers: [], entries: [2, 3, 4].map((seq) => ({ sessionId: 'a', entry: message(seq) })) });
+    await store.write({ headers: [header('a'), header('b')], entries: entriesOf('a', [message(1)]) });
+    await store.write({ headers: [], entries: entriesOf('a', [message(2), message(3), message(4)]) });
     await expect(
-      store.write({ headers: [header('c')], entries: [{ sessionId: 'b', entry: message(1) }, { sessionId: 'b', entry: message(3) }] }),
+      store.write({ headers: [header('c')], entries: entriesOf('b', [message(1), message(3)]) }),
     ).rejects.toThrow();
     await store.close();
 

@@ -134,8 +134,8 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
 
       openStore(path);
 
-      expect(LATEST_SCHEMA_VERSION).toBe(2);
-      expect(appliedVersions(path)).toEqual([1, 2]);
+      expect(LATEST_SCHEMA_VERSION).toBe(3);
+      expect(appliedVersions(path)).toEqual([1, 2, 3]);
       expect(appliedVersions(path)).toEqual(MIGRATIONS.map((m) => m.version));
       expect(schemaVersionOf(openRaw(path, { readonly: true }))).toBe(LATEST_SCHEMA_VERSION);
       expect(tableNames(path)).toEqual(['entries', 'idempotency', 'pending', 'schema_migrations', 'sessions']);
@@ -199,15 +199,20 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
       await store.write({
         headers: [],
         entries: [
-          { sessionId: 'child-1', entry: { seq: 4, type: 'turn-end', at, turnId: 't2', reason: 'failed' } },
+          { sessionId: 'child-1', entry: { seq: 4, type: 'turn-end', at, turnId: 't2', reason: 'failed' }, rootId: 'root-1', forestSeq: 9 },
           {
             sessionId: 'root-1',
             entry: { seq: 6, type: 'message', at, messageId: 'm5', role: 'user', content: [{ type: 'text', text: 'later' }], source: { kind: 'user' } },
+            rootId: 'root-1',
+            forestSeq: 10,
           },
         ],
       });
       await expect(
-        store.write({ headers: [], entries: [{ sessionId: 'root-1', entry: { seq: 6, type: 'turn-end', at, turnId: 't1', reason: 'failed' } }] }),
+        store.write({
+          headers: [],
+          entries: [{ sessionId: 'root-1', entry: { seq: 6, type: 'turn-end', at, turnId: 't1', reason: 'failed' }, rootId: 'root-1', forestSeq: 11 }],
+        }),
       ).rejects.toThrow();
 
       expect((await store.read('child-1', 0)).map((e) => e.seq)).toEqual([1, 2, 3, 4]);
@@ -216,8 +221,69 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
       expect(await store.locate('m3')).toMatchObject({ state: 'turn-ended', turnEndedAt: at });
       expect(await store.locate('m5')).toMatchObject({ sessionId: 'root-1', state: 'appended', seq: 6 });
       expect((await store.read('root-1', 5))[0]).toMatchObject({ seq: 6, type: 'message', messageId: 'm5' });
+      expect(await store.lastForestSeq('root-1')).toBe(10);
+      expect((await store.readForest('root-1', 8, 10)).map((item) => [item.sessionId, item.entry.seq, item.forestSeq])).toEqual([
+        ['child-1', 4, 9],
+        ['root-1', 6, 10],
+      ]);
       await store.close();
       expect(openRaw(path, { readonly: true }).pragma('integrity_check', { simple: true })).toBe('ok');
+    });
+
+    it("back-fills each entry's forest: the child's entries join its root's, numbered gap-free by time, then session id, then seq", async () => {
+      const path = copyOf('v1-sample.db');
+      const before = rawContent(path);
+
+      const store = openStore(path);
+
+      const forest = await store.readForest('root-1', 0, 100);
+      expect(forest.map((item) => [item.sessionId, item.entry.seq, item.forestSeq])).toEqual([
+        ['child-1', 1, 1],
+        ['child-1', 2, 2],
+        ['child-1', 3, 3],
+        ['root-1', 1, 4],
+        ['root-1', 2, 5],
+        ['root-1', 3, 6],
+        ['root-1', 4, 7],
+        ['root-1', 5, 8],
+      ]);
+      expect(forest.every((item) => item.rootId === 'root-1')).toBe(true);
+      expect(forest.map((item) => item.entry)).toEqual([...(before.entries.get('child-1') ?? []), ...(before.entries.get('root-1') ?? [])]);
+      expect(await store.lastForestSeq('root-1')).toBe(8);
+      expect(await store.lastForestSeq('child-1')).toBe(0);
+      expect(await store.readForest('child-1', 0, 100)).toEqual([]);
+      const columns = openRaw(path, { readonly: true })
+        .prepare<[], { session_id: string; seq: number; root_id: string | null; forest_seq: number | null }>(
+          'SELECT session_id, seq, root_id, forest_seq FROM entries ORDER BY forest_seq',
+        )
+        .all();
+      expect(columns.map((row) => [row.session_id, row.seq, row.root_id, row.forest_seq])).toEqual(
+        forest.map((item) => [item.sessionId, item.entry.seq, 'root-1', item.forestSeq]),
+      );
+    });
+
+    it('orders the back-filled forest by entry time before session id', async () => {
+      const path = copyOf('v1-sample.db');
+      const db = new Database(path);
+      const later = '2026-11-30T00:00:01.000Z';
+      const setAt = db.prepare<[string, string, number]>("UPDATE entries SET body = json_set(body, '$.at', ?) WHERE session_id = ? AND seq = ?");
+      setAt.run(later, 'child-1', 2);
+      setAt.run(later, 'child-1', 3);
+      db.close();
+
+      const store = openStore(path);
+
+      expect((await store.readForest('root-1', 0, 100)).map((item) => [item.sessionId, item.entry.seq, item.forestSeq])).toEqual([
+        ['child-1', 1, 1],
+        ['root-1', 1, 2],
+        ['root-1', 2, 3],
+        ['root-1', 3, 4],
+        ['root-1', 4, 5],
+        ['root-1', 5, 6],
+        ['child-1', 2, 7],
+        ['child-1', 3, 8],
+      ]);
+      expect(await store.lastForestSeq('root-1')).toBe(8);
     });
 
     it('is not migrated again when the migrated file is reopened', async () => {
@@ -306,7 +372,14 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
       const store = openStore(path);
       await store.write({
         headers: [{ version: 1, id: 's1', createdAt: '2026-12-01T00:00:00.000Z', kind: 'root', parentSession: null, depth: 0, mode: null, provider: null }],
-        entries: [{ sessionId: 's1', entry: { seq: 1, type: 'turn-start', at: '2026-12-01T00:00:00.000Z', turnId: 't1', inboxItemId: 'i1', messageId: 'm1' } }],
+        entries: [
+          {
+            sessionId: 's1',
+            entry: { seq: 1, type: 'turn-start', at: '2026-12-01T00:00:00.000Z', turnId: 't1', inboxItemId: 'i1', messageId: 'm1' },
+            rootId: 's1',
+            forestSeq: 1,
+          },
+        ],
       });
 
       expect(existsSync(path)).toBe(true);

@@ -33,6 +33,13 @@ export class MemorySessionStore implements SessionStore {
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
+    // Forest positions only grow, as the SQLite store's unique index enforces.
+    const lastInForest = new Map<string, number>();
+    for (const item of batch.entries) {
+      const last = lastInForest.get(item.rootId) ?? this.forests.get(item.rootId)?.at(-1)?.forestSeq ?? 0;
+      if (item.forestSeq <= last) throw new Error(`forest "${item.rootId}" already has position ${item.forestSeq}`);
+      lastInForest.set(item.rootId, item.forestSeq);
+    }
     for (const header of batch.headers) this.sessions.set(header.id, { header: structuredClone(header), entries: [] });
     for (const item of batch.entries) {
       this.sessions.get(item.sessionId)?.entries.push(structuredClone(item.entry));
@@ -94,12 +101,19 @@ export class MemorySessionStore implements SessionStore {
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
     const forest = this.forests.get(rootId) ?? [];
-    // forestSeq is gap-free from 1, so it indexes the list.
-    return structuredClone(forest.slice(Math.max(0, after), Math.max(0, after) + limit));
+    // Positions grow along the list: find the first after `after` by binary search.
+    let lo = 0;
+    let hi = forest.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((forest[mid]?.forestSeq ?? 0) <= after) lo = mid + 1;
+      else hi = mid;
+    }
+    return structuredClone(forest.slice(lo, lo + limit));
   }
 
   async lastForestSeq(rootId: string): Promise<number> {
-    return this.forests.get(rootId)?.length ?? 0;
+    return this.forests.get(rootId)?.at(-1)?.forestSeq ?? 0;
   }
 
   async pending(id: string): Promise<PendingRow[]> {
