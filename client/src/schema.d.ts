@@ -2873,6 +2873,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Service Unavailable: DRAINING */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "DRAINING";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
             };
         };
         put?: never;

@@ -4,7 +4,8 @@
  * so a subscriber never sees an entry that a crash could take back; each carries its durable
  * position (the session `seq` for an agent stream, the `forestSeq` for a forest stream), which
  * is what makes streams resumable from the log. Status events are snapshots, sent when they
- * change; they carry no position.
+ * change; they carry no position, and they too wait for the writes of the change to commit
+ * (they go out on the turn after the log's group commit).
  */
 import type { AgentStatus } from '../domain/agent.js';
 import type { SessionEntry } from '../domain/session.js';
@@ -42,6 +43,10 @@ export class EventHub {
   /** The last status sent per agent, so unchanged snapshots are not repeated. */
   private readonly lastStatus = new Map<string, string>();
   private readonly closers = new Set<() => void>();
+  /** Status snapshots waiting for the writes behind them to commit. */
+  private readonly dirty = new Map<string, { rootId: string; status: () => StatusEvent | undefined }>();
+  private flushScheduled = false;
+  private closedForDrain = false;
 
   constructor(private readonly deps: EventHubDeps) {
     deps.log.subscribe((batch) => this.committed(batch.entries));
@@ -61,13 +66,23 @@ export class EventHub {
 
   /** Register how to end a stream when the service drains; returns the unregister. */
   onClose(close: () => void): () => void {
+    if (this.closedForDrain) {
+      close();
+      return () => undefined;
+    }
     this.closers.add(close);
     return () => this.closers.delete(close);
   }
 
   /** End every open stream (draining): clients resume elsewhere from their last event id. */
   closeAll(): void {
+    this.closedForDrain = true;
     for (const close of [...this.closers]) close();
+  }
+
+  /** True once the service drains: no new stream is opened. */
+  get closed(): boolean {
+    return this.closedForDrain;
   }
 
   get streams(): number {
@@ -77,22 +92,43 @@ export class EventHub {
   /** A live agent changed: send its status if anyone listens and it differs from the last one. */
   agentChanged(agent: LiveAgent): void {
     if (!this.byAgent.has(agent.id) && !this.byForest.has(agent.rootId)) return;
-    const view = this.deps.viewOf(agent);
-    this.sendStatus(agent.id, agent.rootId, {
-      agentId: agent.id,
-      status: view.status,
-      resident: true,
-      inbox: view.inbox,
-      staged: view.staged,
-      claimable: !agent.disposing && isClaimable(agent.state),
+    this.later(agent.id, agent.rootId, () => {
+      if (agent.disposing && agent.state.turn.phase === 'disposed') return undefined;
+      const view = this.deps.viewOf(agent);
+      return {
+        agentId: agent.id,
+        status: view.status,
+        resident: true,
+        inbox: view.inbox,
+        staged: view.staged,
+        claimable: !agent.disposing && isClaimable(agent.state),
+      };
     });
   }
 
   /** An agent left the live registry (settled, closed, disposed, or the process stopping). */
   agentLeft(agent: LiveAgent, status: AgentStatus): void {
     if (!this.byAgent.has(agent.id) && !this.byForest.has(agent.rootId)) return;
-    this.sendStatus(agent.id, agent.rootId, { agentId: agent.id, status, resident: false, inbox: { queued: 0 }, staged: 0, claimable: false });
-    this.lastStatus.delete(agent.id);
+    const snapshot: StatusEvent = { agentId: agent.id, status, resident: false, inbox: { queued: 0 }, staged: 0, claimable: false };
+    this.later(agent.id, agent.rootId, () => snapshot);
+  }
+
+  /** Send an agent's status once the writes queued so far have committed (the next turn). */
+  private later(agentId: string, rootId: string, status: () => StatusEvent | undefined): void {
+    this.dirty.set(agentId, { rootId, status });
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => {
+      this.flushScheduled = false;
+      const due = [...this.dirty];
+      this.dirty.clear();
+      for (const [agentId, { rootId, status }] of due) {
+        const snapshot = status();
+        if (snapshot === undefined) continue;
+        this.sendStatus(agentId, rootId, snapshot);
+        if (!snapshot.resident) this.lastStatus.delete(agentId);
+      }
+    });
   }
 
   private sendStatus(agentId: string, rootId: string, status: StatusEvent): void {

@@ -22,8 +22,10 @@ export interface StreamEvent {
 }
 
 export interface StreamSink {
-  /** Write one event; false when the consumer is too far behind (the stream then ends). */
+  /** Write one event, or return false without writing it when the consumer is too far behind. */
   send(event: StreamEvent): boolean;
+  /** Resolves when the consumer has taken what was written (replay waits on it instead of cutting off). */
+  drained(): Promise<void>;
 }
 
 export interface StreamTarget {
@@ -65,35 +67,42 @@ export class EventStreams {
     let overflowed = false;
     let cut = false;
     const queue: HubEvent[] = [];
-    const deliver = (event: HubEvent): void => {
-      if (cut) return;
-      let ok: boolean;
-      if (event.kind === 'entry') {
-        const position = target.forest ? event.forestSeq : event.seq;
-        if (position <= last) return;
-        last = position;
-        ok = sink.send({ id: position, event: 'entry', data: { agentId: event.agentId, entry: event.entry } });
-      } else {
-        ok = sink.send({ event: 'status', data: event.status });
+    /** Write one event; false only while replaying and the consumer is behind (retry after it drains). */
+    const deliver = (event: HubEvent): boolean => {
+      if (cut) return true;
+      const position = event.kind === 'entry' ? (target.forest ? event.forestSeq : event.seq) : undefined;
+      if (position !== undefined && position <= last) return true;
+      const ok = event.kind === 'entry'
+        ? sink.send({ id: position!, event: 'entry', data: { agentId: event.agentId, entry: event.entry } })
+        : sink.send({ event: 'status', data: event.status });
+      if (ok) {
+        if (position !== undefined) last = position;
+        return true;
       }
-      if (!ok) {
-        cut = true;
-        onOverflow();
-      }
+      if (!live) return false;
+      cut = true;
+      onOverflow();
+      return true;
+    };
+    const replay = async (event: HubEvent): Promise<void> => {
+      while (!deliver(event)) await sink.drained();
     };
     const unsubscribe = this.deps.hub.subscribe(target.forest ? { rootId: target.id } : { agentId: target.id }, (event) => {
-      if (live) return deliver(event);
+      if (live) {
+        deliver(event);
+        return;
+      }
       if (queue.length < MAX_QUEUE) queue.push(event);
       else overflowed = true;
     });
     try {
-      for (const status of await this.snapshot(target)) deliver({ kind: 'status', rootId: target.id, status });
+      for (const status of await this.snapshot(target)) await replay({ kind: 'status', rootId: target.id, status });
       for (;;) {
         await this.deps.log.durable();
         const page = target.forest
           ? (await this.deps.log.store.readForest(target.id, last, PAGE)).map((b) => ({ agentId: b.sessionId, seq: b.entry.seq, forestSeq: b.forestSeq, entry: b.entry }))
           : (await this.deps.log.store.read(target.id, last, PAGE)).map((entry) => ({ agentId: target.id, seq: entry.seq, forestSeq: 0, entry }));
-        for (const e of page) deliver({ kind: 'entry', rootId: target.id, ...e });
+        for (const e of page) await replay({ kind: 'entry', rootId: target.id, ...e });
         if (cut) break;
         if (page.length === PAGE) continue;
         if (!overflowed) break;
@@ -101,10 +110,11 @@ export class EventStreams {
         overflowed = false;
         queue.length = 0;
       }
-      // From here to `live = true` nothing awaits, so no event can slip between queue and live.
+      // Queued live events go out as live ones (a consumer that is behind now is cut off); from
+      // here to `live = true` nothing awaits, so no event can slip between queue and live.
+      live = true;
       for (const event of queue) deliver(event);
       queue.length = 0;
-      live = true;
       return unsubscribe;
     } catch (error) {
       unsubscribe();

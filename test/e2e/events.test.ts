@@ -736,6 +736,8 @@ describe('slow consumers', () => {
     }
     console.log(`slow consumer: resumed from ${lastGot} to ${n} in ${connections} connection(s)`);
     expect(resumed).toEqual(range(lastGot + 1, n));
+    reader.close();
+    await eventually(() => system.hub.streams === 0, 'every stream closed', 5_000);
   });
 });
 

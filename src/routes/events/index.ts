@@ -10,6 +10,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { EventStreams, StreamEvent } from '../../services/event-stream.js';
 import type { EventHub } from '../../services/event-hub.js';
 import { AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import { MESSAGES, ServiceError } from '../../domain/errors.js';
 
 export interface EventRoutesOptions {
   streams: EventStreams;
@@ -54,10 +55,11 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
       headers: EventsHeaders,
       response: {
         200: { description: 'An event stream.', content: { 'text/event-stream': { schema: { type: 'string' } } } },
-        ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }),
+        ...errorResponses(['AGENT_NOT_FOUND', 'DRAINING'], { bodyless: true }),
       },
     },
   }, async (request, reply) => {
+    if (hub.closed) throw new ServiceError('DRAINING', MESSAGES.draining);
     const target = { id: request.params.id, forest: request.query.forest ?? false };
     await streams.resolve(target);
     const header = request.headers['last-event-id'];
@@ -92,9 +94,22 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
     const sink = {
       send: (event: StreamEvent): boolean => {
         if (ended) return true;
+        // The backlog before this event decides, so one large event never cuts a prompt reader
+        // off, and a consumer that is behind is never handed more than the limit plus one event.
+        if (res.writableLength > options.maxBufferedBytes) return false;
         res.write(formatEvent(event));
-        return res.writableLength <= options.maxBufferedBytes;
+        return true;
       },
+      drained: (): Promise<void> =>
+        ended || res.writableLength === 0 ? Promise.resolve() : new Promise<void>((resolve) => {
+          const done = (): void => {
+            res.off('drain', done);
+            res.off('close', done);
+            resolve();
+          };
+          res.on('drain', done);
+          res.on('close', done);
+        }),
     };
     try {
       unsubscribe = await streams.start(target, after, sink, () => end('slow consumer; resume with Last-Event-ID'));
