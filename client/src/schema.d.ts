@@ -502,7 +502,7 @@ export interface paths {
         post?: never;
         /**
          * Dispose a root or close a child
-         * @description Answers 202 with the agent as it was when disposal started, once it has left the live registry. `cascade=true` (default) first closes live descendants child-first; with `cascade=false` they stay live until they settle, and their reports then fail with PARENT_UNAVAILABLE. A child that is not resident is answered as it is.
+         * @description Answers 202 with the agent as it was when disposal started, once it has left the live registry. `cascade=true` (default) first closes live descendants child-first; with `cascade=false` they stay live until they settle, and their reports then fail with PARENT_UNAVAILABLE. A settled child is closed for good (it can no longer be cold-resumed).
          */
         delete: {
             parameters: {

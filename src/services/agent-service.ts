@@ -186,13 +186,17 @@ export class AgentService {
   /** Dispose a root or close a child; `cascade` closes live descendants child-first first. */
   async dispose(id: string, cascade: boolean): Promise<AgentView> {
     const agent = this.deps.registry.get(id);
-    if (agent === undefined) {
-      const view = await this.storedView(id);
-      if (view === undefined || view.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
-      return view; // a child that is not resident: nothing to close
+    if (agent !== undefined) {
+      await this.deps.manager.close(agent, cascade);
+      return this.viewOfLive(agent);
     }
-    await this.deps.manager.close(agent, cascade);
-    return this.viewOfLive(agent);
+    const header = await this.storedHeader(id);
+    if (header === undefined || header.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
+    // A child that is not resident: close it for good (it became live meanwhile: close that one).
+    if (!(await this.deps.manager.closeStored(header))) return this.dispose(id, cascade);
+    const view = await this.storedView(id);
+    if (view === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    return view;
   }
 
   /**

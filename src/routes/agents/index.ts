@@ -78,7 +78,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       description:
         'Answers 202 with the agent as it was when disposal started, once it has left the live registry. ' +
         '`cascade=true` (default) first closes live descendants child-first; with `cascade=false` they stay live until ' +
-        'they settle, and their reports then fail with PARENT_UNAVAILABLE. A child that is not resident is answered as it is.',
+        'they settle, and their reports then fail with PARENT_UNAVAILABLE. A settled child is closed for good (it can no longer be cold-resumed).',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       querystring: DisposeQuery,

@@ -282,6 +282,32 @@ export class ContinuationManager {
     return closing;
   }
 
+  /**
+   * Close a child that is not resident (settled, or left by a stop) for good: its log gets an
+   * activation `closed` entry, its pending rows go, and it can no longer be cold-resumed.
+   * Returns false when the child was live (the caller closes the live incarnation instead).
+   */
+  async closeStored(header: SessionHeader): Promise<boolean> {
+    const id = header.id;
+    const root = header.rootSession ?? id;
+    const closed = await this.withLock(id, async () => {
+      if (this.deps.registry.get(id) !== undefined) return false;
+      const summary = await this.deps.log.summary(id);
+      const mark = await this.deps.log.store.lastActivation(id);
+      const pending = await this.deps.log.store.pending(id);
+      await this.deps.log.loadForest(root);
+      if (this.deps.registry.get(id) !== undefined) return false;
+      if (summary === undefined || mark?.event === 'closed') return true;
+      this.deps.log.open(id, summary.lastSeq, root);
+      this.deps.log.append(id, { type: 'activation', at: this.now(), activationId: this.deps.ids.next('activation'), event: 'closed' });
+      this.deps.log.changePending(pending.map((row) => ({ op: 'delete' as const, sessionId: id, messageId: row.message.id })));
+      this.deps.log.release(id);
+      return true;
+    });
+    await this.deps.log.durable();
+    return closed;
+  }
+
   /** Manager drain for shutdown: refuse new work (the caller flips draining), wait for materializations. */
   async drain(): Promise<void> {
     await Promise.allSettled([...this.materializing]);
