@@ -7,11 +7,13 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
+import { ServiceError } from './domain/errors.js';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import { registerOperatorAuth } from './routes/auth.js';
 import { agentRoutes } from './routes/agents/index.js';
 import { errorBody, registerErrorHandling } from './routes/errors.js';
+import { benchBaselineRoutes } from './routes/bench/index.js';
 import { healthRoutes } from './routes/health/index.js';
 import { stepRoutes } from './routes/steps/index.js';
 import type { System } from './services/system.js';
@@ -29,6 +31,8 @@ export interface AppDeps {
   /** Event streams: heartbeat interval and how far a consumer may fall behind (bytes). */
   eventHeartbeatMs?: number;
   eventBufferBytes?: number;
+  /** Register the hidden benchmark baseline route (bench/ only). */
+  benchBaseline?: boolean;
   /** The URL advertised in the OpenAPI `servers` entry. */
   publicUrl?: string;
 }
@@ -90,6 +94,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list', deepLinking: true } });
   const { agents, steps, packages, streams, hub } = deps.system;
   await app.register(healthRoutes, { agents });
+  if (deps.benchBaseline === true) await app.register(benchBaselineRoutes);
   await app.register(agentRoutes, { agents, steps });
   await app.register(childRoutes, { agents });
   await app.register(stepRoutes, { steps });
@@ -115,6 +120,22 @@ function configureValidation(app: FastifyInstance): void {
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? strict : lenient).compile(schema));
 }
 
+const MAX_JSON_DEPTH = 64;
+
+/** True when `value` has arrays or objects nested deeper than `limit` (checked without recursion). */
+function nestingExceeds(value: unknown, limit: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop()!;
+    if (node === null || typeof node !== 'object') continue;
+    if (depth > limit) return true;
+    for (const child of Object.values(node as Record<string, unknown>)) {
+      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 /** JSON bodies via Fastify's safe parser (prototype poisoning is an error); an empty body is no body. */
 function configureJsonBodies(app: FastifyInstance): void {
   const parse = app.getDefaultJsonParser('error', 'error');
@@ -126,10 +147,17 @@ function configureJsonBodies(app: FastifyInstance): void {
       done(null, undefined);
       return;
     }
-    void parse(request, text, done);
+    void parse(request, text, (error: Error | null, body?: unknown) => {
+      if (error !== null) return done(error);
+      // Deep nesting parses, but later serialization of it would overflow the stack.
+      if (nestingExceeds(body, MAX_JSON_DEPTH)) {
+        return done(new ServiceError('VALIDATION', `body nests deeper than ${MAX_JSON_DEPTH} levels`));
+      }
+      done(null, body);
+    });
   });
-  // A POST without a body validates as `{}`, so `{waitMs?}` bodies may be omitted.
+  // A request without a body validates as `{}`, so optional bodies may be omitted.
   app.addHook('preValidation', async (request) => {
-    if (request.body === undefined && request.method === 'POST') request.body = {};
+    if (request.body === undefined && (request.method === 'POST' || request.method === 'PUT' || request.method === 'DELETE')) request.body = {};
   });
 }

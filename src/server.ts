@@ -42,6 +42,7 @@ async function main(): Promise<void> {
     eventHeartbeatMs: config.eventHeartbeatMs,
     eventBufferBytes: config.eventBufferBytes,
     publicUrl: `http://${config.host}:${config.port}`,
+    benchBaseline: process.env.AGENTFOREST_BENCH_BASELINE === '1',
   });
 
   if (config.apiKeys.length === 0) {

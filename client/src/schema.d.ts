@@ -517,7 +517,12 @@ export interface paths {
                 };
                 cookie?: never;
             };
-            requestBody?: never;
+            /** @description No fields; the body may be omitted. */
+            requestBody: {
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
             responses: {
                 /** @description Default Response */
                 202: {
@@ -645,7 +650,12 @@ export interface paths {
                 };
                 cookie?: never;
             };
-            requestBody?: never;
+            /** @description No fields; the body may be omitted. */
+            requestBody: {
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
             responses: {
                 /** @description Default Response */
                 201: {
@@ -739,6 +749,38 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "AGENT_EXISTS" | "NOT_RESUMABLE";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "PAYLOAD_TOO_LARGE";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "UNSUPPORTED_MEDIA_TYPE";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -1037,6 +1079,8 @@ export interface paths {
                                 kind: string;
                                 parentSession: string | null;
                                 depth: number;
+                                /** @description Children: the id of the forest's root. */
+                                rootSession?: string;
                                 /** @enum {string} */
                                 origin?: "subagent";
                                 mode: string | null;
@@ -1045,6 +1089,9 @@ export interface paths {
                                 instructions?: string;
                                 metadata?: {
                                     [key: string]: unknown;
+                                };
+                                toolFilter?: {
+                                    allow: string[];
                                 };
                             };
                             entries: {

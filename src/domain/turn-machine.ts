@@ -194,6 +194,17 @@ export function startStep(state: AgentState, stepId: string, at: string): Transi
 }
 
 /**
+ * Give back a claimed step whose caller went away before it received it: the step becomes
+ * claimable again (the next claim starts a new step; the log keeps the abandoned step-start).
+ */
+export function releaseStep(state: AgentState, stepId: string): Transition {
+  const turn = state.turn;
+  if (turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.status !== 'claimed') return { state, effects: [] };
+  const step: StepState = { ...turn.turn.step, status: 'ready', awaiting: [] };
+  return { state: { ...state, turn: { phase: 'running', turn: { ...turn.turn, step } } }, effects: [{ kind: 'claimable' }] };
+}
+
+/**
  * Record the model's answer to the claimed step. With tool calls the step awaits their
  * results; without, the turn moves to `closing` (finish it with `closeTurn`).
  */

@@ -108,7 +108,10 @@ export class EventHub {
 
   /** An agent left the live registry (settled, closed, disposed, or the process stopping). */
   agentLeft(agent: LiveAgent, status: AgentStatus): void {
-    if (!this.byAgent.has(agent.id) && !this.byForest.has(agent.rootId)) return;
+    if (!this.byAgent.has(agent.id) && !this.byForest.has(agent.rootId)) {
+      this.lastStatus.delete(agent.id);
+      return;
+    }
     const snapshot: StatusEvent = { agentId: agent.id, status, resident: false, inbox: { queued: 0 }, staged: 0, claimable: false };
     this.later(agent.id, agent.rootId, () => snapshot);
   }

@@ -21,6 +21,7 @@ import {
   isClaimable,
   recordOutput,
   recordToolResult,
+  releaseStep,
   restore,
   cancelTurn,
   startStep,
@@ -124,6 +125,7 @@ export class LiveAgent {
     source: MessageSource = { kind: 'user' },
     messageId: string = this.deps.ids.next('message'),
   ): { messageId: string; inboxItemId?: string } {
+    if (this.disposalStarted) throw new ServiceError('AGENT_NOT_FOUND', `agent "${this.id}" is being disposed; the message was not accepted`);
     const message = createUserMessage(messageId, content, source);
     this.acceptedAt.set(message.id, this.now());
     const inboxItemId = delivery === 'inject' ? undefined : this.deps.ids.next('inbox');
@@ -212,6 +214,11 @@ export class LiveAgent {
       index: running.turn.step.index,
       upToSeq: entries[entries.length - 1]!,
     };
+  }
+
+  /** The caller of a claim went away before receiving the step: make it claimable again. */
+  releaseClaim(stepId: string): void {
+    this.apply(releaseStep(this.turnState, stepId));
   }
 
   /** Record the model's output; returns the tool calls now awaiting results and whether the turn ended. */

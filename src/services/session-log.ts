@@ -85,7 +85,8 @@ export class SessionLog {
     if (session === undefined) return;
     this.sessions.delete(id);
     const forest = this.forests.get(session.root);
-    if (forest !== undefined) forest.open -= 1;
+    // A forest no session has open is forgotten; loadForest reads it back after pending writes commit.
+    if (forest !== undefined && --forest.open <= 0 && !this.loadingForests.has(session.root)) this.forests.delete(session.root);
   }
 
   isOpen(id: string): boolean {

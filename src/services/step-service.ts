@@ -99,7 +99,7 @@ export class StepService {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
     this.deps.agents.admitNewWork();
     const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
-    return claim === null ? null : this.renderStep(claim);
+    return claim === null ? null : this.handOver(claim, signal);
   }
 
   /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
@@ -107,8 +107,8 @@ export class StepService {
     this.deps.agents.admitNewWork();
     const claim = await this.deps.dispatcher.claimOrWait(rootId === undefined ? {} : { rootId }, waitMs, signal);
     if (claim === null) return null;
-    const step = await this.renderStep(claim);
-    return { agentId: claim.agent.id, agentToken: claim.agent.token, step };
+    const step = await this.handOver(claim, signal);
+    return step === null ? null : { agentId: claim.agent.id, agentToken: claim.agent.token, step };
   }
 
   async postOutput(
@@ -172,6 +172,8 @@ export class StepService {
   ): Promise<CallResult & { replayed: boolean }> {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.rejectToolCaller(id, body.name));
     const result = await this.deps.idempotency.run<CallResult>(agent.id, idem, 200, async (record) => {
+      // The key lookup awaited: act only if this is still the live incarnation.
+      if (idem !== undefined && this.deps.agents.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name);
       const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
       const tool = this.deps.tools.find(agent, call.name);
       let recorded = false;
@@ -269,6 +271,14 @@ export class StepService {
       resumed: [],
       error,
     };
+  }
+
+  /** Render a claimed step; if its caller left meanwhile, give the step back instead. */
+  private async handOver(claim: StepClaim, signal: AbortSignal | undefined): Promise<Step | null> {
+    const step = await this.renderStep(claim);
+    if (signal?.aborted !== true) return step;
+    claim.agent.releaseClaim(claim.stepId);
+    return null;
   }
 
   private async renderStep(claim: StepClaim): Promise<Step> {

@@ -655,7 +655,8 @@ describe('report: rejections', () => {
     await closing;
 
     expect(error.code).toBe('DRAINING');
-    expect(error.message).toBe(`continuable subagents below parent "${root.id}" are draining; the operation was not admitted`);
+    // The reference names the drained parent; API.md fixes one DRAINING text, which wins.
+    expect(error.message).toBe('continuable subagents are draining; the operation was not admitted');
     expect(await reportsAt(h, root.id)).toHaveLength(0);
   });
 

@@ -485,6 +485,7 @@ export class ContinuationManager {
   /** Leave the live registry: dispose the agent, log the activation event, release its scope, wake the parent. */
   private finish(agent: LiveAgent, event: 'settled' | 'closed' | null): void {
     if (this.deps.registry.get(agent.id) !== agent) return;
+    this.parentsOfContinuable.delete(agent.id);
     if (event === 'settled') {
       this.settled.add(agent);
       this.deps.observer?.settled();
@@ -523,13 +524,14 @@ export class ContinuationManager {
   }
 
   private ownsLiveChildren(agent: LiveAgent): boolean {
-    return this.deps.registry.liveChildren(agent.id).some((child) => child.header.provider !== 'remote');
+    return this.deps.registry.liveChildren(agent.id).length > 0;
   }
 
   private checkAdmission(agent: LiveAgent): void {
     if (this.deps.isDraining()) throw new ServiceError('DRAINING', MESSAGES.draining);
     if (this.closingScopes.has(agent.rootId)) {
-      throw new ServiceError('DRAINING', `continuable subagents below parent "${agent.rootId}" are draining; the operation was not admitted`);
+      // API.md fixes one DRAINING text; the forest being drained is in the logs, not the message.
+      throw new ServiceError('DRAINING', MESSAGES.draining);
     }
   }
 

@@ -97,13 +97,14 @@ export class SqliteSessionStore implements SessionStore {
         'SELECT seq, body FROM entries WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?',
       ),
       lastActivation: this.db.prepare<[string], { seq: number; body: string }>(
-        `SELECT seq, body FROM entries WHERE session_id = ? AND type = 'activation' ORDER BY seq DESC LIMIT 1`,
+        // The partial indexes keep these O(log n): without INDEXED BY the planner walks the whole session.
+        `SELECT seq, body FROM entries INDEXED BY entries_activations WHERE session_id = ? AND type = 'activation' ORDER BY seq DESC LIMIT 1`,
       ),
       children: this.db.prepare<[string], { header: string; last_seq: number }>(
         'SELECT header, last_seq FROM sessions WHERE parent_session = ? ORDER BY created_at, id',
       ),
       lastBoundary: this.db.prepare<[string], { seq: number; body: string }>(
-        `SELECT seq, body FROM entries WHERE session_id = ? AND type IN ('turn-start', 'turn-end')
+        `SELECT seq, body FROM entries INDEXED BY entries_turn_boundaries WHERE session_id = ? AND type IN ('turn-start', 'turn-end')
          ORDER BY seq DESC LIMIT 1`,
       ),
     };

@@ -1,0 +1,153 @@
+/**
+ * Shared pieces of the benchmarks: a server in its own process, a JSON client, autocannon runs,
+ * the server's resident memory, and seeding large sessions straight into a SQLite file.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import type { EntryBody, SessionEntry, SessionHeader } from '../src/domain/session.js';
+import type { BatchEntry } from '../src/services/session-store.js';
+import { SqliteSessionStore } from '../src/services/stores/sqlite-store.js';
+
+export const root = fileURLToPath(new URL('..', import.meta.url));
+
+export interface Server {
+  url: string;
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
+
+export async function startServer(data: string, env: Record<string, string> = {}): Promise<Server> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+    cwd: root,
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_BENCH_BASELINE: '1', ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('server did not start in 60 s')), 60_000);
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      try {
+        const parsed = JSON.parse(line) as { url?: string };
+        if (parsed.url !== undefined) {
+          clearTimeout(timer);
+          resolve(parsed.url);
+        }
+      } catch {
+        // not a JSON log line: ignore it
+      }
+    });
+    child.once('exit', (code) => reject(new Error(`server exited with ${code}`)));
+  });
+  return {
+    url,
+    child,
+    async stop() {
+      if (child.exitCode !== null) return;
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    },
+  };
+}
+
+export async function call<T = Record<string, unknown>>(url: string, method: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
+  const res = await fetch(url, {
+    method,
+    headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await res.text();
+  if (res.status >= 400) throw new Error(`${method} ${url}: ${res.status} ${text}`);
+  return (text === '' ? {} : JSON.parse(text)) as T;
+}
+
+export interface Load {
+  requestsPerSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+  errors: number;
+}
+
+export async function load(url: string, body: unknown, headers: Record<string, string>, seconds: number, connections = 50): Promise<Load> {
+  const result = await autocannon({
+    url,
+    method: 'POST',
+    connections,
+    duration: seconds,
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  return {
+    requestsPerSecond: Math.round(result.requests.average),
+    p50Ms: result.latency.p50,
+    p99Ms: result.latency.p99,
+    errors: result.non2xx + result.errors,
+  };
+}
+
+/** The server process's resident set size in bytes. */
+export function rssOf(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = /VmRSS:\s+(\d+) kB/.exec(status)?.[1];
+  return Number(kb ?? 0) * 1024;
+}
+
+/** Run `count` async jobs with at most `parallel` at once. */
+export async function pool(count: number, parallel: number, job: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: parallel }, async () => {
+    while (next < count) await job(next++);
+  }));
+}
+
+/**
+ * Write sessions with `entries` message entries each straight into a SQLite file, before a
+ * server opens it: a quick way to get very long sessions.
+ */
+export async function seedSessions(path: string, sessions: { header: SessionHeader; entries: number }[]): Promise<void> {
+  const store = new SqliteSessionStore({ path, synchronous: 'normal' });
+  const forestSeq = new Map<string, number>();
+  const at = new Date().toISOString();
+  await store.write({ headers: sessions.map((s) => s.header), entries: [] });
+  for (const { header, entries } of sessions) {
+    const rootId = header.rootSession ?? header.id;
+    for (let from = 1; from <= entries; from += 5000) {
+      const batch: BatchEntry[] = [];
+      for (let seq = from; seq < Math.min(from + 5000, entries + 1); seq++) {
+        const body: EntryBody = {
+          type: 'message',
+          at,
+          messageId: `seed-${header.id}-${seq}`,
+          role: 'user',
+          content: [{ type: 'text', text: `seeded context ${seq}` }],
+          source: { kind: 'user' },
+        };
+        const next = (forestSeq.get(rootId) ?? 0) + 1;
+        forestSeq.set(rootId, next);
+        batch.push({ sessionId: header.id, entry: { seq, ...body } as SessionEntry, rootId, forestSeq: next });
+      }
+      await store.write({ headers: [], entries: batch });
+    }
+  }
+  await store.close();
+}
+
+export function rootHeader(id: string): SessionHeader {
+  return { version: 1, id, createdAt: new Date().toISOString(), kind: 'root', parentSession: null, depth: 0, mode: null, provider: null };
+}
+
+export function childHeader(id: string, parent: string): SessionHeader {
+  return {
+    version: 1,
+    id,
+    createdAt: new Date().toISOString(),
+    kind: 'child',
+    parentSession: parent,
+    depth: 1,
+    rootSession: parent,
+    origin: 'subagent',
+    mode: 'continuable',
+    provider: 'in-process',
+  };
+}

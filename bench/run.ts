@@ -1,0 +1,203 @@
+/**
+ * `npm run bench`: how fast, how big, and how cost grows. Servers run in their own processes
+ * on 127.0.0.1; autocannon (in this process) is the load generator. Every figure that matters
+ * is a ratio to a baseline measured in the same run. Prints one table and writes
+ * bench/results.json. Bounded: it stops by itself (a few minutes on 2 cores).
+ *
+ *   npm run bench -- [--seconds 6] [--agents 100000] [--entries 100000]
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { call, childHeader, load, pool, root, rootHeader, rssOf, seedSessions, startServer, type Load, type Server } from './lib.js';
+
+const arg = (name: string, fallback: number): number => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i === -1 ? fallback : Number(process.argv[i + 1]);
+};
+const seconds = arg('seconds', 6);
+const manyAgents = arg('agents', 100_000);
+const longSession = arg('entries', 100_000);
+const dir = mkdtempSync(join(tmpdir(), 'agentforest-bench-'));
+const report = { name: 'report', input: { output: 'a finding worth reporting to the parent' } };
+
+interface Agent {
+  id: string;
+  token: string;
+}
+
+async function newRoot(s: Server, id?: string): Promise<Agent> {
+  const r = await call<{ agent: { id: string }; agentToken: string }>(`${s.url}/v1/agents`, 'POST', id === undefined ? {} : { id });
+  return { id: r.agent.id, token: r.agentToken };
+}
+
+async function newChild(s: Server, parent: Agent): Promise<Agent> {
+  const r = await call<{ agent: { id: string }; agentToken: string }>(`${s.url}/v1/agents/${parent.id}/children`, 'POST', { mode: 'continuable', prompt: 'work and report' }, { 'x-agent-token': parent.token });
+  return { id: r.agent.id, token: r.agentToken };
+}
+
+const reportLoad = (s: Server, child: Agent, secs = seconds): Promise<Load> =>
+  load(`${s.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, secs);
+
+const baselineLoad = (s: Server): Promise<Load> => load(`${s.url}/bench/baseline`, report, {}, seconds);
+
+/** Turns per second: each worker drives its own root through followup, claim and output. */
+async function stepRoundTrips(s: Server, workers: number): Promise<number> {
+  const roots = await Promise.all(Array.from({ length: workers }, () => newRoot(s)));
+  let turns = 0;
+  const end = Date.now() + seconds * 1000;
+  await Promise.all(roots.map(async (agent) => {
+    const token = { 'x-agent-token': agent.token };
+    while (Date.now() < end) {
+      await call(`${s.url}/v1/agents/${agent.id}/messages`, 'POST', { content: 'go', delivery: 'followup' });
+      const { step } = await call<{ step: { id: string } }>(`${s.url}/v1/agents/${agent.id}/steps/next`, 'POST', { waitMs: 1000 }, token);
+      await call(`${s.url}/v1/agents/${agent.id}/steps/${step.id}/output`, 'POST', { content: 'done' }, token);
+      turns++;
+    }
+  }));
+  return Math.round(turns / seconds);
+}
+
+const ratio = (a: number, b: number): number => +(a / b).toFixed(3);
+const rows: Record<string, unknown>[] = [];
+const row = (scenario: string, l: Load, extra: Record<string, unknown> = {}): void => {
+  rows.push({ scenario, rps: l.requestsPerSecond, p50Ms: l.p50Ms, p99Ms: l.p99Ms, errors: l.errors, ...extra });
+};
+
+async function main(): Promise<Record<string, unknown>> {
+  // 1. Report throughput against the bare baseline route, durable SQLite and memory.
+  const durable = await startServer(join(dir, 'durable.db'));
+  let durableRatio: number;
+  let wakeup: Load;
+  let steps: number;
+  try {
+    const parent = await newRoot(durable);
+    const child = await newChild(durable, parent);
+    const base = await baselineLoad(durable);
+    const rep = await reportLoad(durable, child);
+    durableRatio = ratio(rep.requestsPerSecond, base.requestsPerSecond);
+    row('baseline route (sqlite build)', base);
+    row('report quiet, sqlite FULL', rep, { ratioToBaseline: durableRatio });
+    // Wakeup to a running parent: its turn is open (step claimed), each report queues one turn.
+    await call(`${durable.url}/v1/packages/subagent-report`, 'PUT', { config: { reportDelivery: 'wakeup' } });
+    const busy = await newRoot(durable);
+    await call(`${durable.url}/v1/agents/${busy.id}/messages`, 'POST', { content: 'work', delivery: 'followup' });
+    await call(`${durable.url}/v1/agents/${busy.id}/steps/next`, 'POST', { waitMs: 1000 }, { 'x-agent-token': busy.token });
+    wakeup = await reportLoad(durable, await newChild(durable, busy));
+    row('report wakeup to a running parent, sqlite', wakeup);
+    steps = await stepRoundTrips(durable, 20);
+    rows.push({ scenario: 'step round trips (followup, claim, output), 20 drivers', rps: steps });
+  } finally {
+    await durable.stop();
+  }
+  const memory = await startServer(':memory:');
+  let memoryRatio: number;
+  try {
+    const child = await newChild(memory, await newRoot(memory));
+    const base = await baselineLoad(memory);
+    const rep = await reportLoad(memory, child);
+    memoryRatio = ratio(rep.requestsPerSecond, base.requestsPerSecond);
+    row('baseline route (memory build)', base);
+    row('report quiet, memory store', rep, { ratioToBaseline: memoryRatio });
+  } finally {
+    await memory.stop();
+  }
+
+  // 2. Scaling with live agents, and memory per idle resident agent.
+  const scaling = await startServer(join(dir, 'scaling.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  const agentsScaling: Record<string, number> = {};
+  const rssPerAgent: Record<string, number> = {};
+  try {
+    // A fresh child per measurement: a child reporting through /tool-calls within one open
+    // step stages each call/result pair, so a reused child would carry the last run's backlog.
+    const parent = await newRoot(scaling);
+    const one = await reportLoad(scaling, await newChild(scaling, parent));
+    agentsScaling['1'] = one.requestsPerSecond;
+    const before = rssOf(scaling.child.pid!);
+    let created = 0;
+    for (const target of [1_000, 10_000, manyAgents]) {
+      await pool(target - created, 64, async () => {
+        await newRoot(scaling);
+      });
+      created = target;
+      if (target >= 10_000) rssPerAgent[String(target)] = Math.round((rssOf(scaling.child.pid!) - before) / target);
+      if (target === 1_000 || target === manyAgents) {
+        const l = await reportLoad(scaling, await newChild(scaling, parent));
+        agentsScaling[String(target)] = l.requestsPerSecond;
+      }
+    }
+  } finally {
+    await scaling.stop();
+  }
+
+  // 3. Long sessions: a parent with 10 vs `longSession` entries; cold resume of such children.
+  const seeded = join(dir, 'seeded.db');
+  await seedSessions(seeded, [
+    { header: rootHeader('short-parent'), entries: 10 },
+    { header: rootHeader('long-parent'), entries: longSession },
+    ...[0, 1, 2].map((i) => ({ header: childHeader(`short-child-${i}`, 'short-parent'), entries: 10 })),
+    ...[0, 1, 2].map((i) => ({ header: childHeader(`long-child-${i}`, 'long-parent'), entries: longSession })),
+  ]);
+  const sessions = await startServer(seeded, { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  const sessionScaling: Record<string, number> = {};
+  const coldResumeMs: Record<string, number> = {};
+  try {
+    for (const [label, id] of [['10', 'short-parent'], [String(longSession), 'long-parent']] as const) {
+      const resumed = await call<{ agentToken: string }>(`${sessions.url}/v1/agents/${id}/resume`, 'POST');
+      const parent = { id, token: resumed.agentToken };
+      const prefix = label === '10' ? 'short' : 'long';
+      const times: number[] = [];
+      for (const i of [0, 1, 2]) {
+        const t = performance.now();
+        await call(`${sessions.url}/v1/agents/${prefix}-child-${i}/messages`, 'POST', { content: 'more work', delivery: 'followup' }, { 'x-agent-token': parent.token });
+        times.push(performance.now() - t);
+      }
+      coldResumeMs[label] = +(times.reduce((a, b) => a + b, 0) / times.length).toFixed(2);
+      sessionScaling[label] = (await reportLoad(sessions, await newChild(sessions, parent))).requestsPerSecond;
+    }
+  } finally {
+    await sessions.stop();
+  }
+
+  // 4. Forest depth: a report from depth 1 vs depth 50 to its direct parent.
+  const deep = await startServer(join(dir, 'deep.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  const depthScaling: Record<string, number> = {};
+  try {
+    const top = await newRoot(deep);
+    let chain = await newChild(deep, top);
+    depthScaling['1'] = (await reportLoad(deep, chain)).requestsPerSecond;
+    for (let depth = 2; depth <= 50; depth++) chain = await newChild(deep, chain);
+    depthScaling['50'] = (await reportLoad(deep, chain)).requestsPerSecond;
+  } finally {
+    await deep.stop();
+  }
+
+  const scale = (table: Record<string, number>, small: string): Record<string, number> =>
+    Object.fromEntries(Object.entries(table).map(([k, v]) => [k, ratio(table[small]!, v)]));
+  return {
+    at: new Date().toISOString(),
+    machine: { cpus: cpus().length, model: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
+    seconds,
+    durableRatio,
+    memoryRatio,
+    wakeupRps: wakeup.requestsPerSecond,
+    stepRoundTripsPerSecond: steps,
+    scaling: {
+      liveAgents: { rps: agentsScaling, costRatioToOne: scale(agentsScaling, '1') },
+      parentSessionEntries: { rps: sessionScaling, costRatioToTen: scale(sessionScaling, '10') },
+      forestDepth: { rps: depthScaling, costRatioToOne: scale(depthScaling, '1') },
+    },
+    coldResumeMs: { ...coldResumeMs, ratio: ratio(coldResumeMs[String(longSession)]!, coldResumeMs['10']!) },
+    rssBytesPerIdleAgent: rssPerAgent,
+    rows,
+  };
+}
+
+try {
+  const results = await main();
+  console.table(rows);
+  console.log(JSON.stringify({ ...results, rows: undefined }, null, 2));
+  writeFileSync(join(root, 'bench', 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
