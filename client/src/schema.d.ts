@@ -517,12 +517,7 @@ export interface paths {
                 };
                 cookie?: never;
             };
-            /** @description No fields; the body may be omitted. */
-            requestBody: {
-                content: {
-                    "application/json": Record<string, never>;
-                };
-            };
+            requestBody?: never;
             responses: {
                 /** @description Default Response */
                 202: {
@@ -650,12 +645,7 @@ export interface paths {
                 };
                 cookie?: never;
             };
-            /** @description No fields; the body may be omitted. */
-            requestBody: {
-                content: {
-                    "application/json": Record<string, never>;
-                };
-            };
+            requestBody?: never;
             responses: {
                 /** @description Default Response */
                 201: {
@@ -749,38 +739,6 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "AGENT_EXISTS" | "NOT_RESUMABLE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;

@@ -94,8 +94,5 @@ export const AgentView = Type.Object(
   { additionalProperties: false },
 );
 
-/** The body of a route that takes none: nothing, or `{}`. */
-export const NoBody = Type.Object({}, { additionalProperties: false, description: 'No fields; the body may be omitted.' });
-
 export const OPERATOR_SECURITY = [{ operatorKey: [] }];
 export const AGENT_SECURITY = [{ operatorKey: [], agentToken: [] }];

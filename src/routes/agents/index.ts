@@ -8,7 +8,7 @@ import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
-import { AGENT_SECURITY, AgentIdParams, AgentView, errorResponses, NoBody, OPERATOR_SECURITY } from '../common-schemas.js';
+import { AGENT_SECURITY, AgentIdParams, AgentView, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   AgentList,
   AgentWithToken,
@@ -82,7 +82,6 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       querystring: DisposeQuery,
-      body: NoBody,
       response: { 202: DisposeResult, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
     },
   }, async (request, reply) => {
@@ -97,8 +96,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       description: 'A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
-      body: NoBody,
-      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING']) },
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING'], { bodyless: true }) },
     },
   }, async (request, reply) => {
     const resumed = await agents.resumeRoot(request.params.id);
