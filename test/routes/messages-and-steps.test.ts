@@ -19,6 +19,7 @@ import {
   type Entry,
   type Harness,
   type HarnessOptions,
+  waitingClaims as waiting,
 } from '../fixtures/harness.js';
 
 interface ErrorBody {
@@ -52,17 +53,6 @@ afterEach(async () => {
   for (const harness of harnesses.splice(0)) await harness.close();
 });
 
-/**
- * The step dispatcher's waiter count: how a test knows a long-poll has reached the dispatcher
- * before it lands something in that window. (The dispatcher sits on the system or, in older
- * wiring, on the agent service.)
- */
-function waiting(h: Harness): number {
-  const system = h.system as unknown as { dispatcher?: { waiting: number }; agents: { dispatcher?: { waiting: number } } };
-  const dispatcher = system.dispatcher ?? system.agents.dispatcher;
-  if (dispatcher === undefined) throw new Error('the system has no step dispatcher');
-  return dispatcher.waiting;
-}
 
 function expectError(res: LightMyRequestResponse, status: number, code: string, phrase: string): ErrorBody {
   expect(res.statusCode).toBe(status);
