@@ -23,8 +23,3 @@ export type ActivationState = (typeof ACTIVATION_STATES)[number];
 
 /** Agent and session ids: what an operator may choose, and what the service mints. */
 export const AGENT_ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$';
-const agentIdRegex = new RegExp(AGENT_ID_PATTERN);
-
-export function isValidAgentId(id: string): boolean {
-  return agentIdRegex.test(id);
-}

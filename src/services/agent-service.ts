@@ -88,10 +88,6 @@ export class AgentService {
     return this.drainingSince !== null;
   }
 
-  get liveCount(): number {
-    return this.deps.registry.size;
-  }
-
   async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown> }): Promise<Created> {
     this.admitNewWork();
     const id = input.id ?? this.deps.ids.next('agent');
@@ -116,7 +112,7 @@ export class AgentService {
       if (input.metadata !== undefined) header.metadata = input.metadata;
       this.deps.log.create(header);
       await this.settleOpened(id);
-      return this.publishRoot(header);
+      return this.created(this.publishRoot(header));
     } finally {
       this.deps.registry.unreserve(id);
     }
@@ -143,8 +139,7 @@ export class AgentService {
         // The process stopped with this turn open: close it once, as failed.
         this.deps.log.append(id, { type: 'turn-end', at: isoTime(this.deps.clock.now()), turnId: boundary.turnId, reason: 'failed' });
       }
-      const agent = this.deps.makeRoot(summary.header);
-      this.deps.registry.add(agent);
+      const agent = this.publishRoot(summary.header);
       // What the previous incarnation accepted but had not logged: queued turns, staged context.
       agent.restorePending(pending);
       try {
@@ -155,7 +150,7 @@ export class AgentService {
         this.deps.log.release(id);
         throw error;
       }
-      return { agent: this.viewOfLive(agent), agentToken: agent.token };
+      return this.created(agent);
     } finally {
       this.deps.registry.unreserve(id);
     }
@@ -418,9 +413,13 @@ export class AgentService {
     }
   }
 
-  private publishRoot(header: SessionHeader): Created {
+  private publishRoot(header: SessionHeader): LiveAgent {
     const agent = this.deps.makeRoot(header);
     this.deps.registry.add(agent);
+    return agent;
+  }
+
+  private created(agent: LiveAgent): Created {
     return { agent: this.viewOfLive(agent), agentToken: agent.token };
   }
 }

@@ -25,6 +25,18 @@ export interface StatusEvent {
   claimable: boolean;
 }
 
+/** The status snapshot of an agent from its view; `live` is its incarnation when resident. */
+export function statusEvent(view: AgentView, live: LiveAgent | undefined): StatusEvent {
+  return {
+    agentId: view.id,
+    status: view.status,
+    resident: view.resident,
+    inbox: view.inbox,
+    staged: view.staged,
+    claimable: live !== undefined && !live.disposing && isClaimable(live.state),
+  };
+}
+
 export type HubEvent =
   | { kind: 'entry'; agentId: string; rootId: string; seq: number; forestSeq: number; entry: SessionEntry }
   | { kind: 'status'; rootId: string; status: StatusEvent };
@@ -94,15 +106,7 @@ export class EventHub {
     if (!this.byAgent.has(agent.id) && !this.byForest.has(agent.rootId)) return;
     this.later(agent.id, agent.rootId, () => {
       if (agent.disposing && agent.state.turn.phase === 'disposed') return undefined;
-      const view = this.deps.viewOf(agent);
-      return {
-        agentId: agent.id,
-        status: view.status,
-        resident: true,
-        inbox: view.inbox,
-        staged: view.staged,
-        claimable: !agent.disposing && isClaimable(agent.state),
-      };
+      return statusEvent(this.deps.viewOf(agent), agent);
     });
   }
 

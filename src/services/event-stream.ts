@@ -8,9 +8,8 @@
  */
 import { ServiceError } from '../domain/errors.js';
 import type { SessionHeader } from '../domain/session.js';
-import { isClaimable } from '../domain/turn-machine.js';
 import type { AgentRegistry } from './agent-registry.js';
-import type { EventHub, HubEvent, StatusEvent } from './event-hub.js';
+import { statusEvent, type EventHub, type HubEvent, type StatusEvent } from './event-hub.js';
 import type { SessionLog } from './session-log.js';
 import type { AgentView } from './views.js';
 
@@ -130,15 +129,7 @@ export class EventStreams {
     for (const id of agents) {
       const view = await this.deps.view(id);
       if (view === undefined) continue;
-      const live = this.deps.registry.get(id);
-      out.push({
-        agentId: id,
-        status: view.status,
-        resident: view.resident,
-        inbox: view.inbox,
-        staged: view.staged,
-        claimable: live !== undefined && !live.disposing && isClaimable(live.state),
-      });
+      out.push(statusEvent(view, this.deps.registry.get(id)));
     }
     return out;
   }

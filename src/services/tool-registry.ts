@@ -4,7 +4,6 @@
  * which agents have it in scope; the same predicate decides what is listed and what may run,
  * so a schema is never shown to an agent that cannot execute it.
  */
-import { ServiceError } from '../domain/errors.js';
 import type { ToolSchema } from '../domain/step-render.js';
 import type { LiveAgent } from './live-agent.js';
 
@@ -71,11 +70,5 @@ export class ToolRegistry {
   private globalFor(agent: LiveAgent, tool: ServiceTool): boolean {
     const allow = agent.header.toolFilter?.allow;
     return tool.inScope(agent) && (allow === undefined || allow.includes(tool.name));
-  }
-
-  require(agent: LiveAgent, name: string): ServiceTool {
-    const tool = this.find(agent, name);
-    if (tool === undefined) throw new ServiceError('TOOL_NOT_FOUND', `unknown tool "${name}"`);
-    return tool;
   }
 }

@@ -18,8 +18,4 @@ export class ChildLock {
     });
     return result;
   }
-
-  held(id: string): boolean {
-    return this.tails.has(id);
-  }
 }
