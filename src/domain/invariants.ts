@@ -25,7 +25,7 @@ export function checkInvariants(state: AgentState): string[] {
   if (state.inbox.some((item) => item.placement !== 'queued')) {
     broken.push('the inbox holds only queued items');
   }
-  const ids = [...state.inbox.map((i) => i.id), ...state.pending.flatMap((p) => (p.kind === 'steering' ? [p.item.id] : []))];
+  const ids = [...state.inbox.map((i) => i.id), ...state.pending.toArray().flatMap((p) => (p.kind === 'steering' ? [p.item.id] : []))];
   if (new Set(ids).size !== ids.length) broken.push('each inbox item is held once');
   return broken;
 }

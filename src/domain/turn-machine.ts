@@ -24,6 +24,7 @@
 import type { Delivery } from './agent.js';
 import { ServiceError } from './errors.js';
 import type { Message } from './message.js';
+import { Queue } from './queue.js';
 import { messageEntry, type EntryBody, type TurnEndReason } from './session.js';
 
 export const TURN_PHASES = ['idle', 'admitting', 'running', 'closing', 'disposed'] as const;
@@ -75,9 +76,9 @@ export type TurnState =
 export interface AgentState {
   turn: TurnState;
   /** FIFO of queued inbox items not yet admitted as turns. */
-  inbox: readonly InboxItem[];
+  inbox: Queue<InboxItem>;
   /** Staged injects and steering items waiting for the next safe log position. */
-  pending: readonly PendingContext[];
+  pending: Queue<PendingContext>;
 }
 
 export type InboxEvent = 'enqueue' | 'dequeue' | 'discard';
@@ -96,7 +97,7 @@ export interface Transition {
 }
 
 export function initialState(): AgentState {
-  return { turn: { phase: 'idle' }, inbox: [], pending: [] };
+  return { turn: { phase: 'idle' }, inbox: Queue.empty(), pending: Queue.empty() };
 }
 
 /** A step can be claimed: an admitted turn's first step, or the next step once results are in. */
@@ -106,12 +107,12 @@ export function isClaimable(state: AgentState): boolean {
 }
 
 export function stagedCount(state: AgentState): number {
-  return state.pending.filter((p) => p.kind === 'staged').length;
+  return state.pending.count((p) => p.kind === 'staged');
 }
 
 /** Inbox items accepted and not yet dequeued: queued prompts plus waiting steering items. */
 export function queuedCount(state: AgentState): number {
-  return state.inbox.length + state.pending.filter((p) => p.kind === 'steering').length;
+  return state.inbox.length + state.pending.count((p) => p.kind === 'steering');
 }
 
 export interface DeliveryInput {
@@ -132,7 +133,7 @@ export function deliver(state: AgentState, input: DeliveryInput, at: string): Tr
     // acceptance order (closeTurn writes them all after the turn-end).
     const behindStaged = phase === 'closing' && state.pending.some((p) => p.kind === 'staged');
     if (open || behindStaged) {
-      return { state: { ...state, pending: [...state.pending, { kind: 'staged', message: input.message }] }, effects: [] };
+      return { state: { ...state, pending: state.pending.push({ kind: 'staged', message: input.message }) }, effects: [] };
     }
     return { state, effects: [{ kind: 'append', entry: messageEntry(input.message, at) }] };
   }
@@ -141,14 +142,14 @@ export function deliver(state: AgentState, input: DeliveryInput, at: string): Tr
   if (input.delivery === 'steer' && open) {
     const item: InboxItem = { id: input.inboxItemId, placement: 'steering', message: input.message };
     return {
-      state: { ...state, pending: [...state.pending, { kind: 'steering', item }] },
+      state: { ...state, pending: state.pending.push({ kind: 'steering', item }) },
       effects: [{ kind: 'inbox', event: 'enqueue', item }],
     };
   }
   const item: InboxItem = { id: input.inboxItemId, placement: 'queued', message: input.message };
   const effects: Effect[] = [{ kind: 'inbox', event: 'enqueue', item }];
   if (phase === 'idle') effects.push({ kind: 'wake' });
-  return { state: { ...state, inbox: [...state.inbox, item] }, effects };
+  return { state: { ...state, inbox: state.inbox.push(item) }, effects };
 }
 
 /**
@@ -161,7 +162,7 @@ export function restore(state: AgentState, queued: readonly InboxItem[], staged:
     throw new Error('restore needs a fresh idle state');
   }
   const effects: Effect[] = staged.map((message) => ({ kind: 'append', entry: messageEntry(message, at) }));
-  const inbox = queued.map((item) => ({ ...item, placement: 'queued' as const }));
+  const inbox = Queue.of(queued.map((item) => ({ ...item, placement: 'queued' as const })));
   if (inbox.length > 0) effects.push({ kind: 'wake' });
   return { state: { ...state, inbox }, effects };
 }
@@ -169,7 +170,8 @@ export function restore(state: AgentState, queued: readonly InboxItem[], staged:
 /** Admit the first queued item as a new turn. A no-op unless idle with queued work. */
 export function admit(state: AgentState, turnId: string, at: string): Transition {
   if (state.turn.phase !== 'idle' || state.inbox.length === 0) return { state, effects: [] };
-  const [item, ...rest] = state.inbox as [InboxItem, ...InboxItem[]];
+  const item = state.inbox.at(0)!;
+  const rest = state.inbox.shift();
   const turn: OpenTurn = { id: turnId, inboxItemId: item.id, messageId: item.message.id, step: null };
   return {
     state: { ...state, turn: { phase: 'admitting', turn }, inbox: rest },
@@ -190,7 +192,7 @@ export function startStep(state: AgentState, stepId: string, at: string): Transi
   const effects = flushPending(state.pending, at);
   effects.push({ kind: 'append', entry: { type: 'step-start', at, turnId: turn.id, stepId, index } });
   const step: StepState = { id: stepId, index, status: 'claimed', awaiting: [] };
-  return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } }, pending: [] }, effects };
+  return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } }, pending: Queue.empty() }, effects };
 }
 
 /**
@@ -253,9 +255,9 @@ export function closeTurn(state: AgentState, at: string): Transition {
     if (pending.kind === 'staged') effects.push({ kind: 'append', entry: messageEntry(pending.message, at) });
     else leftoverSteering.push({ ...pending.item, placement: 'queued' });
   }
-  const inbox = [...leftoverSteering, ...state.inbox];
+  const inbox = state.inbox.prepend(leftoverSteering);
   if (inbox.length > 0) effects.push({ kind: 'wake' });
-  return { state: { turn: { phase: 'idle' }, inbox, pending: [] }, effects };
+  return { state: { turn: { phase: 'idle' }, inbox, pending: Queue.empty() }, effects };
 }
 
 /**
@@ -268,10 +270,10 @@ export function dispose(state: AgentState, at: string): Transition {
   const effects: Effect[] = closed.effects.filter((e) => e.kind === 'append');
   // closeTurn left idle state with every undelivered occurrence back in the inbox.
   for (const item of closed.state.inbox) effects.push({ kind: 'inbox', event: 'discard', item });
-  return { state: { turn: { phase: 'disposed' }, inbox: [], pending: [] }, effects };
+  return { state: { turn: { phase: 'disposed' }, inbox: Queue.empty(), pending: Queue.empty() }, effects };
 }
 
-function flushPending(pending: readonly PendingContext[], at: string): Effect[] {
+function flushPending(pending: Queue<PendingContext>, at: string): Effect[] {
   const effects: Effect[] = [];
   for (const p of pending) {
     if (p.kind === 'staged') {

@@ -11,6 +11,7 @@ import type { Clock, IdSource } from '../domain/ports.js';
 import type { Delivery } from '../domain/agent.js';
 import { ServiceError } from '../domain/errors.js';
 import { createUserMessage, textBlocks, type Message, type MessageSource, type TextBlock, type ToolCall } from '../domain/message.js';
+import { Queue } from '../domain/queue.js';
 import { isoTime, type SessionHeader } from '../domain/session.js';
 import {
   admit,
@@ -320,13 +321,13 @@ export class LiveAgent {
   /**
    * Hand the log the changes to this agent's pending rows (queued and steering items, staged
    * context): new rows at the end, rows that left removed, and a steering item that became a
-   * queued prompt moved to the front. The common changes (a list grew at its end or lost its
+   * queued prompt moved to the front. The common changes (a queue grew at its end or lost its
    * head) cost only their size; anything else is diffed in full.
    */
   private persistPending(): void {
     const state = this.turnState;
-    const prevInbox = this.persistedInbox ?? [];
-    const prevPending = this.persistedPending ?? [];
+    const prevInbox = this.persistedInbox ?? Queue.empty();
+    const prevPending = this.persistedPending ?? Queue.empty();
     if (state.inbox === prevInbox && state.pending === prevPending) return;
     this.persistedInbox = state.inbox;
     this.persistedPending = state.pending;
@@ -340,10 +341,10 @@ export class LiveAgent {
       this.acceptedAt.delete(messageId);
       ops.push({ op: 'delete', sessionId: this.id, messageId });
     };
-    const inbox = appendOrShift(prevInbox, state.inbox);
-    const pending = appendOrShift(prevPending, state.pending);
+    const inbox = state.inbox.changesSince(prevInbox);
+    const pending = state.pending.changesSince(prevPending);
     if (inbox !== undefined && pending !== undefined) {
-      for (const item of [...inbox.removed]) remove(item.message.id);
+      for (const item of inbox.removed) remove(item.message.id);
       for (const p of pending.removed) remove(shapeOf(p).message.id);
       for (const item of inbox.added) put(shapeOf(item), ++this.highestPosition);
       for (const p of pending.added) put(shapeOf(p), ++this.highestPosition);
@@ -382,18 +383,4 @@ function shapeOf(x: InboxItem | PendingContext): PendingShape {
       : { kind: 'steering', itemId: x.item.id, message: x.item.message };
   }
   return { kind: 'queued', itemId: x.id, message: x.message };
-}
-
-/**
- * How `after` differs from `before` when it only lost elements at its head and gained some at
- * its end (compared by identity), or was emptied; undefined for any other change.
- */
-function appendOrShift<T>(before: readonly T[], after: readonly T[]): { removed: T[]; added: T[] } | undefined {
-  if (after.length === 0) return { removed: [...before], added: [] };
-  const dropped = before.indexOf(after[0] as T);
-  if (dropped === -1) return before.length === 0 || !before.includes(after[after.length - 1] as T) ? { removed: [...before], added: [...after] } : undefined;
-  const kept = before.length - dropped;
-  if (after.length < kept) return undefined;
-  for (let i = 0; i < kept; i++) if (after[i] !== before[dropped + i]) return undefined;
-  return { removed: before.slice(0, dropped), added: after.slice(kept) };
 }
