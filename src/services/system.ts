@@ -3,14 +3,14 @@
  * registry -> continuation manager -> agent and step services -> packages. Shared by the
  * server, the tests and the benchmarks so they all run the same composition.
  */
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ReportDelivery } from '../domain/packages.js';
-import type { Clock, IdKind, IdSource } from '../domain/ports.js';
+import type { Clock, IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
 import { EventHub } from './event-hub.js';
+import { timeOrderedIds } from './ids.js';
 import { EventStreams } from './event-stream.js';
 import { Metrics } from './metrics.js';
 import { IdempotencyKeys } from './idempotency.js';
@@ -55,18 +55,6 @@ export interface SystemOptions {
   idempotencyTtlMs?: number;
 }
 
-const ID_PREFIX: Record<IdKind, string> = {
-  agent: 'agt',
-  message: 'msg',
-  inbox: 'inb',
-  turn: 'turn',
-  step: 'step',
-  activation: 'act',
-};
-
-/** Production ids: a kind prefix and a random UUID. */
-export const randomIds: IdSource = { next: (kind) => `${ID_PREFIX[kind]}_${randomUUID()}` };
-
 export const systemClock: Clock = { now: () => Date.now() };
 
 export function openStore(dataPath: string, synchronous: SqliteSyncMode = 'full'): SessionStore {
@@ -76,7 +64,7 @@ export function openStore(dataPath: string, synchronous: SqliteSyncMode = 'full'
 export function createSystem(options: SystemOptions): System {
   const { store, logger } = options;
   const clock = options.clock ?? systemClock;
-  const ids = options.ids ?? randomIds;
+  const ids = options.ids ?? timeOrderedIds();
   const log = new SessionLog(store, logger);
   const registry = new AgentRegistry();
   const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep());

@@ -22,7 +22,7 @@ import type { SessionEntry } from '../../src/domain/session.js';
 import { REVOKED_MESSAGE } from '../../src/services/continuation/setup-registry.js';
 import type { AgentScope, LiveAgent } from '../../src/services/live-agent.js';
 import { defineTool } from '../../src/services/define-tool.js';
-import { randomIds } from '../../src/services/system.js';
+import { timeOrderedIds } from '../../src/services/ids.js';
 import { claim, createRoot, postOutput, startHarness, until, type Harness } from '../fixtures/harness.js';
 
 const REVOKED_TEXT =
@@ -56,9 +56,10 @@ interface Fixture {
 
 async function open(): Promise<Fixture> {
   const agentIds: string[] = [];
+  const production = timeOrderedIds();
   const ids: IdSource = {
     next(kind) {
-      const id = randomIds.next(kind);
+      const id = production.next(kind);
       if (kind === 'agent') agentIds.push(id);
       return id;
     },
