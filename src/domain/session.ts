@@ -73,6 +73,14 @@ export function messageEntry(message: Message, at: string): EntryBody {
   return entry;
 }
 
+let lastMs = Number.NaN;
+let lastIso = '';
+
+/** `ms` as an ISO-8601 UTC string. Consecutive calls within one millisecond share the string. */
 export function isoTime(ms: number): string {
-  return new Date(ms).toISOString();
+  if (ms !== lastMs) {
+    lastIso = new Date(ms).toISOString();
+    lastMs = ms;
+  }
+  return lastIso;
 }

@@ -1,7 +1,10 @@
 /**
  * In-memory session store: the same contract as the SQLite store, for tests and for
- * `AGENTFOREST_DATA=:memory:`. Entries are deep-copied in and out so callers cannot mutate
- * what was "persisted".
+ * `AGENTFOREST_DATA=:memory:`. Entries and pending rows are kept as JSON text, as the SQLite
+ * store keeps them: callers cannot mutate what was "persisted", every read parses a fresh
+ * copy, and a long session is a list of strings rather than a deep tree of small objects for
+ * the garbage collector to walk. The fields the lookups need (type, turn, message) are kept
+ * beside the text.
  */
 import type { SessionEntry, SessionHeader } from '../../domain/session.js';
 import {
@@ -19,17 +22,49 @@ import {
   type WriteBatch,
 } from '../session-store.js';
 
+/** One committed entry: its JSON text and what lookups need without parsing it. */
+interface StoredEntry {
+  seq: number;
+  type: SessionEntry['type'];
+  messageId: string | undefined;
+  turnId: string | undefined;
+  json: string;
+}
+
 interface StoredSession {
   header: SessionHeader;
-  entries: SessionEntry[];
+  entries: StoredEntry[];
 }
+
+interface ForestItem {
+  sessionId: string;
+  forestSeq: number;
+  entry: StoredEntry;
+}
+
+interface StoredPending {
+  position: number;
+  json: string;
+}
+
+function store(entry: SessionEntry): StoredEntry {
+  return {
+    seq: entry.seq,
+    type: entry.type,
+    messageId: 'messageId' in entry ? entry.messageId : undefined,
+    turnId: 'turnId' in entry ? entry.turnId : undefined,
+    json: JSON.stringify(entry),
+  };
+}
+
+const parse = (stored: StoredEntry): SessionEntry => JSON.parse(stored.json) as SessionEntry;
 
 export class MemorySessionStore implements SessionStore {
   readonly kind = 'memory' as const;
   private readonly sessions = new Map<string, StoredSession>();
-  private readonly pendingRows = new Map<string, Map<string, PendingRow>>();
+  private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
-  private readonly forests = new Map<string, BatchEntry[]>();
+  private readonly forests = new Map<string, ForestItem[]>();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
@@ -42,16 +77,17 @@ export class MemorySessionStore implements SessionStore {
     }
     for (const header of batch.headers) this.sessions.set(header.id, { header: structuredClone(header), entries: [] });
     for (const item of batch.entries) {
-      this.sessions.get(item.sessionId)?.entries.push(structuredClone(item.entry));
+      const entry = store(item.entry);
+      this.sessions.get(item.sessionId)?.entries.push(entry);
       let forest = this.forests.get(item.rootId);
       if (forest === undefined) this.forests.set(item.rootId, (forest = []));
-      forest.push(structuredClone(item));
+      forest.push({ sessionId: item.sessionId, forestSeq: item.forestSeq, entry });
     }
     for (const change of batch.pending ?? []) {
       let rows = this.pendingRows.get(change.sessionId);
       if (change.op === 'put') {
         if (rows === undefined) this.pendingRows.set(change.sessionId, (rows = new Map()));
-        rows.set(change.row.message.id, structuredClone(change.row));
+        rows.set(change.row.message.id, { position: change.row.position, json: JSON.stringify(change.row) });
       } else {
         rows?.delete(change.messageId);
         if (rows?.size === 0) this.pendingRows.delete(change.sessionId);
@@ -70,14 +106,14 @@ export class MemorySessionStore implements SessionStore {
     const entries = this.sessions.get(id)?.entries ?? [];
     const start = Math.max(0, after);
     const end = limit === undefined ? entries.length : start + limit;
-    return structuredClone(entries.slice(start, end));
+    return entries.slice(start, end).map(parse);
   }
 
   async lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
     const entries = this.sessions.get(id)?.entries ?? [];
     for (let i = entries.length - 1; i >= 0; i--) {
       const entry = entries[i]!;
-      if (entry.type === 'turn-start' || entry.type === 'turn-end') {
+      if ((entry.type === 'turn-start' || entry.type === 'turn-end') && entry.turnId !== undefined) {
         return { type: entry.type, turnId: entry.turnId, seq: entry.seq };
       }
     }
@@ -88,7 +124,7 @@ export class MemorySessionStore implements SessionStore {
     const entries = this.sessions.get(id)?.entries ?? [];
     for (let i = entries.length - 1; i >= 0; i--) {
       const entry = entries[i]!;
-      if (entry.type === 'activation') return { event: entry.event, seq: entry.seq };
+      if (entry.type === 'activation') return { event: (parse(entry) as Extract<SessionEntry, { type: 'activation' }>).event, seq: entry.seq };
     }
     return undefined;
   }
@@ -109,7 +145,7 @@ export class MemorySessionStore implements SessionStore {
       if ((forest[mid]?.forestSeq ?? 0) <= after) lo = mid + 1;
       else hi = mid;
     }
-    return structuredClone(forest.slice(lo, lo + limit));
+    return forest.slice(lo, lo + limit).map((item) => ({ sessionId: item.sessionId, entry: parse(item.entry), rootId, forestSeq: item.forestSeq }));
   }
 
   async lastForestSeq(rootId: string): Promise<number> {
@@ -117,22 +153,21 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async pending(id: string): Promise<PendingRow[]> {
-    return structuredClone([...(this.pendingRows.get(id)?.values() ?? [])].sort((a, b) => a.position - b.position));
+    const rows = [...(this.pendingRows.get(id)?.values() ?? [])].sort((a, b) => a.position - b.position);
+    return rows.map((row) => JSON.parse(row.json) as PendingRow);
   }
 
   async locate(messageId: string): Promise<MessageLocation | undefined> {
     for (const [sessionId, rows] of this.pendingRows) {
       const row = rows.get(messageId);
-      if (row !== undefined) return locationFromPending(sessionId, structuredClone(row));
+      if (row !== undefined) return locationFromPending(sessionId, JSON.parse(row.json) as PendingRow);
     }
     for (const [sessionId, session] of this.sessions) {
-      const entries = session.entries.filter((e) => 'messageId' in e && e.messageId === messageId);
+      const entries = session.entries.filter((e) => e.messageId === messageId);
       if (entries.length === 0) continue;
       const start = entries.find((e) => e.type === 'turn-start');
-      const turnEnd = start?.type === 'turn-start'
-        ? session.entries.find((e) => e.type === 'turn-end' && e.turnId === start.turnId)
-        : undefined;
-      return locationFromEntries(messageId, sessionId, structuredClone(entries), structuredClone(turnEnd));
+      const turnEnd = start === undefined ? undefined : session.entries.find((e) => e.type === 'turn-end' && e.turnId === start.turnId);
+      return locationFromEntries(messageId, sessionId, entries.map(parse), turnEnd === undefined ? undefined : parse(turnEnd));
     }
     return undefined;
   }
