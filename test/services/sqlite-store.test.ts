@@ -49,7 +49,8 @@ function message(seq: number): SessionEntry {
 
 /**
  * `synchronous` is a per-connection setting, so a second connection would only show its own
- * default. The store's own connection is read through its (TypeScript-only) private field.
+ * default. The store's reading connection is read through its (TypeScript-only) private
+ * field; the writing one reports its own through `writerSettings()`.
  */
 function storeConnection(store: SqliteSessionStore): Database.Database {
   return (store as unknown as { db: Database.Database }).db;
@@ -140,16 +141,17 @@ describe('SqliteSessionStore', () => {
     expect(openRaw().pragma('journal_mode', { simple: true })).toBe('wal');
   });
 
-  it('runs with synchronous FULL by default', () => {
+  it('writes with synchronous FULL by default, in WAL mode', async () => {
     const store = openStore();
 
+    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 2 });
     expect(storeConnection(store).pragma('synchronous', { simple: true })).toBe(2);
   });
 
-  it('runs with synchronous NORMAL when asked', () => {
+  it('writes with synchronous NORMAL when asked', async () => {
     const store = openStore({ synchronous: 'normal' });
 
-    expect(storeConnection(store).pragma('synchronous', { simple: true })).toBe(1);
+    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 1 });
   });
 
   it('records its migrations in schema_migrations', () => {

@@ -3,10 +3,11 @@
  * and entry. A batch is one transaction; `last_seq` is advanced with a compare-and-set so a
  * gap or a duplicate seq aborts the whole batch. `synchronous` is FULL by default, so a
  * committed batch survives power loss, not only a process crash.
+ *
+ * This connection migrates the file and serves reads; writes go to a writer thread with its
+ * own connection (sqlite-writer.ts), so a commit does not stall the event loop.
  */
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../domain/session.js';
 import {
   locationFromEntries,
@@ -24,9 +25,10 @@ import {
 } from '../session-store.js';
 import type { Message } from '../../domain/message.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
+import { InlineWriter, ThreadWriter, type SqliteWriter, type WriterSettings } from './sqlite-writer.js';
+import { encodeBatch, openConnection, type SqliteSyncMode } from './sqlite-writes.js';
 
-export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
-export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
+export { SQLITE_SYNC_MODES, type SqliteSyncMode } from './sqlite-writes.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -37,38 +39,26 @@ export class SqliteSessionStore implements SessionStore {
   readonly kind = 'sqlite' as const;
   private readonly db: Database.Database;
   private readonly statements;
-  private readonly writeTx: (batch: WriteBatch) => void;
+  private readonly writer: SqliteWriter;
 
   constructor(options: SqliteStoreOptions) {
-    if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
-    this.db = new Database(options.path);
+    const connection = { path: options.path, synchronous: options.synchronous ?? 'full' };
+    let db: Database.Database | undefined;
     try {
-      this.db.pragma('journal_mode = WAL');
-      this.db.pragma(`synchronous = ${options.synchronous ?? 'full'}`);
-      this.db.pragma('foreign_keys = ON');
-      this.db.pragma('busy_timeout = 5000');
-      migrate(this.db);
+      db = openConnection(connection);
+      migrate(db);
     } catch (error) {
-      this.db.close();
+      db?.close();
       const reason = error instanceof Error ? error.message : String(error);
       throw new Error(`cannot open the session store at ${options.path}: ${reason}`, { cause: error });
     }
+    this.db = db;
+    this.writer = options.path === ':memory:' ? new InlineWriter(db) : new ThreadWriter(connection);
     this.statements = {
-      insertSession: this.db.prepare(
-        'INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq) VALUES (?, ?, ?, ?, ?, 0)',
-      ),
-      advanceSeq: this.db.prepare('UPDATE sessions SET last_seq = ? WHERE id = ? AND last_seq = ?'),
-      insertEntry: this.db.prepare(
-        'INSERT INTO entries (session_id, seq, type, body, message_id, turn_id, root_id, forest_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-      ),
       readForest: this.db.prepare<[string, number, number], { session_id: string; seq: number; body: string; forest_seq: number }>(
         'SELECT session_id, seq, body, forest_seq FROM entries WHERE root_id = ? AND forest_seq > ? ORDER BY forest_seq LIMIT ?',
       ),
       lastForestSeq: this.db.prepare<[string], { n: number | null }>('SELECT max(forest_seq) AS n FROM entries WHERE root_id = ?'),
-      deletePending: this.db.prepare('DELETE FROM pending WHERE session_id = ? AND message_id = ?'),
-      putPending: this.db.prepare(
-        'INSERT OR REPLACE INTO pending (session_id, message_id, position, kind, item_id, message, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
-      ),
       pending: this.db.prepare<[string], PendingDbRow>(
         'SELECT position, kind, item_id, message, accepted_at FROM pending WHERE session_id = ? ORDER BY position',
       ),
@@ -81,15 +71,9 @@ export class SqliteSessionStore implements SessionStore {
       turnEnd: this.db.prepare<[string, string], { seq: number; body: string }>(
         `SELECT seq, body FROM entries WHERE session_id = ? AND turn_id = ? AND type = 'turn-end' LIMIT 1`,
       ),
-      putIdempotency: this.db.prepare(
-        `INSERT INTO idempotency (sender, key, fingerprint, status, response, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (sender, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
-           response = excluded.response, created_at = excluded.created_at, expires_at = excluded.expires_at`,
-      ),
       getIdempotency: this.db.prepare<[string, string, number], { fingerprint: string; status: number; response: string; created_at: number; expires_at: number }>(
         'SELECT fingerprint, status, response, created_at, expires_at FROM idempotency WHERE sender = ? AND key = ? AND expires_at > ?',
       ),
-      expireIdempotency: this.db.prepare('DELETE FROM idempotency WHERE expires_at <= ?'),
       header: this.db.prepare<[string], { header: string; last_seq: number }>(
         'SELECT header, last_seq FROM sessions WHERE id = ?',
       ),
@@ -108,11 +92,15 @@ export class SqliteSessionStore implements SessionStore {
          ORDER BY seq DESC LIMIT 1`,
       ),
     };
-    this.writeTx = this.db.transaction((batch: WriteBatch) => this.writeBatch(batch));
   }
 
   async write(batch: WriteBatch): Promise<void> {
-    this.writeTx(batch);
+    await this.writer.write(encodeBatch(batch));
+  }
+
+  /** The settings the writing connection runs with (journal mode, synchronous level). */
+  writerSettings(): Promise<WriterSettings> {
+    return this.writer.settings();
   }
 
   async header(id: string): Promise<SessionSummary | undefined> {
@@ -190,47 +178,12 @@ export class SqliteSessionStore implements SessionStore {
   }
 
   async expireIdempotency(now: number): Promise<number> {
-    return this.statements.expireIdempotency.run(now).changes;
+    return this.writer.expireIdempotency(now);
   }
 
   async close(): Promise<void> {
+    await this.writer.close();
     if (this.db.open) this.db.close();
-  }
-
-  /** Runs inside the write transaction: any throw rolls the whole batch back. */
-  private writeBatch(batch: WriteBatch): void {
-    const s = this.statements;
-    for (const header of batch.headers) {
-      s.insertSession.run(header.id, header.kind, header.parentSession, header.createdAt, JSON.stringify(header));
-    }
-    const advance = new Map<string, { from: number; to: number }>();
-    for (const { sessionId, entry, rootId, forestSeq } of batch.entries) {
-      const { seq, ...body } = entry;
-      const messageId = 'messageId' in entry ? entry.messageId : null;
-      const turnId = 'turnId' in entry ? entry.turnId : null;
-      s.insertEntry.run(sessionId, seq, entry.type, JSON.stringify(body), messageId, turnId, rootId, forestSeq);
-      const range = advance.get(sessionId);
-      if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
-      else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
-      else range.to = seq;
-    }
-    for (const [sessionId, { from, to }] of advance) {
-      const result = s.advanceSeq.run(to, sessionId, from);
-      if (result.changes !== 1) {
-        throw new Error(`session "${sessionId}" is not at seq ${from}; refusing a gap or duplicate`);
-      }
-    }
-    for (const change of batch.pending ?? []) {
-      if (change.op === 'delete') {
-        s.deletePending.run(change.sessionId, change.messageId);
-      } else {
-        const r = change.row;
-        s.putPending.run(change.sessionId, r.message.id, r.position, r.kind, r.itemId, JSON.stringify(r.message), r.acceptedAt);
-      }
-    }
-    for (const r of batch.idempotency ?? []) {
-      s.putIdempotency.run(r.sender, r.key, r.fingerprint, r.status, JSON.stringify(r.response), r.createdAt, r.expiresAt);
-    }
   }
 }
 
