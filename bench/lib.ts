@@ -2,9 +2,10 @@
  * Shared pieces of the benchmarks: a server in its own process, a JSON client, autocannon runs,
  * the server's resident memory, and seeding large sessions straight into a SQLite file.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { createInterface } from 'node:readline';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import type { EntryBody, SessionEntry, SessionHeader } from '../src/domain/session.js';
@@ -19,34 +20,45 @@ export interface Server {
   stop(): Promise<void>;
 }
 
+/** Compile the server as `npm start` runs it (dist/), so the benchmarks measure that build. */
+export function buildServer(): void {
+  execFileSync('npm', ['run', '--silent', 'build'], { cwd: root, stdio: 'inherit' });
+}
+
+/**
+ * Start the built server (see buildServer) in its own process on 127.0.0.1. Its log goes to
+ * a file beside the data (never a pipe: a pipe this process is slow to drain would make the
+ * server's logger wait, and this process runs the load generator).
+ */
 export async function startServer(data: string, env: Record<string, string> = {}): Promise<Server> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+  const logPath = data === ':memory:' ? join(tmpdir(), `agentforest-bench-${process.pid}-${Date.now()}.log`) : `${data}.log`;
+  const log = openSync(logPath, 'w');
+  const child = spawn(process.execPath, ['dist/server.js'], {
     cwd: root,
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_BENCH_BASELINE: '1', ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['ignore', log, 'inherit'],
   });
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('server did not start in 60 s')), 60_000);
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      try {
-        const parsed = JSON.parse(line) as { url?: string };
-        if (parsed.url !== undefined) {
-          clearTimeout(timer);
-          resolve(parsed.url);
-        }
-      } catch {
-        // not a JSON log line: ignore it
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`server exited with ${code}`)));
-  });
+  closeSync(log);
+  let exited: number | null = null;
+  child.once('exit', (code) => (exited = code ?? -1));
+  const deadline = Date.now() + 60_000;
+  let url: string | undefined;
+  while (url === undefined) {
+    if (exited !== null) throw new Error(`server exited with ${exited}; its log is ${logPath}`);
+    if (Date.now() > deadline) throw new Error(`server did not start in 60 s; its log is ${logPath}`);
+    await new Promise((r) => setTimeout(r, 50));
+    const line = readFileSync(logPath, 'utf8').split('\n').find((l) => l.includes('"url"'));
+    if (line !== undefined) url = (JSON.parse(line) as { url?: string }).url;
+  }
   return {
     url,
     child,
     async stop() {
-      if (child.exitCode !== null) return;
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
+      if (child.exitCode === null) {
+        child.kill('SIGTERM');
+        await new Promise((r) => child.once('exit', r));
+      }
+      rmSync(logPath, { force: true });
     },
   };
 }

@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { call, childHeader, load, pool, root, rootHeader, rssOf, seedSessions, startServer, type Load, type Server } from './lib.js';
+import { buildServer, call, childHeader, load, pool, root, rootHeader, rssOf, seedSessions, startServer, type Load, type Server } from './lib.js';
 
 const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -194,6 +194,7 @@ async function main(): Promise<Record<string, unknown>> {
 }
 
 try {
+  buildServer();
   const results = await main();
   console.table(rows);
   console.log(JSON.stringify({ ...results, rows: undefined }, null, 2));
