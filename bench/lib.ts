@@ -33,7 +33,7 @@ export function buildServer(): void {
 export async function startServer(data: string, env: Record<string, string> = {}): Promise<Server> {
   const logPath = data === ':memory:' ? join(tmpdir(), `agentforest-bench-${process.pid}-${Date.now()}.log`) : `${data}.log`;
   const log = openSync(logPath, 'w');
-  const child = spawn(process.execPath, ['dist/server.js'], {
+  const child = spawn(process.execPath, ['--expose-gc', 'dist/server.js'], {
     cwd: root,
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_BENCH_BASELINE: '1', ...env },
     stdio: ['ignore', log, 'inherit'],
@@ -82,6 +82,8 @@ export interface Load {
 }
 
 export async function load(url: string, body: unknown, headers: Record<string, string>, seconds: number, connections = 50): Promise<Load> {
+  // Warm up first: a route's first seconds run code V8 has not optimised yet.
+  await autocannon({ url, method: 'POST', connections, duration: 2, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
   const result = await autocannon({
     url,
     method: 'POST',
@@ -98,11 +100,11 @@ export async function load(url: string, body: unknown, headers: Record<string, s
   };
 }
 
-/** The server process's resident set size in bytes. */
-export function rssOf(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = /VmRSS:\s+(\d+) kB/.exec(status)?.[1];
-  return Number(kb ?? 0) * 1024;
+/** The server's resident set size in bytes, read after a full garbage collection. */
+export async function settledRss(url: string): Promise<number> {
+  const memory = await call<{ collected: boolean; rss: number }>(`${url}/bench/memory`, 'GET');
+  if (!memory.collected) throw new Error('the server runs without --expose-gc');
+  return memory.rss;
 }
 
 /** Run `count` async jobs with at most `parallel` at once. */

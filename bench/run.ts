@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { buildServer, call, childHeader, load, pool, root, rootHeader, rssOf, seedSessions, startServer, type Load, type Server } from './lib.js';
+import { buildServer, call, childHeader, load, pool, root, rootHeader, settledRss, seedSessions, startServer, type Load, type Server } from './lib.js';
 
 const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -103,31 +103,54 @@ async function main(): Promise<Record<string, unknown>> {
     await memory.stop();
   }
 
-  // 2. Scaling with live agents, and memory per idle resident agent.
+  // 2. Scaling with live agents. Each measurement reports from a fresh child, closed
+  // afterwards: a child reporting through /tool-calls within one open turn stages each
+  // call/result pair, and that backlog must not slow the next measurement.
   const scaling = await startServer(join(dir, 'scaling.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
   const agentsScaling: Record<string, number> = {};
-  const rssPerAgent: Record<string, number> = {};
   try {
-    // A fresh child per measurement: a child reporting through /tool-calls within one open
-    // step stages each call/result pair, so a reused child would carry the last run's backlog.
     const parent = await newRoot(scaling);
-    const one = await reportLoad(scaling, await newChild(scaling, parent));
-    agentsScaling['1'] = one.requestsPerSecond;
-    const before = rssOf(scaling.child.pid!);
+    const measure = async (): Promise<number> => {
+      const child = await newChild(scaling, parent);
+      const l = await reportLoad(scaling, child);
+      await call(`${scaling.url}/v1/agents/${child.id}`, 'DELETE');
+      return l.requestsPerSecond;
+    };
+    agentsScaling['1'] = await measure();
     let created = 0;
-    for (const target of [1_000, 10_000, manyAgents]) {
+    for (const target of [1_000, manyAgents]) {
       await pool(target - created, 64, async () => {
         await newRoot(scaling);
       });
       created = target;
-      if (target >= 10_000) rssPerAgent[String(target)] = Math.round((rssOf(scaling.child.pid!) - before) / target);
-      if (target === 1_000 || target === manyAgents) {
-        const l = await reportLoad(scaling, await newChild(scaling, parent));
-        agentsScaling[String(target)] = l.requestsPerSecond;
-      }
+      agentsScaling[String(target)] = await measure();
     }
   } finally {
     await scaling.stop();
+  }
+
+  // Memory per idle resident agent, on a server that does nothing else (resident memory rarely
+  // shrinks, so any earlier load would blur it), read after a full garbage collection. The
+  // first 1,000 roots are a warm-up outside the count: they pay one-off costs (the create
+  // path's compiled code, the SQLite page caches filling up to their bound).
+  const idle = await startServer(join(dir, 'idle.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  const rssPerAgent: Record<string, number> = {};
+  try {
+    const warmUp = 1_000;
+    await pool(warmUp, 64, async () => {
+      await newRoot(idle);
+    });
+    const before = await settledRss(idle.url);
+    let created = 0;
+    for (const target of [10_000, manyAgents]) {
+      await pool(target - created, 64, async () => {
+        await newRoot(idle);
+      });
+      created = target;
+      rssPerAgent[String(target)] = Math.round(((await settledRss(idle.url)) - before) / target);
+    }
+  } finally {
+    await idle.stop();
   }
 
   // 3. Long sessions: a parent with 10 vs `longSession` entries; cold resume of such children.
@@ -163,7 +186,11 @@ async function main(): Promise<Record<string, unknown>> {
   const deep = await startServer(join(dir, 'deep.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
   const depthScaling: Record<string, number> = {};
   try {
+    // Every parent in the chain is a child in its first turn, so the top one has an open turn
+    // too: at both depths a quiet report is staged at a running parent.
     const top = await newRoot(deep);
+    await call(`${deep.url}/v1/agents/${top.id}/messages`, 'POST', { content: 'work', delivery: 'followup' });
+    await call(`${deep.url}/v1/agents/${top.id}/steps/next`, 'POST', { waitMs: 1000 }, { 'x-agent-token': top.token });
     let chain = await newChild(deep, top);
     depthScaling['1'] = (await reportLoad(deep, chain)).requestsPerSecond;
     for (let depth = 2; depth <= 50; depth++) chain = await newChild(deep, chain);

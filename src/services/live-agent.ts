@@ -27,6 +27,7 @@ import {
   cancelTurn,
   startStep,
   type AgentState,
+  type Effect,
   type InboxEvent,
   type InboxItem,
   type PendingContext,
@@ -140,10 +141,18 @@ export class LiveAgent {
    * a tool call made outside the step protocol and its result.
    */
   recordContext(messages: readonly Message[]): void {
+    // One transition for all of them: the runtime's bookkeeping (pending rows, dispatch,
+    // change listeners) runs once, not once per message.
+    const at = this.now();
+    let state = this.turnState;
+    const effects: Effect[] = [];
     for (const message of messages) {
-      this.acceptedAt.set(message.id, this.now());
-      this.apply(deliver(this.turnState, { delivery: 'inject', message }, this.now()));
+      this.acceptedAt.set(message.id, at);
+      const transition = deliver(state, { delivery: 'inject', message }, at);
+      state = transition.state;
+      effects.push(...transition.effects);
     }
+    this.apply({ state, effects });
   }
 
   /**
