@@ -35,7 +35,8 @@ export async function startServer(data: string, env: Record<string, string> = {}
   const log = openSync(logPath, 'w');
   const child = spawn(process.execPath, ['--expose-gc', 'dist/server.js'], {
     cwd: root,
-    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_BENCH_BASELINE: '1', ...env },
+    // One client drives each server as hard as it can: the operator rate limit is off.
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_BENCH_BASELINE: '1', AGENTFOREST_RATE_LIMIT: '0', ...env },
     stdio: ['ignore', log, 'inherit'],
   });
   closeSync(log);

@@ -18,7 +18,8 @@ const seconds = arg('seconds', 10);
 const connections = arg('connections', 50);
 
 async function measure(label: string, data: string) {
-  const server = await startServer(data);
+  // One child reports without taking a step, staging every call: no inbox bound here.
+  const server = await startServer(data, { AGENTFOREST_MAX_INBOX: String(2 ** 31) });
   try {
     const parent = await call<{ agent: { id: string }; agentToken: string }>(`${server.url}/v1/agents`, 'POST', {});
     const child = await call<{ agent: { id: string }; agentToken: string }>(

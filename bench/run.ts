@@ -20,6 +20,10 @@ const manyAgents = arg('agents', 100_000);
 const longSession = arg('entries', 100_000);
 const dir = mkdtempSync(join(tmpdir(), 'agentforest-bench-'));
 const report = { name: 'report', input: { output: 'a finding worth reporting to the parent' } };
+// Backlogs grow without limit here: a child reporting through /tool-calls without taking a step
+// stages each call and result, and the wakeup case queues one turn per report. The bench
+// measures throughput, not the inbox bound (bench/wakeup-storm.ts does that).
+const unbounded = { AGENTFOREST_MAX_INBOX: String(2 ** 31) };
 
 interface Agent {
   id: string;
@@ -66,7 +70,7 @@ const row = (scenario: string, l: Load, extra: Record<string, unknown> = {}): vo
 
 async function main(): Promise<Record<string, unknown>> {
   // 1. Report throughput against the bare baseline route, durable SQLite and memory.
-  const durable = await startServer(join(dir, 'durable.db'));
+  const durable = await startServer(join(dir, 'durable.db'), unbounded);
   let durableRatio: number;
   let wakeup: Load;
   let steps: number;
@@ -90,7 +94,7 @@ async function main(): Promise<Record<string, unknown>> {
   } finally {
     await durable.stop();
   }
-  const memory = await startServer(':memory:');
+  const memory = await startServer(':memory:', unbounded);
   let memoryRatio: number;
   try {
     const child = await newChild(memory, await newRoot(memory));
@@ -106,7 +110,7 @@ async function main(): Promise<Record<string, unknown>> {
   // 2. Scaling with live agents. Each measurement reports from a fresh child, closed
   // afterwards: a child reporting through /tool-calls within one open turn stages each
   // call/result pair, and that backlog must not slow the next measurement.
-  const scaling = await startServer(join(dir, 'scaling.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  const scaling = await startServer(join(dir, 'scaling.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal', ...unbounded });
   const agentsScaling: Record<string, number> = {};
   try {
     const parent = await newRoot(scaling);
@@ -161,7 +165,7 @@ async function main(): Promise<Record<string, unknown>> {
     ...[0, 1, 2].map((i) => ({ header: childHeader(`short-child-${i}`, 'short-parent'), entries: 10 })),
     ...[0, 1, 2].map((i) => ({ header: childHeader(`long-child-${i}`, 'long-parent'), entries: longSession })),
   ]);
-  const sessions = await startServer(seeded, { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  const sessions = await startServer(seeded, { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal', ...unbounded });
   const sessionScaling: Record<string, number> = {};
   const coldResumeMs: Record<string, number> = {};
   try {
@@ -183,7 +187,7 @@ async function main(): Promise<Record<string, unknown>> {
   }
 
   // 4. Forest depth: a report from depth 1 vs depth 50 to its direct parent.
-  const deep = await startServer(join(dir, 'deep.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  const deep = await startServer(join(dir, 'deep.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal', ...unbounded });
   const depthScaling: Record<string, number> = {};
   try {
     // Every parent in the chain is a child in its first turn, so the top one has an open turn

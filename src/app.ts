@@ -14,6 +14,7 @@ import { registerOperatorAuth } from './routes/auth.js';
 import { agentRoutes } from './routes/agents/index.js';
 import { errorBody, registerErrorHandling } from './routes/errors.js';
 import { benchBaselineRoutes } from './routes/bench/index.js';
+import { registerProtection, type ProtectionOptions } from './routes/protection.js';
 import { healthRoutes } from './routes/health/index.js';
 import { stepRoutes } from './routes/steps/index.js';
 import type { System } from './services/system.js';
@@ -33,6 +34,8 @@ export interface AppDeps {
   eventBufferBytes?: number;
   /** Register the hidden benchmark baseline route (bench/ only). */
   benchBaseline?: boolean;
+  /** Rate limit on operator routes and the overload guard (both off when omitted). */
+  protection?: ProtectionOptions;
   /** The URL advertised in the OpenAPI `servers` entry. */
   publicUrl?: string;
 }
@@ -71,6 +74,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     metrics.httpRequest(request.method, request.routeOptions.url ?? 'unmatched', reply.statusCode, reply.elapsedTime / 1000);
   });
   registerErrorHandling(app);
+  await registerProtection(app, deps.protection ?? {});
   registerOperatorAuth(app, deps.apiKeys ?? []);
 
   await app.register(swagger, {

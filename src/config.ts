@@ -5,9 +5,11 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES } from './domain/packages.js';
+import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
 import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+const ON_OFF = ['on', 'off'] as const;
 
 export const EnvSchema = Type.Object({
   HOST: Type.String({ default: '127.0.0.1', minLength: 1 }),
@@ -22,6 +24,16 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_EVENT_HEARTBEAT_MS: Type.Integer({ default: 15_000, minimum: 10 }),
   AGENTFOREST_EVENT_BUFFER_BYTES: Type.Integer({ default: 1_048_576, minimum: 1024 }),
   AGENTFOREST_SQLITE_SYNCHRONOUS: Type.Union(SQLITE_SYNC_MODES.map((m) => Type.Literal(m)), { default: 'full' }),
+  AGENTFOREST_MAX_REPORT_BYTES: Type.Integer({ default: DEFAULT_LIMITS.reportBytes, minimum: 1 }),
+  AGENTFOREST_MAX_CHILDREN: Type.Integer({ default: DEFAULT_LIMITS.childrenPerParent, minimum: 1 }),
+  AGENTFOREST_MAX_DEPTH: Type.Integer({ default: DEFAULT_LIMITS.depth, minimum: 1 }),
+  AGENTFOREST_MAX_LIVE_AGENTS: Type.Integer({ default: DEFAULT_LIMITS.liveAgents, minimum: 1 }),
+  AGENTFOREST_MAX_INBOX: Type.Integer({ default: DEFAULT_LIMITS.inbox, minimum: 1 }),
+  AGENTFOREST_MAX_WAITERS: Type.Integer({ default: DEFAULT_LIMITS.waitersPerAgent, minimum: 1 }),
+  AGENTFOREST_RATE_LIMIT: Type.Integer({ default: 10_000, minimum: 0 }),
+  AGENTFOREST_RATE_LIMIT_WINDOW_MS: Type.Integer({ default: 10_000, minimum: 100 }),
+  AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 1_000, minimum: 0 }),
+  AGENTFOREST_WAKEUP_COALESCING: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off' }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info' }),
 });
 
@@ -42,6 +54,13 @@ export interface Config {
   eventBufferBytes: number;
   sqliteSynchronous: Env['AGENTFOREST_SQLITE_SYNCHRONOUS'];
   logLevel: Env['LOG_LEVEL'];
+  limits: Limits;
+  /** Operator-route requests per client per window; 0 turns rate limiting off. */
+  rateLimit: { max: number; windowMs: number };
+  /** Event-loop delay above which requests are shed with 503 OVERLOADED; 0 turns it off. */
+  maxEventLoopDelayMs: number;
+  /** Wakeup reports join the parent's queued wakeup turn instead of queueing one each. */
+  coalesceWakeups: boolean;
 }
 
 export class ConfigError extends Error {
@@ -98,6 +117,17 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     eventBufferBytes: converted.AGENTFOREST_EVENT_BUFFER_BYTES,
     sqliteSynchronous: converted.AGENTFOREST_SQLITE_SYNCHRONOUS,
     logLevel: converted.LOG_LEVEL,
+    limits: {
+      reportBytes: converted.AGENTFOREST_MAX_REPORT_BYTES,
+      childrenPerParent: converted.AGENTFOREST_MAX_CHILDREN,
+      depth: converted.AGENTFOREST_MAX_DEPTH,
+      liveAgents: converted.AGENTFOREST_MAX_LIVE_AGENTS,
+      inbox: converted.AGENTFOREST_MAX_INBOX,
+      waitersPerAgent: converted.AGENTFOREST_MAX_WAITERS,
+    },
+    rateLimit: { max: converted.AGENTFOREST_RATE_LIMIT, windowMs: converted.AGENTFOREST_RATE_LIMIT_WINDOW_MS },
+    maxEventLoopDelayMs: converted.AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS,
+    coalesceWakeups: converted.AGENTFOREST_WAKEUP_COALESCING === 'on',
   };
 }
 
@@ -109,6 +139,8 @@ function describe(name: string, message: string): string {
       return `must be one of ${SQLITE_SYNC_MODES.join(', ')}`;
     case 'LOG_LEVEL':
       return `must be one of ${LOG_LEVELS.join(', ')}`;
+    case 'AGENTFOREST_WAKEUP_COALESCING':
+      return `must be one of ${ON_OFF.join(', ')}`;
     default:
       return message;
   }

@@ -28,6 +28,8 @@ async function main(): Promise<void> {
     packages: config.packages,
     reportDelivery: config.reportDelivery,
     idempotencyTtlMs: config.idempotencyTtlMs,
+    limits: config.limits,
+    coalesceWakeups: config.coalesceWakeups,
   });
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
@@ -43,6 +45,7 @@ async function main(): Promise<void> {
     eventBufferBytes: config.eventBufferBytes,
     publicUrl: `http://${config.host}:${config.port}`,
     benchBaseline: process.env.AGENTFOREST_BENCH_BASELINE === '1',
+    protection: { rateLimit: config.rateLimit, maxEventLoopDelayMs: config.maxEventLoopDelayMs },
   });
 
   if (config.apiKeys.length === 0) {

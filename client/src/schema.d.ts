@@ -183,6 +183,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -193,6 +209,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -339,6 +371,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -355,7 +403,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Service Unavailable: DRAINING */
+                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -364,7 +412,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "DRAINING";
+                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -480,6 +528,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -490,6 +554,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -599,6 +679,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -609,6 +705,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -745,6 +857,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -761,7 +889,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Service Unavailable: DRAINING */
+                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -770,7 +898,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "DRAINING";
+                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -906,7 +1034,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT */
+                /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED */
                 409: {
                     headers: {
                         [name: string]: unknown;
@@ -915,7 +1043,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT";
+                            code: "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT" | "LIMIT_EXCEEDED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -954,6 +1082,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "AGENT_BUSY" | "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -970,7 +1114,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Service Unavailable: DRAINING */
+                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -979,7 +1123,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "DRAINING";
+                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -1136,6 +1280,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -1146,6 +1306,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -1263,6 +1439,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -1273,6 +1465,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -1444,7 +1652,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Conflict: PARENT_UNAVAILABLE, ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT, CANCELLED */
+                /** @description Conflict: PARENT_UNAVAILABLE, ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT, CANCELLED, LIMIT_EXCEEDED */
                 409: {
                     headers: {
                         [name: string]: unknown;
@@ -1453,7 +1661,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT" | "CANCELLED";
+                            code: "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -1510,6 +1718,28 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: AGENT_BUSY, PARENT_BUSY, RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            toolResult?: {
+                                /** @enum {boolean} */
+                                isError: true;
+                                /** @description The exact text a model should be shown: `Error: <message>`. */
+                                content: string;
+                            };
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -1532,7 +1762,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Service Unavailable: DRAINING */
+                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -1541,7 +1771,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "DRAINING";
+                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -1714,7 +1944,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, IDEMPOTENCY_CONFLICT */
+                /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED */
                 409: {
                     headers: {
                         [name: string]: unknown;
@@ -1723,7 +1953,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "IDEMPOTENCY_CONFLICT";
+                            code: "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "IDEMPOTENCY_CONFLICT" | "LIMIT_EXCEEDED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -1762,6 +1992,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -1778,7 +2024,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Service Unavailable: DRAINING */
+                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -1787,7 +2033,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "DRAINING";
+                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -1996,6 +2242,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "AGENT_BUSY" | "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -2012,7 +2274,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Service Unavailable: DRAINING */
+                /** @description Service Unavailable: DRAINING, OVERLOADED */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -2021,7 +2283,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "DRAINING";
+                            code: "DRAINING" | "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -2200,6 +2462,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -2216,7 +2494,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Service Unavailable: DRAINING */
+                /** @description Service Unavailable: DRAINING, OVERLOADED */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -2225,7 +2503,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "DRAINING";
+                            code: "DRAINING" | "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -2432,6 +2710,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -2442,6 +2736,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -2619,6 +2929,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -2629,6 +2955,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -2748,6 +3090,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -2758,6 +3116,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -2862,6 +3236,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "AGENT_BUSY" | "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -2878,7 +3268,7 @@ export interface paths {
                         };
                     };
                 };
-                /** @description Service Unavailable: DRAINING */
+                /** @description Service Unavailable: DRAINING, OVERLOADED */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -2887,7 +3277,7 @@ export interface paths {
                         "application/json": {
                             statusCode: number;
                             /** @enum {string} */
-                            code: "DRAINING";
+                            code: "DRAINING" | "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -2971,6 +3361,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -2981,6 +3387,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -3125,6 +3547,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -3135,6 +3573,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -3223,6 +3677,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: ACTIVATION_SETUP_RELEASE_FAILED, INTERNAL */
                 500: {
                     headers: {
@@ -3233,6 +3703,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "ACTIVATION_SETUP_RELEASE_FAILED" | "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -3307,6 +3793,22 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Too Many Requests: RATE_LIMITED */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "RATE_LIMITED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Internal Server Error: INTERNAL */
                 500: {
                     headers: {
@@ -3317,6 +3819,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "INTERNAL";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Service Unavailable: OVERLOADED */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "OVERLOADED";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;

@@ -22,9 +22,15 @@ export const ERROR_CODES = [
   'STEP_CONFLICT',
   'IDEMPOTENCY_CONFLICT',
   'CANCELLED',
+  'LIMIT_EXCEEDED',
   'PAYLOAD_TOO_LARGE',
   'UNSUPPORTED_MEDIA_TYPE',
+  'AGENT_BUSY',
+  'PARENT_BUSY',
+  'RATE_LIMITED',
   'DRAINING',
+  'AT_CAPACITY',
+  'OVERLOADED',
   'INTERNAL',
 ] as const;
 
@@ -35,6 +41,7 @@ export const MESSAGES = {
   draining: 'continuable subagents are draining; the operation was not admitted',
   unknownTool: (name: string) => `unknown tool "${name}"`,
   parentUnavailable: 'direct parent is not live; report was not delivered',
+  parentBusy: 'direct parent has too many messages waiting; report was not delivered, retry later',
 } as const;
 
 export class ServiceError extends Error {

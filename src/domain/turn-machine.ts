@@ -38,6 +38,10 @@ export interface InboxItem {
   id: string;
   placement: InboxPlacement;
   message: Message;
+  /** Delivered with `coalesce` (a wakeup report): later coalescing deliveries may join it. */
+  coalescing?: true;
+  /** Joins the item ahead of it: both are prompts of one turn, in order. */
+  joinsPrevious?: true;
 }
 
 /** Context waiting for the next safe log position, in acceptance order. */
@@ -120,6 +124,13 @@ export interface DeliveryInput {
   message: Message;
   /** Required for followup and steer: the id of the occurrence. */
   inboxItemId?: string;
+  /**
+   * Followup only: join the last queued item when that one was delivered with `coalesce` too,
+   * so a burst of wakeup reports makes one later turn (each message kept, in order) rather
+   * than one turn each. It never joins an open turn, and never jumps ahead of other queued
+   * work: only the tail of the inbox is joined.
+   */
+  coalesce?: boolean;
 }
 
 /** Accept one delivery. Throws when the agent is disposed. */
@@ -147,6 +158,10 @@ export function deliver(state: AgentState, input: DeliveryInput, at: string): Tr
     };
   }
   const item: InboxItem = { id: input.inboxItemId, placement: 'queued', message: input.message };
+  if (input.delivery === 'followup' && input.coalesce === true) {
+    item.coalescing = true;
+    if (state.inbox.at(state.inbox.length - 1)?.coalescing === true) item.joinsPrevious = true;
+  }
   const effects: Effect[] = [{ kind: 'inbox', event: 'enqueue', item }];
   if (phase === 'idle') effects.push({ kind: 'wake' });
   return { state: { ...state, inbox: state.inbox.push(item) }, effects };
@@ -167,21 +182,26 @@ export function restore(state: AgentState, queued: readonly InboxItem[], staged:
   return { state: { ...state, inbox }, effects };
 }
 
-/** Admit the first queued item as a new turn. A no-op unless idle with queued work. */
+/**
+ * Admit the first queued item as a new turn, together with the items that join it (coalesced
+ * wakeups): turn-start names the first, then each prompt is logged in order. A no-op unless
+ * idle with queued work.
+ */
 export function admit(state: AgentState, turnId: string, at: string): Transition {
   if (state.turn.phase !== 'idle' || state.inbox.length === 0) return { state, effects: [] };
-  const item = state.inbox.at(0)!;
-  const rest = state.inbox.shift();
-  const turn: OpenTurn = { id: turnId, inboxItemId: item.id, messageId: item.message.id, step: null };
-  return {
-    state: { ...state, turn: { phase: 'admitting', turn }, inbox: rest },
-    effects: [
-      { kind: 'inbox', event: 'dequeue', item },
-      { kind: 'append', entry: { type: 'turn-start', at, turnId, inboxItemId: item.id, messageId: item.message.id } },
-      { kind: 'append', entry: messageEntry(item.message, at) },
-      { kind: 'claimable' },
-    ],
-  };
+  const first = state.inbox.at(0)!;
+  const group: InboxItem[] = [first];
+  let rest = state.inbox.shift();
+  for (let next = rest.at(0); next?.joinsPrevious === true; next = rest.at(0)) {
+    group.push(next);
+    rest = rest.shift();
+  }
+  const turn: OpenTurn = { id: turnId, inboxItemId: first.id, messageId: first.message.id, step: null };
+  const effects: Effect[] = group.map((item) => ({ kind: 'inbox', event: 'dequeue', item }));
+  effects.push({ kind: 'append', entry: { type: 'turn-start', at, turnId, inboxItemId: first.id, messageId: first.message.id } });
+  for (const item of group) effects.push({ kind: 'append', entry: messageEntry(item.message, at) });
+  effects.push({ kind: 'claimable' });
+  return { state: { ...state, turn: { phase: 'admitting', turn }, inbox: rest }, effects };
 }
 
 /** Claim the next step: write pending context, then the step-start header. */

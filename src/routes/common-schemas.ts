@@ -53,7 +53,7 @@ export function errorBody(codes: readonly ErrorCode[], withToolResult = false): 
 }
 
 /** Codes every /v1 route can answer, besides its own. */
-export const COMMON_CODES: readonly ErrorCode[] = ['VALIDATION', 'UNAUTHENTICATED', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'INTERNAL'];
+export const COMMON_CODES: readonly ErrorCode[] = ['VALIDATION', 'UNAUTHENTICATED', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'RATE_LIMITED', 'OVERLOADED', 'INTERNAL'];
 
 /** Error responses for a route, grouped by status, each documenting the codes it can carry. */
 export function errorResponses(codes: readonly ErrorCode[], options: { withToolResult?: boolean; bodyless?: boolean } = {}): Record<number, TSchema> {

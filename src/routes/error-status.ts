@@ -24,10 +24,28 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   STEP_CONFLICT: 409,
   IDEMPOTENCY_CONFLICT: 409,
   CANCELLED: 409,
+  LIMIT_EXCEEDED: 409,
   PAYLOAD_TOO_LARGE: 413,
   UNSUPPORTED_MEDIA_TYPE: 415,
+  AGENT_BUSY: 429,
+  PARENT_BUSY: 429,
+  RATE_LIMITED: 429,
   DRAINING: 503,
+  AT_CAPACITY: 503,
+  OVERLOADED: 503,
   INTERNAL: 500,
+};
+
+/**
+ * Seconds a client should wait before retrying, sent as `Retry-After` with these codes
+ * (RATE_LIMITED sends the rate limiter's own figure).
+ */
+export const RETRY_AFTER_SECONDS: Partial<Record<ErrorCode, number>> = {
+  AGENT_BUSY: 1,
+  PARENT_BUSY: 1,
+  DRAINING: 5,
+  AT_CAPACITY: 5,
+  OVERLOADED: 2,
 };
 
 export function reasonPhrase(status: number): string {

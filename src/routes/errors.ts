@@ -6,7 +6,7 @@
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isServiceError, type ErrorCode } from '../domain/errors.js';
-import { HTTP_STATUS, reasonPhrase } from './error-status.js';
+import { HTTP_STATUS, RETRY_AFTER_SECONDS, reasonPhrase } from './error-status.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -56,7 +56,8 @@ export function registerErrorHandling(app: FastifyInstance): void {
     if (request.routeOptions.config.toolCall === true) {
       body.toolResult = { isError: true, content: `Error: ${message}` };
     }
-    if (code === 'DRAINING') void reply.header('retry-after', '5');
+    const retryAfter = RETRY_AFTER_SECONDS[code];
+    if (retryAfter !== undefined && !reply.hasHeader('retry-after')) void reply.header('retry-after', String(retryAfter));
     return reply.status(body.statusCode).send(body);
   });
 

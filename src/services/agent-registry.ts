@@ -4,6 +4,7 @@
  * children of each live agent. Registry presence is what "live" means.
  */
 import { ServiceError } from '../domain/errors.js';
+import { DEFAULT_LIMITS, type Limits } from './limits.js';
 import type { LiveAgent } from './live-agent.js';
 
 export type RegistryListener = (agent: LiveAgent, event: 'added' | 'removed') => void;
@@ -14,6 +15,8 @@ export class AgentRegistry {
   private readonly live = new Map<string, LiveAgent>();
   private readonly reserved = new Set<string>();
   private readonly childrenOf = new Map<string, Set<string>>();
+
+  constructor(private readonly limits: Pick<Limits, 'liveAgents' | 'childrenPerParent'> = DEFAULT_LIMITS) {}
 
   get size(): number {
     return this.live.size;
@@ -27,12 +30,29 @@ export class AgentRegistry {
     return this.live.values();
   }
 
-  /** Claim an id for a creation or resume; AGENT_EXISTS if live or already claimed. */
+  /** Claim an id for a creation or resume; AGENT_EXISTS if live or already claimed, AT_CAPACITY when full. */
   reserve(id: string): void {
     if (this.live.has(id) || this.reserved.has(id)) {
       throw new ServiceError('AGENT_EXISTS', `agent "${id}" is already live`);
     }
+    this.checkRoom();
     this.reserved.add(id);
+  }
+
+  /**
+   * Throws unless one more agent fits: AT_CAPACITY when the process holds its limit of live
+   * agents; LIMIT_EXCEEDED when `parentId` already has its limit of live children.
+   */
+  checkRoom(parentId?: string): void {
+    const used = this.live.size + this.reserved.size;
+    if (used >= this.limits.liveAgents) {
+      throw new ServiceError('AT_CAPACITY', `this instance holds its limit of ${this.limits.liveAgents} live agents; retry later or on another instance`);
+    }
+    if (parentId === undefined) return;
+    const children = this.childrenOf.get(parentId)?.size ?? 0;
+    if (children >= this.limits.childrenPerParent) {
+      throw new ServiceError('LIMIT_EXCEEDED', `agent "${parentId}" already has ${children} live children, the limit; close or let one settle first`);
+    }
   }
 
   unreserve(id: string): void {

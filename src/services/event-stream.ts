@@ -11,6 +11,7 @@ import type { SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from './agent-registry.js';
 import { statusEvent, type EventHub, type HubEvent, type StatusEvent } from './event-hub.js';
 import type { SessionLog } from './session-log.js';
+import type { WaiterGate } from './limits.js';
 import type { AgentView } from './views.js';
 
 export interface StreamEvent {
@@ -38,6 +39,8 @@ export interface EventStreamDeps {
   registry: AgentRegistry;
   /** The view of an agent, live or stored. */
   view: (id: string) => Promise<AgentView | undefined>;
+  /** Bounds the open streams per agent (per root for forest streams). */
+  waiters?: WaiterGate;
 }
 
 const PAGE = 500;
@@ -60,7 +63,29 @@ export class EventStreams {
    * Stream from `after` until `stop` is called or the sink overflows. Resolves with the
    * unsubscribe once the stream is live; the caller calls it when the connection ends.
    */
-  async start(target: StreamTarget, after: number, sink: StreamSink, onOverflow: () => void): Promise<() => void> {
+  /**
+   * Take one of the target's stream places (AGENT_BUSY when none is left), before anything is
+   * written to the client; returns the function that gives it back.
+   */
+  admit(target: StreamTarget): () => void {
+    return this.deps.waiters?.enter(target.forest ? `forest ${target.id}` : target.id, 'event streams') ?? (() => undefined);
+  }
+
+  /** `leave` (from admit) is called when the stream ends or fails to start. */
+  async start(target: StreamTarget, after: number, sink: StreamSink, onOverflow: () => void, leave: () => void = () => undefined): Promise<() => void> {
+    try {
+      const unsubscribe = await this.open(target, after, sink, onOverflow);
+      return () => {
+        unsubscribe();
+        leave();
+      };
+    } catch (error) {
+      leave();
+      throw error;
+    }
+  }
+
+  private async open(target: StreamTarget, after: number, sink: StreamSink, onOverflow: () => void): Promise<() => void> {
     let last = after;
     let live = false;
     let overflowed = false;

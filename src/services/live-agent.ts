@@ -27,6 +27,7 @@ import {
   cancelTurn,
   startStep,
   type AgentState,
+  type DeliveryInput,
   type Effect,
   type InboxEvent,
   type InboxItem,
@@ -37,6 +38,7 @@ import type { SessionLog } from './session-log.js';
 import type { PendingOp, PendingRow } from './session-store.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { ServiceTool } from './tool-registry.js';
+import { DEFAULT_LIMITS } from './limits.js';
 import { digest, matchesDigest, mintToken } from './tokens.js';
 
 /** What a claim hands the caller: the step's identity and the log position it was cut at. */
@@ -57,6 +59,8 @@ export interface LiveAgentDeps {
   onInbox?: (agent: LiveAgent, event: InboxEvent, item: InboxItem) => void;
   /** Called after every transition, e.g. to check whether a child Activation can settle. */
   onChange?: (agent: LiveAgent) => void;
+  /** Messages this agent may hold accepted and not yet logged (see limits.ts). */
+  maxInbox?: number;
 }
 
 /** The tools installed into one agent incarnation alone (child-scoped, e.g. `report`). */
@@ -126,14 +130,29 @@ export class LiveAgent {
     content: string | readonly TextBlock[],
     source: MessageSource = { kind: 'user' },
     messageId: string = this.deps.ids.next('message'),
+    options: { coalesce?: boolean } = {},
   ): { messageId: string; inboxItemId?: string } {
     if (this.disposalStarted) throw new ServiceError('AGENT_NOT_FOUND', `agent "${this.id}" is being disposed; the message was not accepted`);
+    this.checkRoom(1);
     const message = createUserMessage(messageId, content, source);
     this.acceptedAt.set(message.id, this.now());
     const inboxItemId = delivery === 'inject' ? undefined : this.deps.ids.next('inbox');
-    const input = inboxItemId === undefined ? { delivery, message } : { delivery, message, inboxItemId };
+    const input: DeliveryInput = inboxItemId === undefined ? { delivery, message } : { delivery, message, inboxItemId };
+    if (options.coalesce === true) input.coalesce = true;
     this.apply(deliver(this.turnState, input, this.now()));
     return inboxItemId === undefined ? { messageId: message.id } : { messageId: message.id, inboxItemId };
+  }
+
+  /**
+   * Throws AGENT_BUSY unless `count` more messages fit in what this agent holds accepted and
+   * not yet logged (queued, steering, staged; see limits.ts). Changes nothing.
+   */
+  checkRoom(count: number): void {
+    const backlog = this.turnState.inbox.length + this.turnState.pending.length;
+    const limit = this.deps.maxInbox ?? DEFAULT_LIMITS.inbox;
+    if (backlog + count > limit) {
+      throw new ServiceError('AGENT_BUSY', `agent "${this.id}" holds ${backlog} messages not yet taken up (the limit is ${limit}); take a step or retry later`);
+    }
   }
 
   /**
@@ -171,9 +190,13 @@ export class LiveAgent {
         continue;
       }
       // Restored steering items queue again as prompts: track them as queued rows.
+      const kind = row.kind === 'steering' ? 'queued' : row.kind;
       this.acceptedAt.set(row.message.id, row.acceptedAt);
-      this.persisted.set(row.message.id, { kind: 'queued', position: row.position });
-      queued.push({ id: row.itemId ?? this.deps.ids.next('inbox'), placement: 'queued', message: row.message });
+      this.persisted.set(row.message.id, { kind, position: row.position });
+      const item: InboxItem = { id: row.itemId ?? this.deps.ids.next('inbox'), placement: 'queued', message: row.message };
+      if (kind === 'wakeup' || kind === 'joined') item.coalescing = true;
+      if (kind === 'joined') item.joinsPrevious = true;
+      queued.push(item);
     }
     const transition = restore(this.turnState, queued, staged, this.now());
     // The restored inbox is durable already; staged context is written now, so its rows go in
@@ -391,5 +414,6 @@ function shapeOf(x: InboxItem | PendingContext): PendingShape {
       ? { kind: 'staged', itemId: null, message: x.message }
       : { kind: 'steering', itemId: x.item.id, message: x.item.message };
   }
-  return { kind: 'queued', itemId: x.id, message: x.message };
+  const kind = x.joinsPrevious === true ? 'joined' : x.coalescing === true ? 'wakeup' : 'queued';
+  return { kind, itemId: x.id, message: x.message };
 }

@@ -7,7 +7,11 @@
 import type { Message } from '../domain/message.js';
 import type { SessionEntry, SessionHeader } from '../domain/session.js';
 
-export const PENDING_KINDS = ['queued', 'steering', 'staged'] as const;
+/**
+ * `queued`: an inbox item; `wakeup`: a queued item that later wakeups may join; `joined`: a
+ * wakeup that joins the item ahead of it into one turn; `steering`; `staged` context.
+ */
+export const PENDING_KINDS = ['queued', 'wakeup', 'joined', 'steering', 'staged'] as const;
 export type PendingKind = (typeof PENDING_KINDS)[number];
 
 /** An accepted message not yet in the log: a queued or steering inbox item, or staged context. */
@@ -15,7 +19,7 @@ export interface PendingRow {
   kind: PendingKind;
   /** Restore order within the session. */
   position: number;
-  /** The inbox item id (queued, steering); null for staged context. */
+  /** The inbox item id (every kind but staged); null for staged context. */
   itemId: string | null;
   message: Message;
   acceptedAt: string;

@@ -11,6 +11,7 @@ import { renderMessages, renderTools, type ChatMessage, type ChatTool, type Tool
 import type { AgentService } from './agent-service.js';
 import type { LiveAgent, StepClaim } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
+import type { WaiterGate } from './limits.js';
 import type { IdempotencyKeys, IdempotencyRequest } from './idempotency.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { AgentCredential, ServiceTool, ToolExecution, ToolOutcome, ToolRegistry } from './tool-registry.js';
@@ -47,6 +48,8 @@ export interface StepServiceDeps {
   log: SessionLog;
   logger: Logger;
   idempotency: IdempotencyKeys;
+  /** Bounds the concurrent long-polls per agent. */
+  waiters?: WaiterGate;
 }
 
 export type CallResult = ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] };
@@ -67,6 +70,12 @@ function withoutTokens(view: CallResult): CallResult {
   if (spawned !== undefined) out.spawned = spawned;
   if (resumed !== undefined) out.resumed = resumed;
   return out;
+}
+
+/** True when the agent's open step awaits a result for this tool call id. */
+function awaitedByStep(agent: LiveAgent, callId: string): boolean {
+  const turn = agent.state.turn;
+  return turn.phase === 'running' && turn.turn.step.awaiting.includes(callId);
 }
 
 interface RunOutcome {
@@ -98,8 +107,13 @@ export class StepService {
   async claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal): Promise<Step | null> {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
     this.deps.agents.admitNewWork();
-    const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
-    return claim === null ? null : this.handOver(claim, signal);
+    const leave = waitMs > 0 ? this.deps.waiters?.enter(agent.id, 'step long-polls') : undefined;
+    try {
+      const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
+      return claim === null ? null : await this.handOver(claim, signal);
+    } finally {
+      leave?.();
+    }
   }
 
   /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
@@ -175,6 +189,9 @@ export class StepService {
       // The key lookup awaited: act only if this is still the live incarnation.
       if (idem !== undefined && this.deps.agents.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name);
       const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
+      // A call the open step does not await is logged as context, a call and its result: with
+      // no room for them it is refused before it runs.
+      if (!awaitedByStep(agent, call.id)) agent.checkRoom(2);
       const tool = this.deps.tools.find(agent, call.name);
       let recorded = false;
       // Only successes are kept (a failed call delivered nothing, so a retry may run it again),
@@ -222,9 +239,9 @@ export class StepService {
   }
 
   private record(agent: LiveAgent, call: ToolCall, result: ToolResultView): void {
-    const step = agent.state.turn.phase === 'running' ? agent.state.turn.turn.step : undefined;
-    if (step !== undefined && step.awaiting.includes(call.id)) {
-      agent.recordToolResult(step.id, call.id, result.content, result.isError);
+    const turn = agent.state.turn;
+    if (turn.phase === 'running' && awaitedByStep(agent, call.id)) {
+      agent.recordToolResult(turn.turn.step.id, call.id, result.content, result.isError);
       return;
     }
     const assistant: Message = { id: agent.newMessageId(), role: 'assistant', content: [], source: { kind: 'model' }, toolCalls: [call] };

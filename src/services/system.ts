@@ -11,6 +11,7 @@ import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
 import { EventHub } from './event-hub.js';
 import { timeOrderedIds } from './ids.js';
+import { DEFAULT_LIMITS, WaiterGate, type Limits } from './limits.js';
 import { EventStreams } from './event-stream.js';
 import { Metrics } from './metrics.js';
 import { IdempotencyKeys } from './idempotency.js';
@@ -53,6 +54,10 @@ export interface SystemOptions {
   reportDelivery?: ReportDelivery;
   /** How long idempotency keys are kept (default 24 h). */
   idempotencyTtlMs?: number;
+  /** Overrides of DEFAULT_LIMITS. */
+  limits?: Partial<Limits>;
+  /** Wakeup reports join the parent's queued wakeup turn (see ContinuationDeps). */
+  coalesceWakeups?: boolean;
 }
 
 export const systemClock: Clock = { now: () => Date.now() };
@@ -65,8 +70,10 @@ export function createSystem(options: SystemOptions): System {
   const { store, logger } = options;
   const clock = options.clock ?? systemClock;
   const ids = options.ids ?? timeOrderedIds();
+  const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const waiters = new WaiterGate(limits.waitersPerAgent);
   const log = new SessionLog(store, logger);
-  const registry = new AgentRegistry();
+  const registry = new AgentRegistry(limits);
   const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep());
   const tools = new ToolRegistry();
   const setup = new ActivationSetupRegistry<AgentScope>();
@@ -91,6 +98,7 @@ export function createSystem(options: SystemOptions): System {
       manager.onAgentChange(agent);
       hub.agentChanged(agent);
     },
+    maxInbox: limits.inbox,
   };
   const manager: ContinuationManager = new ContinuationManager({
     registry,
@@ -102,6 +110,8 @@ export function createSystem(options: SystemOptions): System {
     makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => new LiveAgent(header, agentDeps, scope, activationId),
     isDraining: () => agents.draining,
     observer: metrics.observer,
+    maxDepth: limits.depth,
+    coalesceWakeups: options.coalesceWakeups ?? false,
   });
   const agents: AgentService = new AgentService({
     registry,
@@ -122,8 +132,8 @@ export function createSystem(options: SystemOptions): System {
     if (event === 'added') hub.agentChanged(agent);
     else hub.agentLeft(agent, leftStatus(agent, manager));
   };
-  const streams = new EventStreams({ log, hub, registry, view: (id) => agents.viewIfKnown(id) });
-  const steps = new StepService({ agents, dispatcher, tools, log, logger, idempotency });
+  const streams = new EventStreams({ log, hub, registry, view: (id) => agents.viewIfKnown(id), waiters });
+  const steps = new StepService({ agents, dispatcher, tools, log, logger, idempotency, waiters });
   const packages = new PackageManager(
     {
       tools,
@@ -134,7 +144,7 @@ export function createSystem(options: SystemOptions): System {
         listChildren: (agent) => agents.listChildren(agent),
       },
     },
-    { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet' },
+    { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet', maxReportBytes: limits.reportBytes },
   );
   return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics };
 }

@@ -37,7 +37,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       summary: 'Create a root agent',
       security: OPERATOR_SECURITY,
       body: CreateRootBody,
-      response: { 201: AgentWithToken, ...errorResponses(['AGENT_EXISTS', 'DRAINING']) },
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_EXISTS', 'DRAINING', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => {
     const created = await agents.createRoot(request.body);
@@ -96,7 +96,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       description: 'A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
-      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING'], { bodyless: true }) },
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING', 'AT_CAPACITY'], { bodyless: true }) },
     },
   }, async (request, reply) => {
     const resumed = await agents.resumeRoot(request.params.id);
@@ -119,7 +119,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       body: MessageBody,
       response: {
         202: MessageAccepted,
-        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'DRAINING']),
+        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'AGENT_BUSY', 'DRAINING', 'AT_CAPACITY']),
       },
     },
   }, async (request, reply) => {
@@ -173,7 +173,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: {
         200: ToolCallResult,
         ...errorResponses(
-          ['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'NOT_RESUMABLE', 'CANCELLED', 'IDEMPOTENCY_CONFLICT', 'DRAINING'],
+          ['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'TOOL_NOT_FOUND', 'PARENT_UNAVAILABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'NOT_RESUMABLE', 'CANCELLED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'AGENT_BUSY', 'PARENT_BUSY', 'DRAINING', 'AT_CAPACITY'],
           { withToolResult: true },
         ),
       },

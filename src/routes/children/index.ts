@@ -23,7 +23,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
       body: CreateChildBody,
       response: {
         201: ChildCreated,
-        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'DRAINING']),
+        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'DRAINING', 'AT_CAPACITY']),
       },
     },
   }, async (request, reply) => {

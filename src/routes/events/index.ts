@@ -55,7 +55,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
       headers: EventsHeaders,
       response: {
         200: { description: 'An event stream.', content: { 'text/event-stream': { schema: { type: 'string' } } } },
-        ...errorResponses(['AGENT_NOT_FOUND', 'DRAINING'], { bodyless: true }),
+        ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_BUSY', 'DRAINING'], { bodyless: true }),
       },
     },
   }, async (request, reply) => {
@@ -64,6 +64,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
     await streams.resolve(target);
     const header = request.headers['last-event-id'];
     const after = typeof header === 'string' ? Number(header) : (request.query.after ?? 0);
+    const leave = streams.admit(target);
 
     reply.hijack();
     const res = reply.raw;
@@ -112,7 +113,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
         }),
     };
     try {
-      unsubscribe = await streams.start(target, after, sink, () => end('slow consumer; resume with Last-Event-ID'));
+      unsubscribe = await streams.start(target, after, sink, () => end('slow consumer; resume with Last-Event-ID'), leave);
       if (ended) unsubscribe();
     } catch (error) {
       request.log.error({ err: error }, 'event stream failed');

@@ -24,6 +24,7 @@ import { isoTime, SESSION_SCHEMA_VERSION, type SessionHeader } from '../../domai
 import { queuedCount } from '../../domain/turn-machine.js';
 import type { ReportDelivery } from '../../domain/packages.js';
 import type { AgentRegistry } from '../agent-registry.js';
+import { DEFAULT_LIMITS } from '../limits.js';
 import { AgentScope, type LiveAgent } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 import type { PendingRow } from '../session-store.js';
@@ -61,6 +62,13 @@ export interface ContinuationDeps {
   makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => LiveAgent;
   isDraining: () => boolean;
   observer?: ContinuationObserver;
+  /** The deepest a child may be (a root is depth 0). */
+  maxDepth?: number;
+  /**
+   * Wakeup reports join a parent's queued wakeup turn (the inbox tail) instead of queueing a
+   * turn each. Off by default: spec/API.md gives each wakeup report its own later turn.
+   */
+  coalesceWakeups?: boolean;
 }
 
 export interface ChildSpec {
@@ -136,6 +144,7 @@ export class ContinuationManager {
     onAccepted?: (started: { agent: LiveAgent; messageId: string }) => void,
   ): Promise<{ agent: LiveAgent; messageId: string }> {
     this.checkParentAdmits(parent);
+    this.checkChildRoom(parent);
     const childId = this.deps.ids.next('agent');
     const continuable = spec.mode === 'continuable' && spec.provider === 'in-process';
     const work = this.withLock(childId, async () => {
@@ -145,7 +154,11 @@ export class ContinuationManager {
       // The asynchronous window before publication: earlier writes settle, and a revocation
       // or a parent close may land here. The re-check, the setup commit and the publication
       // then run in one synchronous span.
-      return this.publishAfterWindow(scope, setup, async () => undefined, () => this.checkParentAdmits(parent), () => {
+      const recheck = (): void => {
+        this.checkParentAdmits(parent);
+        this.checkChildRoom(parent);
+      };
+      return this.publishAfterWindow(scope, setup, async () => undefined, recheck, () => {
         this.deps.log.create(header);
         const agent = this.publish(header, scope, 'created', continuable);
         if (continuable) this.parentsOfContinuable.add(parent.id);
@@ -249,8 +262,11 @@ export class ContinuationManager {
     const source: MessageSource = { kind: 'subagent-report', senderSessionId: child.id };
     try {
       if (delivery === 'quiet') return parent.deliver('inject', content, source).messageId;
-      return this.admitWaking(parent, 'followup', content, source).messageId;
+      return this.admitWaking(parent, 'followup', content, source, { coalesce: this.deps.coalesceWakeups === true }).messageId;
     } catch (error) {
+      if (error instanceof ServiceError && error.code === 'AGENT_BUSY') {
+        throw new ServiceError('PARENT_BUSY', MESSAGES.parentBusy, { cause: error });
+      }
       throw new ServiceError('PARENT_UNAVAILABLE', MESSAGES.parentUnavailable, { cause: error });
     }
   }
@@ -347,13 +363,19 @@ export class ContinuationManager {
   }
 
   /** Deliver a waking message with admission accounting when the receiver is an Activation. */
-  private admitWaking(agent: LiveAgent, delivery: Delivery, content: string | TextBlock[], source: MessageSource): { messageId: string; inboxItemId?: string } {
+  private admitWaking(
+    agent: LiveAgent,
+    delivery: Delivery,
+    content: string | TextBlock[],
+    source: MessageSource,
+    options: { coalesce?: boolean } = {},
+  ): { messageId: string; inboxItemId?: string } {
     const activation = this.activationOf(agent);
     const messageId = agent.newMessageId();
     const waking = delivery !== 'inject';
     if (waking) activation?.accepted.add(messageId);
     try {
-      return agent.deliver(delivery, content, source, messageId);
+      return agent.deliver(delivery, content, source, messageId, options);
     } catch (error) {
       activation?.accepted.delete(messageId);
       throw error;
@@ -391,6 +413,7 @@ export class ContinuationManager {
       () => {
         this.checkAdmission(parent);
         this.authorizeLineage(parent, header, path);
+        this.deps.registry.checkRoom(parent.id);
       },
       () => {
         this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);
@@ -540,6 +563,15 @@ export class ContinuationManager {
     if (this.deps.registry.get(parent.id) !== parent || parent.disposing || this.activationOf(parent)?.disposal != null) {
       throw new ServiceError('ACTIVATION_CLOSING', `subagent parent "${parent.id}" is being disposed; the child was not established`);
     }
+  }
+
+  /** Room for one more live child of `parent`: depth, the parent's children, the process. */
+  private checkChildRoom(parent: LiveAgent): void {
+    const maxDepth = this.deps.maxDepth ?? DEFAULT_LIMITS.depth;
+    if (parent.header.depth + 1 > maxDepth) {
+      throw new ServiceError('LIMIT_EXCEEDED', `a child of "${parent.id}" would be at depth ${parent.header.depth + 1}; the deepest allowed is ${maxDepth}`);
+    }
+    this.deps.registry.checkRoom(parent.id);
   }
 
   private authorizeLineage(parent: LiveAgent, header: SessionHeader, path: DeliveryPath): void {

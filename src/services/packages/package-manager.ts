@@ -34,11 +34,13 @@ export interface PackageManagerDeps {
 export class PackageManager {
   private readonly installed = new Map<PackageName, () => void>();
   private reportDelivery: ReportDelivery;
+  private readonly maxReportBytes: number | undefined;
 
   constructor(
     private readonly deps: PackageManagerDeps,
-    initial: { packages?: readonly string[] | undefined; reportDelivery: ReportDelivery },
+    initial: { packages?: readonly string[] | undefined; reportDelivery: ReportDelivery; maxReportBytes?: number },
   ) {
+    this.maxReportBytes = initial.maxReportBytes;
     this.reportDelivery = initial.reportDelivery;
     for (const name of initial.packages ?? PACKAGE_NAMES) this.install(name, {});
   }
@@ -82,7 +84,7 @@ export class PackageManager {
       case 'subagent-report':
         return this.deps.setup.register((scope) => {
           // The mode is read per Activation: a reconfiguration applies to the next one.
-          scope.tools.set('report', reportTool(this.deps.manager, this.reportDelivery));
+          scope.tools.set('report', reportTool(this.deps.manager, this.reportDelivery, this.maxReportBytes));
           return () => {
             scope.tools.delete('report');
           };

@@ -7,9 +7,11 @@
  * children at once.
  */
 import { Type } from '@sinclair/typebox';
+import { ServiceError } from '../../domain/errors.js';
 import type { ReportDelivery } from '../../domain/packages.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
 import { defineTool } from '../define-tool.js';
+import { DEFAULT_LIMITS } from '../limits.js';
 import type { ServiceTool } from '../tool-registry.js';
 
 export const REPORT_DESCRIPTION =
@@ -19,13 +21,17 @@ export const REPORT_DESCRIPTION =
 
 export const REPORT_OUTPUT_DESCRIPTION = 'Self-contained content for your parent; it does not see your private work.';
 
-export function reportTool(manager: ContinuationManager, delivery: ReportDelivery): ServiceTool {
+export function reportTool(manager: ContinuationManager, delivery: ReportDelivery, maxBytes: number = DEFAULT_LIMITS.reportBytes): ServiceTool {
   return defineTool({
     name: 'report',
     description: REPORT_DESCRIPTION,
     input: Type.Object({ output: Type.String({ description: REPORT_OUTPUT_DESCRIPTION }) }, { additionalProperties: false }),
     inScope: () => true,
     execute(input, { agent, signal, accepted }) {
+      const bytes = Buffer.byteLength(input.output, 'utf8');
+      if (bytes > maxBytes) {
+        throw new ServiceError('PAYLOAD_TOO_LARGE', `report output is ${bytes} bytes; the limit is ${maxBytes}. Report a shorter summary; the report was not delivered`);
+      }
       const messageId = manager.reportFrom(agent, input.output, delivery, signal);
       const outcome = { output: { messageId }, content: `report accepted by the agent that started you as message ${messageId}` };
       accepted?.(outcome);

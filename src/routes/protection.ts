@@ -1,0 +1,68 @@
+/**
+ * Load protection: a rate limit on operator routes (per operator key, or per client address
+ * when a request has none) and an overload guard that sheds requests with 503 OVERLOADED while
+ * the event loop lags, so an overloaded instance answers quickly instead of timing out, and
+ * recovers by itself once the lag passes. Health routes are never shed: they report on
+ * liveness and readiness themselves.
+ */
+import rateLimit from '@fastify/rate-limit';
+import underPressure from '@fastify/under-pressure';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ServiceError } from '../domain/errors.js';
+import { digest } from '../services/tokens.js';
+import { RETRY_AFTER_SECONDS } from './error-status.js';
+
+export interface ProtectionOptions {
+  /** Operator-route requests per client per window; 0 turns it off. */
+  rateLimit?: { max: number; windowMs: number };
+  /** Event-loop delay (mean over a sample) above which requests are shed; 0 turns it off. */
+  maxEventLoopDelayMs?: number;
+  /**
+   * How often the event-loop delay is sampled (default 1 s, at least 100 ms: the delay monitor
+   * reads every 10 ms, and a sample with no reading counts as infinitely late).
+   */
+  sampleIntervalMs?: number;
+}
+
+const UNSHED = new Set(['/healthz', '/readyz']);
+
+/** Routes only an operator calls: /v1 routes whose security names no agent token. */
+function operatorOnly(request: FastifyRequest): boolean {
+  const url = request.routeOptions.url ?? '';
+  if (!url.startsWith('/v1/')) return false;
+  const security = request.routeOptions.schema?.security as Record<string, unknown>[] | undefined;
+  return security !== undefined && !security.some((scheme) => 'agentToken' in scheme);
+}
+
+export async function registerProtection(app: FastifyInstance, options: ProtectionOptions): Promise<void> {
+  const limit = options.rateLimit ?? { max: 0, windowMs: 10_000 };
+  if (limit.max > 0) {
+    await app.register(rateLimit, {
+      global: true,
+      max: limit.max,
+      timeWindow: limit.windowMs,
+      allowList: (request) => !operatorOnly(request),
+      // One bucket per operator key (its digest: keys never sit in memory as map keys), else per address.
+      keyGenerator: (request) => {
+        const header = request.headers.authorization;
+        return typeof header === 'string' && header !== '' ? `key:${digest(header).toString('base64url')}` : `ip:${request.ip}`;
+      },
+      errorResponseBuilder: (_request, context) =>
+        new ServiceError('RATE_LIMITED', `rate limit of ${context.max} operator requests per ${context.after} exceeded; retry after ${context.after}`),
+    });
+  }
+  const maxDelay = options.maxEventLoopDelayMs ?? 0;
+  if (maxDelay > 0) {
+    await app.register(underPressure, {
+      maxEventLoopDelay: maxDelay,
+      sampleInterval: Math.max(100, options.sampleIntervalMs ?? 1_000),
+      retryAfter: RETRY_AFTER_SECONDS.OVERLOADED ?? 2,
+      // A rejection goes to the error handler, which answers 503 OVERLOADED with Retry-After.
+      pressureHandler: (request, _reply, type, value) => {
+        if (UNSHED.has(request.routeOptions.url ?? '')) return undefined;
+        const lag = typeof value === 'number' ? ` (${type} ${Math.round(value)})` : ` (${type})`;
+        return Promise.reject(new ServiceError('OVERLOADED', `the service is overloaded${lag}; retry shortly`));
+      },
+    });
+  }
+}
