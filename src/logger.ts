@@ -15,11 +15,40 @@ export const REDACTED_PATHS = [
   '*.token',
 ];
 
+/** A URL as logged: every query value masked, since a caller may put a token there by mistake. */
+export function maskQuery(url: string): string {
+  const q = url.indexOf('?');
+  if (q === -1) return url;
+  const params = url.slice(q + 1).split('&').map((pair) => {
+    const eq = pair.indexOf('=');
+    return eq === -1 ? pair : `${pair.slice(0, eq)}=[redacted]`;
+  });
+  return `${url.slice(0, q)}?${params.join('&')}`;
+}
+
+interface LoggedRequest {
+  method?: string;
+  url?: string;
+  host?: string;
+  ip?: string;
+  socket?: { remotePort?: number };
+}
+
 export function loggerOptions(level: string): LoggerOptions {
   return {
     level,
     base: { service: 'agentforest' },
     redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
+    serializers: {
+      // Fastify's request summary, with the query values masked.
+      req: (req: LoggedRequest) => ({
+        method: req.method,
+        url: req.url === undefined ? undefined : maskQuery(req.url),
+        host: req.host,
+        remoteAddress: req.ip,
+        remotePort: req.socket?.remotePort,
+      }),
+    },
   };
 }
 

@@ -72,6 +72,24 @@ function withoutTokens(view: CallResult): CallResult {
   return out;
 }
 
+/**
+ * A tool call as it may be logged: any occurrence of the caller's own token inside its input
+ * replaced. A backend that pastes its token into a model's tool input must not turn the
+ * append-only session into a store of credentials.
+ */
+export function loggableCall(call: ToolCall, token: string): ToolCall {
+  if (!JSON.stringify(call.input ?? null).includes(token)) return call;
+  const scrub = (value: unknown): unknown => {
+    if (typeof value === 'string') return value.split(token).join('[redacted]');
+    if (Array.isArray(value)) return value.map(scrub);
+    if (value !== null && typeof value === 'object') {
+      return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [scrub(k) as string, scrub(v)]));
+    }
+    return value;
+  };
+  return { ...call, input: scrub(call.input) };
+}
+
 /** True when the agent's open step awaits a result for this tool call id. */
 function awaitedByStep(agent: LiveAgent, callId: string): boolean {
   const turn = agent.state.turn;
@@ -135,7 +153,7 @@ export class StepService {
     const calls = output.toolCalls ?? [];
     const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
     if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
-    const { ended } = agent.recordOutput(stepId, output.content, calls);
+    const { ended } = agent.recordOutput(stepId, output.content, calls.map((c) => loggableCall(c, agent.token)));
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
     const spawned: AgentCredential[] = [];
     const resumed: AgentCredential[] = [];
@@ -244,7 +262,7 @@ export class StepService {
       agent.recordToolResult(turn.turn.step.id, call.id, result.content, result.isError);
       return;
     }
-    const assistant: Message = { id: agent.newMessageId(), role: 'assistant', content: [], source: { kind: 'model' }, toolCalls: [call] };
+    const assistant: Message = { id: agent.newMessageId(), role: 'assistant', content: [], source: { kind: 'model' }, toolCalls: [loggableCall(call, agent.token)] };
     const toolMessage: Message = {
       id: agent.newMessageId(),
       role: 'tool',
