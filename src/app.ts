@@ -12,7 +12,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import type { Logger } from 'pino';
 import { registerOperatorAuth } from './routes/auth.js';
 import { agentRoutes } from './routes/agents/index.js';
-import { errorBody, registerErrorHandling } from './routes/errors.js';
+import { errorBody, registerErrorHandling, type ErrorBody } from './routes/errors.js';
 import { benchBaselineRoutes } from './routes/bench/index.js';
 import { registerProtection, type ProtectionOptions } from './routes/protection.js';
 import { healthRoutes } from './routes/health/index.js';
@@ -55,8 +55,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 256 },
     forceCloseConnections: 'idle',
     // Malformed percent-encoding and over-long path parameters are client errors in our shape.
-    frameworkErrors: (error, _request, reply) => {
-      const body = errorBody('VALIDATION', error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'a path parameter is too long' : 'the URL is not validly encoded');
+    frameworkErrors: (error, request, reply) => {
+      const body: ErrorBody = errorBody('VALIDATION', error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'a path parameter is too long' : 'the URL is not validly encoded');
+      // These errors skip the error handler, so a tool-call route's toolResult is added here.
+      if (/^[^?]*\/tool-calls(?:\?|$)/.test(request.url)) body.toolResult = { isError: true, content: `Error: ${body.message}` };
       void (reply as FastifyReply).status(body.statusCode).send(body);
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
@@ -147,7 +149,8 @@ function configureJsonBodies(app: FastifyInstance): void {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     const text = body as string;
-    if (text.trim() === '') {
+    // No route: the 404 says so, whatever the body holds.
+    if (text.trim() === '' || request.is404) {
       done(null, undefined);
       return;
     }

@@ -679,6 +679,38 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "PAYLOAD_TOO_LARGE";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "UNSUPPORTED_MEDIA_TYPE";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -851,6 +883,38 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "AGENT_EXISTS" | "NOT_RESUMABLE";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "PAYLOAD_TOO_LARGE";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "UNSUPPORTED_MEDIA_TYPE";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -3671,6 +3735,38 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "PACKAGE_NOT_FOUND";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "PAYLOAD_TOO_LARGE";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "UNSUPPORTED_MEDIA_TYPE";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;

@@ -82,7 +82,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       querystring: DisposeQuery,
-      response: { 202: DisposeResult, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
+      response: { 202: DisposeResult, ...errorResponses(['AGENT_NOT_FOUND']) },
     },
   }, async (request, reply) => {
     const agent = await agents.dispose(request.params.id, request.query.cascade ?? true);
@@ -96,7 +96,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       description: 'A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
-      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING', 'AT_CAPACITY'], { bodyless: true }) },
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => {
     const resumed = await agents.resumeRoot(request.params.id);

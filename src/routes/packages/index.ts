@@ -35,7 +35,7 @@ export const packageRoutes: FastifyPluginAsyncTypebox<{ packages: PackageManager
       description: 'Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once.',
       security: OPERATOR_SECURITY,
       params: PackageParams,
-      response: { 200: PackageView, ...errorResponses(['PACKAGE_NOT_FOUND', 'ACTIVATION_SETUP_RELEASE_FAILED'], { bodyless: true }) },
+      response: { 200: PackageView, ...errorResponses(['PACKAGE_NOT_FOUND', 'ACTIVATION_SETUP_RELEASE_FAILED']) },
     },
   }, async (request) => packages.uninstall(request.params.name));
 };
