@@ -6,6 +6,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES } from './domain/packages.js';
 import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
+import { redactUrl } from './services/stores/postgres-store.js';
 import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -16,6 +17,7 @@ export const EnvSchema = Type.Object({
   PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
   AGENTFOREST_DATA: Type.String({ default: './data/agentforest.db', minLength: 1 }),
   AGENTFOREST_API_KEYS: Type.String({ default: '' }),
+  AGENTFOREST_DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
   AGENTFOREST_REPORT_DELIVERY: Type.Union(REPORT_DELIVERIES.map((d) => Type.Literal(d)), { default: 'quiet' }),
   AGENTFOREST_PACKAGES: Type.Optional(Type.String()),
   AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024 }),
@@ -44,6 +46,8 @@ export interface Config {
   port: number;
   /** `:memory:` selects the in-memory store; anything else is a SQLite file path. */
   dataPath: string;
+  /** A PostgreSQL URL: when set, the PostgreSQL store is used and dataPath is ignored. */
+  databaseUrl: string | undefined;
   apiKeys: string[];
   reportDelivery: Env['AGENTFOREST_REPORT_DELIVERY'];
   packages: string[] | undefined;
@@ -86,7 +90,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (problems.length === 0) {
     for (const e of Value.Errors(EnvSchema, converted)) {
       const key = e.path.replace(/^\//, '');
-      problems.push(`${key}=${JSON.stringify(raw[key] ?? '')}: ${describe(key, e.message)}`);
+      const shown = key === 'AGENTFOREST_DATABASE_URL' ? redactUrl(raw[key] ?? '') : (raw[key] ?? '');
+      problems.push(`${key}=${JSON.stringify(shown)}: ${describe(key, e.message)}`);
     }
   }
   const packages = raw.AGENTFOREST_PACKAGES?.split(',').map((p) => p.trim()).filter((p) => p !== '');
@@ -107,6 +112,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     host: converted.HOST,
     port: converted.PORT,
     dataPath: converted.AGENTFOREST_DATA,
+    databaseUrl: converted.AGENTFOREST_DATABASE_URL,
     apiKeys,
     reportDelivery: converted.AGENTFOREST_REPORT_DELIVERY,
     packages,
@@ -139,6 +145,8 @@ function describe(name: string, message: string): string {
       return `must be one of ${SQLITE_SYNC_MODES.join(', ')}`;
     case 'LOG_LEVEL':
       return `must be one of ${LOG_LEVELS.join(', ')}`;
+    case 'AGENTFOREST_DATABASE_URL':
+      return 'must be a postgres:// or postgresql:// URL';
     case 'AGENTFOREST_WAKEUP_COALESCING':
       return `must be one of ${ON_OFF.join(', ')}`;
     default:

@@ -7,6 +7,7 @@ import closeWithGrace from 'close-with-grace';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
+import { redactUrl } from './services/stores/postgres-store.js';
 import { createSystem, openStore } from './services/system.js';
 
 async function main(): Promise<void> {
@@ -21,7 +22,7 @@ async function main(): Promise<void> {
     throw error;
   }
   const logger = createLogger(config.logLevel);
-  const store = openStore(config.dataPath, config.sqliteSynchronous);
+  const store = await openStore({ dataPath: config.dataPath, databaseUrl: config.databaseUrl, synchronous: config.sqliteSynchronous });
   const system = createSystem({
     store,
     logger,
@@ -70,7 +71,7 @@ async function main(): Promise<void> {
 
   const address = await app.listen({ host: config.host, port: config.port });
   logger.info(
-    { url: address, store: store.kind, data: config.dataPath, auth: config.apiKeys.length > 0 },
+    { url: address, store: store.kind, data: config.databaseUrl === undefined ? config.dataPath : redactUrl(config.databaseUrl), auth: config.apiKeys.length > 0 },
     `agentforest listening on ${address}`,
   );
 }

@@ -93,7 +93,7 @@ export interface ActivationMark {
 }
 
 export interface SessionStore {
-  readonly kind: 'memory' | 'sqlite';
+  readonly kind: 'memory' | 'sqlite' | 'postgres';
   /** Writes one batch atomically: all headers and entries, or nothing. */
   write(batch: WriteBatch): Promise<void>;
   header(id: string): Promise<SessionSummary | undefined>;

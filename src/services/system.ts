@@ -24,6 +24,7 @@ import type { SessionStore } from './session-store.js';
 import { StepDispatcher } from './step-dispatcher.js';
 import { StepService } from './step-service.js';
 import { MemorySessionStore } from './stores/memory-store.js';
+import { PostgresSessionStore } from './stores/postgres-store.js';
 import { SqliteSessionStore, type SqliteSyncMode } from './stores/sqlite-store.js';
 import { ToolRegistry } from './tool-registry.js';
 
@@ -62,8 +63,11 @@ export interface SystemOptions {
 
 export const systemClock: Clock = { now: () => Date.now() };
 
-export function openStore(dataPath: string, synchronous: SqliteSyncMode = 'full'): SessionStore {
-  return dataPath === ':memory:' ? new MemorySessionStore() : new SqliteSessionStore({ path: dataPath, synchronous });
+/** The store the configuration names: PostgreSQL when a database URL is given, else SQLite or memory. */
+export async function openStore(options: { dataPath: string; databaseUrl?: string | undefined; synchronous?: SqliteSyncMode }): Promise<SessionStore> {
+  if (options.databaseUrl !== undefined) return PostgresSessionStore.open({ url: options.databaseUrl });
+  if (options.dataPath === ':memory:') return new MemorySessionStore();
+  return new SqliteSessionStore({ path: options.dataPath, synchronous: options.synchronous ?? 'full' });
 }
 
 export function createSystem(options: SystemOptions): System {

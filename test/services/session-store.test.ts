@@ -10,7 +10,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry, SessionStore, WriteBatch } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
+import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
+import { freshDatabase, postgresUnavailable } from '../fixtures/postgres.js';
 
 interface StoreFixture {
   store: SessionStore;
@@ -19,6 +21,8 @@ interface StoreFixture {
 
 interface StoreFactory {
   name: string;
+  /** Why this store cannot be tested on this machine (its cases then skip, saying so). */
+  unavailable?: string | undefined;
   create(): Promise<StoreFixture>;
 }
 
@@ -40,6 +44,21 @@ const STORE_FACTORIES: StoreFactory[] = [
         async dispose() {
           await store.close();
           rmSync(dir, { recursive: true, force: true });
+        },
+      };
+    },
+  },
+  {
+    name: 'postgres',
+    unavailable: postgresUnavailable(),
+    async create() {
+      const db = await freshDatabase();
+      const store = await PostgresSessionStore.open({ url: db.url });
+      return {
+        store,
+        async dispose() {
+          await store.close();
+          await db.dispose();
         },
       };
     },
@@ -102,7 +121,12 @@ class ForestNumbering {
   }
 }
 
-describe.each(STORE_FACTORIES)('SessionStore contract ($name)', (factory) => {
+for (const factory of STORE_FACTORIES) {
+  // Printed, so a run without PostgreSQL says what it did not test and why.
+  if (factory.unavailable !== undefined) console.warn(`SessionStore contract (${factory.name}) skipped: ${factory.unavailable}`);
+}
+
+for (const factory of STORE_FACTORIES) describe.skipIf(factory.unavailable !== undefined)(`SessionStore contract (${factory.name})`, () => {
   let fixture: StoreFixture;
   let store: SessionStore;
   let forest: ForestNumbering;

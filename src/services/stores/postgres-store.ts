@@ -1,0 +1,332 @@
+/**
+ * PostgreSQL session store (node-postgres), selected by AGENTFOREST_DATABASE_URL: the same
+ * contract as the SQLite store, for several instances on one database. A batch is one
+ * transaction; `last_seq` is advanced with a compare-and-set, so a gap or a duplicate seq
+ * aborts the whole batch, and a forest position may be taken once (unique index). A write
+ * resolves after COMMIT, which with PostgreSQL's default `synchronous_commit = on` means the
+ * WAL is flushed: acknowledged means durable, as with SQLite's FULL.
+ *
+ * Bodies are kept as JSON text, as the other stores keep them, so what a reader gets back is
+ * byte for byte what was written.
+ */
+import pg from 'pg';
+import type { EntryBody, SessionEntry, SessionHeader } from '../../domain/session.js';
+import type { Message } from '../../domain/message.js';
+import {
+  locationFromEntries,
+  locationFromPending,
+  type ActivationMark,
+  type BatchEntry,
+  type IdempotencyRecord,
+  type MessageLocation,
+  type PendingKind,
+  type PendingRow,
+  type SessionStore,
+  type SessionSummary,
+  type TurnBoundary,
+  type WriteBatch,
+} from '../session-store.js';
+import { encodeBatch } from './sqlite-writes.js';
+import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
+
+export interface PostgresStoreOptions {
+  url: string;
+  /** Connections in the pool (default 10). */
+  poolSize?: number;
+}
+
+interface PendingDbRow {
+  session_id?: string;
+  position: string;
+  kind: string;
+  item_id: string | null;
+  message: string;
+  accepted_at: string;
+}
+
+/** Serialises the migrations of instances starting together (any fixed 64-bit key). */
+const MIGRATION_LOCK = 7_361_402_113;
+
+export class PostgresSessionStore implements SessionStore {
+  readonly kind = 'postgres' as const;
+
+  private constructor(private readonly pool: pg.Pool) {}
+
+  /** Connect and migrate; refuses a database whose schema is newer than this build. */
+  static async open(options: PostgresStoreOptions): Promise<PostgresSessionStore> {
+    const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 10 });
+    // An idle client that loses its server must not crash the process: the next query fails instead.
+    pool.on('error', () => undefined);
+    try {
+      await migrate(pool);
+    } catch (error) {
+      await pool.end();
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new Error(`cannot open the session store at ${redactUrl(options.url)}: ${reason}`, { cause: error });
+    }
+    return new PostgresSessionStore(pool);
+  }
+
+  /** Run `work` in one transaction on one connection. */
+  async transaction<T>(work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const result = await work(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    } finally {
+      client.release();
+    }
+  }
+
+  async write(batch: WriteBatch): Promise<void> {
+    const rows = encodeBatch(batch);
+    await this.transaction(async (client) => {
+      if (rows.sessions.length > 0) {
+        await client.query(
+          `INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq)
+           SELECT * , 0 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])`,
+          columns(rows.sessions, 5),
+        );
+      }
+      if (rows.entries.length > 0) {
+        await client.query(
+          `INSERT INTO entries (session_id, seq, type, body, message_id, turn_id, root_id, forest_seq)
+           SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])`,
+          columns(rows.entries, 8),
+        );
+        const advance = new Map<string, { from: number; to: number }>();
+        for (const [sessionId, seq] of rows.entries) {
+          const range = advance.get(sessionId);
+          if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
+          else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
+          else range.to = seq;
+        }
+        const ids = [...advance.keys()];
+        const moved = await client.query(
+          `UPDATE sessions s SET last_seq = a.to_seq
+           FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS a(id, from_seq, to_seq)
+           WHERE s.id = a.id AND s.last_seq = a.from_seq`,
+          [ids, ids.map((id) => advance.get(id)!.from), ids.map((id) => advance.get(id)!.to)],
+        );
+        if (moved.rowCount !== ids.length) {
+          throw new Error(`a session of this batch is not at the seq it continues from; refusing a gap or duplicate (${ids.join(', ')})`);
+        }
+      }
+      for (const row of rows.pending) {
+        if (row.length === 2) {
+          await client.query('DELETE FROM pending WHERE session_id = $1 AND message_id = $2', row);
+        } else {
+          await client.query(
+            `INSERT INTO pending (session_id, message_id, position, kind, item_id, message, accepted_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (session_id, message_id) DO UPDATE SET position = excluded.position, kind = excluded.kind,
+               item_id = excluded.item_id, message = excluded.message, accepted_at = excluded.accepted_at`,
+            row,
+          );
+        }
+      }
+      for (const row of rows.idempotency) {
+        await client.query(
+          `INSERT INTO idempotency (sender, key, fingerprint, status, response, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+           ON CONFLICT (sender, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
+             response = excluded.response, created_at = excluded.created_at, expires_at = excluded.expires_at`,
+          row,
+        );
+      }
+    });
+  }
+
+  async header(id: string): Promise<SessionSummary | undefined> {
+    const { rows } = await this.pool.query<{ header: string; last_seq: string }>('SELECT header, last_seq FROM sessions WHERE id = $1', [id]);
+    const row = rows[0];
+    return row === undefined ? undefined : { header: JSON.parse(row.header) as SessionHeader, lastSeq: Number(row.last_seq) };
+  }
+
+  async read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
+    const { rows } = await this.pool.query<{ seq: string; body: string }>(
+      'SELECT seq, body FROM entries WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
+      [id, after, limit ?? null],
+    );
+    return rows.map((row) => ({ seq: Number(row.seq), ...(JSON.parse(row.body) as EntryBody) }) as SessionEntry);
+  }
+
+  async lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
+    const { rows } = await this.pool.query<{ seq: string; body: string }>(
+      `SELECT seq, body FROM entries WHERE session_id = $1 AND type IN ('turn-start', 'turn-end') ORDER BY seq DESC LIMIT 1`,
+      [id],
+    );
+    const row = rows[0];
+    if (row === undefined) return undefined;
+    const entry = JSON.parse(row.body) as EntryBody;
+    if (entry.type !== 'turn-start' && entry.type !== 'turn-end') return undefined;
+    return { type: entry.type, turnId: entry.turnId, seq: Number(row.seq) };
+  }
+
+  async lastActivation(id: string): Promise<ActivationMark | undefined> {
+    const { rows } = await this.pool.query<{ seq: string; body: string }>(
+      `SELECT seq, body FROM entries WHERE session_id = $1 AND type = 'activation' ORDER BY seq DESC LIMIT 1`,
+      [id],
+    );
+    const row = rows[0];
+    if (row === undefined) return undefined;
+    const entry = JSON.parse(row.body) as EntryBody;
+    return entry.type === 'activation' ? { event: entry.event, seq: Number(row.seq) } : undefined;
+  }
+
+  async children(parentId: string): Promise<SessionSummary[]> {
+    const { rows } = await this.pool.query<{ header: string; last_seq: string }>(
+      'SELECT header, last_seq FROM sessions WHERE parent_session = $1 ORDER BY created_at, id',
+      [parentId],
+    );
+    return rows.map((row) => ({ header: JSON.parse(row.header) as SessionHeader, lastSeq: Number(row.last_seq) }));
+  }
+
+  async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
+    const { rows } = await this.pool.query<{ session_id: string; seq: string; body: string; forest_seq: string }>(
+      'SELECT session_id, seq, body, forest_seq FROM entries WHERE root_id = $1 AND forest_seq > $2 ORDER BY forest_seq LIMIT $3',
+      [rootId, after, limit],
+    );
+    return rows.map((row) => ({
+      sessionId: row.session_id,
+      entry: { seq: Number(row.seq), ...(JSON.parse(row.body) as EntryBody) } as SessionEntry,
+      rootId,
+      forestSeq: Number(row.forest_seq),
+    }));
+  }
+
+  async lastForestSeq(rootId: string): Promise<number> {
+    const { rows } = await this.pool.query<{ n: string | null }>('SELECT max(forest_seq) AS n FROM entries WHERE root_id = $1', [rootId]);
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  async pending(id: string): Promise<PendingRow[]> {
+    const { rows } = await this.pool.query<PendingDbRow>(
+      'SELECT position, kind, item_id, message, accepted_at FROM pending WHERE session_id = $1 ORDER BY position',
+      [id],
+    );
+    return rows.map(rowToPending);
+  }
+
+  async locate(messageId: string): Promise<MessageLocation | undefined> {
+    const pending = await this.pool.query<PendingDbRow & { session_id: string }>(
+      'SELECT session_id, position, kind, item_id, message, accepted_at FROM pending WHERE message_id = $1 LIMIT 1',
+      [messageId],
+    );
+    const row = pending.rows[0];
+    if (row !== undefined) return locationFromPending(row.session_id, rowToPending(row));
+    const { rows } = await this.pool.query<{ session_id: string; seq: string; body: string }>(
+      'SELECT session_id, seq, body FROM entries WHERE message_id = $1 ORDER BY seq',
+      [messageId],
+    );
+    const first = rows[0];
+    if (first === undefined) return undefined;
+    const entries = rows
+      .filter((r) => r.session_id === first.session_id)
+      .map((r) => ({ seq: Number(r.seq), ...(JSON.parse(r.body) as EntryBody) }) as SessionEntry);
+    const turnStart = entries.find((e) => e.type === 'turn-start');
+    let turnEnd: SessionEntry | undefined;
+    if (turnStart?.type === 'turn-start') {
+      const end = await this.pool.query<{ seq: string; body: string }>(
+        `SELECT seq, body FROM entries WHERE session_id = $1 AND turn_id = $2 AND type = 'turn-end' LIMIT 1`,
+        [first.session_id, turnStart.turnId],
+      );
+      const e = end.rows[0];
+      if (e !== undefined) turnEnd = { seq: Number(e.seq), ...(JSON.parse(e.body) as EntryBody) } as SessionEntry;
+    }
+    return locationFromEntries(messageId, first.session_id, entries, turnEnd);
+  }
+
+  async idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
+    const { rows } = await this.pool.query<{ fingerprint: string; status: number; response: string; created_at: string; expires_at: string }>(
+      'SELECT fingerprint, status, response, created_at, expires_at FROM idempotency WHERE sender = $1 AND key = $2 AND expires_at > $3',
+      [sender, key, now],
+    );
+    const row = rows[0];
+    if (row === undefined) return undefined;
+    return {
+      sender,
+      key,
+      fingerprint: row.fingerprint,
+      status: row.status,
+      response: JSON.parse(row.response) as unknown,
+      createdAt: Number(row.created_at),
+      expiresAt: Number(row.expires_at),
+    };
+  }
+
+  async expireIdempotency(now: number): Promise<number> {
+    const result = await this.pool.query('DELETE FROM idempotency WHERE expires_at <= $1', [now]);
+    return result.rowCount ?? 0;
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}
+
+/** Rows of tuples as one array per column, for `unnest`. */
+function columns(rows: readonly (readonly unknown[])[], width: number): unknown[][] {
+  const out: unknown[][] = Array.from({ length: width }, () => []);
+  for (const row of rows) for (let i = 0; i < width; i++) out[i]!.push(row[i]);
+  return out;
+}
+
+function rowToPending(row: PendingDbRow): PendingRow {
+  return {
+    kind: row.kind as PendingKind,
+    position: Number(row.position),
+    itemId: row.item_id,
+    message: JSON.parse(row.message) as Message,
+    acceptedAt: row.accepted_at,
+  };
+}
+
+/** The URL without its password, for messages. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return '(an unparsable database URL)';
+  }
+}
+
+async function migrate(pool: pg.Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
+    try {
+      await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)');
+      const { rows } = await client.query<{ v: number | null }>('SELECT max(version) AS v FROM schema_migrations');
+      const current = rows[0]?.v ?? 0;
+      if (current > POSTGRES_LATEST_VERSION) {
+        throw new Error(`database schema version ${current} is newer than this build supports (${POSTGRES_LATEST_VERSION}); refusing to start`);
+      }
+      for (const migration of POSTGRES_MIGRATIONS) {
+        if (migration.version <= current) continue;
+        await client.query('BEGIN');
+        try {
+          await client.query(migration.sql);
+          await client.query('INSERT INTO schema_migrations (version, description, applied_at) VALUES ($1, $2, $3)', [
+            migration.version,
+            migration.description,
+            new Date().toISOString(),
+          ]);
+          await client.query('COMMIT');
+        } catch (error) {
+          await client.query('ROLLBACK');
+          throw error;
+        }
+      }
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK]);
+    }
+  } finally {
+    client.release();
+  }
+}
