@@ -78,6 +78,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   registerErrorHandling(app);
   await registerProtection(app, deps.protection ?? {});
   registerOperatorAuth(app, deps.apiKeys ?? []);
+  // Several instances: a request for an agent whose forest another instance owns goes there.
+  const { agents: agentService } = deps.system;
+  app.addHook('preHandler', async (request) => {
+    const id = (request.params as { id?: unknown } | undefined)?.id;
+    if (typeof id !== 'string') return;
+    const owner = await agentService.misdirection(id);
+    if (owner !== undefined) {
+      throw new ServiceError('MISDIRECTED', `agent "${id}" belongs to a forest owned by the instance at ${owner}; send the request there`, { location: owner });
+    }
+  });
 
   await app.register(swagger, {
     openapi: {

@@ -18,6 +18,9 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_DATA: Type.String({ default: './data/agentforest.db', minLength: 1 }),
   AGENTFOREST_API_KEYS: Type.String({ default: '' }),
   AGENTFOREST_DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  AGENTFOREST_INSTANCE_ID: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+  AGENTFOREST_ADVERTISE_URL: Type.Optional(Type.String({ pattern: '^https?://' })),
+  AGENTFOREST_LEASE_MS: Type.Integer({ default: 15_000, minimum: 300 }),
   AGENTFOREST_REPORT_DELIVERY: Type.Union(REPORT_DELIVERIES.map((d) => Type.Literal(d)), { default: 'quiet' }),
   AGENTFOREST_PACKAGES: Type.Optional(Type.String()),
   AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024 }),
@@ -48,6 +51,10 @@ export interface Config {
   dataPath: string;
   /** A PostgreSQL URL: when set, the PostgreSQL store is used and dataPath is ignored. */
   databaseUrl: string | undefined;
+  /** With a database URL: this instance's lease identity, advertised URL (default from the listen address) and lease time. */
+  instanceId: string | undefined;
+  advertiseUrl: string | undefined;
+  leaseMs: number;
   apiKeys: string[];
   reportDelivery: Env['AGENTFOREST_REPORT_DELIVERY'];
   packages: string[] | undefined;
@@ -113,6 +120,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     port: converted.PORT,
     dataPath: converted.AGENTFOREST_DATA,
     databaseUrl: converted.AGENTFOREST_DATABASE_URL,
+    instanceId: converted.AGENTFOREST_INSTANCE_ID,
+    advertiseUrl: converted.AGENTFOREST_ADVERTISE_URL,
+    leaseMs: converted.AGENTFOREST_LEASE_MS,
     apiKeys,
     reportDelivery: converted.AGENTFOREST_REPORT_DELIVERY,
     packages,

@@ -3,6 +3,7 @@
  * (readiness fails, new work is refused, long-polls end), let in-flight model requests be
  * recorded for up to the drain timeout, close the HTTP server, close open turns and the store.
  */
+import { randomUUID } from 'node:crypto';
 import closeWithGrace from 'close-with-grace';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
@@ -31,6 +32,9 @@ async function main(): Promise<void> {
     idempotencyTtlMs: config.idempotencyTtlMs,
     limits: config.limits,
     coalesceWakeups: config.coalesceWakeups,
+    ...(config.databaseUrl === undefined
+      ? {}
+      : { ownership: { instanceId: config.instanceId ?? randomUUID(), url: config.advertiseUrl ?? `http://${config.host}:${config.port}`, leaseMs: config.leaseMs } }),
   });
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
@@ -65,11 +69,14 @@ async function main(): Promise<void> {
     await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
     await app.close();
     await system.agents.shutdown();
+    await system.ownership?.stop();
     await store.close();
     logger.info('drained and closed');
   });
 
   const address = await app.listen({ host: config.host, port: config.port });
+  // Misdirected clients are sent here; with PORT=0 the port is known only now.
+  if (system.ownership !== undefined && config.advertiseUrl === undefined) system.ownership.options.url = address;
   logger.info(
     { url: address, store: store.kind, data: config.databaseUrl === undefined ? config.dataPath : redactUrl(config.databaseUrl), auth: config.apiKeys.length > 0 },
     `agentforest listening on ${address}`,

@@ -183,6 +183,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -371,6 +389,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -525,6 +561,24 @@ export interface paths {
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
+                        };
+                    };
+                };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
                         };
                     };
                 };
@@ -708,6 +762,24 @@ export interface paths {
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
+                        };
+                    };
+                };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
                         };
                     };
                 };
@@ -918,6 +990,24 @@ export interface paths {
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
+                        };
+                    };
+                };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
                         };
                     };
                 };
@@ -1146,6 +1236,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
                 429: {
                     headers: {
@@ -1344,6 +1452,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -1500,6 +1626,24 @@ export interface paths {
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
+                        };
+                    };
+                };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
                         };
                     };
                 };
@@ -1782,6 +1926,30 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            toolResult?: {
+                                /** @enum {boolean} */
+                                isError: true;
+                                /** @description The exact text a model should be shown: `Error: <message>`. */
+                                content: string;
+                            };
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: AGENT_BUSY, PARENT_BUSY, RATE_LIMITED */
                 429: {
                     headers: {
@@ -2056,6 +2224,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -2306,6 +2492,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
                 429: {
                     headers: {
@@ -2523,6 +2727,24 @@ export interface paths {
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
+                        };
+                    };
+                };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
                         };
                     };
                 };
@@ -2774,6 +2996,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -2993,6 +3233,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -3154,6 +3412,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -3300,6 +3576,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
                 429: {
                     headers: {
@@ -3422,6 +3716,24 @@ export interface paths {
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
+                        };
+                    };
+                };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
                         };
                     };
                 };
@@ -3611,6 +3923,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -3773,6 +4103,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
+                        };
+                    };
+                };
                 /** @description Too Many Requests: RATE_LIMITED */
                 429: {
                     headers: {
@@ -3886,6 +4234,24 @@ export interface paths {
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
+                        };
+                    };
+                };
+                /** @description Misdirected Request: MISDIRECTED */
+                421: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "MISDIRECTED";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+                            location?: string;
                         };
                     };
                 };

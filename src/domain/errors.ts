@@ -14,6 +14,7 @@ export const ERROR_CODES = [
   'MESSAGE_NOT_FOUND',
   'ROUTE_NOT_FOUND',
   'AGENT_EXISTS',
+  'MISDIRECTED',
   'PARENT_UNAVAILABLE',
   'ACTIVATION_CLOSING',
   'ACTIVATION_SETUP_REVOKED',
@@ -47,10 +48,13 @@ export const MESSAGES = {
 export class ServiceError extends Error {
   override readonly name = 'ServiceError';
   readonly code: ErrorCode;
+  /** MISDIRECTED: the base URL of the instance to send the request to. */
+  readonly location: string | undefined;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; location?: string }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
+    this.location = options?.location;
   }
 }
 

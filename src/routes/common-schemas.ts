@@ -47,13 +47,26 @@ export function errorBody(codes: readonly ErrorCode[], withToolResult = false): 
       error: Type.String({ description: 'The HTTP reason phrase.' }),
       message: Type.String(),
       ...(withToolResult ? { toolResult: Type.Optional(ToolResultBody) } : {}),
+      ...(codes.includes('MISDIRECTED')
+        ? { location: Type.Optional(Type.String({ description: 'MISDIRECTED: the URL to send this request to (also in the Location header).' })) }
+        : {}),
     },
     { additionalProperties: false },
   );
 }
 
 /** Codes every /v1 route can answer, besides its own. */
-export const COMMON_CODES: readonly ErrorCode[] = ['VALIDATION', 'UNAUTHENTICATED', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'RATE_LIMITED', 'OVERLOADED', 'INTERNAL'];
+export const COMMON_CODES: readonly ErrorCode[] = [
+  'VALIDATION',
+  'UNAUTHENTICATED',
+  'PAYLOAD_TOO_LARGE',
+  'UNSUPPORTED_MEDIA_TYPE',
+  // Several instances on one PostgreSQL database: the forest is owned by another instance.
+  'MISDIRECTED',
+  'RATE_LIMITED',
+  'OVERLOADED',
+  'INTERNAL',
+];
 
 /** Error responses for a route, grouped by status, each documenting the codes it can carry. */
 export function errorResponses(codes: readonly ErrorCode[], options: { withToolResult?: boolean; bodyless?: boolean } = {}): Record<number, TSchema> {

@@ -21,6 +21,7 @@ export interface ErrorBody {
   error: string;
   message: string;
   toolResult?: { isError: true; content: string };
+  location?: string;
 }
 
 export function errorBody(code: ErrorCode, message: string): ErrorBody {
@@ -55,6 +56,11 @@ export function registerErrorHandling(app: FastifyInstance): void {
     else request.log.info({ code, message }, 'request rejected');
     if (request.routeOptions.config.toolCall === true) {
       body.toolResult = { isError: true, content: `Error: ${message}` };
+    }
+    if (isServiceError(error) && error.location !== undefined) {
+      // The owner's base URL plus this request's path: where to send it again.
+      body.location = `${error.location.replace(/\/+$/, '')}${request.url}`;
+      void reply.header('location', body.location);
     }
     const retryAfter = RETRY_AFTER_SECONDS[code];
     if (retryAfter !== undefined && !reply.hasHeader('retry-after')) void reply.header('retry-after', String(retryAfter));

@@ -14,6 +14,7 @@ import type { Clock, IdSource } from '../domain/ports.js';
 import { isoTime, SESSION_SCHEMA_VERSION, type SessionEntry, type SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from './agent-registry.js';
 import type { ChildDelivery, ChildSpec, ContinuationManager } from './continuation/continuation-manager.js';
+import type { ForestOwnership } from './ownership.js';
 import type { IdempotencyKeys, IdempotencyRequest, IdempotentResult } from './idempotency.js';
 import type { LiveAgent } from './live-agent.js';
 import type { ChildListing } from './packages/subagent-control.js';
@@ -33,6 +34,8 @@ export interface AgentServiceDeps {
   /** Called once when draining starts (the dispatcher answers open long-polls). */
   onDrain: () => void;
   idempotency: IdempotencyKeys;
+  /** Several instances on one PostgreSQL database: forest leases (see ownership.ts). */
+  ownership?: ForestOwnership;
 }
 
 export interface ListFilter {
@@ -97,6 +100,7 @@ export class AgentService {
       if ((await this.deps.log.store.header(id)) !== undefined) {
         throw new ServiceError('AGENT_EXISTS', `a durable session already has the id "${id}"; resume it instead`);
       }
+      await this.deps.ownership?.acquire(id);
       this.admitNewWork();
       const header: SessionHeader = {
         version: SESSION_SCHEMA_VERSION,
@@ -129,6 +133,9 @@ export class AgentService {
       if (summary.header.kind !== 'root') {
         throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" is resumed by a followup from its parent, not by the operator`);
       }
+      // The lease first: from here on a previous owner's writes are refused, so what is read
+      // next is the forest's final state.
+      await this.deps.ownership?.acquire(id);
       const boundary = await this.deps.log.store.lastTurnBoundary(id);
       const pending = await this.deps.log.store.pending(id);
       await this.deps.log.loadForest(id);
@@ -183,6 +190,11 @@ export class AgentService {
     const agent = this.deps.registry.get(id);
     if (agent !== undefined) {
       await this.deps.manager.close(agent, cascade);
+      if (agent.header.kind === 'root' && this.deps.ownership !== undefined) {
+        // The forest's last writes first: a write after the release would be fenced.
+        await this.deps.log.durable();
+        await this.deps.ownership.release(agent.id);
+      }
       return this.viewOfLive(agent);
     }
     const header = await this.storedHeader(id);
@@ -371,6 +383,33 @@ export class AgentService {
       this.deps.log.release(agent.id);
     }
     await this.deps.log.flush();
+  }
+
+  /**
+   * Where to send a request for agent `id` when another instance owns its forest (its base
+   * URL), or undefined when this instance may serve it: the agent is live here, the forest is
+   * unowned, or its owner's lease expired (resume it here).
+   */
+  async misdirection(id: string): Promise<string | undefined> {
+    const ownership = this.deps.ownership;
+    if (ownership === undefined || this.deps.registry.get(id) !== undefined) return undefined;
+    const header = (await this.deps.log.store.header(id))?.header;
+    return ownership.ownerElsewhere(header?.rootSession ?? id);
+  }
+
+  /**
+   * Forests whose lease this instance lost: their agents leave the registry at once, writing
+   * nothing (the database would refuse it); the new owner resumes them from the log.
+   */
+  dropForests(roots: readonly string[]): void {
+    const lost = new Set(roots);
+    for (const agent of [...this.deps.registry.values()]) {
+      if (!lost.has(agent.rootId)) continue;
+      agent.beginDisposal();
+      this.deps.manager.forget(agent);
+      this.deps.registry.remove(agent);
+    }
+    for (const root of roots) this.deps.log.dropForest(root);
   }
 
   viewOfLive(agent: LiveAgent): AgentView {

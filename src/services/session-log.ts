@@ -14,6 +14,7 @@
  */
 import type { Logger } from 'pino';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
+import { FencedWriteError } from './stores/postgres-store.js';
 import { batchIsEmpty, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 interface PendingBatch extends WriteBatch {
@@ -88,6 +89,27 @@ export class SessionLog {
     // A forest no session has open is forgotten; loadForest reads it back after pending writes commit.
     if (forest !== undefined && --forest.open <= 0 && !this.loadingForests.has(session.root)) this.forests.delete(session.root);
   }
+
+  /**
+   * Forget a forest this process no longer owns: its open sessions close, and its writes not
+   * yet committed are dropped (their callers were or will be told the batch failed; nothing of
+   * them was acknowledged). The database refuses them anyway (a fenced write).
+   */
+  dropForest(root: string): void {
+    const sessionsOfForest = new Set<string>();
+    for (const [id, session] of this.sessions) if (session.root === root) sessionsOfForest.add(id);
+    for (const id of sessionsOfForest) this.sessions.delete(id);
+    this.forests.delete(root);
+    const keep = (batch: WriteBatch): void => {
+      batch.headers = batch.headers.filter((h) => (h.rootSession ?? h.id) !== root);
+      batch.entries = batch.entries.filter((e) => e.rootId !== root);
+      if (batch.pending !== undefined) batch.pending = batch.pending.filter((op) => !sessionsOfForest.has(op.sessionId));
+    };
+    if (this.failedBatch !== null) keep(this.failedBatch);
+  }
+
+  /** Called with the roots of a write the database refused because their lease was lost. */
+  onFenced: (roots: readonly string[]) => void = () => undefined;
 
   isOpen(id: string): boolean {
     return this.sessions.has(id);
@@ -198,6 +220,7 @@ export class SessionLog {
       },
       (error: unknown) => {
         this.failedBatch = toWrite;
+        if (error instanceof FencedWriteError) this.onFenced(error.roots);
         this.logger?.error({ err: error, entries: toWrite.entries.length }, 'session batch commit failed; will retry');
         batch.settle(error);
       },

@@ -12,6 +12,7 @@ import { AgentService } from './agent-service.js';
 import { EventHub } from './event-hub.js';
 import { timeOrderedIds } from './ids.js';
 import { DEFAULT_LIMITS, WaiterGate, type Limits } from './limits.js';
+import { ForestOwnership, type OwnershipOptions } from './ownership.js';
 import { EventStreams } from './event-stream.js';
 import { Metrics } from './metrics.js';
 import { IdempotencyKeys } from './idempotency.js';
@@ -43,6 +44,7 @@ export interface System {
   hub: EventHub;
   streams: EventStreams;
   metrics: Metrics;
+  ownership: ForestOwnership | undefined;
 }
 
 export interface SystemOptions {
@@ -59,6 +61,8 @@ export interface SystemOptions {
   limits?: Partial<Limits>;
   /** Wakeup reports join the parent's queued wakeup turn (see ContinuationDeps). */
   coalesceWakeups?: boolean;
+  /** Forest leases, for several instances on one PostgreSQL database (PostgreSQL store only). */
+  ownership?: OwnershipOptions;
 }
 
 export const systemClock: Clock = { now: () => Date.now() };
@@ -77,6 +81,10 @@ export function createSystem(options: SystemOptions): System {
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   const waiters = new WaiterGate(limits.waitersPerAgent);
   const log = new SessionLog(store, logger);
+  if (options.ownership !== undefined && !(store instanceof PostgresSessionStore)) {
+    throw new Error('forest ownership needs the PostgreSQL store (AGENTFOREST_DATABASE_URL)');
+  }
+  const ownership = options.ownership === undefined ? undefined : new ForestOwnership(store as PostgresSessionStore, options.ownership, logger);
   const registry = new AgentRegistry(limits);
   const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep());
   const tools = new ToolRegistry();
@@ -130,7 +138,13 @@ export function createSystem(options: SystemOptions): System {
       hub.closeAll();
     },
     idempotency,
+    ...(ownership === undefined ? {} : { ownership }),
   });
+  if (ownership !== undefined) {
+    ownership.onLost = (roots) => agents.dropForests(roots);
+    log.onFenced = (roots) => ownership.lost(roots);
+    ownership.start();
+  }
   const hub: EventHub = new EventHub({ log, viewOf: (agent) => agents.viewOfLive(agent) });
   registry.listener = (agent, event) => {
     if (event === 'added') hub.agentChanged(agent);
@@ -150,7 +164,7 @@ export function createSystem(options: SystemOptions): System {
     },
     { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet', maxReportBytes: limits.reportBytes },
   );
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */

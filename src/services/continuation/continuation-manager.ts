@@ -506,6 +506,17 @@ export class ContinuationManager {
   }
 
   /** Leave the live registry: dispose the agent, log the activation event, release its scope, wake the parent. */
+  /**
+   * Forget a live agent without writing anything: its forest is owned by another instance now
+   * (see ownership.ts), so its scope is released and its Activation dropped.
+   */
+  forget(agent: LiveAgent): void {
+    const activation = this.activations.get(agent.id);
+    if (activation?.agent === agent) this.activations.delete(agent.id);
+    this.parentsOfContinuable.delete(agent.id);
+    this.releaseScope(agent.scope);
+  }
+
   private finish(agent: LiveAgent, event: 'settled' | 'closed' | null): void {
     if (this.deps.registry.get(agent.id) !== agent) return;
     this.parentsOfContinuable.delete(agent.id);

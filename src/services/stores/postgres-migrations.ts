@@ -60,6 +60,19 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
       CREATE INDEX idempotency_expiry ON idempotency (expires_at);
     `,
   },
+  {
+    version: 2,
+    description: 'forest leases: which instance owns a forest, until when, under which fencing epoch',
+    sql: `
+      CREATE TABLE forest_leases (
+        root_id    TEXT PRIMARY KEY,
+        owner      TEXT NOT NULL,
+        owner_url  TEXT NOT NULL,
+        epoch      BIGINT NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL
+      );
+    `,
+  },
 ];
 
 export const POSTGRES_LATEST_VERSION = POSTGRES_MIGRATIONS[POSTGRES_MIGRATIONS.length - 1]!.version;

@@ -1,0 +1,101 @@
+/**
+ * Forest ownership across instances on one PostgreSQL database. Authority stays in-process (a
+ * report goes to the live parent in the same process), so the unit of placement is the forest:
+ * every live agent of one root lives in the instance that holds the root's lease.
+ *
+ * A lease is a row (owner, advertised URL, epoch, expiry). An instance takes it when it creates
+ * or resumes a root, renews it every third of its duration, and gives it up when the root is
+ * disposed or the instance stops. A lease that expired (its owner died or paused) can be taken
+ * over by another instance, which raises the epoch; the store checks the epoch inside every
+ * write's transaction, so a paused old owner's writes are refused by the database
+ * (FencedWriteError), and it drops the forest when it notices.
+ */
+import type { Logger } from 'pino';
+import { ServiceError } from '../domain/errors.js';
+import type { PostgresSessionStore } from './stores/postgres-store.js';
+
+export interface OwnershipOptions {
+  /** This instance's identity in lease rows. */
+  instanceId: string;
+  /** The base URL clients reach this instance at, sent to misdirected clients. */
+  url: string;
+  leaseMs: number;
+}
+
+export class ForestOwnership {
+  private readonly epochs = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  /** Told about forests whose lease this instance lost: their live agents must go. */
+  onLost: (roots: readonly string[]) => void = () => undefined;
+
+  constructor(
+    private readonly store: PostgresSessionStore,
+    readonly options: OwnershipOptions,
+    private readonly logger?: Logger,
+  ) {
+    store.fence = { owner: options.instanceId, epochs: this.epochs };
+  }
+
+  /** Take the forest's lease, or throw 421 MISDIRECTED naming the instance that holds it. */
+  async acquire(rootId: string): Promise<void> {
+    const result = await this.store.acquireLease(rootId, this.options.instanceId, this.options.url, this.options.leaseMs);
+    if (!result.owned) throw misdirected(rootId, result.ownerUrl);
+    this.epochs.set(rootId, result.epoch);
+  }
+
+  holds(rootId: string): boolean {
+    return this.epochs.has(rootId);
+  }
+
+  /** Give the lease up (after the forest's last writes committed). */
+  async release(rootId: string): Promise<void> {
+    const epoch = this.epochs.get(rootId);
+    if (epoch === undefined) return;
+    this.epochs.delete(rootId);
+    await this.store.releaseLease(rootId, this.options.instanceId, epoch).catch((err: unknown) => {
+      this.logger?.warn({ err, rootId }, 'releasing a forest lease failed; it will expire');
+    });
+  }
+
+  /** The base URL of the instance that holds this forest, when that is another live instance. */
+  async ownerElsewhere(rootId: string): Promise<string | undefined> {
+    if (this.epochs.has(rootId)) return undefined;
+    const holder = await this.store.leaseHolder(rootId);
+    return holder !== undefined && holder.owner !== this.options.instanceId ? holder.ownerUrl : undefined;
+  }
+
+  /** Renew the held leases every third of their duration. */
+  start(): void {
+    this.timer = setInterval(() => void this.renew(), Math.max(50, Math.floor(this.options.leaseMs / 3)));
+    this.timer.unref();
+  }
+
+  async renew(): Promise<void> {
+    try {
+      const lost = await this.store.renewLeases(this.options.instanceId, this.epochs, this.options.leaseMs);
+      if (lost.length > 0) this.lost(lost);
+    } catch (err) {
+      this.logger?.error({ err }, 'renewing forest leases failed; they expire unless a later renewal succeeds');
+    }
+  }
+
+  /** Forget forests this instance no longer owns (a failed renewal or a fenced write). */
+  lost(roots: readonly string[]): void {
+    const held = roots.filter((r) => this.epochs.delete(r));
+    if (held.length === 0) return;
+    this.logger?.error({ roots: held }, 'lost the lease of forests: another instance owns them now; dropping their live agents');
+    this.onLost(held);
+  }
+
+  /** Stop renewing and give every lease up (a graceful stop). */
+  async stop(): Promise<void> {
+    if (this.timer !== undefined) clearInterval(this.timer);
+    await Promise.all([...this.epochs.keys()].map((root) => this.release(root)));
+  }
+}
+
+export function misdirected(rootId: string, ownerUrl: string): ServiceError {
+  return new ServiceError('MISDIRECTED', `forest "${rootId}" is owned by the instance at ${ownerUrl}; send the request there`, {
+    location: ownerUrl,
+  });
+}

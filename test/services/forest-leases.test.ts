@@ -1,0 +1,110 @@
+/**
+ * Forest leases and write fencing on the PostgreSQL store: one owner at a time, takeover only
+ * after expiry with a higher epoch, and the database refusing every write of an owner that lost
+ * its lease (a paused process that wakes up too late).
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
+import { FencedWriteError, PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
+import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
+
+const unavailable = postgresUnavailable();
+if (unavailable !== undefined) console.warn(`forest leases skipped: ${unavailable}`);
+
+const AT = '2026-01-01T00:00:00.000Z';
+
+function root(id: string): SessionHeader {
+  return { version: 1, id, createdAt: AT, kind: 'root', parentSession: null, depth: 0, mode: null, provider: null };
+}
+
+function message(seq: number, text: string): SessionEntry {
+  return { seq, type: 'message', at: AT, messageId: `msg-${text}`, role: 'user', content: [{ type: 'text', text }], source: { kind: 'user' } };
+}
+
+/** Poll until the lease of `rootId` has expired (its holder query answers nothing). */
+async function untilExpired(store: PostgresSessionStore, rootId: string): Promise<void> {
+  for (let i = 0; i < 400; i++) {
+    if ((await store.leaseHolder(rootId)) === undefined) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`the lease of ${rootId} never expired`);
+}
+
+describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
+  let db: TestDatabase;
+  let a: PostgresSessionStore;
+  let b: PostgresSessionStore;
+
+  beforeEach(async () => {
+    db = await freshDatabase();
+    a = await PostgresSessionStore.open({ url: db.url });
+    b = await PostgresSessionStore.open({ url: db.url });
+  });
+
+  afterEach(async () => {
+    await a.close();
+    await b.close();
+    await db.dispose();
+  });
+
+  it('one instance holds a forest: another is told who owns it, until the lease expires and it takes over with a higher epoch', async () => {
+    const first = await a.acquireLease('r', 'A', 'http://a', 300);
+    expect(first).toEqual({ owned: true, epoch: 1 });
+    expect(await b.acquireLease('r', 'B', 'http://b', 300)).toEqual({ owned: false, ownerUrl: 'http://a' });
+    expect(await b.leaseHolder('r')).toEqual({ owner: 'A', ownerUrl: 'http://a', epoch: 1 });
+
+    await untilExpired(b, 'r');
+    expect(await b.acquireLease('r', 'B', 'http://b', 10_000)).toEqual({ owned: true, epoch: 2 });
+    expect(await a.leaseHolder('r')).toEqual({ owner: 'B', ownerUrl: 'http://b', epoch: 2 });
+  });
+
+  it('renewal keeps a lease at its epoch and reports the ones taken over', async () => {
+    await a.acquireLease('kept', 'A', 'http://a', 10_000);
+    await a.acquireLease('taken', 'A', 'http://a', 300);
+    await untilExpired(b, 'taken');
+    await b.acquireLease('taken', 'B', 'http://b', 10_000);
+    expect(await a.renewLeases('A', new Map([['kept', 1], ['taken', 1]]), 10_000)).toEqual(['taken']);
+    expect((await a.leaseHolder('kept'))?.owner).toBe('A');
+  });
+
+  it("a paused owner's write after a takeover is refused by the database and leaves no trace", async () => {
+    const epochsA = new Map<string, number>();
+    a.fence = { owner: 'A', epochs: epochsA };
+    const leased = await a.acquireLease('r', 'A', 'http://a', 300);
+    if (!leased.owned) throw new Error('A should own r');
+    epochsA.set('r', leased.epoch);
+    await a.write({ headers: [root('r')], entries: [{ sessionId: 'r', entry: message(1, 'before'), rootId: 'r', forestSeq: 1 }] });
+
+    // A pauses; its lease expires and B takes the forest over.
+    await untilExpired(b, 'r');
+    const taken = await b.acquireLease('r', 'B', 'http://b', 10_000);
+    expect(taken).toEqual({ owned: true, epoch: 2 });
+    b.fence = { owner: 'B', epochs: new Map([['r', 2]]) };
+
+    // A wakes up and writes as if it still owned r.
+    const stale = a.write({ headers: [], entries: [{ sessionId: 'r', entry: message(2, 'stale'), rootId: 'r', forestSeq: 2 }] });
+    await expect(stale).rejects.toBeInstanceOf(FencedWriteError);
+    await expect(stale).rejects.toMatchObject({ roots: ['r'] });
+    expect((await b.read('r', 0)).map((e) => e.seq)).toEqual([1]);
+
+    // The new owner continues the log where the old one stopped.
+    await b.write({ headers: [], entries: [{ sessionId: 'r', entry: message(2, 'after'), rootId: 'r', forestSeq: 2 }] });
+    expect((await b.read('r', 0)).map((e) => (e.type === 'message' ? e.messageId : e.type))).toEqual(['msg-before', 'msg-after']);
+  });
+
+  it('a write touching a forest this instance never leased is refused, and so is one whose pending rows belong to such a forest', async () => {
+    await b.write({ headers: [root('other')], entries: [] });
+    a.fence = { owner: 'A', epochs: new Map() };
+    await expect(a.write({ headers: [root('mine')], entries: [] })).rejects.toBeInstanceOf(FencedWriteError);
+    const row = { kind: 'queued' as const, position: 0, itemId: 'i', acceptedAt: AT, message: { id: 'm', role: 'user' as const, content: [], source: { kind: 'user' as const } } };
+    await expect(a.write({ headers: [], entries: [], pending: [{ op: 'put', sessionId: 'other', row }] })).rejects.toMatchObject({ roots: ['other'] });
+    expect(await a.pending('other')).toEqual([]);
+  });
+
+  it('a released lease is free at once, and the next owner still gets a higher epoch', async () => {
+    await a.acquireLease('r', 'A', 'http://a', 60_000);
+    await a.releaseLease('r', 'A', 1);
+    expect(await b.leaseHolder('r')).toBeUndefined();
+    expect(await b.acquireLease('r', 'B', 'http://b', 60_000)).toEqual({ owned: true, epoch: 2 });
+  });
+});
