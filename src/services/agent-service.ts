@@ -117,9 +117,17 @@ export class AgentService {
       this.deps.log.create(header);
       await this.settleOpened(id);
       return this.created(this.publishRoot(header));
+    } catch (error) {
+      await this.releaseUnlessLive(id);
+      throw error;
     } finally {
       this.deps.registry.unreserve(id);
     }
+  }
+
+  /** A creation or resume that failed gives its forest's lease back (none when the root is live). */
+  private async releaseUnlessLive(id: string): Promise<void> {
+    if (this.deps.registry.get(id) === undefined) await this.deps.ownership?.release(id);
   }
 
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
@@ -158,6 +166,9 @@ export class AgentService {
         throw error;
       }
       return this.created(agent);
+    } catch (error) {
+      await this.releaseUnlessLive(id);
+      throw error;
     } finally {
       this.deps.registry.unreserve(id);
     }
