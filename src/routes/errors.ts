@@ -32,6 +32,10 @@ export function errorBody(code: ErrorCode, message: string): ErrorBody {
 /** Maps Fastify's own client errors (parsing, limits, validation) to our codes. */
 function classify(error: FastifyError): { code: ErrorCode; message: string } {
   if (isServiceError(error)) return { code: error.code, message: error.message };
+  if (error.name === 'FencedWriteError') {
+    // Another instance took the forest over while this one held the write: it is theirs now.
+    return { code: 'MISDIRECTED', message: 'this instance lost the forest to another instance; the write was refused, send the request again' };
+  }
   if (error.validation !== undefined) return { code: 'VALIDATION', message: error.message };
   switch (error.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':

@@ -203,7 +203,7 @@ export class LiveAgent {
     // the same batch as its entries.
     this.persistedInbox = transition.state.inbox;
     this.persistedPending = transition.state.pending;
-    this.deps.log.changePending(staged.map((message) => ({ op: 'delete', sessionId: this.id, messageId: message.id })));
+    this.deps.log.changePending(staged.map((message) => ({ op: 'delete', sessionId: this.id, rootId: this.rootId, messageId: message.id })));
     this.apply(transition);
   }
 
@@ -366,12 +366,12 @@ export class LiveAgent {
     const ops: PendingOp[] = [];
     const put = (row: PendingShape, position: number): void => {
       this.persisted.set(row.message.id, { kind: row.kind, position });
-      ops.push({ op: 'put', sessionId: this.id, row: { ...row, position, acceptedAt: this.acceptedAt.get(row.message.id) ?? this.now() } });
+      ops.push({ op: 'put', sessionId: this.id, rootId: this.rootId, row: { ...row, position, acceptedAt: this.acceptedAt.get(row.message.id) ?? this.now() } });
     };
     const remove = (messageId: string): void => {
       if (!this.persisted.delete(messageId)) return;
       this.acceptedAt.delete(messageId);
-      ops.push({ op: 'delete', sessionId: this.id, messageId });
+      ops.push({ op: 'delete', sessionId: this.id, rootId: this.rootId, messageId });
     };
     const inbox = state.inbox.changesSince(prevInbox);
     const pending = state.pending.changesSince(prevPending);

@@ -96,16 +96,27 @@ export class SessionLog {
    * them was acknowledged). The database refuses them anyway (a fenced write).
    */
   dropForest(root: string): void {
-    const sessionsOfForest = new Set<string>();
-    for (const [id, session] of this.sessions) if (session.root === root) sessionsOfForest.add(id);
-    for (const id of sessionsOfForest) this.sessions.delete(id);
+    for (const [id, session] of this.sessions) if (session.root === root) this.sessions.delete(id);
     this.forests.delete(root);
-    const keep = (batch: WriteBatch): void => {
-      batch.headers = batch.headers.filter((h) => (h.rootSession ?? h.id) !== root);
-      batch.entries = batch.entries.filter((e) => e.rootId !== root);
-      if (batch.pending !== undefined) batch.pending = batch.pending.filter((op) => !sessionsOfForest.has(op.sessionId));
-    };
-    if (this.failedBatch !== null) keep(this.failedBatch);
+    this.stripFailed([root]);
+  }
+
+  /**
+   * Take these forests' writes out of the failed batch, which is retried ahead of every later
+   * write: a write the database refuses for good (a fenced forest) must not block the others.
+   */
+  private stripFailed(roots: readonly string[]): void {
+    const batch = this.failedBatch;
+    if (batch === null) return;
+    const gone = new Set(roots);
+    batch.headers = batch.headers.filter((h) => !gone.has(h.rootSession ?? h.id));
+    batch.entries = batch.entries.filter((e) => !gone.has(e.rootId));
+    if (batch.pending !== undefined) {
+      batch.pending = batch.pending.filter((op) => {
+        const root = op.rootId ?? this.sessions.get(op.sessionId)?.root;
+        return root === undefined || !gone.has(root);
+      });
+    }
   }
 
   /** Called with the roots of a write the database refused because their lease was lost. */
@@ -220,7 +231,11 @@ export class SessionLog {
       },
       (error: unknown) => {
         this.failedBatch = toWrite;
-        if (error instanceof FencedWriteError) this.onFenced(error.roots);
+        if (error instanceof FencedWriteError) {
+          // Refused for good: drop these forests' writes every time, then tell the owner.
+          this.stripFailed(error.roots);
+          this.onFenced(error.roots);
+        }
         this.logger?.error({ err: error, entries: toWrite.entries.length }, 'session batch commit failed; will retry');
         batch.settle(error);
       },

@@ -25,9 +25,10 @@ export interface PendingRow {
   acceptedAt: string;
 }
 
+/** A change to a pending row; `rootId` names the session's forest (set by the runtime). */
 export type PendingOp =
-  | { op: 'put'; sessionId: string; row: PendingRow }
-  | { op: 'delete'; sessionId: string; messageId: string };
+  | { op: 'put'; sessionId: string; rootId?: string; row: PendingRow }
+  | { op: 'delete'; sessionId: string; rootId?: string; messageId: string };
 
 /** A stored idempotent result: the same key from the same sender replays it. */
 export interface IdempotencyRecord {
