@@ -416,7 +416,7 @@ export class AgentService {
     const lost = new Set(roots);
     for (const agent of [...this.deps.registry.values()]) {
       if (!lost.has(agent.rootId)) continue;
-      agent.beginDisposal();
+      agent.abandon();
       this.deps.manager.forget(agent);
       this.deps.registry.remove(agent);
     }

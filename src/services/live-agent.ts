@@ -220,6 +220,16 @@ export class LiveAgent {
     this.deps.dispatcher.release(this);
   }
 
+  /**
+   * Stop this incarnation without writing anything: its forest belongs to another instance
+   * now, whose log is the truth. No step can be claimed from it any more.
+   */
+  abandon(): void {
+    this.disposalStarted = true;
+    this.deps.dispatcher.withdraw(this);
+    this.deps.dispatcher.release(this);
+  }
+
   /** Mint a message id from this agent's id source. */
   newMessageId(): string {
     return this.deps.ids.next('message');
