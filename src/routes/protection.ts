@@ -45,7 +45,8 @@ export async function registerProtection(app: FastifyInstance, options: Protecti
       // One bucket per operator key (its digest: keys never sit in memory as map keys), else per address.
       keyGenerator: (request) => {
         const header = request.headers.authorization;
-        return typeof header === 'string' && header !== '' ? `key:${digest(header).toString('base64url')}` : `ip:${request.ip}`;
+        const key = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] : undefined;
+        return key !== undefined ? `key:${digest(key).toString('base64url')}` : `ip:${request.ip}`;
       },
       errorResponseBuilder: (_request, context) =>
         new ServiceError('RATE_LIMITED', `rate limit of ${context.max} operator requests per ${context.after} exceeded; retry after ${context.after}`),

@@ -15,6 +15,7 @@ export class AgentRegistry {
   private readonly live = new Map<string, LiveAgent>();
   private readonly reserved = new Set<string>();
   private readonly childrenOf = new Map<string, Set<string>>();
+  private readonly perForest = new Map<string, number>();
 
   constructor(private readonly limits: Pick<Limits, 'liveAgents' | 'childrenPerParent'> = DEFAULT_LIMITS) {}
 
@@ -61,6 +62,7 @@ export class AgentRegistry {
 
   add(agent: LiveAgent): void {
     this.live.set(agent.id, agent);
+    this.perForest.set(agent.rootId, (this.perForest.get(agent.rootId) ?? 0) + 1);
     this.listener?.(agent, 'added');
     const parent = agent.header.parentSession;
     if (parent !== null) {
@@ -77,6 +79,9 @@ export class AgentRegistry {
   remove(agent: LiveAgent): void {
     if (this.live.get(agent.id) !== agent) return;
     this.live.delete(agent.id);
+    const left = (this.perForest.get(agent.rootId) ?? 1) - 1;
+    if (left === 0) this.perForest.delete(agent.rootId);
+    else this.perForest.set(agent.rootId, left);
     const parent = agent.header.parentSession;
     if (parent !== null) {
       const set = this.childrenOf.get(parent);
@@ -84,6 +89,11 @@ export class AgentRegistry {
       if (set?.size === 0) this.childrenOf.delete(parent);
     }
     this.listener?.(agent, 'removed');
+  }
+
+  /** How many agents of the forest rooted at `rootId` are live. */
+  liveInForest(rootId: string): number {
+    return this.perForest.get(rootId) ?? 0;
   }
 
   /** Live children of an agent id, in creation order. */

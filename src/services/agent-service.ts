@@ -125,9 +125,9 @@ export class AgentService {
     }
   }
 
-  /** A creation or resume that failed gives its forest's lease back (none when the root is live). */
+  /** A creation or resume that failed gives its forest's lease back (kept while any of it is live). */
   private async releaseUnlessLive(id: string): Promise<void> {
-    if (this.deps.registry.get(id) === undefined) await this.deps.ownership?.release(id);
+    await this.deps.ownership?.releaseIfIdle(id);
   }
 
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
@@ -201,17 +201,25 @@ export class AgentService {
     const agent = this.deps.registry.get(id);
     if (agent !== undefined) {
       await this.deps.manager.close(agent, cascade);
-      if (agent.header.kind === 'root' && this.deps.ownership !== undefined) {
-        // The forest's last writes first: a write after the release would be fenced.
-        await this.deps.log.durable();
-        await this.deps.ownership.release(agent.id);
-      }
+      // With cascade=false children may stay live: the lease goes with the forest's last agent.
+      if (agent.header.kind === 'root') await this.deps.ownership?.releaseIfIdle(agent.id);
       return this.viewOfLive(agent);
     }
     const header = await this.storedHeader(id);
     if (header === undefined || header.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
     // A child that is not resident: close it for good (it became live meanwhile: close that one).
-    if (!(await this.deps.manager.closeStored(header))) return this.dispose(id, cascade);
+    // With several instances, its forest's lease is needed to write; held only for this close
+    // when the forest is not live here.
+    const root = header.rootSession ?? header.id;
+    const borrowed = this.deps.ownership !== undefined && !this.deps.ownership.holds(root);
+    if (borrowed) await this.deps.ownership!.acquire(root);
+    let closed: boolean;
+    try {
+      closed = await this.deps.manager.closeStored(header);
+    } finally {
+      if (borrowed) await this.deps.ownership!.releaseIfIdle(root);
+    }
+    if (!closed) return this.dispose(id, cascade);
     const view = await this.storedView(id);
     if (view === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
     return view;

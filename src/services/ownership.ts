@@ -28,6 +28,11 @@ export class ForestOwnership {
   /** Told about forests whose lease this instance lost: their live agents must go. */
   onLost: (roots: readonly string[]) => void = () => undefined;
 
+  /** How many agents of each forest are live here (see releaseIfIdle). */
+  liveInForest: (rootId: string) => number = () => 0;
+  /** Waits until every write accepted so far committed. */
+  durable: () => Promise<void> = () => Promise.resolve();
+
   constructor(
     private readonly store: PostgresSessionStore,
     readonly options: OwnershipOptions,
@@ -47,10 +52,20 @@ export class ForestOwnership {
     return this.epochs.has(rootId);
   }
 
-  /** Give the lease up (after the forest's last writes committed). */
-  async release(rootId: string): Promise<void> {
+  /**
+   * Give the lease up once no agent of the forest is live here, after the forest's writes
+   * committed (a write after the release would be fenced). The epoch is read before waiting:
+   * if the forest was resumed here meanwhile (a new epoch), that lease stays.
+   */
+  async releaseIfIdle(rootId: string): Promise<void> {
     const epoch = this.epochs.get(rootId);
-    if (epoch === undefined) return;
+    if (epoch === undefined || this.liveInForest(rootId) > 0) return;
+    await this.durable();
+    if (this.epochs.get(rootId) !== epoch || this.liveInForest(rootId) > 0) return;
+    await this.release(rootId, epoch);
+  }
+
+  private async release(rootId: string, epoch: number): Promise<void> {
     this.epochs.delete(rootId);
     await this.store.releaseLease(rootId, this.options.instanceId, epoch).catch((err: unknown) => {
       this.logger?.warn({ err, rootId }, 'releasing a forest lease failed; it will expire');
@@ -90,7 +105,7 @@ export class ForestOwnership {
   /** Stop renewing and give every lease up (a graceful stop). */
   async stop(): Promise<void> {
     if (this.timer !== undefined) clearInterval(this.timer);
-    await Promise.all([...this.epochs.keys()].map((root) => this.release(root)));
+    await Promise.all([...this.epochs].map(([root, epoch]) => this.release(root, epoch)));
   }
 }
 

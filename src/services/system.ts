@@ -142,6 +142,8 @@ export function createSystem(options: SystemOptions): System {
   });
   if (ownership !== undefined) {
     ownership.onLost = (roots) => agents.dropForests(roots);
+    ownership.liveInForest = (root) => registry.liveInForest(root);
+    ownership.durable = () => log.durable();
     log.onFenced = (roots) => ownership.lost(roots);
     ownership.start();
   }
@@ -149,6 +151,9 @@ export function createSystem(options: SystemOptions): System {
   registry.listener = (agent, event) => {
     if (event === 'added') hub.agentChanged(agent);
     else hub.agentLeft(agent, leftStatus(agent, manager));
+    // A forest's lease goes with its last live agent: a child may outlive a root disposed with
+    // cascade=false.
+    if (event === 'removed' && agent.header.kind === 'child' && ownership !== undefined) void ownership.releaseIfIdle(agent.rootId);
   };
   const streams = new EventStreams({ log, hub, registry, view: (id) => agents.viewIfKnown(id), waiters });
   const steps = new StepService({ agents, dispatcher, tools, log, logger, idempotency, waiters });

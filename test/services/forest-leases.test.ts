@@ -6,6 +6,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import { FencedWriteError, PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
+import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
 
 const unavailable = postgresUnavailable();
@@ -106,5 +107,54 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
     await a.releaseLease('r', 'A', 1);
     expect(await b.leaseHolder('r')).toBeUndefined();
     expect(await b.acquireLease('r', 'B', 'http://b', 60_000)).toEqual({ owned: true, epoch: 2 });
+  });
+});
+
+describe.skipIf(unavailable !== undefined)('forest leases held by a running instance', () => {
+  let db: TestDatabase;
+  let store: PostgresSessionStore;
+  let h: Harness;
+
+  beforeEach(async () => {
+    db = await freshDatabase();
+    store = await PostgresSessionStore.open({ url: db.url });
+    h = await startHarness({ store, ownership: { instanceId: 'A', url: 'http://a', leaseMs: 60_000 } });
+  });
+
+  afterEach(async () => {
+    await h.close();
+    await db.dispose();
+  });
+
+  it('a root disposed with cascade=false keeps its lease while a child of it is live, and gives it up with the last one', async () => {
+    const root = await createRoot(h.app, { id: 'r' });
+    const res = await h.app.inject({ method: 'POST', url: '/v1/agents/r/children', headers: { 'x-agent-token': root.token }, payload: { mode: 'continuable', prompt: 'work' } });
+    const child = res.json() as { agent: { id: string }; agentToken: string };
+
+    expect((await h.app.inject({ method: 'DELETE', url: '/v1/agents/r?cascade=false' })).statusCode).toBe(202);
+    expect((await store.leaseHolder('r'))?.owner).toBe('A');
+    // The child still writes: its step claim logs a step start.
+    const claim = await h.app.inject({ method: 'POST', url: `/v1/agents/${child.agent.id}/steps/next`, headers: { 'x-agent-token': child.agentToken }, payload: { waitMs: 0 } });
+    expect(claim.statusCode).toBe(200);
+
+    expect((await h.app.inject({ method: 'DELETE', url: `/v1/agents/${child.agent.id}` })).statusCode).toBe(202);
+    await until(async () => (await store.leaseHolder('r')) === undefined, 'the lease to be given up');
+  });
+
+  it('a settled child of a disposed root can still be closed for good, and the instance goes on writing', async () => {
+    const root = await createRoot(h.app, { id: 'r' });
+    const res = await h.app.inject({ method: 'POST', url: '/v1/agents/r/children', headers: { 'x-agent-token': root.token }, payload: { mode: 'continuable', prompt: 'work' } });
+    const child = res.json() as { agent: { id: string }; agentToken: string };
+    const claim = (await h.app.inject({ method: 'POST', url: `/v1/agents/${child.agent.id}/steps/next`, headers: { 'x-agent-token': child.agentToken }, payload: { waitMs: 0 } })).json() as { step: { id: string } };
+    await h.app.inject({ method: 'POST', url: `/v1/agents/${child.agent.id}/steps/${claim.step.id}/output`, headers: { 'x-agent-token': child.agentToken }, payload: { content: 'done' } });
+    await until(() => h.system.registry.get(child.agent.id) === undefined, 'the child to settle');
+    expect((await h.app.inject({ method: 'DELETE', url: '/v1/agents/r?cascade=false' })).statusCode).toBe(202);
+    await until(async () => (await store.leaseHolder('r')) === undefined, 'the lease to be given up');
+
+    const closed = await h.app.inject({ method: 'DELETE', url: `/v1/agents/${child.agent.id}` });
+    expect(closed.statusCode).toBe(202);
+    expect(closed.json()).toMatchObject({ agent: { status: 'closed' } });
+    expect((await store.lastActivation(child.agent.id))?.event).toBe('closed');
+    expect((await createRoot(h.app, { id: 'next' })).id).toBe('next');
   });
 });

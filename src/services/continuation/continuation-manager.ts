@@ -316,7 +316,7 @@ export class ContinuationManager {
       if (summary === undefined || mark?.event === 'closed') return true;
       this.deps.log.open(id, summary.lastSeq, root);
       this.deps.log.append(id, { type: 'activation', at: this.now(), activationId: this.deps.ids.next('activation'), event: 'closed' });
-      this.deps.log.changePending(pending.map((row) => ({ op: 'delete' as const, sessionId: id, messageId: row.message.id })));
+      this.deps.log.changePending(pending.map((row) => ({ op: 'delete' as const, sessionId: id, rootId: root, messageId: row.message.id })));
       this.deps.log.release(id);
       return true;
     });

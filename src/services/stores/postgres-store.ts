@@ -325,7 +325,8 @@ export class PostgresSessionStore implements SessionStore {
    */
   async releaseLease(rootId: string, owner: string, epoch: number): Promise<void> {
     await this.pool.query(
-      `UPDATE forest_leases SET expires_at = now() - interval '1 millisecond' WHERE root_id = $1 AND owner = $2 AND epoch = $3`,
+      // The owner is cleared too, so a renewal racing this release cannot extend it again.
+      `UPDATE forest_leases SET expires_at = now() - interval '1 millisecond', owner = '' WHERE root_id = $1 AND owner = $2 AND epoch = $3`,
       [rootId, owner, epoch],
     );
   }
@@ -399,6 +400,7 @@ export function redactUrl(url: string): string {
   try {
     const parsed = new URL(url);
     if (parsed.password !== '') parsed.password = '***';
+    for (const key of [...parsed.searchParams.keys()]) if (/pass|secret|key/i.test(key)) parsed.searchParams.set(key, '***');
     return parsed.toString();
   } catch {
     return '(an unparsable database URL)';
