@@ -78,6 +78,8 @@ export class LiveAgent {
   private turnState: AgentState = initialState();
   private disposalStarted = false;
   private admittedTurns = 0;
+  /** Room held for messages that tool calls in flight will record (see reserveRoom). */
+  private reservedRoom = 0;
   /** When each pending message was accepted, for its durable pending row. */
   private readonly acceptedAt = new Map<string, string>();
   /** The pending rows as last handed to the log, by message id, to write only what changed. */
@@ -148,11 +150,26 @@ export class LiveAgent {
    * not yet logged (queued, steering, staged; see limits.ts). Changes nothing.
    */
   checkRoom(count: number): void {
-    const backlog = this.turnState.inbox.length + this.turnState.pending.length;
+    const backlog = this.turnState.inbox.length + this.turnState.pending.length + this.reservedRoom;
     const limit = this.deps.maxInbox ?? DEFAULT_LIMITS.inbox;
     if (backlog + count > limit) {
       throw new ServiceError('AGENT_BUSY', `agent "${this.id}" holds ${backlog} messages not yet taken up (the limit is ${limit}); take a step or retry later`);
     }
+  }
+
+  /**
+   * Check for room and hold it for messages recorded later (a tool call that runs first and
+   * is logged after): concurrent calls cannot all pass the same check. Returns the release.
+   */
+  reserveRoom(count: number): () => void {
+    this.checkRoom(count);
+    this.reservedRoom += count;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.reservedRoom -= count;
+    };
   }
 
   /**

@@ -208,8 +208,8 @@ export class StepService {
       if (idem !== undefined && this.deps.agents.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name);
       const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
       // A call the open step does not await is logged as context, a call and its result: with
-      // no room for them it is refused before it runs.
-      if (!awaitedByStep(agent, call.id)) agent.checkRoom(2);
+      // no room for them it is refused before it runs, and the room is held until it is logged.
+      const releaseRoom = awaitedByStep(agent, call.id) ? () => undefined : agent.reserveRoom(2);
       const tool = this.deps.tools.find(agent, call.name);
       let recorded = false;
       // Only successes are kept (a failed call delivered nothing, so a retry may run it again),
@@ -219,9 +219,14 @@ export class StepService {
         recorded = true;
         record(withoutTokens(view));
       };
-      const outcome = tool === undefined
-        ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
-        : await this.run(agent, tool, call, signal, (accepted) => keep(callView(call, accepted)));
+      let outcome: RunOutcome;
+      try {
+        outcome = tool === undefined
+          ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
+          : await this.run(agent, tool, call, signal, (accepted) => keep(callView(call, accepted)));
+      } finally {
+        releaseRoom();
+      }
       this.record(agent, call, outcome.result);
       const view: CallResult = { ...outcome.result };
       if (outcome.spawned.length > 0) view.spawned = outcome.spawned;

@@ -425,6 +425,24 @@ describe('liveAgents: live agents in this process', () => {
 });
 
 describe('inbox: messages one agent accepted and has not yet logged', () => {
+  it("concurrent tool calls outside a step cannot together overshoot the child's limit: each holds its room until it is logged", async () => {
+    const h = await open({ inbox: 4 });
+    const root = await createRoot(h.app, { id: 'r' });
+    const child = await startChild(h, root);
+    // All five start in one synchronous span, so each passes its room check before any of them
+    // is logged: only the room they hold keeps them from overshooting together.
+    const calls = ['a', 'b', 'c', 'd', 'e'].map((output) =>
+      h.system.steps.callTool(child.id, child.token, { name: 'report', input: { output } }).then(
+        () => 'ok',
+        (error: { code?: string }) => error.code,
+      ),
+    );
+    expect((await Promise.all(calls)).sort()).toEqual(['AGENT_BUSY', 'AGENT_BUSY', 'AGENT_BUSY', 'ok', 'ok']);
+    expect(await view(h, child.id)).toMatchObject({ staged: 4 });
+    const reports = (await session(h.app, root.id)).filter((e) => (e['source'] as { kind?: string } | undefined)?.kind === 'subagent-report');
+    expect(reports).toHaveLength(2);
+  });
+
   it("a child's tool calls outside a step stage a call and a result each: at the limit they run, past it they are 429 AGENT_BUSY before they run", async () => {
     const h = await open({ inbox: 4 });
     const root = await createRoot(h.app, { id: 'r' });
