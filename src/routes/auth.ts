@@ -14,6 +14,11 @@ export function agentToken(request: FastifyRequest): string | undefined {
   return typeof value === 'string' && value !== '' ? value : undefined;
 }
 
+/** The key of an `Authorization: Bearer <key>` header, or undefined. */
+export function bearerKey(header: string | undefined): string | undefined {
+  return header === undefined ? undefined : /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
+}
+
 /** Routes anyone may call: health and the API documentation. Everything else needs a key: deny by default. */
 const PUBLIC_ROUTES = new Set(['/healthz', '/readyz']);
 const PUBLIC_PREFIX = '/docs';
@@ -26,9 +31,7 @@ export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly str
     // the same way, so it must be judged the same way.
     const route = request.routeOptions.url ?? '';
     if (PUBLIC_ROUTES.has(route) || route === PUBLIC_PREFIX || route.startsWith(`${PUBLIC_PREFIX}/`)) return;
-    const header = request.headers.authorization;
-    const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
-    if (!matchesAny(match?.[1], digests)) {
+    if (!matchesAny(bearerKey(request.headers.authorization), digests)) {
       throw new ServiceError('UNAUTHENTICATED', 'a valid operator key is required: Authorization: Bearer <key>');
     }
   });

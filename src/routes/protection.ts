@@ -10,6 +10,7 @@ import underPressure from '@fastify/under-pressure';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
 import { digest } from '../services/tokens.js';
+import { bearerKey } from './auth.js';
 import { RETRY_AFTER_SECONDS } from './error-status.js';
 
 export interface ProtectionOptions {
@@ -44,8 +45,7 @@ export async function registerProtection(app: FastifyInstance, options: Protecti
       allowList: (request) => !operatorOnly(request),
       // One bucket per operator key (its digest: keys never sit in memory as map keys), else per address.
       keyGenerator: (request) => {
-        const header = request.headers.authorization;
-        const key = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] : undefined;
+        const key = bearerKey(request.headers.authorization);
         return key !== undefined ? `key:${digest(key).toString('base64url')}` : `ip:${request.ip}`;
       },
       errorResponseBuilder: (_request, context) =>
