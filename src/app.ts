@@ -25,7 +25,7 @@ import { metricsRoutes } from './routes/metrics/index.js';
 import { packageRoutes } from './routes/packages/index.js';
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packages' | 'streams' | 'hub' | 'metrics'>;
+  system: Pick<System, 'agents' | 'steps' | 'packages' | 'streams' | 'hub' | 'metrics'> & Partial<Pick<System, 'ownership'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -79,15 +79,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerProtection(app, deps.protection ?? {});
   registerOperatorAuth(app, deps.apiKeys ?? []);
   // Several instances: a request for an agent whose forest another instance owns goes there.
+  // Registered only then: on a single instance it would add an await to every agent request.
   const { agents: agentService } = deps.system;
-  app.addHook('preHandler', async (request) => {
-    const id = (request.params as { id?: unknown } | undefined)?.id;
-    if (typeof id !== 'string') return;
-    const owner = await agentService.misdirection(id);
-    if (owner !== undefined) {
-      throw new ServiceError('MISDIRECTED', `agent "${id}" belongs to a forest owned by the instance at ${owner}; send the request there`, { location: owner });
-    }
-  });
+  if (deps.system.ownership !== undefined) {
+    app.addHook('preHandler', async (request) => {
+      const id = (request.params as { id?: unknown } | undefined)?.id;
+      if (typeof id !== 'string') return;
+      const owner = await agentService.misdirection(id);
+      if (owner !== undefined) {
+        throw new ServiceError('MISDIRECTED', `agent "${id}" belongs to a forest owned by the instance at ${owner}; send the request there`, { location: owner });
+      }
+    });
+  }
 
   await app.register(swagger, {
     openapi: {
