@@ -26,7 +26,7 @@ import {
   type TurnBoundary,
   type WriteBatch,
 } from '../session-store.js';
-import { encodeBatch } from './sqlite-writes.js';
+import { encodeBatch, seqAdvances } from './sqlite-writes.js';
 import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
 
 export interface PostgresStoreOptions {
@@ -120,13 +120,7 @@ export class PostgresSessionStore implements SessionStore {
            SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])`,
           columns(rows.entries, 8),
         );
-        const advance = new Map<string, { from: number; to: number }>();
-        for (const [sessionId, seq] of rows.entries) {
-          const range = advance.get(sessionId);
-          if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
-          else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
-          else range.to = seq;
-        }
+        const advance = seqAdvances(rows.entries);
         const ids = [...advance.keys()];
         const moved = await client.query(
           `UPDATE sessions s SET last_seq = a.to_seq

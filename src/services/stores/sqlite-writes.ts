@@ -67,6 +67,21 @@ export function encodeBatch(batch: WriteBatch): EncodedBatch {
   };
 }
 
+/**
+ * Per session, the seq a batch continues from and the seq it ends at; throws on a gap inside
+ * the batch. The store then advances `last_seq` from `from` to `to` by compare-and-set.
+ */
+export function seqAdvances(entries: readonly EntryRow[]): Map<string, { from: number; to: number }> {
+  const advance = new Map<string, { from: number; to: number }>();
+  for (const [sessionId, seq] of entries) {
+    const range = advance.get(sessionId);
+    if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
+    else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
+    else range.to = seq;
+  }
+  return advance;
+}
+
 /** The prepared write statements of one connection. */
 export class SqliteWrites {
   private readonly apply: (batch: EncodedBatch) => void;
@@ -93,15 +108,8 @@ export class SqliteWrites {
     // Any throw inside rolls the whole batch back.
     this.apply = db.transaction((batch: EncodedBatch) => {
       for (const row of batch.sessions) insertSession.run(...row);
-      const advance = new Map<string, { from: number; to: number }>();
-      for (const row of batch.entries) {
-        insertEntry.run(...row);
-        const [sessionId, seq] = row;
-        const range = advance.get(sessionId);
-        if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
-        else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
-        else range.to = seq;
-      }
+      const advance = seqAdvances(batch.entries);
+      for (const row of batch.entries) insertEntry.run(...row);
       for (const [sessionId, { from, to }] of advance) {
         if (advanceSeq.run(to, sessionId, from).changes !== 1) {
           throw new Error(`session "${sessionId}" is not at seq ${from}; refusing a gap or duplicate`);
