@@ -5,6 +5,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES } from './domain/packages.js';
+import { DEFAULT_DRIVER_OPTIONS } from './services/driver/model-driver.js';
 import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
@@ -39,6 +40,11 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_RATE_LIMIT_WINDOW_MS: Type.Integer({ default: 10_000, minimum: 100 }),
   AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 1_000, minimum: 0 }),
   AGENTFOREST_WAKEUP_COALESCING: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off' }),
+  AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100 }),
+  AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20 }),
+  AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1 }),
+  AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String()),
+  AGENTFOREST_MODEL_BASE_URLS: Type.Optional(Type.String()),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info' }),
 });
 
@@ -72,6 +78,10 @@ export interface Config {
   maxEventLoopDelayMs: number;
   /** Wakeup reports join the parent's queued wakeup turn instead of queueing one each. */
   coalesceWakeups: boolean;
+  /** The built-in model driver: per-step timeout (retries included), retries, requests in flight. */
+  driver: { timeoutMs: number; retries: number; concurrency: number };
+  /** Which variables may serve as model API keys, which endpoints may be called (undefined: the defaults). */
+  modelPolicy: { keyEnvs?: string[]; baseUrls?: string[] };
 }
 
 export class ConfigError extends Error {
@@ -105,6 +115,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const unknownPackages = (packages ?? []).filter((p) => !(PACKAGE_NAMES as readonly string[]).includes(p));
   if (unknownPackages.length > 0) {
     problems.push(`AGENTFOREST_PACKAGES: unknown package(s) ${unknownPackages.join(', ')}; known: ${PACKAGE_NAMES.join(', ')}`);
+  }
+  const list = (value: string | undefined): string[] | undefined => value?.split(',').map((v) => v.trim()).filter((v) => v !== '');
+  const keyEnvs = list(raw.AGENTFOREST_MODEL_KEY_ENVS);
+  const baseUrls = list(raw.AGENTFOREST_MODEL_BASE_URLS);
+  for (const url of baseUrls ?? []) {
+    if (!/^https?:\/\/[^/]/.test(url)) problems.push(`AGENTFOREST_MODEL_BASE_URLS: "${url}" is not an http(s) URL prefix`);
   }
   const apiKeys = (raw.AGENTFOREST_API_KEYS ?? '').split(',').map((k) => k.trim()).filter((k) => k !== '');
   const host = raw.HOST ?? '127.0.0.1';
@@ -144,6 +160,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     rateLimit: { max: converted.AGENTFOREST_RATE_LIMIT, windowMs: converted.AGENTFOREST_RATE_LIMIT_WINDOW_MS },
     maxEventLoopDelayMs: converted.AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS,
     coalesceWakeups: converted.AGENTFOREST_WAKEUP_COALESCING === 'on',
+    driver: {
+      timeoutMs: converted.AGENTFOREST_MODEL_TIMEOUT_MS,
+      retries: converted.AGENTFOREST_MODEL_RETRIES,
+      concurrency: converted.AGENTFOREST_MODEL_CONCURRENCY,
+    },
+    modelPolicy: { ...(keyEnvs === undefined ? {} : { keyEnvs }), ...(baseUrls === undefined ? {} : { baseUrls }) },
   };
 }
 

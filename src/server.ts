@@ -32,6 +32,8 @@ async function main(): Promise<void> {
     idempotencyTtlMs: config.idempotencyTtlMs,
     limits: config.limits,
     coalesceWakeups: config.coalesceWakeups,
+    driver: config.driver,
+    modelPolicy: config.modelPolicy,
     ...(config.databaseUrl === undefined
       ? {}
       : { ownership: { instanceId: config.instanceId ?? randomUUID(), url: config.advertiseUrl ?? `http://${config.host}:${config.port}`, leaseMs: config.leaseMs } }),

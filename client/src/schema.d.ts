@@ -145,6 +145,23 @@ export interface paths {
                                 staged: number;
                                 /** Format: date-time */
                                 createdAt: string;
+                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
+                                model?: {
+                                    /**
+                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                                     * @enum {string}
+                                     */
+                                    provider: "openai-compatible";
+                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                                    baseUrl: string;
+                                    /** @description The model name the endpoint expects. */
+                                    model: string;
+                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                                    apiKeyEnv?: string;
+                                    temperature?: number;
+                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                                    maxSteps?: number;
+                                };
                             }[];
                             /** @description Pass as `cursor` for the next page; null on the last page. */
                             nextCursor: string | null;
@@ -271,6 +288,23 @@ export interface paths {
                         metadata?: {
                             [key: string]: unknown;
                         };
+                        /** @description The service drives this agent itself against this model: no backend claims its steps. */
+                        model?: {
+                            /**
+                             * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                             * @enum {string}
+                             */
+                            provider: "openai-compatible";
+                            /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                            baseUrl: string;
+                            /** @description The model name the endpoint expects. */
+                            model: string;
+                            /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                            apiKeyEnv?: string;
+                            temperature?: number;
+                            /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                            maxSteps?: number;
+                        };
                     };
                 };
             };
@@ -303,6 +337,23 @@ export interface paths {
                                 staged: number;
                                 /** Format: date-time */
                                 createdAt: string;
+                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
+                                model?: {
+                                    /**
+                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                                     * @enum {string}
+                                     */
+                                    provider: "openai-compatible";
+                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                                    baseUrl: string;
+                                    /** @description The model name the endpoint expects. */
+                                    model: string;
+                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                                    apiKeyEnv?: string;
+                                    temperature?: number;
+                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                                    maxSteps?: number;
+                                };
                             };
                             /** @description The credential of this live incarnation (X-Agent-Token). */
                             agentToken: string;
@@ -513,6 +564,23 @@ export interface paths {
                             staged: number;
                             /** Format: date-time */
                             createdAt: string;
+                            /** @description The service drives this agent itself against this model: no backend claims its steps. */
+                            model?: {
+                                /**
+                                 * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                                 * @enum {string}
+                                 */
+                                provider: "openai-compatible";
+                                /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                                baseUrl: string;
+                                /** @description The model name the endpoint expects. */
+                                model: string;
+                                /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                                apiKeyEnv?: string;
+                                temperature?: number;
+                                /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                                maxSteps?: number;
+                            };
                         };
                     };
                 };
@@ -681,6 +749,23 @@ export interface paths {
                                 staged: number;
                                 /** Format: date-time */
                                 createdAt: string;
+                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
+                                model?: {
+                                    /**
+                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                                     * @enum {string}
+                                     */
+                                    provider: "openai-compatible";
+                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                                    baseUrl: string;
+                                    /** @description The model name the endpoint expects. */
+                                    model: string;
+                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                                    apiKeyEnv?: string;
+                                    temperature?: number;
+                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                                    maxSteps?: number;
+                                };
                             };
                         };
                     };
@@ -891,6 +976,23 @@ export interface paths {
                                 staged: number;
                                 /** Format: date-time */
                                 createdAt: string;
+                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
+                                model?: {
+                                    /**
+                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                                     * @enum {string}
+                                     */
+                                    provider: "openai-compatible";
+                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                                    baseUrl: string;
+                                    /** @description The model name the endpoint expects. */
+                                    model: string;
+                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                                    apiKeyEnv?: string;
+                                    temperature?: number;
+                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                                    maxSteps?: number;
+                                };
                             };
                             /** @description The credential of this live incarnation (X-Agent-Token). */
                             agentToken: string;
@@ -1367,6 +1469,23 @@ export interface paths {
                                 toolFilter?: {
                                     allow: string[];
                                 };
+                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
+                                model?: {
+                                    /**
+                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                                     * @enum {string}
+                                     */
+                                    provider: "openai-compatible";
+                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                                    baseUrl: string;
+                                    /** @description The model name the endpoint expects. */
+                                    model: string;
+                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                                    apiKeyEnv?: string;
+                                    temperature?: number;
+                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                                    maxSteps?: number;
+                                };
                             };
                             entries: {
                                 seq: number;
@@ -1391,11 +1510,19 @@ export interface paths {
                                 }[];
                                 toolCallId?: string;
                                 isError?: boolean;
+                                /** @description Tokens the model request that produced this assistant message used. */
+                                usage?: {
+                                    promptTokens: number;
+                                    completionTokens: number;
+                                    totalTokens: number;
+                                };
                                 turnId?: string;
                                 inboxItemId?: string;
                                 stepId?: string;
                                 index?: number;
                                 reason?: "completed" | "cancelled" | "failed";
+                                /** @description turn-end with reason failed: what went wrong (a model request that failed, a turn past model.maxSteps). */
+                                error?: string;
                                 activationId?: string;
                                 event?: "created" | "resumed" | "settled" | "closed";
                             }[];
@@ -2072,6 +2199,23 @@ export interface paths {
                             /** @description Global tools the child may see; child-scoped tools (report) are not filtered. */
                             allow: string[];
                         };
+                        /** @description The child's own model. Absent: an in-process child inherits its parent's model (if any); a remote child has none. */
+                        model?: {
+                            /**
+                             * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                             * @enum {string}
+                             */
+                            provider: "openai-compatible";
+                            /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                            baseUrl: string;
+                            /** @description The model name the endpoint expects. */
+                            model: string;
+                            /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                            apiKeyEnv?: string;
+                            temperature?: number;
+                            /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                            maxSteps?: number;
+                        };
                     };
                 };
             };
@@ -2104,6 +2248,23 @@ export interface paths {
                                 staged: number;
                                 /** Format: date-time */
                                 createdAt: string;
+                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
+                                model?: {
+                                    /**
+                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+                                     * @enum {string}
+                                     */
+                                    provider: "openai-compatible";
+                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+                                    baseUrl: string;
+                                    /** @description The model name the endpoint expects. */
+                                    model: string;
+                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+                                    apiKeyEnv?: string;
+                                    temperature?: number;
+                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+                                    maxSteps?: number;
+                                };
                             };
                             /** @description The child's credential for this incarnation. */
                             agentToken: string;
@@ -2454,6 +2615,22 @@ export interface paths {
                             statusCode: number;
                             /** @enum {string} */
                             code: "AGENT_NOT_FOUND";
+                            /** @description The HTTP reason phrase. */
+                            error: string;
+                            message: string;
+                        };
+                    };
+                };
+                /** @description Conflict: STEP_CONFLICT */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            statusCode: number;
+                            /** @enum {string} */
+                            code: "STEP_CONFLICT";
                             /** @description The HTTP reason phrase. */
                             error: string;
                             message: string;
@@ -2842,6 +3019,12 @@ export interface paths {
                             /** @description The parsed arguments. */
                             input: unknown;
                         }[];
+                        /** @description Tokens the model request that produced this assistant message used. */
+                        usage?: {
+                            promptTokens: number;
+                            completionTokens: number;
+                            totalTokens: number;
+                        };
                     };
                 };
             };

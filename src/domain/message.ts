@@ -3,6 +3,8 @@
  * `MessageId` minted once; delivering it (inject, followup, steer) never changes that id.
  * Sources are provenance, never authority.
  */
+import type { TokenUsage } from './model.js';
+
 export const MESSAGE_ROLES = ['user', 'assistant', 'tool'] as const;
 export type MessageRole = (typeof MESSAGE_ROLES)[number];
 
@@ -35,6 +37,8 @@ export interface Message {
   toolCalls?: ToolCall[];
   toolCallId?: string;
   isError?: boolean;
+  /** An assistant message: the tokens the model request that produced it used, when known. */
+  usage?: TokenUsage;
 }
 
 export function textBlocks(content: string | readonly TextBlock[]): TextBlock[] {

@@ -5,6 +5,7 @@
  */
 import type { AgentKind, ChildMode, Provider } from './agent.js';
 import type { Message } from './message.js';
+import type { ModelSpec } from './model.js';
 
 /** Schema version of the persisted header and entries. Bump with a migration. */
 export const SESSION_SCHEMA_VERSION = 1;
@@ -27,6 +28,8 @@ export interface SessionHeader {
   metadata?: Record<string, unknown>;
   /** Children: the global tools this child may see (child-scoped tools are not filtered). */
   toolFilter?: { allow: string[] };
+  /** Driven by the service's built-in model driver (see model.ts); absent: steps go to backends. */
+  model?: ModelSpec;
 }
 
 export const TURN_END_REASONS = ['completed', 'cancelled', 'failed'] as const;
@@ -43,7 +46,7 @@ export type EntryBody =
   | ({ type: 'message'; at: string } & MessageEntryFields)
   | { type: 'turn-start'; at: string; turnId: string; inboxItemId: string; messageId: string }
   | { type: 'step-start'; at: string; turnId: string; stepId: string; index: number }
-  | { type: 'turn-end'; at: string; turnId: string; reason: TurnEndReason }
+  | { type: 'turn-end'; at: string; turnId: string; reason: TurnEndReason; error?: string }
   | { type: 'activation'; at: string; activationId: string; event: ActivationEvent };
 
 export type SessionEntry = EntryBody & { seq: number };
@@ -56,6 +59,7 @@ export interface MessageEntryFields {
   toolCalls?: Message['toolCalls'];
   toolCallId?: string;
   isError?: boolean;
+  usage?: Message['usage'];
 }
 
 export function messageEntry(message: Message, at: string): EntryBody {
@@ -70,6 +74,7 @@ export function messageEntry(message: Message, at: string): EntryBody {
   if (message.toolCalls !== undefined) entry.toolCalls = message.toolCalls;
   if (message.toolCallId !== undefined) entry.toolCallId = message.toolCallId;
   if (message.isError !== undefined) entry.isError = message.isError;
+  if (message.usage !== undefined) entry.usage = message.usage;
   return entry;
 }
 

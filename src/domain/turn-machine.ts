@@ -74,7 +74,7 @@ export type TurnState =
   | { phase: 'idle' }
   | { phase: 'admitting'; turn: OpenTurn }
   | { phase: 'running'; turn: OpenTurn & { step: StepState } }
-  | { phase: 'closing'; turn: OpenTurn; reason: TurnEndReason }
+  | { phase: 'closing'; turn: OpenTurn; reason: TurnEndReason; error?: string }
   | { phase: 'disposed' };
 
 export interface AgentState {
@@ -255,11 +255,15 @@ export function recordToolResult(state: AgentState, stepId: string, result: Mess
   return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } } }, effects };
 }
 
-/** End an open or admitted turn early (`cancelled` or `failed`); finish it with `closeTurn`. */
-export function cancelTurn(state: AgentState, reason: Exclude<TurnEndReason, 'completed'>): Transition {
+/**
+ * End an open or admitted turn early (`cancelled` or `failed`, with what went wrong); finish it
+ * with `closeTurn`.
+ */
+export function cancelTurn(state: AgentState, reason: Exclude<TurnEndReason, 'completed'>, error?: string): Transition {
   const turn = state.turn;
   if (turn.phase !== 'admitting' && turn.phase !== 'running') return { state, effects: [] };
-  return { state: { ...state, turn: { phase: 'closing', turn: turn.turn, reason } }, effects: [] };
+  const closing: TurnState = error === undefined ? { phase: 'closing', turn: turn.turn, reason } : { phase: 'closing', turn: turn.turn, reason, error };
+  return { state: { ...state, turn: closing }, effects: [] };
 }
 
 /**
@@ -269,7 +273,9 @@ export function cancelTurn(state: AgentState, reason: Exclude<TurnEndReason, 'co
 export function closeTurn(state: AgentState, at: string): Transition {
   const turn = state.turn;
   if (turn.phase !== 'closing') return { state, effects: [] };
-  const effects: Effect[] = [{ kind: 'append', entry: { type: 'turn-end', at, turnId: turn.turn.id, reason: turn.reason } }];
+  const end: EntryBody = { type: 'turn-end', at, turnId: turn.turn.id, reason: turn.reason };
+  if (turn.error !== undefined) end.error = turn.error;
+  const effects: Effect[] = [{ kind: 'append', entry: end }];
   const leftoverSteering: InboxItem[] = [];
   for (const pending of state.pending) {
     if (pending.kind === 'staged') effects.push({ kind: 'append', entry: messageEntry(pending.message, at) });

@@ -12,6 +12,7 @@ import {
   PROVIDERS,
 } from '../domain/agent.js';
 import { ERROR_CODES, type ErrorCode } from '../domain/errors.js';
+import { DEFAULT_MAX_STEPS, MODEL_PROVIDERS } from '../domain/model.js';
 import { HTTP_STATUS, reasonPhrase } from './error-status.js';
 
 /** A TypeBox union of string literals from one of the domain's `as const` tuples. */
@@ -86,6 +87,36 @@ export function errorResponses(codes: readonly ErrorCode[], options: { withToolR
   return out;
 }
 
+export const ModelSpec = Type.Object(
+  {
+    provider: literals(MODEL_PROVIDERS, { description: 'An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).' }),
+    baseUrl: Type.String({ minLength: 1, maxLength: 2000, description: 'The API root; requests go to `<baseUrl>/chat/completions`.' }),
+    model: Type.String({ minLength: 1, maxLength: 200, description: 'The model name the endpoint expects.' }),
+    apiKeyEnv: Type.Optional(
+      Type.String({
+        pattern: '^[A-Za-z_][A-Za-z0-9_]*$',
+        maxLength: 200,
+        description: "The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored.",
+      }),
+    ),
+    temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
+    maxSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: `Model requests one turn may make; default ${DEFAULT_MAX_STEPS}. Past it the turn fails.` })),
+  },
+  {
+    additionalProperties: false,
+    description: 'The service drives this agent itself against this model: no backend claims its steps.',
+  },
+);
+
+export const TokenUsage = Type.Object(
+  {
+    promptTokens: Type.Integer({ minimum: 0 }),
+    completionTokens: Type.Integer({ minimum: 0 }),
+    totalTokens: Type.Integer({ minimum: 0 }),
+  },
+  { additionalProperties: false, description: 'Tokens the model request that produced this assistant message used.' },
+);
+
 export const AgentView = Type.Object(
   {
     id: AgentId,
@@ -103,6 +134,7 @@ export const AgentView = Type.Object(
     inbox: Type.Object({ queued: Type.Integer({ minimum: 0 }) }),
     staged: Type.Integer({ minimum: 0 }),
     createdAt: Type.String({ format: 'date-time' }),
+    model: Type.Optional(ModelSpec),
   },
   { additionalProperties: false },
 );

@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import type { Delivery } from '../domain/agent.js';
 import { MESSAGES, ServiceError } from '../domain/errors.js';
 import type { MessageRole, MessageSource, TextBlock } from '../domain/message.js';
+import type { ModelSpec } from '../domain/model.js';
 import type { Clock, IdSource } from '../domain/ports.js';
 import { isoTime, SESSION_SCHEMA_VERSION, type SessionEntry, type SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from './agent-registry.js';
@@ -36,6 +37,8 @@ export interface AgentServiceDeps {
   idempotency: IdempotencyKeys;
   /** Several instances on one PostgreSQL database: forest leases (see ownership.ts). */
   ownership?: ForestOwnership;
+  /** Throws VALIDATION unless a `model` given at creation may be used (see driver/model-policy.ts). */
+  checkModel?: (spec: ModelSpec) => void;
 }
 
 export interface ListFilter {
@@ -91,8 +94,9 @@ export class AgentService {
     return this.drainingSince !== null;
   }
 
-  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown> }): Promise<Created> {
+  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<Created> {
     this.admitNewWork();
+    if (input.model !== undefined) this.deps.checkModel?.(input.model);
     const id = input.id ?? this.deps.ids.next('agent');
     this.deps.registry.reserve(id);
     try {
@@ -114,6 +118,7 @@ export class AgentService {
       };
       if (input.instructions !== undefined) header.instructions = input.instructions;
       if (input.metadata !== undefined) header.metadata = input.metadata;
+      if (input.model !== undefined) header.model = { ...input.model };
       this.deps.log.create(header);
       await this.settleOpened(id);
       return this.created(this.publishRoot(header));
@@ -185,6 +190,10 @@ export class AgentService {
     idem?: IdempotencyRequest,
   ): Promise<Created & { messageId: string; replayed: boolean }> {
     this.admitNewWork();
+    if (spec.model !== undefined) {
+      if (spec.provider === 'remote') throw new ServiceError('VALIDATION', 'a remote child runs its turns elsewhere: it cannot have a model');
+      this.deps.checkModel?.(spec.model);
+    }
     const parent = this.liveWithToken(parentId, token) ?? (await this.rejectCredential(parentId));
     const result = await this.deps.idempotency.run<StoredChild>(parent.id, idem, 201, async (record) => {
       const { agent, messageId } = await this.deps.manager.startChild(parent, spec, (started) =>

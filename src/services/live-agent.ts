@@ -9,6 +9,7 @@
  */
 import type { Clock, IdSource } from '../domain/ports.js';
 import type { Delivery } from '../domain/agent.js';
+import type { TokenUsage } from '../domain/model.js';
 import { ServiceError } from '../domain/errors.js';
 import { createUserMessage, textBlocks, type Message, type MessageSource, type TextBlock, type ToolCall } from '../domain/message.js';
 import { Queue } from '../domain/queue.js';
@@ -282,7 +283,7 @@ export class LiveAgent {
   }
 
   /** Record the model's output; returns the tool calls now awaiting results and whether the turn ended. */
-  recordOutput(stepId: string, content: string | readonly TextBlock[] | undefined, toolCalls: ToolCall[]): { ended: boolean } {
+  recordOutput(stepId: string, content: string | readonly TextBlock[] | undefined, toolCalls: ToolCall[], usage?: TokenUsage): { ended: boolean } {
     this.requireKnownStep(stepId);
     const message: Message = {
       id: this.deps.ids.next('message'),
@@ -291,12 +292,24 @@ export class LiveAgent {
       source: { kind: 'model' },
     };
     if (toolCalls.length > 0) message.toolCalls = toolCalls;
+    if (usage !== undefined) message.usage = usage;
     this.apply(recordOutput(this.turnState, stepId, message, this.now()));
     if (this.turnState.turn.phase === 'closing') {
       this.apply(closeTurn(this.turnState, this.now()));
       return { ended: true };
     }
     return { ended: false };
+  }
+
+  /**
+   * End the open (or admitted) turn as failed, with what went wrong in its turn-end entry: the
+   * model could not be asked or its answer could not be used. Staged context is written, and
+   * queued work goes on with the next turn.
+   */
+  failTurn(error: string): void {
+    if (this.disposalStarted) return;
+    this.apply(cancelTurn(this.turnState, 'failed', error));
+    this.apply(closeTurn(this.turnState, this.now()));
   }
 
   /** Record one tool result (service-owned or the backend's). */

@@ -4,6 +4,7 @@
  * commit events; gauges of live state are computed when scraped.
  */
 import client from 'prom-client';
+import type { DriverEvent } from './driver/model-driver.js';
 import type { AgentRegistry } from './agent-registry.js';
 import type { ContinuationObserver } from './continuation/continuation-manager.js';
 import type { SessionLog } from './session-log.js';
@@ -34,6 +35,10 @@ export class Metrics {
   private readonly storeCommit: client.Histogram;
   private readonly storeEntries: client.Counter;
   private readonly wakeups = new Map<string, number>();
+  private readonly modelRequests: client.Counter<'outcome'>;
+  private readonly modelRetries: client.Counter;
+  private readonly modelDuration: client.Histogram<'outcome'>;
+  private readonly modelTokens: client.Counter<'kind'>;
 
   constructor(deps: MetricsDeps) {
     const registers = [this.registry];
@@ -61,6 +66,16 @@ export class Metrics {
       registers,
     });
     this.storeEntries = new client.Counter({ name: 'agentforest_store_entries_total', help: 'Session entries committed.', registers });
+    this.modelRequests = new client.Counter({ name: 'agentforest_model_requests_total', help: 'Steps the built-in model driver asked a model, by outcome (ok or failed).', labelNames: ['outcome'], registers });
+    this.modelRetries = new client.Counter({ name: 'agentforest_model_retries_total', help: 'Model requests the built-in driver repeated after a 429, 5xx or connection failure.', registers });
+    this.modelDuration = new client.Histogram({
+      name: 'agentforest_model_request_seconds',
+      help: 'Built-in driver: time per step from sending the request to the answer, retries included.',
+      labelNames: ['outcome'],
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+      registers,
+    });
+    this.modelTokens = new client.Counter({ name: 'agentforest_model_tokens_total', help: 'Tokens reported by model endpoints, by kind (prompt or completion).', labelNames: ['kind'], registers });
     const live = (): LiveAgent[] => [...deps.registry.values()];
     new client.Gauge({
       name: 'agentforest_live_agents',
@@ -132,6 +147,18 @@ export class Metrics {
     },
     coldResumed: () => this.coldResumes.inc(),
     settled: () => this.settlements.inc(),
+  };
+
+  /** The built-in model driver's observer. */
+  readonly driverObserver = (event: DriverEvent): void => {
+    if (event.kind === 'tokens') {
+      this.modelTokens.inc({ kind: 'prompt' }, event.prompt);
+      this.modelTokens.inc({ kind: 'completion' }, event.completion);
+      return;
+    }
+    this.modelRequests.inc({ outcome: event.outcome });
+    if (event.attempts > 1) this.modelRetries.inc(event.attempts - 1);
+    this.modelDuration.observe({ outcome: event.outcome }, event.seconds);
   };
 
   httpRequest(method: string, route: string, status: number, seconds: number): void {

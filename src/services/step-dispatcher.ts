@@ -20,14 +20,31 @@ interface Waiter<A extends StepSource, C> {
   resolve: (claim: C | null) => void;
 }
 
+/**
+ * Claims the steps of some agents itself (the built-in model driver): those never reach the
+ * worker pool or a long-poll.
+ */
+export interface DirectClaimant<A> {
+  owns(agent: A): boolean;
+  /** The agent has a claimable step; claim it with `claimDirect` (not in this call). */
+  offer(agent: A): void;
+  /** The incarnation stopped (disposed, suspended, abandoned): cancel its work in flight. */
+  release(agent: A): void;
+}
+
 export class StepDispatcher<A extends StepSource, C> {
   private readonly ready = new Map<string, A>();
   private waiters: Waiter<A, C>[] = [];
+  direct: DirectClaimant<A> | undefined;
 
   constructor(private readonly claim: (agent: A) => C) {}
 
   /** The agent has a claimable step. Keeps its original place if already offered. */
   offer(agent: A): void {
+    if (this.direct?.owns(agent) === true) {
+      this.direct.offer(agent);
+      return;
+    }
     if (this.ready.get(agent.id) === agent) return;
     const index = this.waiters.findIndex((w) => matches(w.filter, agent));
     if (index === -1) {
@@ -41,6 +58,11 @@ export class StepDispatcher<A extends StepSource, C> {
   /** The agent no longer has a claimable step (claimed elsewhere, disposed). */
   withdraw(agent: A): void {
     if (this.ready.get(agent.id) === agent) this.ready.delete(agent.id);
+  }
+
+  /** The direct claimant takes the step it was offered (the caller checked it is claimable). */
+  claimDirect(agent: A): C {
+    return this.claim(agent);
   }
 
   tryClaim(filter: ClaimFilter<A>): C | null {
@@ -87,6 +109,7 @@ export class StepDispatcher<A extends StepSource, C> {
 
   /** Answer every waiter (of one incarnation, or all) with no step. */
   release(agent?: A): void {
+    if (agent !== undefined && this.direct?.owns(agent) === true) this.direct.release(agent);
     const keep: Waiter<A, C>[] = [];
     const released: Waiter<A, C>[] = [];
     for (const w of this.waiters) {

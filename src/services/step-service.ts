@@ -7,6 +7,7 @@
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
 import type { Message, TextBlock, ToolCall } from '../domain/message.js';
+import type { TokenUsage } from '../domain/model.js';
 import { renderMessages, renderTools, type ChatMessage, type ChatTool, type ToolSchema } from '../domain/step-render.js';
 import type { AgentService } from './agent-service.js';
 import type { LiveAgent, StepClaim } from './live-agent.js';
@@ -50,6 +51,29 @@ export interface StepServiceDeps {
   idempotency: IdempotencyKeys;
   /** Bounds the concurrent long-polls per agent. */
   waiters?: WaiterGate;
+}
+
+/** The model's answer to a step, as a backend or the built-in driver posts it. */
+export interface ModelOutput {
+  content?: string | TextBlock[];
+  toolCalls?: ToolCall[];
+  usage?: TokenUsage;
+}
+
+export interface ToolResultInput {
+  toolCallId: string;
+  content: string | TextBlock[];
+  isError?: boolean;
+}
+
+/** The built-in model driver alone claims and answers the steps of an agent that has a model. */
+function refuseDriven(agent: LiveAgent): void {
+  if (agent.header.model !== undefined) {
+    throw new ServiceError(
+      'STEP_CONFLICT',
+      `agent "${agent.id}" is driven by the service's built-in model driver; its steps are not claimed or answered over HTTP`,
+    );
+  }
 }
 
 export type CallResult = ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] };
@@ -124,6 +148,7 @@ export class StepService {
   /** Claim this agent's next step, waiting up to `waitMs`. Null when none (204). */
   async claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal): Promise<Step | null> {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    refuseDriven(agent);
     this.deps.agents.admitNewWork();
     const leave = waitMs > 0 ? this.deps.waiters?.enter(agent.id, 'step long-polls') : undefined;
     try {
@@ -147,17 +172,34 @@ export class StepService {
     id: string,
     token: string | undefined,
     stepId: string,
-    output: { content?: string | TextBlock[]; toolCalls?: ToolCall[] },
+    output: ModelOutput,
   ): Promise<OutputResult> {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    refuseDriven(agent);
+    return this.applyOutput(agent, stepId, output);
+  }
+
+  /**
+   * Record a step's output and run its service-owned tool calls. A call listed in `refused`
+   * (the driver could not read its arguments) is recorded with that error as its result
+   * instead of being run.
+   */
+  async applyOutput(agent: LiveAgent, stepId: string, output: ModelOutput, refused?: ReadonlyMap<string, string>): Promise<OutputResult> {
     const calls = output.toolCalls ?? [];
     const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
     if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
-    const { ended } = agent.recordOutput(stepId, output.content, calls.map((c) => loggableCall(c, agent.token)));
+    const { ended } = agent.recordOutput(stepId, output.content, calls.map((c) => loggableCall(c, agent.token)), output.usage);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
     const spawned: AgentCredential[] = [];
     const resumed: AgentCredential[] = [];
     for (const call of calls) {
+      const refusal = refused?.get(call.id);
+      if (refusal !== undefined) {
+        const failed = this.failure(call, new ServiceError('VALIDATION', refusal)).result;
+        agent.recordToolResult(stepId, call.id, failed.content, true);
+        result.toolResults.push(failed);
+        continue;
+      }
       const tool = this.deps.tools.find(agent, call.name);
       if (tool === undefined) {
         result.awaiting.push(call);
@@ -179,9 +221,14 @@ export class StepService {
     id: string,
     token: string | undefined,
     stepId: string,
-    results: { toolCallId: string; content: string | TextBlock[]; isError?: boolean }[],
+    results: ToolResultInput[],
   ): Promise<{ turn: 'open' | 'ended' }> {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.deps.agents.rejectCredential(id));
+    refuseDriven(agent);
+    return this.applyToolResults(agent, stepId, results);
+  }
+
+  async applyToolResults(agent: LiveAgent, stepId: string, results: readonly ToolResultInput[]): Promise<{ turn: 'open' | 'ended' }> {
     // Validate the whole batch before writing any of it, so a rejected request changes nothing.
     agent.checkToolResults(stepId, results.map((r) => r.toolCallId));
     for (const r of results) agent.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true);
@@ -321,7 +368,8 @@ export class StepService {
     return null;
   }
 
-  private async renderStep(claim: StepClaim): Promise<Step> {
+  /** A claimed step as a model request: the log up to its step-start, and the agent's tools. */
+  async renderStep(claim: StepClaim): Promise<Step> {
     // Seqs are gap-free from 1, so the first `upToSeq` entries are exactly the step's context.
     const upTo = await this.deps.log.read(claim.agent.id, 0, claim.upToSeq);
     return {

@@ -16,6 +16,8 @@ import { ForestOwnership, type OwnershipOptions } from './ownership.js';
 import { EventStreams } from './event-stream.js';
 import { Metrics } from './metrics.js';
 import { IdempotencyKeys } from './idempotency.js';
+import { DEFAULT_DRIVER_OPTIONS, ModelDriver, type DriverOptions } from './driver/model-driver.js';
+import { checkModel, type ModelPolicy } from './driver/model-policy.js';
 import { ContinuationManager } from './continuation/continuation-manager.js';
 import { ActivationSetupRegistry } from './continuation/setup-registry.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from './live-agent.js';
@@ -45,6 +47,7 @@ export interface System {
   streams: EventStreams;
   metrics: Metrics;
   ownership: ForestOwnership | undefined;
+  driver: ModelDriver;
 }
 
 export interface SystemOptions {
@@ -63,6 +66,10 @@ export interface SystemOptions {
   coalesceWakeups?: boolean;
   /** Forest leases, for several instances on one PostgreSQL database (PostgreSQL store only). */
   ownership?: OwnershipOptions;
+  /** The built-in model driver: retry policy, timeout, concurrency, key lookup (default: process.env). */
+  driver?: Partial<DriverOptions>;
+  /** What a `model` given at creation may name (default: process.env, keys named *_API_KEY). */
+  modelPolicy?: Partial<ModelPolicy>;
 }
 
 export const systemClock: Clock = { now: () => Date.now() };
@@ -139,6 +146,7 @@ export function createSystem(options: SystemOptions): System {
     },
     idempotency,
     ...(ownership === undefined ? {} : { ownership }),
+    checkModel: (spec) => checkModel(spec, { env: options.driver?.env ?? process.env, ...options.modelPolicy }),
   });
   if (ownership !== undefined) {
     ownership.onLost = (roots) => agents.dropForests(roots);
@@ -157,6 +165,12 @@ export function createSystem(options: SystemOptions): System {
   };
   const streams = new EventStreams({ log, hub, registry, view: (id) => agents.viewIfKnown(id), waiters });
   const steps = new StepService({ agents, dispatcher, tools, log, logger, idempotency, waiters });
+  const env = options.driver?.env ?? process.env;
+  const driver = new ModelDriver(
+    { steps, dispatcher, log, logger, isDraining: () => agents.draining, observe: metrics.driverObserver },
+    { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
+  );
+  dispatcher.direct = driver;
   const packages = new PackageManager(
     {
       tools,
@@ -169,7 +183,7 @@ export function createSystem(options: SystemOptions): System {
     },
     { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet', maxReportBytes: limits.reportBytes },
   );
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership, driver };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */

@@ -3,6 +3,7 @@
  * resident, from its durable session (never stored twice).
  */
 import type { ActivationState, AgentKind, AgentStatus, ChildMode, Provider } from '../domain/agent.js';
+import type { ModelSpec } from '../domain/model.js';
 import type { SessionHeader } from '../domain/session.js';
 import { queuedCount, stagedCount } from '../domain/turn-machine.js';
 import type { LiveAgent } from './live-agent.js';
@@ -22,6 +23,8 @@ export interface AgentView {
   inbox: { queued: number };
   staged: number;
   createdAt: string;
+  /** Driven by the built-in model driver: the model (the key only by its variable's name). */
+  model?: ModelSpec;
 }
 
 export function statusOf(agent: LiveAgent): AgentStatus {
@@ -50,8 +53,8 @@ export function storedChildView(header: SessionHeader, mark: ActivationMark | un
   return { ...base(header), status: resumable ? 'settled' : 'closed', resident: false, activation: null, inbox: { queued: 0 }, staged: 0 };
 }
 
-function base(h: SessionHeader): Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'createdAt'> {
-  const view: Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'createdAt'> = {
+function base(h: SessionHeader): Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'createdAt' | 'model'> {
+  const view: Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'createdAt' | 'model'> = {
     id: h.id,
     kind: h.kind,
     parentId: h.parentSession,
@@ -61,5 +64,6 @@ function base(h: SessionHeader): Pick<AgentView, 'id' | 'kind' | 'parentId' | 'm
     createdAt: h.createdAt,
   };
   if (h.label !== undefined) view.label = h.label;
+  if (h.model !== undefined) view.model = h.model;
   return view;
 }

@@ -5,13 +5,14 @@ import { Type } from '@sinclair/typebox';
 import { AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
 import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS } from '../../domain/message.js';
 import { ACTIVATION_EVENTS, ENTRY_TYPES, TURN_END_REASONS } from '../../domain/session.js';
-import { AgentId, AgentView, Content, literals, OpaqueId, TextBlock } from '../common-schemas.js';
+import { AgentId, AgentView, Content, literals, ModelSpec, OpaqueId, TextBlock, TokenUsage } from '../common-schemas.js';
 
 export const CreateRootBody = Type.Object(
   {
     id: Type.Optional(AgentId),
     instructions: Type.Optional(Type.String({ description: 'The system prompt of every step.' })),
     metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'Free-form, kept in the session header.' })),
+    model: Type.Optional(ModelSpec),
   },
   { additionalProperties: false },
 );
@@ -100,11 +101,13 @@ export const SessionEntry = Type.Object(
     toolCalls: Type.Optional(Type.Array(ToolCall)),
     toolCallId: Type.Optional(Type.String()),
     isError: Type.Optional(Type.Boolean()),
+    usage: Type.Optional(TokenUsage),
     turnId: Type.Optional(Type.String()),
     inboxItemId: Type.Optional(Type.String()),
     stepId: Type.Optional(Type.String()),
     index: Type.Optional(Type.Integer({ minimum: 0 })),
     reason: Type.Optional(literals(TURN_END_REASONS)),
+    error: Type.Optional(Type.String({ description: 'turn-end with reason failed: what went wrong (a model request that failed, a turn past model.maxSteps).' })),
     activationId: Type.Optional(Type.String()),
     event: Type.Optional(literals(ACTIVATION_EVENTS)),
   },
@@ -127,6 +130,7 @@ export const SessionHeader = Type.Object(
     instructions: Type.Optional(Type.String()),
     metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
     toolFilter: Type.Optional(Type.Object({ allow: Type.Array(Type.String()) }, { additionalProperties: false })),
+    model: Type.Optional(ModelSpec),
   },
   { additionalProperties: false },
 );

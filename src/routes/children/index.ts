@@ -23,11 +23,11 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
       body: CreateChildBody,
       response: {
         201: ChildCreated,
-        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'DRAINING', 'AT_CAPACITY']),
+        ...errorResponses(['VALIDATION', 'UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'DRAINING', 'AT_CAPACITY']),
       },
     },
   }, async (request, reply) => {
-    const { mode, provider, prompt, label, instructions, toolFilter } = request.body;
+    const { mode, provider, prompt, label, instructions, toolFilter, model } = request.body;
     const spec = {
       mode,
       provider: provider ?? 'in-process',
@@ -35,6 +35,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
       ...(label === undefined ? {} : { label }),
       ...(instructions === undefined ? {} : { instructions }),
       ...(toolFilter === undefined ? {} : { toolFilter }),
+      ...(model === undefined ? {} : { model }),
     };
     const { replayed, ...created } = await agents.startChild(request.params.id, agentToken(request), spec, idempotencyOf(request));
     markReplay(reply, replayed);

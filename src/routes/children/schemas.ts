@@ -3,7 +3,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import { CHILD_MODES, PROVIDERS } from '../../domain/agent.js';
-import { AgentView, Content, literals } from '../common-schemas.js';
+import { AgentView, Content, literals, ModelSpec } from '../common-schemas.js';
 
 export const CreateChildBody = Type.Object(
   {
@@ -17,6 +17,12 @@ export const CreateChildBody = Type.Object(
         { allow: Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 256, description: 'Global tools the child may see; child-scoped tools (report) are not filtered.' }) },
         { additionalProperties: false },
       ),
+    ),
+    model: Type.Optional(
+      Type.Object(ModelSpec.properties, {
+        additionalProperties: false,
+        description: "The child's own model. Absent: an in-process child inherits its parent's model (if any); a remote child has none.",
+      }),
     ),
   },
   { additionalProperties: false },

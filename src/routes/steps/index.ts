@@ -34,7 +34,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       security: AGENT_SECURITY,
       params: AgentIdParams,
       body: ClaimBody,
-      response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'AGENT_BUSY', 'DRAINING']) },
+      response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_CONFLICT', 'AGENT_BUSY', 'DRAINING']) },
     },
   }, async (request, reply) => {
     const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply));

@@ -4,7 +4,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import { Credential } from '../agents/schemas.js';
-import { AgentId, Content, OpaqueId } from '../common-schemas.js';
+import { AgentId, Content, OpaqueId, TokenUsage } from '../common-schemas.js';
 
 export const MAX_WAIT_MS = 60_000;
 
@@ -69,7 +69,11 @@ const ToolCall = Type.Object(
 );
 
 export const OutputBody = Type.Object(
-  { content: Type.Optional(Type.Union([Type.String(), Content])), toolCalls: Type.Optional(Type.Array(ToolCall, { maxItems: 128 })) },
+  {
+    content: Type.Optional(Type.Union([Type.String(), Content])),
+    toolCalls: Type.Optional(Type.Array(ToolCall, { maxItems: 128 })),
+    usage: Type.Optional(TokenUsage),
+  },
   { additionalProperties: false },
 );
 

@@ -19,6 +19,7 @@ import type { Logger } from 'pino';
 import type { ChildMode, Delivery, Provider } from '../../domain/agent.js';
 import { MESSAGES, ServiceError } from '../../domain/errors.js';
 import type { MessageSource, TextBlock } from '../../domain/message.js';
+import type { ModelSpec } from '../../domain/model.js';
 import type { Clock, IdSource } from '../../domain/ports.js';
 import { isoTime, SESSION_SCHEMA_VERSION, type SessionHeader } from '../../domain/session.js';
 import { queuedCount } from '../../domain/turn-machine.js';
@@ -78,6 +79,8 @@ export interface ChildSpec {
   label?: string;
   instructions?: string;
   toolFilter?: { allow: string[] };
+  /** The child's own model; absent: an in-process child inherits its parent's (if any). */
+  model?: ModelSpec;
 }
 
 export interface ChildDelivery {
@@ -613,6 +616,9 @@ export class ContinuationManager {
     if (spec.label !== undefined) header.label = spec.label;
     if (spec.instructions !== undefined) header.instructions = spec.instructions;
     if (spec.toolFilter !== undefined) header.toolFilter = { allow: [...spec.toolFilter.allow] };
+    // A remote child's turns run elsewhere; an in-process one is driven like its parent unless given its own model.
+    const model = spec.model ?? (spec.provider === 'in-process' ? parent.header.model : undefined);
+    if (model !== undefined) header.model = { ...model };
     return header;
   }
 

@@ -1,0 +1,29 @@
+/**
+ * A model an agent is driven by: when an agent's session header names one, the service runs
+ * its step loop itself against that chat-completions endpoint instead of handing steps to a
+ * backend. The header keeps only where to find the key (an environment variable's name),
+ * never the key.
+ */
+export const MODEL_PROVIDERS = ['openai-compatible'] as const;
+export type ModelProvider = (typeof MODEL_PROVIDERS)[number];
+
+export interface ModelSpec {
+  provider: ModelProvider;
+  /** The API root, e.g. `https://api.openai.com/v1`; requests go to `<baseUrl>/chat/completions`. */
+  baseUrl: string;
+  model: string;
+  /** The name of the service's environment variable that holds the API key. */
+  apiKeyEnv?: string;
+  temperature?: number;
+  /** Model requests one turn may make before it fails (default DEFAULT_MAX_STEPS). */
+  maxSteps?: number;
+}
+
+export const DEFAULT_MAX_STEPS = 50;
+
+/** Tokens one model request used, as the endpoint reported them. */
+export interface TokenUsage {
+  promptTokens: number;
+  completionTokens: number;
+  totalTokens: number;
+}

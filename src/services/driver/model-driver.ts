@@ -1,0 +1,246 @@
+/**
+ * The built-in model driver: for every live agent whose session header names a model, the
+ * service runs the step loop itself. It claims each step as it becomes claimable, sends the
+ * step's messages and tools to the chat-completions endpoint, and records the answer through
+ * the same step protocol a backend uses: service-owned tool calls run at once, a call to a
+ * tool the agent does not have gets an `unknown tool` error result, arguments that are not
+ * JSON get an error result without running anything. A request that cannot be completed
+ * (after retries, or past the step timeout) ends the turn as failed with the reason in its
+ * turn-end entry; disposing the agent aborts its request in flight.
+ */
+import type { Logger } from 'pino';
+import { ServiceError } from '../../domain/errors.js';
+import type { ToolCall } from '../../domain/message.js';
+import { DEFAULT_MAX_STEPS } from '../../domain/model.js';
+import { isClaimable } from '../../domain/turn-machine.js';
+import type { LiveAgent, StepClaim } from '../live-agent.js';
+import type { SessionLog } from '../session-log.js';
+import type { DirectClaimant, StepDispatcher } from '../step-dispatcher.js';
+import type { StepService } from '../step-service.js';
+import { completeChat, ModelRequestCancelled, ModelRequestError, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
+
+export interface DriverOptions extends RetryPolicy {
+  /** Model requests in flight at once, over all agents. */
+  concurrency: number;
+  /** Where `apiKeyEnv` names are looked up. */
+  env: Readonly<Record<string, string | undefined>>;
+  fetch?: typeof fetch;
+}
+
+export const DEFAULT_DRIVER_OPTIONS: Omit<DriverOptions, 'env'> = {
+  retries: 4,
+  backoffMs: 500,
+  maxBackoffMs: 8_000,
+  timeoutMs: 120_000,
+  concurrency: 16,
+};
+
+export interface ModelDriverDeps {
+  steps: StepService;
+  dispatcher: StepDispatcher<LiveAgent, StepClaim>;
+  log: SessionLog;
+  logger: Logger;
+  isDraining: () => boolean;
+  /** Counts what the driver did, for /metrics. */
+  observe?: (event: DriverEvent) => void;
+}
+
+export type DriverEvent =
+  | { kind: 'request'; outcome: 'ok' | 'failed'; attempts: number; seconds: number }
+  | { kind: 'tokens'; prompt: number; completion: number };
+
+export class ModelDriver implements DirectClaimant<LiveAgent> {
+  private readonly active = new Map<LiveAgent, AbortController>();
+  private readonly slots: Slots;
+
+  constructor(
+    private readonly deps: ModelDriverDeps,
+    private readonly options: DriverOptions,
+  ) {
+    this.slots = new Slots(options.concurrency);
+  }
+
+  owns(agent: LiveAgent): boolean {
+    return agent.header.model !== undefined;
+  }
+
+  offer(agent: LiveAgent): void {
+    if (this.active.has(agent)) return; // its loop takes the step once the current one is done
+    const control = new AbortController();
+    this.active.set(agent, control);
+    // Not in this call: offers arrive inside the agent's own transitions.
+    queueMicrotask(() => void this.drive(agent, control));
+  }
+
+  release(agent: LiveAgent): void {
+    this.active.get(agent)?.abort();
+  }
+
+  /** Agents with a loop running (a request in flight or waiting for a slot). */
+  get driving(): number {
+    return this.active.size;
+  }
+
+  private async drive(agent: LiveAgent, control: AbortController): Promise<void> {
+    try {
+      // The last check and leaving `active` happen in one synchronous span: an offer made
+      // while a step was in flight is never lost.
+      while (this.mayClaim(agent, control.signal)) {
+        const leave = await this.slots.enter(control.signal);
+        if (leave === null) return;
+        try {
+          if (this.mayClaim(agent, control.signal)) await this.step(agent, control.signal);
+        } finally {
+          leave();
+        }
+      }
+    } catch (error) {
+      this.deps.logger.error({ err: error, agentId: agent.id }, 'the model driver stopped on an unexpected error');
+    } finally {
+      if (this.active.get(agent) === control) this.active.delete(agent);
+    }
+    // A step that became claimable on the way out (say a queued turn admitted after a failed
+    // one) is not left waiting.
+    if (this.mayClaim(agent, control.signal)) this.offer(agent);
+  }
+
+  private mayClaim(agent: LiveAgent, signal: AbortSignal): boolean {
+    return !signal.aborted && !agent.disposing && !this.deps.isDraining() && isClaimable(agent.state);
+  }
+
+  private async step(agent: LiveAgent, signal: AbortSignal): Promise<void> {
+    const model = agent.header.model!;
+    const maxSteps = model.maxSteps ?? DEFAULT_MAX_STEPS;
+    const turn = agent.state.turn;
+    const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
+    if (index >= maxSteps) {
+      agent.failTurn(`the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
+      await this.deps.log.durable();
+      return;
+    }
+    const claim = this.deps.dispatcher.claimDirect(agent);
+    let answer: ChatAnswer;
+    const started = performance.now();
+    try {
+      const step = await this.deps.steps.renderStep(claim);
+      let apiKey: string | undefined;
+      if (model.apiKeyEnv !== undefined) {
+        apiKey = this.options.env[model.apiKeyEnv];
+        if (apiKey === undefined || apiKey === '') throw new ModelRequestError(`the API key variable ${model.apiKeyEnv} is not set in the service's environment`);
+      }
+      answer = await completeChat(
+        {
+          baseUrl: model.baseUrl,
+          model: model.model,
+          messages: step.messages,
+          tools: step.tools,
+          ...(apiKey === undefined ? {} : { apiKey }),
+          ...(model.temperature === undefined ? {} : { temperature: model.temperature }),
+        },
+        this.options,
+        signal,
+        this.options.fetch,
+      );
+    } catch (error) {
+      if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the disposal ended the turn
+      let reason = error instanceof ModelRequestError ? error.message : 'an internal error (see the service log)';
+      const key = model.apiKeyEnv === undefined ? undefined : this.options.env[model.apiKeyEnv];
+      if (key !== undefined && key !== '') reason = reason.split(key).join('[redacted]');
+      if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, 'a model request failed unexpectedly');
+      this.deps.observe?.({ kind: 'request', outcome: 'failed', attempts: 0, seconds: (performance.now() - started) / 1000 });
+      agent.failTurn(`model request failed: ${reason}`);
+      await this.deps.log.durable();
+      return;
+    }
+    this.deps.observe?.({ kind: 'request', outcome: 'ok', attempts: answer.attempts, seconds: (performance.now() - started) / 1000 });
+    if (answer.usage !== undefined) this.deps.observe?.({ kind: 'tokens', prompt: answer.usage.promptTokens, completion: answer.usage.completionTokens });
+    if (signal.aborted || agent.disposing) return;
+    await this.record(agent, claim, answer);
+  }
+
+  /** Record the answer as the step's output, like a backend would post it. */
+  private async record(agent: LiveAgent, claim: StepClaim, answer: ChatAnswer): Promise<void> {
+    const calls: ToolCall[] = [];
+    const refused = new Map<string, string>();
+    const seen = new Set<string>();
+    for (const raw of answer.toolCalls) {
+      // A call needs an id of its own to be answered: mint one where the model gave none or repeated one.
+      const id = raw.id !== undefined && !seen.has(raw.id) && raw.id.length <= 200 ? raw.id : agent.newMessageId();
+      seen.add(id);
+      let input: unknown;
+      try {
+        input = raw.arguments.trim() === '' ? {} : JSON.parse(raw.arguments);
+      } catch (error) {
+        input = raw.arguments;
+        const why = error instanceof Error ? error.message : String(error);
+        refused.set(id, `the arguments of tool call "${id}" (${raw.name}) are not valid JSON (${why}); the tool was not run`);
+      }
+      calls.push({ id, name: raw.name, input });
+    }
+    const output = {
+      ...(answer.content === null ? {} : { content: answer.content }),
+      ...(calls.length === 0 ? {} : { toolCalls: calls }),
+      ...(answer.usage === undefined ? {} : { usage: answer.usage }),
+    };
+    try {
+      const result = await this.deps.steps.applyOutput(agent, claim.stepId, output, refused);
+      if (result.awaiting.length > 0 && !agent.disposing) {
+        // The model has only the service's tools: any other name is answered as unknown.
+        await this.deps.steps.applyToolResults(
+          agent,
+          claim.stepId,
+          result.awaiting.map((call) => ({ toolCallId: call.id, content: `Error: unknown tool "${call.name}"`, isError: true })),
+        );
+      }
+    } catch (error) {
+      if (agent.disposing) return;
+      this.deps.logger.error({ err: error, agentId: agent.id }, 'recording a model answer failed');
+      const reason = error instanceof ServiceError ? error.message : 'an internal error (see the service log)';
+      agent.failTurn(`the model's answer could not be recorded: ${reason}`);
+      await this.deps.log.durable();
+    }
+  }
+}
+
+/** A counting semaphore whose waiters leave when their signal aborts. */
+class Slots {
+  private free: number;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(size: number) {
+    this.free = Math.max(1, size);
+  }
+
+  /** Resolves to the release function once a slot is held, or null if the signal aborted first. */
+  enter(signal: AbortSignal): Promise<(() => void) | null> {
+    if (signal.aborted) return Promise.resolve(null);
+    if (this.free > 0) {
+      this.free--;
+      return Promise.resolve(this.releaser());
+    }
+    return new Promise((resolve) => {
+      const grant = (): void => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(this.releaser());
+      };
+      const onAbort = (): void => {
+        const i = this.waiting.indexOf(grant);
+        if (i !== -1) this.waiting.splice(i, 1);
+        resolve(null);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.waiting.push(grant);
+    });
+  }
+
+  private releaser(): () => void {
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      const next = this.waiting.shift();
+      if (next === undefined) this.free++;
+      else next();
+    };
+  }
+}

@@ -1,0 +1,49 @@
+/**
+ * What a `model` given at creation may name. Anyone who may create an agent chooses where its
+ * model requests go; the API key is the service's, so which environment variables may serve
+ * as keys, and (optionally) which endpoints may receive them, is the operator's decision.
+ */
+import { ServiceError } from '../../domain/errors.js';
+import type { ModelSpec } from '../../domain/model.js';
+
+export interface ModelPolicy {
+  /** Variables that may be named as `apiKeyEnv`; default: names ending in `_API_KEY`, except AGENTFOREST_*. */
+  keyEnvs?: readonly string[] | undefined;
+  /** URL prefixes a `baseUrl` must start with; default: any http(s) URL. */
+  baseUrls?: readonly string[] | undefined;
+  /** Where keys are read (the process environment). */
+  env: Readonly<Record<string, string | undefined>>;
+}
+
+export function keyEnvAllowed(name: string, policy: ModelPolicy): boolean {
+  if (policy.keyEnvs !== undefined) return policy.keyEnvs.includes(name);
+  return /_API_KEY$/.test(name) && !name.startsWith('AGENTFOREST_');
+}
+
+/** Throws VALIDATION, naming the field, unless this model may be used. */
+export function checkModel(spec: ModelSpec, policy: ModelPolicy): void {
+  let url: URL;
+  try {
+    url = new URL(spec.baseUrl);
+  } catch {
+    throw new ServiceError('VALIDATION', `model.baseUrl "${spec.baseUrl}" is not a URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ServiceError('VALIDATION', 'model.baseUrl must be an http or https URL');
+  if (url.username !== '' || url.password !== '' || url.search !== '' || url.hash !== '') {
+    throw new ServiceError('VALIDATION', 'model.baseUrl must not carry credentials, a query or a fragment; name the key with model.apiKeyEnv');
+  }
+  if (policy.baseUrls !== undefined && !policy.baseUrls.some((prefix) => spec.baseUrl.startsWith(prefix))) {
+    throw new ServiceError('VALIDATION', `model.baseUrl "${spec.baseUrl}" is not one of the endpoints this service may call (AGENTFOREST_MODEL_BASE_URLS)`);
+  }
+  if (spec.apiKeyEnv !== undefined) {
+    if (!keyEnvAllowed(spec.apiKeyEnv, policy)) {
+      throw new ServiceError(
+        'VALIDATION',
+        `model.apiKeyEnv "${spec.apiKeyEnv}" is not a variable this service lends as an API key (AGENTFOREST_MODEL_KEY_ENVS; by default names ending in _API_KEY)`,
+      );
+    }
+    if ((policy.env[spec.apiKeyEnv] ?? '') === '') {
+      throw new ServiceError('VALIDATION', `model.apiKeyEnv "${spec.apiKeyEnv}" is not set in the service's environment`);
+    }
+  }
+}
