@@ -1,0 +1,94 @@
+/**
+ * The service's start: config -> logger -> store -> buildApp -> listen. SIGTERM/SIGINT drain
+ * (readiness fails, new work is refused, long-polls end), let in-flight model requests be
+ * recorded for up to the drain timeout, close the HTTP server, close open turns and the store.
+ * Loaded by server.ts, which handles signals until `onSignalsHandled` says this module does.
+ */
+import { randomUUID } from 'node:crypto';
+import closeWithGrace from 'close-with-grace';
+import { buildApp } from './app.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { createLogger } from './logger.js';
+import { redactUrl } from './services/stores/postgres-store.js';
+import { createSystem, openStore } from './services/system.js';
+
+export async function start(onSignalsHandled: () => void = () => undefined): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`agentforest: ${error.message}\n`);
+      process.exit(78);
+    }
+    throw error;
+  }
+  const logger = createLogger(config.logLevel);
+  const store = await openStore({ dataPath: config.dataPath, databaseUrl: config.databaseUrl, synchronous: config.sqliteSynchronous });
+  const system = createSystem({
+    store,
+    logger,
+    packages: config.packages,
+    reportDelivery: config.reportDelivery,
+    idempotencyTtlMs: config.idempotencyTtlMs,
+    limits: config.limits,
+    coalesceWakeups: config.coalesceWakeups,
+    driver: config.driver,
+    modelPolicy: config.modelPolicy,
+    ...(config.databaseUrl === undefined
+      ? {}
+      : { ownership: { instanceId: config.instanceId ?? randomUUID(), url: config.advertiseUrl ?? `http://${config.host}:${config.port}`, leaseMs: config.leaseMs } }),
+  });
+  // Expired idempotency keys are never replayed; this only reclaims their space.
+  const expiry = setInterval(() => {
+    system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
+  }, Math.min(config.idempotencyTtlMs, 10 * 60_000));
+  expiry.unref();
+  const app = await buildApp({
+    system,
+    logger,
+    apiKeys: config.apiKeys,
+    bodyLimit: config.bodyLimit,
+    eventHeartbeatMs: config.eventHeartbeatMs,
+    eventBufferBytes: config.eventBufferBytes,
+    publicUrl: `http://${config.host}:${config.port}`,
+    benchBaseline: process.env.AGENTFOREST_BENCH_BASELINE === '1',
+    protection: { rateLimit: config.rateLimit, maxEventLoopDelayMs: config.maxEventLoopDelayMs },
+  });
+
+  if (config.apiKeys.length === 0) {
+    logger.warn(
+      { host: config.host },
+      '!!! AGENTFOREST_API_KEYS is not set: operator routes are UNAUTHENTICATED. Serving on loopback only. ' +
+        'Set AGENTFOREST_API_KEYS to require a key. !!!',
+    );
+  }
+
+  closeWithGrace({ delay: config.drainTimeoutMs + 5_000, logger }, async ({ signal, err }) => {
+    if (err !== undefined) logger.error({ err }, 'stopping after an uncaught error');
+    logger.info({ signal }, 'draining: readiness is failing, new work is refused, open long-polls end');
+    clearInterval(expiry);
+    system.agents.startDrain();
+    await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
+    await app.close();
+    await system.agents.shutdown();
+    await system.ownership?.stop();
+    await store.close();
+    logger.info('drained and closed');
+  });
+  onSignalsHandled();
+
+  const address = await app.listen({ host: config.host, port: config.port });
+  // Misdirected clients are sent here; with PORT=0 the port is known only now.
+  if (system.ownership !== undefined && config.advertiseUrl === undefined) system.ownership.options.url = address;
+  logger.info(
+    { url: address, store: store.kind, data: config.databaseUrl === undefined ? config.dataPath : redactUrl(config.databaseUrl), auth: config.apiKeys.length > 0 },
+    `agentforest listening on ${address}`,
+  );
+}
+
+/** Resolves when `done()` holds or after `timeoutMs`, checking every 50 ms. */
+async function waitFor(done: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+}
