@@ -6,6 +6,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES } from './domain/packages.js';
 import { DEFAULT_DRIVER_OPTIONS } from './services/driver/model-driver.js';
+import { parseBaseUrl } from './services/driver/model-policy.js';
 import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
@@ -40,7 +41,7 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_RATE_LIMIT_WINDOW_MS: Type.Integer({ default: 10_000, minimum: 100 }),
   AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 1_000, minimum: 0 }),
   AGENTFOREST_WAKEUP_COALESCING: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off' }),
-  AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100 }),
+  AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100, maximum: 3_600_000 }),
   AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20 }),
   AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1 }),
   AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String()),
@@ -120,7 +121,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const keyEnvs = list(raw.AGENTFOREST_MODEL_KEY_ENVS);
   const baseUrls = list(raw.AGENTFOREST_MODEL_BASE_URLS);
   for (const url of baseUrls ?? []) {
-    if (!/^https?:\/\/[^/]/.test(url)) problems.push(`AGENTFOREST_MODEL_BASE_URLS: "${url}" is not an http(s) URL prefix`);
+    try {
+      parseBaseUrl(url, 'AGENTFOREST_MODEL_BASE_URLS');
+    } catch (error) {
+      problems.push(error instanceof Error ? error.message : String(error));
+    }
   }
   const apiKeys = (raw.AGENTFOREST_API_KEYS ?? '').split(',').map((k) => k.trim()).filter((k) => k !== '');
   const host = raw.HOST ?? '127.0.0.1';

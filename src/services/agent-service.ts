@@ -37,8 +37,8 @@ export interface AgentServiceDeps {
   idempotency: IdempotencyKeys;
   /** Several instances on one PostgreSQL database: forest leases (see ownership.ts). */
   ownership?: ForestOwnership;
-  /** Throws VALIDATION unless a `model` given at creation may be used (see driver/model-policy.ts). */
-  checkModel?: (spec: ModelSpec) => void;
+  /** Throws VALIDATION unless a `model` given at creation may be used; returns it normalised (see driver/model-policy.ts). */
+  checkModel?: (spec: ModelSpec) => ModelSpec;
 }
 
 export interface ListFilter {
@@ -96,7 +96,7 @@ export class AgentService {
 
   async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<Created> {
     this.admitNewWork();
-    if (input.model !== undefined) this.deps.checkModel?.(input.model);
+    const model = input.model === undefined ? undefined : (this.deps.checkModel?.(input.model) ?? input.model);
     const id = input.id ?? this.deps.ids.next('agent');
     this.deps.registry.reserve(id);
     try {
@@ -118,7 +118,7 @@ export class AgentService {
       };
       if (input.instructions !== undefined) header.instructions = input.instructions;
       if (input.metadata !== undefined) header.metadata = input.metadata;
-      if (input.model !== undefined) header.model = { ...input.model };
+      if (model !== undefined) header.model = model;
       this.deps.log.create(header);
       await this.settleOpened(id);
       return this.created(this.publishRoot(header));
@@ -190,11 +190,12 @@ export class AgentService {
     idem?: IdempotencyRequest,
   ): Promise<Created & { messageId: string; replayed: boolean }> {
     this.admitNewWork();
+    const parent = this.liveWithToken(parentId, token) ?? (await this.rejectCredential(parentId));
+    // Only after the credential: a caller without one learns nothing about the key variables.
     if (spec.model !== undefined) {
       if (spec.provider === 'remote') throw new ServiceError('VALIDATION', 'a remote child runs its turns elsewhere: it cannot have a model');
-      this.deps.checkModel?.(spec.model);
+      spec = { ...spec, model: this.deps.checkModel?.(spec.model) ?? spec.model };
     }
-    const parent = this.liveWithToken(parentId, token) ?? (await this.rejectCredential(parentId));
     const result = await this.deps.idempotency.run<StoredChild>(parent.id, idem, 201, async (record) => {
       const { agent, messageId } = await this.deps.manager.startChild(parent, spec, (started) =>
         record({ agent: this.viewOfLive(started.agent), messageId: started.messageId }),

@@ -5,6 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { ReportDelivery } from '../domain/packages.js';
+import type { ModelSpec } from '../domain/model.js';
 import type { Clock, IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
 import { AgentRegistry } from './agent-registry.js';
@@ -98,6 +99,8 @@ export function createSystem(options: SystemOptions): System {
   const setup = new ActivationSetupRegistry<AgentScope>();
   const idempotency = new IdempotencyKeys(log, clock, options.idempotencyTtlMs);
 
+  const env = options.driver?.env ?? process.env;
+  const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { env, ...options.modelPolicy });
   const metrics: Metrics = new Metrics({
     log,
     registry,
@@ -146,7 +149,7 @@ export function createSystem(options: SystemOptions): System {
     },
     idempotency,
     ...(ownership === undefined ? {} : { ownership }),
-    checkModel: (spec) => checkModel(spec, { env: options.driver?.env ?? process.env, ...options.modelPolicy }),
+    checkModel: checkModelPolicy,
   });
   if (ownership !== undefined) {
     ownership.onLost = (roots) => agents.dropForests(roots);
@@ -165,9 +168,8 @@ export function createSystem(options: SystemOptions): System {
   };
   const streams = new EventStreams({ log, hub, registry, view: (id) => agents.viewIfKnown(id), waiters });
   const steps = new StepService({ agents, dispatcher, tools, log, logger, idempotency, waiters });
-  const env = options.driver?.env ?? process.env;
   const driver = new ModelDriver(
-    { steps, dispatcher, log, logger, isDraining: () => agents.draining, observe: metrics.driverObserver },
+    { steps, dispatcher, log, logger, isDraining: () => agents.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
   );
   dispatcher.direct = driver;

@@ -5,6 +5,7 @@
  * wrong ends as a ModelRequestError whose message can be written to a session as is: it names
  * the endpoint's status and its own error text, never the API key.
  */
+import { Buffer } from 'node:buffer';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChatTool } from '../../domain/step-render.js';
 import type { TokenUsage } from '../../domain/model.js';
@@ -44,7 +45,20 @@ export interface ChatAnswer {
 
 export class ModelRequestError extends Error {
   override readonly name = 'ModelRequestError';
+  constructor(
+    message: string,
+    /** Requests sent before giving up. */
+    readonly attempts = 1,
+  ) {
+    super(message);
+  }
 }
+
+/** As for a backend's output (POST .../output): tool calls in one answer. */
+export const MAX_TOOL_CALLS = 128;
+
+/** The largest answer read from an endpoint; anything bigger fails the step. */
+export const MAX_ANSWER_BYTES = 8 * 1024 * 1024;
 
 /** The step was cancelled (its agent was disposed or stopped): nothing is to be recorded. */
 export class ModelRequestCancelled extends Error {
@@ -53,8 +67,19 @@ export class ModelRequestCancelled extends Error {
 
 type Fetch = typeof fetch;
 
+/** `<baseUrl>/chat/completions`, from the parsed (normalised) base URL. */
+export function completionsUrl(baseUrl: string): string {
+  const base = new URL(baseUrl);
+  base.pathname = `${base.pathname.replace(/\/+$/, '')}/chat/completions`;
+  return base.href;
+}
+
 export async function completeChat(request: ChatRequest, policy: RetryPolicy, cancel: AbortSignal, fetchImpl: Fetch = fetch): Promise<ChatAnswer> {
-  const url = `${request.baseUrl.replace(/\/+$/, '')}/chat/completions`;
+  const url = completionsUrl(request.baseUrl);
+  const key = request.apiKey;
+  // An endpoint may quote the key it was sent (`Incorrect API key provided: sk-...`), and what
+  // it answers goes into a session: the key never does.
+  const redact = (text: string): string => (key !== undefined && key !== '' && text.includes(key) ? text.split(key).join('[redacted]') : text);
   const body: Record<string, unknown> = { model: request.model, messages: request.messages };
   if (request.tools.length > 0) body.tools = request.tools;
   if (request.temperature !== undefined) body.temperature = request.temperature;
@@ -62,20 +87,30 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
   if (request.apiKey !== undefined) headers.authorization = `Bearer ${request.apiKey}`;
   const payload = JSON.stringify(body);
 
-  const deadline = new AbortController();
-  const timer = setTimeout(() => deadline.abort(), policy.timeoutMs);
-  const signal = AbortSignal.any([cancel, deadline.signal]);
+  // One controller per step, aborted by the deadline or by the caller's cancel signal (whose
+  // listener is removed again: the caller's signal lives as long as its agent's loop).
+  const step = new AbortController();
+  const signal = step.signal;
+  let expired = false;
+  const timer = setTimeout(() => {
+    expired = true;
+    step.abort();
+  }, policy.timeoutMs);
+  const onCancel = (): void => step.abort();
+  cancel.addEventListener('abort', onCancel, { once: true });
+  if (cancel.aborted) step.abort();
   const timedOut = (attempts: number): ModelRequestError =>
-    new ModelRequestError(`no answer from ${url} within ${policy.timeoutMs} ms (${attempts} attempt${attempts === 1 ? '' : 's'})`);
+    new ModelRequestError(`no answer from ${url} within ${policy.timeoutMs} ms (${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts);
   try {
     let attempts = 0;
     for (;;) {
       attempts++;
       let failure: { message: string; retryable: boolean; retryAfterMs?: number };
       try {
-        const response = await fetchImpl(url, { method: 'POST', headers, body: payload, signal });
-        const text = await response.text();
-        if (response.ok) return { ...parseCompletion(url, text), attempts };
+        // A redirect would re-send the conversation to a URL no policy checked.
+        const response = await fetchImpl(url, { method: 'POST', headers, body: payload, signal, redirect: 'error' });
+        const text = redact(await readLimited(response, url, attempts));
+        if (response.ok) return { ...parseCompletion(url, text, attempts), attempts };
         failure = {
           message: `${url} answered ${response.status}${errorText(text)}`,
           retryable: response.status === 429 || response.status >= 500,
@@ -84,16 +119,14 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         if (retryAfter !== undefined) failure.retryAfterMs = retryAfter;
       } catch (error) {
         if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
-        if (deadline.signal.aborted) throw timedOut(attempts);
+        if (expired) throw timedOut(attempts);
         if (error instanceof ModelRequestError) throw error;
         failure = { message: `could not reach ${url}: ${networkReason(error)}`, retryable: true };
       }
-      // An endpoint may quote the key it was sent (`Incorrect API key provided: sk-...`): the
-      // message goes into a session, so the key never does.
-      if (request.apiKey !== undefined && request.apiKey !== '') failure.message = failure.message.split(request.apiKey).join('[redacted]');
-      if (!failure.retryable) throw new ModelRequestError(failure.message);
+      failure.message = redact(failure.message);
+      if (!failure.retryable) throw new ModelRequestError(failure.message, attempts);
       if (attempts > policy.retries) {
-        throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`);
+        throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts);
       }
       const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** (attempts - 1));
       const wait = failure.retryAfterMs ?? backoff * (0.5 + Math.random() * 0.5);
@@ -101,17 +134,37 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         await sleep(wait, undefined, { signal });
       } catch {
         if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
-        throw new ModelRequestError(`${failure.message}; the ${policy.timeoutMs} ms step timeout ran out before attempt ${attempts + 1}`);
+        throw new ModelRequestError(`${failure.message}; the ${policy.timeoutMs} ms step timeout ran out before attempt ${attempts + 1}`, attempts);
       }
     }
   } finally {
     clearTimeout(timer);
+    cancel.removeEventListener('abort', onCancel);
   }
 }
 
+/** The body as text, refusing (without reading on) one larger than MAX_ANSWER_BYTES. */
+async function readLimited(response: Response, url: string, attempts: number): Promise<string> {
+  if (response.body === null) return '';
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = response.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_ANSWER_BYTES) {
+      await reader.cancel().catch(() => undefined);
+      throw new ModelRequestError(`the answer of ${url} is larger than ${MAX_ANSWER_BYTES} bytes`, attempts);
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
 /** The first choice's message of a chat completion, or a ModelRequestError saying what is wrong with it. */
-function parseCompletion(url: string, text: string): Omit<ChatAnswer, 'attempts'> {
-  const invalid = (why: string): ModelRequestError => new ModelRequestError(`the answer of ${url} is not a chat completion: ${why}`);
+function parseCompletion(url: string, text: string, attempts: number): Omit<ChatAnswer, 'attempts'> {
+  const invalid = (why: string): ModelRequestError => new ModelRequestError(`the answer of ${url} is not a chat completion: ${why}`, attempts);
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -123,6 +176,7 @@ function parseCompletion(url: string, text: string): Omit<ChatAnswer, 'attempts'
   const message = choice.message;
   const rawCalls = message.tool_calls ?? [];
   if (!Array.isArray(rawCalls)) throw invalid('message.tool_calls is not a list');
+  if (rawCalls.length > MAX_TOOL_CALLS) throw invalid(`it has ${rawCalls.length} tool calls; at most ${MAX_TOOL_CALLS} are accepted in one answer`);
   const toolCalls = rawCalls.map((call: unknown, i): RawToolCall => {
     const fn = isRecord(call) ? call.function : undefined;
     if (!isRecord(call) || !isRecord(fn) || typeof fn.name !== 'string') throw invalid(`tool_calls[${i}] has no function name`);

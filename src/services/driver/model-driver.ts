@@ -11,7 +11,7 @@
 import type { Logger } from 'pino';
 import { ServiceError } from '../../domain/errors.js';
 import type { ToolCall } from '../../domain/message.js';
-import { DEFAULT_MAX_STEPS } from '../../domain/model.js';
+import { DEFAULT_MAX_STEPS, type ModelSpec } from '../../domain/model.js';
 import { isClaimable } from '../../domain/turn-machine.js';
 import type { LiveAgent, StepClaim } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
@@ -43,6 +43,11 @@ export interface ModelDriverDeps {
   isDraining: () => boolean;
   /** Counts what the driver did, for /metrics. */
   observe?: (event: DriverEvent) => void;
+  /**
+   * The operator's model policy, checked again before every request (it may have been
+   * tightened since the agent was created); returns the model with its URL normalised.
+   */
+  checkModel?: (spec: ModelSpec) => ModelSpec;
 }
 
 export type DriverEvent =
@@ -109,7 +114,15 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
   }
 
   private async step(agent: LiveAgent, signal: AbortSignal): Promise<void> {
-    const model = agent.header.model!;
+    const declared = agent.header.model!;
+    let model: ModelSpec;
+    try {
+      model = this.deps.checkModel?.(declared) ?? declared;
+    } catch (error) {
+      agent.failTurn(`the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`);
+      await this.deps.log.durable();
+      return;
+    }
     const maxSteps = model.maxSteps ?? DEFAULT_MAX_STEPS;
     const turn = agent.state.turn;
     const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
@@ -147,7 +160,8 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       const key = model.apiKeyEnv === undefined ? undefined : this.options.env[model.apiKeyEnv];
       if (key !== undefined && key !== '') reason = reason.split(key).join('[redacted]');
       if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, 'a model request failed unexpectedly');
-      this.deps.observe?.({ kind: 'request', outcome: 'failed', attempts: 0, seconds: (performance.now() - started) / 1000 });
+      const attempts = error instanceof ModelRequestError ? error.attempts : 0;
+      this.deps.observe?.({ kind: 'request', outcome: 'failed', attempts, seconds: (performance.now() - started) / 1000 });
       agent.failTurn(`model request failed: ${reason}`);
       await this.deps.log.durable();
       return;
@@ -184,22 +198,38 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     };
     try {
       const result = await this.deps.steps.applyOutput(agent, claim.stepId, output, refused);
-      if (result.awaiting.length > 0 && !agent.disposing) {
-        // The model has only the service's tools: any other name is answered as unknown.
+      // The model has only the service's tools: any other name is answered as unknown (unless
+      // a backend answered it meanwhile through POST tool-calls).
+      const unanswered = result.awaiting.filter((call) => stillAwaited(agent, claim.stepId, call.id));
+      if (unanswered.length > 0 && !agent.disposing) {
         await this.deps.steps.applyToolResults(
           agent,
           claim.stepId,
-          result.awaiting.map((call) => ({ toolCallId: call.id, content: `Error: unknown tool "${call.name}"`, isError: true })),
+          unanswered.map((call) => ({ toolCallId: call.id, content: `Error: unknown tool "${call.name}"`, isError: true })),
         );
       }
     } catch (error) {
       if (agent.disposing) return;
       this.deps.logger.error({ err: error, agentId: agent.id }, 'recording a model answer failed');
+      // Only while this step is still the open one: once its output is in, a commit that
+      // failed is retried with what follows, and whatever turn is open now is not this one.
+      if (!onStep(agent, claim)) return;
       const reason = error instanceof ServiceError ? error.message : 'an internal error (see the service log)';
       agent.failTurn(`the model's answer could not be recorded: ${reason}`);
       await this.deps.log.durable();
     }
   }
+}
+
+/** The agent's open turn is still on this claimed step. */
+function onStep(agent: LiveAgent, claim: StepClaim): boolean {
+  const turn = agent.state.turn;
+  return turn.phase === 'running' && turn.turn.id === claim.turnId && turn.turn.step.id === claim.stepId;
+}
+
+function stillAwaited(agent: LiveAgent, stepId: string, callId: string): boolean {
+  const turn = agent.state.turn;
+  return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.awaiting.includes(callId);
 }
 
 /** A counting semaphore whose waiters leave when their signal aborts. */

@@ -20,19 +20,13 @@ export function keyEnvAllowed(name: string, policy: ModelPolicy): boolean {
   return /_API_KEY$/.test(name) && !name.startsWith('AGENTFOREST_');
 }
 
-/** Throws VALIDATION, naming the field, unless this model may be used. */
-export function checkModel(spec: ModelSpec, policy: ModelPolicy): void {
-  let url: URL;
-  try {
-    url = new URL(spec.baseUrl);
-  } catch {
-    throw new ServiceError('VALIDATION', `model.baseUrl "${spec.baseUrl}" is not a URL`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ServiceError('VALIDATION', 'model.baseUrl must be an http or https URL');
-  if (url.username !== '' || url.password !== '' || url.search !== '' || url.hash !== '') {
-    throw new ServiceError('VALIDATION', 'model.baseUrl must not carry credentials, a query or a fragment; name the key with model.apiKeyEnv');
-  }
-  if (policy.baseUrls !== undefined && !policy.baseUrls.some((prefix) => spec.baseUrl.startsWith(prefix))) {
+/**
+ * Throws VALIDATION, naming the field, unless this model may be used. Returns the model with
+ * its base URL normalised (dot segments resolved, no trailing slash): the form requests use.
+ */
+export function checkModel(spec: ModelSpec, policy: ModelPolicy): ModelSpec {
+  const url = parseBaseUrl(spec.baseUrl, 'model.baseUrl');
+  if (policy.baseUrls !== undefined && !policy.baseUrls.some((prefix) => underPrefix(url, parseBaseUrl(prefix, 'AGENTFOREST_MODEL_BASE_URLS')))) {
     throw new ServiceError('VALIDATION', `model.baseUrl "${spec.baseUrl}" is not one of the endpoints this service may call (AGENTFOREST_MODEL_BASE_URLS)`);
   }
   if (spec.apiKeyEnv !== undefined) {
@@ -46,4 +40,32 @@ export function checkModel(spec: ModelSpec, policy: ModelPolicy): void {
       throw new ServiceError('VALIDATION', `model.apiKeyEnv "${spec.apiKeyEnv}" is not set in the service's environment`);
     }
   }
+  return { ...spec, baseUrl: normalised(url) };
+}
+
+/** An http(s) URL with no credentials, query or fragment (not even an empty `?` or `#`). */
+export function parseBaseUrl(text: string, field: string): URL {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new ServiceError('VALIDATION', `${field} "${text}" is not a URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ServiceError('VALIDATION', `${field} must be an http or https URL`);
+  if (url.username !== '' || url.password !== '' || text.includes('?') || text.includes('#')) {
+    throw new ServiceError('VALIDATION', `${field} must not carry credentials, a query or a fragment; name the key with model.apiKeyEnv`);
+  }
+  return url;
+}
+
+/** Same origin, and the path equal to the prefix's or below it (whole segments only). */
+function underPrefix(url: URL, prefix: URL): boolean {
+  if (url.origin !== prefix.origin) return false;
+  const base = prefix.pathname.replace(/\/+$/, '');
+  const path = url.pathname.replace(/\/+$/, '');
+  return path === base || path.startsWith(`${base}/`);
+}
+
+function normalised(url: URL): string {
+  return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
 }
