@@ -54,13 +54,18 @@ export async function registerProtection(app: FastifyInstance, options: Protecti
   }
   const maxDelay = options.maxEventLoopDelayMs ?? 0;
   if (maxDelay > 0) {
+    const sampleInterval = Math.max(100, options.sampleIntervalMs ?? 1_000);
     await app.register(underPressure, {
       maxEventLoopDelay: maxDelay,
-      sampleInterval: Math.max(100, options.sampleIntervalMs ?? 1_000),
+      sampleInterval,
       retryAfter: RETRY_AFTER_SECONDS.OVERLOADED ?? 2,
       // A rejection goes to the error handler, which answers 503 OVERLOADED with Retry-After.
       pressureHandler: (request, _reply, type, value) => {
         if (UNSHED.has(request.routeOptions.url ?? '')) return undefined;
+        // A sample that held no delay reading reads as infinite lag. What it shows is that the
+        // loop (or the whole process, on a starved machine) stood still for at least one sample
+        // interval: shed only when that alone is over the limit.
+        if (type === 'eventLoopDelay' && value === Number.POSITIVE_INFINITY && sampleInterval < maxDelay) return undefined;
         const lag = typeof value === 'number' ? ` (${type} ${Math.round(value)})` : ` (${type})`;
         return Promise.reject(new ServiceError('OVERLOADED', `the service is overloaded${lag}; retry shortly`));
       },
