@@ -3,17 +3,9 @@
  * its allowed values named in the message). isLoopback decides whether keys are required.
  */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, isLoopback, loadConfig } from '../../src/config.js';
+import { isLoopback, loadConfig } from '../../src/config.js';
+import { configErrorOf } from '../fixtures/config-error.js';
 
-function configErrorOf(env: Record<string, string | undefined>): ConfigError {
-  try {
-    loadConfig(env);
-  } catch (error) {
-    if (error instanceof ConfigError) return error;
-    throw error;
-  }
-  throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`);
-}
 
 describe('loadConfig', () => {
   it('fills in the defaults for an empty environment', () => {

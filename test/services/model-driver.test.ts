@@ -12,6 +12,10 @@ import { join } from 'node:path';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { call, hasTool, lastMessage, ScriptedModelServer, type ChatRequest, type Reply, type Script } from '../../demo/scripted-model.js';
+import { createLogger } from '../../src/logger.js';
+import type { DriverOptions } from '../../src/services/driver/model-driver.js';
+import type { SessionStore, WriteBatch } from '../../src/services/session-store.js';
+import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import { createRoot, send, session, startHarness, waitingClaims, type Entry, type Harness, type HarnessOptions } from '../fixtures/harness.js';
 
@@ -68,6 +72,46 @@ async function start(options: HarnessOptions = {}): Promise<Harness> {
   const h = await startHarness({ ...options, driver: { ...FAST_DRIVER, env: {}, ...options.driver } });
   harnesses.push(h);
   return h;
+}
+
+interface LoggedHarness extends Harness {
+  /** The messages the service logged at level error, in order. */
+  errors(): string[];
+}
+
+/** Like start(), with the service's error log captured (the shared harness logs nothing). */
+async function startLogged(options: { store?: SessionStore; driver?: Partial<DriverOptions> } = {}): Promise<LoggedHarness> {
+  const lines: string[] = [];
+  const logger = createLogger('error', { write: (line: string) => void lines.push(line) });
+  const harness = await startHarness({ logger, driver: { ...FAST_DRIVER, env: {}, ...options.driver }, ...(options.store === undefined ? {} : { store: options.store }) });
+  const h: LoggedHarness = { ...harness, errors: () => lines.map((line) => (JSON.parse(line) as { msg: string }).msg) };
+  harnesses.push(h);
+  return h;
+}
+
+/**
+ * A memory store whose writes the test can break or hold: `failOnce` fails the next batch it
+ * matches (then it is spent), `gate` holds every write until the promise settles.
+ */
+class FaultyStore extends MemorySessionStore {
+  failOnce: ((batch: WriteBatch) => boolean) | undefined;
+  readonly failed: WriteBatch[] = [];
+  gate: Promise<void> | undefined;
+  held = 0;
+
+  override async write(batch: WriteBatch): Promise<void> {
+    const gate = this.gate;
+    if (gate !== undefined) {
+      this.held++;
+      await gate;
+    }
+    if (this.failOnce?.(batch) === true) {
+      this.failOnce = undefined;
+      this.failed.push(batch);
+      throw new Error('disk full');
+    }
+    return super.write(batch);
+  }
 }
 
 async function stop(h: Harness): Promise<void> {
@@ -166,6 +210,15 @@ const isChild = (body: ChatRequest): boolean => hasTool(body, 'report');
 const systemIs = (instructions: string) => (body: ChatRequest): boolean => body.messages[0]?.role === 'system' && body.messages[0].content === instructions;
 
 const answer = (content: string): Reply => ({ answer: { content } });
+
+/** A minimal chat completion body with a text answer, as an endpoint would send it. */
+const completionBody = (content: string): Record<string, unknown> => ({
+  id: 'chatcmpl-stub',
+  object: 'chat.completion',
+  choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+});
+
+const hasAssistantMessage = (batch: WriteBatch): boolean => batch.entries.some((e) => e.entry.type === 'message' && e.entry.role === 'assistant');
 
 describe('the built-in model driver', { timeout: 20_000 }, () => {
   it('runs a tool-call round trip: a driven root spawns a child that inherits the model, reports, and settles', async () => {
@@ -502,7 +555,10 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     const log = await turnEnded(h, root.id);
     expect(picture(log)).toEqual(['turn-start', 'user:anyone there?', 'step-start:0', 'turn-end:failed']);
     expect(log[3]!.error).toBe(`model request failed: could not reach ${url}/chat/completions: ECONNREFUSED (gave up after 3 attempts)`);
-    expect(await h.system.metrics.text()).toMatch(/^agentforest_model_retries_total 0$/m);
+    // Retries of a step that failed in the end count too.
+    const metrics = await h.system.metrics.text();
+    expect(metrics).toMatch(/^agentforest_model_retries_total 2$/m);
+    expect(metrics).toMatch(/^agentforest_model_requests_total\{outcome="failed"\} 1$/m);
   });
 
   it('does not write an API key the endpoint echoes in its error text', async () => {
@@ -572,21 +628,18 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
 
   it('aborts the request in flight when a driven root is disposed; nothing is written after the cancelled turn-end', async () => {
     const h = await start();
-    const release = deferred<Reply>();
-    const model = await modelServer(() => release.promise);
+    const model = await modelServer(() => ({ hang: true }));
     const root = await createRoot(h.app, { model: spec(model) });
     accepted(await followup(h, root.id, 'hi'));
     await until(() => model.requests.length === 1, 'the model request');
     const res = await h.app.inject({ method: 'DELETE', url: `/v1/agents/${root.id}` });
     expect(res.statusCode).toBe(202);
+    // The driver hangs up on the endpoint.
     const abandoned = await model.nextAbandoned();
     expect(abandoned.n).toBe(1);
-    // The server answers anyway, late: nothing may be recorded.
-    release.resolve(answer('too late'));
     const log = await turnEnded(h, root.id);
     expect(picture(log)).toEqual(['turn-start', 'user:hi', 'step-start:0', 'turn-end:cancelled']);
     expect(log[3]!.error).toBeUndefined();
-    expect(picture(await session(h.app, root.id))).toEqual(['turn-start', 'user:hi', 'step-start:0', 'turn-end:cancelled']);
     await until(() => h.system.driver.driving === 0, 'the driver loop to stop');
     expect(model.requests).toHaveLength(1);
 
@@ -595,6 +648,48 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     const next = await createRoot(h.app, { model: spec(model) });
     accepted(await followup(h, next.id, 'again'));
     expect(picture(await turnEnded(h, next.id))).toEqual(['turn-start', 'user:again', 'step-start:0', 'assistant:fine', 'turn-end:completed']);
+  });
+
+  it('drops an answer that arrives after the agent was disposed (a fetch that ignores the abort): nothing is written, nothing logged', async () => {
+    // The fetch ignores its abort signal and answers only when the test says: the answer is
+    // read after the disposal, so only the driver's own guard keeps it out of the session.
+    const release = deferred<void>();
+    const calls: { url: string; signal: AbortSignal | undefined }[] = [];
+    const delivered: Response[] = [];
+    const lateFetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
+      calls.push({ url: String(input), signal: init?.signal ?? undefined });
+      if (calls.length === 1) await release.promise;
+      const response = Response.json(completionBody(calls.length === 1 ? 'too late' : 'fine'));
+      delivered.push(response);
+      return response;
+    };
+    const h = await startLogged({ driver: { fetch: lateFetch as typeof fetch } });
+    const baseUrl = 'http://127.0.0.1:9/v1';
+    const root = await createRoot(h.app, { model: { provider: 'openai-compatible', baseUrl, model: 'm' } });
+    accepted(await followup(h, root.id, 'hi'));
+    await until(() => calls.length === 1, 'the model request');
+    expect(calls[0]!.url).toBe(`${baseUrl}/chat/completions`);
+    expect((await h.app.inject({ method: 'DELETE', url: `/v1/agents/${root.id}` })).statusCode).toBe(202);
+    expect(calls[0]!.signal?.aborted).toBe(true);
+    const cancelled = ['turn-start', 'user:hi', 'step-start:0', 'turn-end:cancelled'];
+    expect(picture(await turnEnded(h, root.id))).toEqual(cancelled);
+    // Its loop is still inside the fetch that ignored the abort.
+    expect(h.system.driver.driving).toBe(1);
+
+    release.resolve();
+    await until(() => h.system.driver.driving === 0, 'the driver loop to end after the late answer');
+    // The late answer was read in full: what kept it out is the driver's check after it.
+    expect(delivered).toHaveLength(1);
+    expect(delivered[0]!.bodyUsed).toBe(true);
+    expect(picture(await session(h.app, root.id))).toEqual(cancelled);
+    expect(h.errors()).toEqual([]);
+
+    // The service goes on: another driven root is served.
+    const next = await createRoot(h.app, { model: { provider: 'openai-compatible', baseUrl, model: 'm' } });
+    accepted(await followup(h, next.id, 'again'));
+    expect(picture(await turnEnded(h, next.id))).toEqual(['turn-start', 'user:again', 'step-start:0', 'assistant:fine', 'turn-end:completed']);
+    expect(calls).toHaveLength(2);
+    expect(h.errors()).toEqual([]);
   });
 
   it('aborts a driven child request when the child is closed with DELETE', async () => {
@@ -766,6 +861,190 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     });
   });
 
+  describe('what an endpoint may answer', () => {
+    const LIMIT = 8 * 1024 * 1024;
+    /** A valid chat completion padded with whitespace to exactly `bytes` bytes. */
+    const padded = (bytes: number): string => {
+      const body = JSON.stringify(completionBody('a big answer'));
+      return body + ' '.repeat(bytes - Buffer.byteLength(body));
+    };
+
+    it('accepts an answer of exactly 8 MiB and fails the step, without retrying, on one byte more', async () => {
+      const h = await start({ driver: { retries: 2 } });
+      const model = await modelServer((req) => ({ raw: padded(lastMessage(req)!.content === 'at the limit' ? LIMIT : LIMIT + 1) }));
+      const root = await createRoot(h.app, { model: spec(model) });
+      accepted(await followup(h, root.id, 'at the limit'));
+      expect(picture(await turnEnded(h, root.id)).slice(-2)).toEqual(['assistant:a big answer', 'turn-end:completed']);
+      accepted(await followup(h, root.id, 'over the limit'));
+      const log = await turnEnded(h, root.id, 2);
+      expect(picture(log.slice(5))).toEqual(['turn-start', 'user:over the limit', 'step-start:0', 'turn-end:failed']);
+      expect(log[8]!.error).toBe(`model request failed: the answer of ${model.url}/chat/completions is larger than 8388608 bytes`);
+      expect(model.requests).toHaveLength(2);
+      expect(await h.system.metrics.text()).toMatch(/^agentforest_model_requests_total\{outcome="failed"\} 1$/m);
+    });
+
+    it('accepts 128 tool calls in one answer and fails the step on 129', async () => {
+      const h = await start({ driver: { retries: 2 } });
+      const calls = (n: number) => Array.from({ length: n }, (_, i) => call('probe', { i }, `p${i}`));
+      const model = await modelServer((req) => {
+        const last = lastMessage(req)!;
+        if (last.role === 'tool') return answer('all answered');
+        return { answer: { toolCalls: calls(last.content === 'many' ? 128 : 129) } };
+      });
+      const root = await createRoot(h.app, { model: spec(model) });
+      accepted(await followup(h, root.id, 'many'));
+      const log = await turnEnded(h, root.id);
+      expect(log[3]!.toolCalls as ToolCallView[]).toHaveLength(128);
+      const results = messagesOf(log, 'tool');
+      expect(results.map((e) => e.toolCallId)).toEqual(calls(128).map((c) => c.id));
+      expect(new Set(results.map(text))).toEqual(new Set(['Error: unknown tool "probe"']));
+      expect(picture(log).slice(-3)).toEqual(['step-start:1', 'assistant:all answered', 'turn-end:completed']);
+
+      accepted(await followup(h, root.id, 'too many'));
+      const after = await turnEnded(h, root.id, 2);
+      const turn = after.slice(after.findIndex((e) => e.type === 'message' && text(e) === 'too many') - 1);
+      expect(picture(turn)).toEqual(['turn-start', 'user:too many', 'step-start:0', 'turn-end:failed']);
+      expect(turn[3]!.error).toBe(
+        `model request failed: the answer of ${model.url}/chat/completions is not a chat completion: it has 129 tool calls; at most 128 are accepted in one answer`,
+      );
+      expect(model.requests).toHaveLength(3);
+    });
+
+    it('does not follow a redirect: the target gets no request and the turn fails', async () => {
+      const h = await start({ driver: { retries: 2 } });
+      const target = await modelServer(() => answer('from the redirect target'));
+      const model = await modelServer(() => ({ status: 307, headers: { location: `${target.url}/chat/completions` }, body: '' }));
+      const root = await createRoot(h.app, { model: spec(model) });
+      accepted(await followup(h, root.id, 'hi'));
+      const log = await turnEnded(h, root.id);
+      expect(picture(log)).toEqual(['turn-start', 'user:hi', 'step-start:0', 'turn-end:failed']);
+      expect(log[3]!.error).toBe(
+        `model request failed: ${model.url}/chat/completions answered 307, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`,
+      );
+      // A redirect does not go away on retry: one request.
+      expect(model.requests).toHaveLength(1);
+      expect(target.requests).toHaveLength(0);
+    });
+  });
+
+  it('checks the model policy again before every request: a key variable removed since creation fails the next turn', async () => {
+    const env: Record<string, string | undefined> = { DEMO_API_KEY: 'sk-first' };
+    const h = await start({ driver: { env } });
+    const model = await modelServer((req) => answer(`re: ${lastMessage(req)!.content ?? ''}`));
+    const root = await createRoot(h.app, { model: spec(model, { apiKeyEnv: 'DEMO_API_KEY' }) });
+    accepted(await followup(h, root.id, 'one'));
+    expect(picture(await turnEnded(h, root.id)).slice(-2)).toEqual(['assistant:re: one', 'turn-end:completed']);
+
+    // The policy reads the same env object: the variable is gone before the next turn.
+    delete env.DEMO_API_KEY;
+    accepted(await followup(h, root.id, 'two'));
+    const log = await turnEnded(h, root.id, 2);
+    expect(picture(log.slice(5))).toEqual(['turn-start', 'user:two', 'turn-end:failed']);
+    expect(log[7]!.error).toBe('the agent\'s model is no longer permitted: model.apiKeyEnv "DEMO_API_KEY" is not set in the service\'s environment');
+    expect(model.requests).toHaveLength(1);
+
+    // Set again (another value): the next turn is driven with it.
+    env.DEMO_API_KEY = 'sk-second';
+    accepted(await followup(h, root.id, 'three'));
+    expect(picture(await turnEnded(h, root.id, 3)).slice(-2)).toEqual(['assistant:re: three', 'turn-end:completed']);
+    expect(model.requests.map((r) => r.authorization)).toEqual(['Bearer sk-first', 'Bearer sk-second']);
+    expect(JSON.stringify(await session(h.app, root.id))).not.toContain('sk-');
+  });
+
+  it('a commit that fails after the answer is in does not fail the turn queued behind it; the batch is retried', async () => {
+    const store = new FaultyStore();
+    const h = await startLogged({ store });
+    const first = deferred<Reply>();
+    const model = await modelServer((req, n) => (n === 1 ? first.promise : answer(`answer to ${lastMessage(req)!.content ?? ''}`)));
+    const root = await createRoot(h.app, { model: spec(model) });
+    accepted(await followup(h, root.id, 'first'));
+    await until(() => model.requests.length === 1, 'the first request');
+    accepted(await followup(h, root.id, 'second'));
+    // The batch that carries the first answer (its turn's end, the next turn's start) fails once.
+    store.failOnce = hasAssistantMessage;
+    first.resolve(answer('answer to first'));
+    const log = await turnEnded(h, root.id, 2);
+    expect(store.failed).toHaveLength(1);
+    expect(picture(log)).toEqual([
+      'turn-start',
+      'user:first',
+      'step-start:0',
+      'assistant:answer to first',
+      'turn-end:completed',
+      'turn-start',
+      'user:second',
+      'step-start:0',
+      'assistant:answer to second',
+      'turn-end:completed',
+    ]);
+    expect(turnEnds(log).map((e) => e.error)).toEqual([undefined, undefined]);
+    // Everything in the failed batch was written by the retry, once.
+    const failedSeqs = store.failed[0]!.entries.map((e) => e.entry.seq);
+    expect(failedSeqs).toContain(4);
+    expect(log.map((e) => e.seq)).toEqual(log.map((_, i) => i + 1));
+    // The second turn made its own request, with its own prompt.
+    expect(model.requests).toHaveLength(2);
+    expect(model.requests[1]!.body.messages).toEqual([
+      { role: 'user', content: 'first' },
+      { role: 'assistant', content: 'answer to first' },
+      { role: 'user', content: 'second' },
+    ]);
+    expect(h.errors()).toEqual(['session batch commit failed; will retry', 'recording a model answer failed']);
+  });
+
+  it('answers only calls still awaited as unknown tools: a backend may answer one through POST tool-calls meanwhile', async () => {
+    const store = new FaultyStore();
+    const h = await startLogged({ store });
+    const held = deferred<void>();
+    const model = await modelServer((req) => {
+      if (isChild(req)) return answer('child done');
+      if (lastMessage(req)!.role === 'user') {
+        // From here every commit waits: the spawn below cannot finish until the test says.
+        store.gate = held.promise;
+        return { answer: { toolCalls: [call('ext_lookup', { q: 'x' }, 'x1'), call('spawn_subagent', { prompt: 'slow' }, 's1')] } };
+      }
+      return answer('done');
+    });
+    const root = await createRoot(h.app, { model: spec(model) });
+    accepted(await followup(h, root.id, 'go'));
+    const live = h.system.registry.get(root.id)!;
+    const awaiting = (): readonly string[] => (live.state.turn.phase === 'running' ? live.state.turn.turn.step.awaiting : []);
+    await until(() => store.held > 0 && awaiting().includes('x1') && awaiting().includes('s1'), 'the answer recorded, its spawn held at the commit');
+
+    // A backend answers the unknown call itself, while the driver is still inside the spawn.
+    const backend = h.app.inject({
+      method: 'POST',
+      url: `/v1/agents/${root.id}/tool-calls`,
+      headers: { 'x-agent-token': root.token },
+      payload: { name: 'ext_lookup', input: { q: 'x' }, toolCallId: 'x1' },
+    });
+    await until(() => !awaiting().includes('x1'), 'the backend result for x1');
+    expect(awaiting()).toEqual(['s1']);
+    store.gate = undefined;
+    held.resolve();
+
+    const res = await backend;
+    expect(res.statusCode).toBe(404);
+    expect(res.json()).toMatchObject({ code: 'TOOL_NOT_FOUND', toolResult: { isError: true, content: 'Error: unknown tool "ext_lookup"' } });
+    const log = await turnEnded(h, root.id);
+    const childId = (await childrenOf(h, root.id))[0]!.id;
+    expect(picture(log)).toEqual([
+      'turn-start',
+      'user:go',
+      'step-start:0',
+      'assistant: calls[ext_lookup,spawn_subagent]',
+      'tool:Error: unknown tool "ext_lookup"',
+      `tool:started background subagent ${childId}`,
+      'step-start:1',
+      'assistant:done',
+      'turn-end:completed',
+    ]);
+    expect([log[4]!.toolCallId, log[4]!.isError]).toEqual(['x1', true]);
+    expect(log[5]!.toolCallId).toBe('s1');
+    expect(h.errors()).toEqual([]);
+    await until(async () => (await view(h, childId)).status === 'settled', 'the child to settle');
+  });
+
   it('fails a turn that reaches model.maxSteps without a final answer, after exactly maxSteps requests', async () => {
     const h = await start();
     const model = await modelServer((_req, n) => ({ answer: { toolCalls: [call('lookup', { page: n }, `l${n}`)] } }));
@@ -796,12 +1075,30 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       const h = await start();
       const model = await modelServer(() => ({ hang: true }));
       const root = await createRoot(h.app, { model: spec(model) });
+      // How many long-polls were parked each time a step was offered to the driver: the
+      // driven step must become claimable while the worker below still waits.
+      const parkedAtOffer: number[] = [];
+      const driver = h.system.driver;
+      const offer = driver.offer.bind(driver);
+      driver.offer = (agent) => {
+        parkedAtOffer.push(waitingClaims(h));
+        offer(agent);
+      };
       // A worker already long-polling is not handed the driven agent's step.
-      const longPoll = h.app.inject({ method: 'POST', url: '/v1/steps/next', payload: { waitMs: 300 } });
+      const longPoll = h.app.inject({ method: 'POST', url: '/v1/steps/next', payload: { waitMs: 10_000 } });
       await until(() => waitingClaims(h) === 1, 'the worker long-poll to park');
       accepted(await followup(h, root.id, 'hi'));
       await until(() => model.requests.length === 1, 'the model request');
-      expect((await longPoll).statusCode).toBe(204);
+      expect(parkedAtOffer.length).toBeGreaterThan(0);
+      expect(parkedAtOffer[0]).toBe(1);
+      expect(waitingClaims(h)).toBe(1);
+      // The worker still parked takes the next undriven step, the first one it was offered.
+      const plain = await createRoot(h.app);
+      accepted(await followup(h, plain.id, 'for a backend'));
+      const taken = await longPoll;
+      expect(taken.statusCode).toBe(200);
+      expect((taken.json() as { agentId: string }).agentId).toBe(plain.id);
+      expect(waitingClaims(h)).toBe(0);
       const stepId = (await session(h.app, root.id)).find((e) => e.type === 'step-start')!.stepId as string;
 
       const headers = { 'x-agent-token': root.token };
@@ -823,13 +1120,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       expect(forest.statusCode).toBe(204);
       // The session did not change: the driver's step is still the only one.
       expect(picture(await session(h.app, root.id))).toEqual(['turn-start', 'user:hi', 'step-start:0']);
-
-      // An undriven agent's step does go to the pool.
-      const plain = await createRoot(h.app);
-      accepted(await followup(h, plain.id, 'for a backend'));
-      const taken = await h.app.inject({ method: 'POST', url: '/v1/steps/next', payload: { waitMs: 2_000 } });
-      expect(taken.statusCode).toBe(200);
-      expect((taken.json() as { agentId: string }).agentId).toBe(plain.id);
+      expect(model.requests).toHaveLength(1);
     });
 
     it('keeps a driven step out of the pool while it waits for a driver slot', async () => {
@@ -867,7 +1158,11 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
         ['a query', { ...base, baseUrl: 'http://127.0.0.1:9/v1?key=sk-1' }, /must not carry credentials, a query or a fragment/],
         ['credentials', { ...base, baseUrl: 'http://user:pw@127.0.0.1:9/v1' }, /must not carry credentials, a query or a fragment/],
         ['a fragment', { ...base, baseUrl: 'http://127.0.0.1:9/v1#x' }, /must not carry credentials, a query or a fragment/],
-        ['not http(s)', { ...base, baseUrl: 'ftp://127.0.0.1/v1' }, /^model\.baseUrl must be an http or https URL$/],
+        ['an empty query', { ...base, baseUrl: 'http://127.0.0.1:9/v1?' }, /^model\.baseUrl must not carry credentials, a query or a fragment/],
+        ['an empty fragment', { ...base, baseUrl: 'http://127.0.0.1:9/v1#' }, /^model\.baseUrl must not carry credentials, a query or a fragment/],
+        ['a user name only', { ...base, baseUrl: 'http://user@127.0.0.1:9/v1' }, /^model\.baseUrl must not carry credentials, a query or a fragment/],
+        ['not http(s)', { ...base, baseUrl: 'ftp://127.0.0.1/v1' }, /^model\.baseUrl "ftp:\/\/127\.0\.0\.1\/v1" must be an http or https URL$/],
+        ['an encoded slash', { ...base, baseUrl: 'http://127.0.0.1:9/v1/x%2F..%2F..%2Fadmin' }, /must not contain an encoded slash or backslash$/],
         ['not a URL', { ...base, baseUrl: 'no url here' }, /^model\.baseUrl "no url here" is not a URL$/],
         ['an unknown field', { ...base, apiKey: 'sk-inline' }, /^body\/model must NOT have additional properties$/],
         ['an unknown provider', { ...base, provider: 'anthropic' }, /provider/],
@@ -924,6 +1219,88 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       accepted(await followup(h, id, 'hi'));
       await turnEnded(h, id);
       expect(model.requests.map((r) => r.authorization)).toEqual(['Bearer tok-1']);
+    });
+
+    it('matches the configured endpoints by origin and whole path segments', async () => {
+      const h = await start({ modelPolicy: { baseUrls: ['https://api.openai.com', 'https://gw.internal/openai/'] } });
+      const refused = [
+        'https://api.openai.com.evil.example/v1',
+        'http://api.openai.com/v1',
+        'https://api.openai.com:8443/v1',
+        'https://gw.internal/openai/../admin',
+        'https://gw.internal/openai/%2e%2e/admin',
+        'https://gw.internal/openai/.%2E/admin',
+        'https://gw.internal/openaix',
+        'https://gw.internal/admin',
+      ];
+      for (const baseUrl of refused) {
+        const res = await create(h, { provider: 'openai-compatible', baseUrl, model: 'm' });
+        expect(res.statusCode, baseUrl).toBe(400);
+        expect(res.json(), baseUrl).toMatchObject({
+          code: 'VALIDATION',
+          message: `model.baseUrl "${baseUrl}" is not one of the endpoints this service may call (AGENTFOREST_MODEL_BASE_URLS)`,
+        });
+      }
+      expect((await h.app.inject({ method: 'GET', url: '/v1/agents' })).json()).toMatchObject({ items: [] });
+      for (const baseUrl of ['https://gw.internal/openai', 'https://gw.internal/openai/v1', 'https://api.openai.com/v1', 'https://api.openai.com']) {
+        const res = await create(h, { provider: 'openai-compatible', baseUrl, model: 'm' });
+        expect(res.statusCode, baseUrl).toBe(201);
+        expect((res.json() as { agent: AgentView }).agent.model!.baseUrl, baseUrl).toBe(baseUrl);
+      }
+    });
+
+    it('stores the base URL normalised (dot segments resolved, no trailing slash), for roots and children, and is driven there', async () => {
+      const model = await modelServer(() => answer('ok'));
+      const h = await start({ modelPolicy: { baseUrls: [`${model.url}/`] } });
+      const origin = model.url.slice(0, -'/v1'.length);
+      const given = [`${model.url}/`, `${model.url}//`, `${origin}/x/../v1`, `${origin}/./v1/.`, `${origin.toUpperCase()}/v1`];
+      for (const baseUrl of given) {
+        const res = await create(h, { provider: 'openai-compatible', baseUrl, model: 'm' });
+        expect(res.statusCode, baseUrl).toBe(201);
+        const id = (res.json() as { agent: AgentView }).agent.id;
+        expect((res.json() as { agent: AgentView }).agent.model!.baseUrl, baseUrl).toBe(model.url);
+        expect((await header(h, id)).model, baseUrl).toEqual({ provider: 'openai-compatible', baseUrl: model.url, model: 'm' });
+      }
+      const parent = await createRoot(h.app);
+      const child = await h.app.inject({
+        method: 'POST',
+        url: `/v1/agents/${parent.id}/children`,
+        headers: { 'x-agent-token': parent.token },
+        payload: { mode: 'continuable', prompt: 'hello', model: { provider: 'openai-compatible', baseUrl: `${origin}/v1/chat/../`, model: 'm' } },
+      });
+      expect(child.statusCode).toBe(201);
+      const childId = (child.json() as { agent: AgentView }).agent.id;
+      expect((child.json() as { agent: AgentView }).agent.model!.baseUrl).toBe(model.url);
+      expect(((await header(h, childId)).model as ModelSpecBody).baseUrl).toBe(model.url);
+      await until(async () => (await view(h, childId)).status === 'settled', 'the child to settle');
+      expect(picture(await session(h.app, childId)).slice(-3)).toEqual(['assistant:ok', 'turn-end:completed', 'activation:settled']);
+      expect(model.requests).toHaveLength(1);
+    });
+
+    it('checks the parent token before the child model: a wrong token with a refused model is 403', async () => {
+      const h = await start({ driver: { env: { AGENTFOREST_API_KEY: 'operator-secret' } } });
+      const parent = await createRoot(h.app);
+      const base = { provider: 'openai-compatible', baseUrl: 'http://127.0.0.1:9/v1', model: 'm' };
+      const payloads: Record<string, unknown>[] = [
+        { model: { ...base, apiKeyEnv: 'AGENTFOREST_API_KEY' } },
+        { model: { ...base, apiKeyEnv: 'MISSING_API_KEY' } },
+        { model: { ...base, baseUrl: 'ftp://127.0.0.1/v1' } },
+        { provider: 'remote', model: base },
+      ];
+      for (const extra of payloads) {
+        const what = JSON.stringify(extra);
+        for (const headers of [{ 'x-agent-token': 'not-the-token' }, {}]) {
+          const res = await h.app.inject({ method: 'POST', url: `/v1/agents/${parent.id}/children`, headers, payload: { mode: 'continuable', prompt: 'p', ...extra } });
+          expect(res.statusCode, what).toBe(403);
+          expect(res.json(), what).toMatchObject({ code: 'UNAUTHORIZED', message: `agent "${parent.id}" requires the token of its live incarnation` });
+          expect(res.body, what).not.toMatch(/apiKeyEnv|API_KEY|operator-secret/);
+        }
+        // With the parent's token, the same body is refused for what it is.
+        const own = await h.app.inject({ method: 'POST', url: `/v1/agents/${parent.id}/children`, headers: { 'x-agent-token': parent.token }, payload: { mode: 'continuable', prompt: 'p', ...extra } });
+        expect(own.statusCode, what).toBe(400);
+        expect((own.json() as ErrorBody).code, what).toBe('VALIDATION');
+      }
+      expect(await childrenOf(h, parent.id)).toEqual([]);
     });
 
     it('sends the key as a Bearer token and never shows it', async () => {

@@ -107,8 +107,12 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
       attempts++;
       let failure: { message: string; retryable: boolean; retryAfterMs?: number };
       try {
-        // A redirect would re-send the conversation to a URL no policy checked.
-        const response = await fetchImpl(url, { method: 'POST', headers, body: payload, signal, redirect: 'error' });
+        // A redirect would re-send the conversation to a URL no policy checked: not followed.
+        const response = await fetchImpl(url, { method: 'POST', headers, body: payload, signal, redirect: 'manual' });
+        if (response.status >= 300 && response.status < 400) {
+          await response.body?.cancel().catch(() => undefined);
+          throw new ModelRequestError(`${url} answered ${response.status}, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`, attempts);
+        }
         const text = redact(await readLimited(response, url, attempts));
         if (response.ok) return { ...parseCompletion(url, text, attempts), attempts };
         failure = {

@@ -51,10 +51,14 @@ export function parseBaseUrl(text: string, field: string): URL {
   } catch {
     throw new ServiceError('VALIDATION', `${field} "${text}" is not a URL`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ServiceError('VALIDATION', `${field} must be an http or https URL`);
+  // Credentials, queries and fragments may hold secrets: those are refused without echoing the text.
   if (url.username !== '' || url.password !== '' || text.includes('?') || text.includes('#')) {
     throw new ServiceError('VALIDATION', `${field} must not carry credentials, a query or a fragment; name the key with model.apiKeyEnv`);
   }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ServiceError('VALIDATION', `${field} "${text}" must be an http or https URL`);
+  // An encoded slash or backslash survives normalisation here and may be decoded (and `..`
+  // resolved) by a gateway: the path would escape the prefix it was checked against.
+  if (/%2f|%5c/i.test(url.pathname)) throw new ServiceError('VALIDATION', `${field} "${text}" must not contain an encoded slash or backslash`);
   return url;
 }
 
