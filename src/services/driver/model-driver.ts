@@ -156,9 +156,8 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       );
     } catch (error) {
       if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the disposal ended the turn
-      let reason = error instanceof ModelRequestError ? error.message : 'an internal error (see the service log)';
-      const key = model.apiKeyEnv === undefined ? undefined : this.options.env[model.apiKeyEnv];
-      if (key !== undefined && key !== '') reason = reason.split(key).join('[redacted]');
+      // completeChat redacts the key from everything the endpoint said.
+      const reason = error instanceof ModelRequestError ? error.message : 'an internal error (see the service log)';
       if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, 'a model request failed unexpectedly');
       const attempts = error instanceof ModelRequestError ? error.attempts : 0;
       this.deps.observe?.({ kind: 'request', outcome: 'failed', attempts, seconds: (performance.now() - started) / 1000 });
