@@ -40,7 +40,7 @@ import type { PendingOp, PendingRow } from './session-store.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { ServiceTool } from './tool-registry.js';
 import { DEFAULT_LIMITS } from './limits.js';
-import { digest, matchesDigest, mintToken } from './tokens.js';
+import { matchesToken, mintToken } from './tokens.js';
 
 /** What a claim hands the caller: the step's identity and the log position it was cut at. */
 export interface StepClaim {
@@ -75,7 +75,6 @@ export class LiveAgent {
   readonly id: string;
   readonly rootId: string;
   readonly token: string;
-  private readonly tokenDigest: Buffer;
   private turnState: AgentState = initialState();
   private disposalStarted = false;
   private admittedTurns = 0;
@@ -102,7 +101,6 @@ export class LiveAgent {
     this.id = header.id;
     this.rootId = header.rootSession ?? header.id;
     this.token = mintToken();
-    this.tokenDigest = digest(this.token);
   }
 
   get state(): AgentState {
@@ -124,7 +122,7 @@ export class LiveAgent {
   }
 
   authenticates(token: string | undefined): boolean {
-    return matchesDigest(token, this.tokenDigest);
+    return matchesToken(token, this.token);
   }
 
   /** Deliver new content; returns the stable message id and, for followup/steer, the item id. */

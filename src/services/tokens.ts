@@ -1,8 +1,9 @@
 /**
  * Agent tokens and operator keys. A token is 256 random bits, base64url; it is held only in
  * process memory by the live incarnation it belongs to and never persisted or logged.
- * Comparisons hash both sides first, so their cost does not depend on where they differ or on
- * the candidate's length.
+ * Comparisons are constant-time in where the two differ. Every token has the same length
+ * (43 characters), so a token check may answer a wrong length at once; operator keys, which
+ * have any length, are hashed first so that not even their length shows.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 
@@ -14,10 +15,15 @@ export function digest(secret: string): Buffer {
   return createHash('sha256').update(secret, 'utf8').digest();
 }
 
-/** Constant-time check of a presented secret against a stored digest. */
-export function matchesDigest(presented: string | undefined, expected: Buffer): boolean {
-  if (presented === undefined) return false;
-  return timingSafeEqual(digest(presented), expected);
+/**
+ * Constant-time check of a presented agent token against the live one. No digest per agent
+ * or per request: a resident agent costs memory, and this runs on every agent request.
+ */
+export function matchesToken(presented: string | undefined, expected: string): boolean {
+  if (presented === undefined || presented.length !== expected.length) return false;
+  const a = Buffer.from(presented, 'utf8');
+  const b = Buffer.from(expected, 'utf8');
+  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 /** Constant-time check against a set of digests; every digest is compared. */

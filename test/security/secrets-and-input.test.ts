@@ -4,8 +4,9 @@
  * 1. Agent tokens and operator keys (the real ones, and every wrong one a caller sends) never
  *    reach the logs, an error body, a session or the SQLite file: a scripted scenario against
  *    a real server process at the lowest log level, with every response and the whole output kept.
- * 2. Token and key comparison hashes both sides first and compares every configured digest,
- *    as src/services/tokens.ts claims (behaviour only; nothing is timed).
+ * 2. Token comparison is constant-time over the fixed token length; key comparison hashes
+ *    first and compares every configured digest, as src/services/tokens.ts claims (behaviour
+ *    only; nothing is timed).
  * 3. JSON bodies cannot pollute Object.prototype: `__proto__` and `constructor.prototype` keys
  *    are rejected with the documented 4xx error shape, never a 5xx.
  * 4. Agent ids in paths and bodies follow the contract's pattern; anything else is a 400 (or the
@@ -20,7 +21,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import type { InjectOptions } from 'fastify';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { digest, matchesAny, matchesDigest, mintToken } from '../../src/services/tokens.js';
+import { digest, matchesAny, matchesToken, mintToken } from '../../src/services/tokens.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import { startHarness, type Harness } from '../fixtures/harness.js';
 import { PROJECT_ROOT, startServer, stopLeftoverServers, type RunningServer, type ServerExit } from '../fixtures/server-process.js';
@@ -508,7 +509,9 @@ describe('secrets stay out of logs, error bodies, sessions and the data file (re
 });
 
 /* ---------------------------------------------------------------------------------------------
- * 2. Token comparison: hashed first, every digest compared; nothing is timed.
+ * 2. Token comparison: constant-time over the fixed token length (a wrong length is refused at
+ *    once: every token has 43 characters); operator keys hashed first, every digest compared;
+ *    nothing is timed.
  * ------------------------------------------------------------------------------------------- */
 
 describe('token and key comparison', () => {
@@ -532,19 +535,22 @@ describe('token and key comparison', () => {
     comparisons.length = 0;
   });
 
-  it.each(wrongs)('matchesDigest rejects a wrong token (%s) and compares two 32-byte digests', (_label, presented) => {
+  // Only a candidate of a token's exact length (43 ASCII characters) reaches the constant-time compare.
+  const sameLength = new Set(['a different token']);
+
+  it.each(wrongs)('matchesToken rejects a wrong token (%s), comparing all 43 bytes only when the length matches', (label, presented) => {
     comparisons.length = 0;
     expect(presented).not.toBe(secret);
-    expect(matchesDigest(presented, expected)).toBe(false);
-    expect(comparisons).toEqual([[32, 32]]);
+    expect(matchesToken(presented, secret)).toBe(false);
+    expect(comparisons).toEqual(sameLength.has(label) ? [[43, 43]] : []);
   });
 
-  it('matchesDigest accepts the exact token, and rejects an absent one without comparing', () => {
+  it('matchesToken accepts the exact token, and rejects an absent one without comparing', () => {
     comparisons.length = 0;
-    expect(matchesDigest(secret, expected)).toBe(true);
-    expect(comparisons).toEqual([[32, 32]]);
+    expect(matchesToken(secret, secret)).toBe(true);
+    expect(comparisons).toEqual([[43, 43]]);
     comparisons.length = 0;
-    expect(matchesDigest(undefined, expected)).toBe(false);
+    expect(matchesToken(undefined, secret)).toBe(false);
     expect(comparisons).toEqual([]);
   });
 
