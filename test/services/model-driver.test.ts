@@ -393,6 +393,33 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     expect(model.requests).toHaveLength(0);
   });
 
+  it('drives a one-shot child of an undriven root to its one turn, then the child is closed for good', async () => {
+    const h = await start();
+    const model = await modelServer(() => answer('one answer'));
+    const root = await createRoot(h.app);
+    const res = await h.app.inject({
+      method: 'POST',
+      url: `/v1/agents/${root.id}/children`,
+      headers: { 'x-agent-token': root.token },
+      payload: { mode: 'one-shot', prompt: 'just once', model: spec(model) },
+    });
+    expect(res.statusCode).toBe(201);
+    const childId = (res.json() as { agent: AgentView }).agent.id;
+    await until(async () => (await view(h, childId)).status === 'closed', 'the one-shot child to close');
+    const log = picture(await session(h.app, childId));
+    expect(log).toEqual(['activation:created', 'turn-start', 'user:just once', 'step-start:0', 'assistant:one answer', 'turn-end:completed', 'activation:closed']);
+    expect(model.requests).toHaveLength(1);
+    // Closed for good: a followup does not bring it back.
+    const again = await h.app.inject({
+      method: 'POST',
+      url: `/v1/agents/${childId}/messages`,
+      headers: { 'x-agent-token': root.token },
+      payload: { content: 'again', delivery: 'followup' },
+    });
+    expect(again.statusCode).toBe(409);
+    expect(model.requests).toHaveLength(1);
+  });
+
   it('cold-resumes a settled driven child on a followup from the parent token holder, and on send_message', async () => {
     const h = await start();
     const model = await modelServer((req) => {
@@ -648,6 +675,23 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     const next = await createRoot(h.app, { model: spec(model) });
     accepted(await followup(h, next.id, 'again'));
     expect(picture(await turnEnded(h, next.id))).toEqual(['turn-start', 'user:again', 'step-start:0', 'assistant:fine', 'turn-end:completed']);
+  });
+
+  it('aborts the request in flight when its forest moves to another instance, writing nothing', async () => {
+    const h = await start();
+    const model = await modelServer(() => ({ hang: true }));
+    const root = await createRoot(h.app, { model: spec(model) });
+    accepted(await followup(h, root.id, 'hi'));
+    await until(() => model.requests.length === 1, 'the model request');
+    const before = await h.system.store.read(root.id, 0);
+    // What a lost forest lease does (ownership.ts): the forest's agents leave at once, writing nothing.
+    h.system.agents.dropForests([root.id]);
+    const abandoned = await model.nextAbandoned();
+    expect(abandoned.n).toBe(1);
+    await until(() => h.system.driver.driving === 0, 'the driver loop to stop');
+    await h.system.log.flush();
+    expect(await h.system.store.read(root.id, 0)).toEqual(before);
+    expect(before.map((e) => e.type)).toEqual(['turn-start', 'message', 'step-start']);
   });
 
   it('drops an answer that arrives after the agent was disposed (a fetch that ignores the abort): nothing is written, nothing logged', async () => {
