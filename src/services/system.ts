@@ -69,8 +69,8 @@ export interface SystemOptions {
   ownership?: OwnershipOptions;
   /** The built-in model driver: retry policy, timeout, concurrency, key lookup (default: process.env). */
   driver?: Partial<DriverOptions>;
-  /** What a `model` given at creation may name (default: process.env, keys named *_API_KEY). */
-  modelPolicy?: Partial<ModelPolicy>;
+  /** What a `model` may name (default: keys named *_API_KEY, any endpoint); keys are read from the driver's env. */
+  modelPolicy?: Omit<Partial<ModelPolicy>, 'env'>;
 }
 
 export const systemClock: Clock = { now: () => Date.now() };
@@ -100,7 +100,7 @@ export function createSystem(options: SystemOptions): System {
   const idempotency = new IdempotencyKeys(log, clock, options.idempotencyTtlMs);
 
   const env = options.driver?.env ?? process.env;
-  const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { env, ...options.modelPolicy });
+  const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { ...options.modelPolicy, env });
   const metrics: Metrics = new Metrics({
     log,
     registry,

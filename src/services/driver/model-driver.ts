@@ -45,9 +45,10 @@ export interface ModelDriverDeps {
   observe?: (event: DriverEvent) => void;
   /**
    * The operator's model policy, checked again before every request (it may have been
-   * tightened since the agent was created); returns the model with its URL normalised.
+   * tightened since the agent was created, or the key variable unset); returns the model
+   * with its URL normalised.
    */
-  checkModel?: (spec: ModelSpec) => ModelSpec;
+  checkModel: (spec: ModelSpec) => ModelSpec;
 }
 
 export type DriverEvent =
@@ -117,30 +118,21 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     const declared = agent.header.model!;
     let model: ModelSpec;
     try {
-      model = this.deps.checkModel?.(declared) ?? declared;
+      model = this.deps.checkModel(declared);
     } catch (error) {
-      agent.failTurn(`the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`);
-      await this.deps.log.durable();
-      return;
+      return this.fail(agent, `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`);
     }
     const maxSteps = model.maxSteps ?? DEFAULT_MAX_STEPS;
     const turn = agent.state.turn;
     const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
-    if (index >= maxSteps) {
-      agent.failTurn(`the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
-      await this.deps.log.durable();
-      return;
-    }
+    if (index >= maxSteps) return this.fail(agent, `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
     const claim = this.deps.dispatcher.claimDirect(agent);
     let answer: ChatAnswer;
     const started = performance.now();
     try {
       const step = await this.deps.steps.renderStep(claim);
-      let apiKey: string | undefined;
-      if (model.apiKeyEnv !== undefined) {
-        apiKey = this.options.env[model.apiKeyEnv];
-        if (apiKey === undefined || apiKey === '') throw new ModelRequestError(`the API key variable ${model.apiKeyEnv} is not set in the service's environment`);
-      }
+      // checkModel found the variable set.
+      const apiKey = model.apiKeyEnv === undefined ? undefined : this.options.env[model.apiKeyEnv];
       answer = await completeChat(
         {
           baseUrl: model.baseUrl,
@@ -161,9 +153,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, 'a model request failed unexpectedly');
       const attempts = error instanceof ModelRequestError ? error.attempts : 0;
       this.deps.observe?.({ kind: 'request', outcome: 'failed', attempts, seconds: (performance.now() - started) / 1000 });
-      agent.failTurn(`model request failed: ${reason}`);
-      await this.deps.log.durable();
-      return;
+      return this.fail(agent, `model request failed: ${reason}`);
     }
     this.deps.observe?.({ kind: 'request', outcome: 'ok', attempts: answer.attempts, seconds: (performance.now() - started) / 1000 });
     if (answer.usage !== undefined) this.deps.observe?.({ kind: 'tokens', prompt: answer.usage.promptTokens, completion: answer.usage.completionTokens });
@@ -214,9 +204,14 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       // failed is retried with what follows, and whatever turn is open now is not this one.
       if (!onStep(agent, claim)) return;
       const reason = error instanceof ServiceError ? error.message : 'an internal error (see the service log)';
-      agent.failTurn(`the model's answer could not be recorded: ${reason}`);
-      await this.deps.log.durable();
+      await this.fail(agent, `the model's answer could not be recorded: ${reason}`);
     }
+  }
+
+  /** End the open turn as failed with this reason, and wait until that is durable. */
+  private async fail(agent: LiveAgent, reason: string): Promise<void> {
+    agent.failTurn(reason);
+    await this.deps.log.durable();
   }
 }
 
