@@ -112,12 +112,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       problems.push(`${key}=${JSON.stringify(shown)}: ${describe(key, e.message)}`);
     }
   }
-  const packages = raw.AGENTFOREST_PACKAGES?.split(',').map((p) => p.trim()).filter((p) => p !== '');
+  /** A comma-separated list, blanks dropped; undefined when the variable is unset. */
+  const list = (value: string | undefined): string[] | undefined => value?.split(',').map((v) => v.trim()).filter((v) => v !== '');
+  const packages = list(raw.AGENTFOREST_PACKAGES);
   const unknownPackages = (packages ?? []).filter((p) => !(PACKAGE_NAMES as readonly string[]).includes(p));
   if (unknownPackages.length > 0) {
     problems.push(`AGENTFOREST_PACKAGES: unknown package(s) ${unknownPackages.join(', ')}; known: ${PACKAGE_NAMES.join(', ')}`);
   }
-  const list = (value: string | undefined): string[] | undefined => value?.split(',').map((v) => v.trim()).filter((v) => v !== '');
   const keyEnvs = list(raw.AGENTFOREST_MODEL_KEY_ENVS);
   const baseUrls = list(raw.AGENTFOREST_MODEL_BASE_URLS);
   for (const url of baseUrls ?? []) {
@@ -127,7 +128,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       problems.push(error instanceof Error ? error.message : String(error));
     }
   }
-  const apiKeys = (raw.AGENTFOREST_API_KEYS ?? '').split(',').map((k) => k.trim()).filter((k) => k !== '');
+  const apiKeys = list(raw.AGENTFOREST_API_KEYS) ?? [];
   const host = raw.HOST ?? '127.0.0.1';
   if (!isLoopback(host) && apiKeys.length === 0) {
     problems.push(
