@@ -96,6 +96,11 @@ export class AgentRegistry {
     return this.perForest.get(rootId) ?? 0;
   }
 
+  /** Whether an agent id has a live child (after every transition of a child: no list built). */
+  hasLiveChildren(parentId: string): boolean {
+    return this.childrenOf.has(parentId);
+  }
+
   /** Live children of an agent id, in creation order. */
   liveChildren(parentId: string): LiveAgent[] {
     return [...(this.childrenOf.get(parentId) ?? [])].flatMap((id) => {

@@ -561,7 +561,7 @@ export class ContinuationManager {
   }
 
   private ownsLiveChildren(agent: LiveAgent): boolean {
-    return this.deps.registry.liveChildren(agent.id).length > 0;
+    return this.deps.registry.hasLiveChildren(agent.id);
   }
 
   private checkAdmission(agent: LiveAgent): void {
