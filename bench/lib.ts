@@ -17,7 +17,21 @@ export const root = fileURLToPath(new URL('..', import.meta.url));
 export interface Server {
   url: string;
   child: ChildProcess;
+  /** CPU time the server process used so far (all its threads), or undefined off Linux. */
+  cpuSeconds(): number | undefined;
   stop(): Promise<void>;
+}
+
+/** utime + stime of a process from /proc (in clock ticks of 1/100 s), or undefined. */
+function processCpuSeconds(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    // Fields after the command name: state is the 1st, utime the 12th, stime the 13th.
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Compile the server as `npm start` runs it (dist/), so the benchmarks measure that build. */
@@ -54,6 +68,7 @@ export async function startServer(data: string, env: Record<string, string> = {}
   return {
     url,
     child,
+    cpuSeconds: () => processCpuSeconds(child.pid),
     async stop() {
       if (child.exitCode === null) {
         child.kill('SIGTERM');
@@ -77,14 +92,18 @@ export async function call<T = Record<string, unknown>>(url: string, method: str
 
 export interface Load {
   requestsPerSecond: number;
+  /** Requests answered in the measured window. */
+  requests: number;
   p50Ms: number;
   p99Ms: number;
   errors: number;
 }
 
-export async function load(url: string, body: unknown, headers: Record<string, string>, seconds: number, connections = 50): Promise<Load> {
+export async function load(url: string, body: unknown, headers: Record<string, string>, seconds: number, connections = 50, warmUpSeconds = 2): Promise<Load> {
   // Warm up first: a route's first seconds run code V8 has not optimised yet.
-  await autocannon({ url, method: 'POST', connections, duration: 2, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  if (warmUpSeconds > 0) {
+    await autocannon({ url, method: 'POST', connections, duration: warmUpSeconds, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  }
   const result = await autocannon({
     url,
     method: 'POST',
@@ -95,6 +114,7 @@ export async function load(url: string, body: unknown, headers: Record<string, s
   });
   return {
     requestsPerSecond: Math.round(result.requests.average),
+    requests: result.requests.total,
     p50Ms: result.latency.p50,
     p99Ms: result.latency.p99,
     errors: result.non2xx + result.errors,

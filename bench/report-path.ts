@@ -37,6 +37,12 @@ try {
       payload: { mode: 'continuable', prompt: 'report' },
       headers: { 'x-agent-token': parent.agentToken },
     })).json();
+    // As in `npm run bench`: the child starts a child of its own and ends its first turn, so it
+    // stays live and idle and each report is logged at once (three entries), under the default limits.
+    const asChild = { 'x-agent-token': child.agentToken };
+    await app.inject({ method: 'POST', url: `/v1/agents/${child.agent.id}/children`, payload: { mode: 'continuable', prompt: 'wait' }, headers: asChild });
+    const { step } = (await app.inject({ method: 'POST', url: `/v1/agents/${child.agent.id}/steps/next`, payload: { waitMs: 1000 }, headers: asChild })).json();
+    await app.inject({ method: 'POST', url: `/v1/agents/${child.agent.id}/steps/${step.id}/output`, payload: { content: 'done' }, headers: asChild });
     const body = { name: 'report', input: { output: 'a finding worth reporting to the parent' } };
     rows[label] = {};
     for (const run of [1, 2, 3]) {

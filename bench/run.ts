@@ -4,7 +4,7 @@
  * is a ratio to a baseline measured in the same run. Prints one table and writes
  * bench/results.json. Bounded: it stops by itself (a few minutes on 2 cores).
  *
- *   npm run bench -- [--seconds 6] [--agents 100000] [--entries 100000]
+ *   npm run bench -- [--seconds 4] [--rounds 5] [--round-seconds 2] [--agents 100000] [--entries 100000]
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
@@ -15,7 +15,10 @@ const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);
   return i === -1 ? fallback : Number(process.argv[i + 1]);
 };
-const seconds = arg('seconds', 6);
+const seconds = arg('seconds', 4);
+// The two ratios: rounds of baseline then report, each route measured this long per round.
+const rounds = arg('rounds', 5);
+const roundSeconds = arg('round-seconds', 2);
 const manyAgents = arg('agents', 100_000);
 const longSession = arg('entries', 100_000);
 const dir = mkdtempSync(join(tmpdir(), 'agentforest-bench-'));
@@ -67,24 +70,37 @@ async function reportingChild(s: Server, parent: Agent): Promise<Agent> {
 const reportLoad = (s: Server, child: Agent, secs = seconds): Promise<Load> =>
   load(`${s.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, secs);
 
-const baselineLoad = (s: Server, secs = seconds): Promise<Load> => load(`${s.url}/bench/baseline`, report, {}, secs);
-
 /**
- * Report throughput over the baseline's on one server: `pairs` rounds of baseline then report,
- * each measured for `seconds / 2`, and the median of the per-round ratios. Neighbours on a
- * shared machine shift throughput by a fifth within minutes; rounds next to each other see the
- * same conditions, and the median drops a round that did not.
+ * Report throughput over the baseline's on one server: after one warm-up of each route,
+ * `rounds` rounds of baseline then report, `roundSeconds` each, and the median of the
+ * per-round ratios. Neighbours on a shared machine shift throughput by a fifth or more within
+ * seconds; rounds side by side see the same conditions, and the median drops the ones that
+ * did not. Beside it, the same median of the server's CPU time per request (baseline over
+ * report, from /proc), which what neighbours take from the machine moves much less.
  */
-async function pairedRatio(s: Server, child: Agent, pairs = 3): Promise<{ ratio: number; base: Load; rep: Load; ratios: number[] }> {
-  const secs = Math.max(1, Math.round(seconds / 2));
-  const rounds: { base: Load; rep: Load; ratio: number }[] = [];
-  for (let i = 0; i < pairs; i++) {
-    const base = await baselineLoad(s, secs);
-    const rep = await reportLoad(s, child, secs);
-    rounds.push({ base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond) });
+async function pairedRatio(s: Server, child: Agent): Promise<{ ratio: number; cpuRatio: number | null; base: Load; rep: Load; ratios: number[] }> {
+  const baseUrl = `${s.url}/bench/baseline`;
+  const reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
+  const token = { 'x-agent-token': child.token };
+  await load(baseUrl, report, {}, 0, 50, 2);
+  await load(reportUrl, report, token, 0, 50, 2);
+  const measured = async (url: string, headers: Record<string, string>): Promise<{ load: Load; cpuPerRequest: number | undefined }> => {
+    const before = s.cpuSeconds();
+    const l = await load(url, report, headers, roundSeconds, 50, 0);
+    const after = s.cpuSeconds();
+    return { load: l, cpuPerRequest: before === undefined || after === undefined ? undefined : (after - before) / l.requests };
+  };
+  const all: { base: Load; rep: Load; ratio: number; cpuRatio: number | undefined }[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const base = await measured(baseUrl, {});
+    const rep = await measured(reportUrl, token);
+    const cpuRatio = base.cpuPerRequest === undefined || rep.cpuPerRequest === undefined ? undefined : base.cpuPerRequest / rep.cpuPerRequest;
+    all.push({ base: base.load, rep: rep.load, ratio: ratio(rep.load.requestsPerSecond, base.load.requestsPerSecond), cpuRatio });
   }
-  const median = [...rounds].sort((a, b) => a.ratio - b.ratio)[Math.floor(pairs / 2)]!;
-  return { ...median, ratios: rounds.map((r) => r.ratio) };
+  const median = <T>(items: T[], key: (t: T) => number): T => [...items].sort((a, b) => key(a) - key(b))[Math.floor(items.length / 2)]!;
+  const mid = median(all, (r) => r.ratio);
+  const cpu = all.every((r) => r.cpuRatio !== undefined) ? +median(all, (r) => r.cpuRatio!).cpuRatio!.toFixed(3) : null;
+  return { ratio: mid.ratio, cpuRatio: cpu, base: mid.base, rep: mid.rep, ratios: all.map((r) => r.ratio) };
 }
 
 /** Turns per second: each worker drives its own root through followup, claim and output. */
@@ -115,6 +131,7 @@ async function main(): Promise<Record<string, unknown>> {
   const durable = await startServer(join(dir, 'durable.db'), unbounded);
   let durableRatio: number;
   let durableRatios: number[];
+  let durableCpuRatio: number | null;
   let wakeup: Load;
   let steps: number;
   try {
@@ -122,8 +139,9 @@ async function main(): Promise<Record<string, unknown>> {
     const paired = await pairedRatio(durable, child);
     durableRatio = paired.ratio;
     durableRatios = paired.ratios;
+    durableCpuRatio = paired.cpuRatio;
     row('baseline route (sqlite build)', paired.base);
-    row('report quiet, sqlite FULL', paired.rep, { ratioToBaseline: durableRatio });
+    row('report quiet, sqlite FULL', paired.rep, { ratioToBaseline: durableRatio, cpuRatio: durableCpuRatio });
     // Wakeup to a running parent: its turn is open (step claimed), each report queues one turn.
     await call(`${durable.url}/v1/packages/subagent-report`, 'PUT', { config: { reportDelivery: 'wakeup' } });
     const busy = await newRoot(durable);
@@ -139,12 +157,14 @@ async function main(): Promise<Record<string, unknown>> {
   const memory = await startServer(':memory:');
   let memoryRatio: number;
   let memoryRatios: number[];
+  let memoryCpuRatio: number | null;
   try {
     const paired = await pairedRatio(memory, await reportingChild(memory, await newRoot(memory)));
     memoryRatio = paired.ratio;
     memoryRatios = paired.ratios;
+    memoryCpuRatio = paired.cpuRatio;
     row('baseline route (memory build)', paired.base);
-    row('report quiet, memory store', paired.rep, { ratioToBaseline: memoryRatio });
+    row('report quiet, memory store', paired.rep, { ratioToBaseline: memoryRatio, cpuRatio: memoryCpuRatio });
   } finally {
     await memory.stop();
   }
@@ -254,6 +274,8 @@ async function main(): Promise<Record<string, unknown>> {
     memoryRatio,
     // Each ratio is the median of these rounds (baseline then report, side by side).
     ratioRounds: { durable: durableRatios, memory: memoryRatios },
+    // The server's CPU time per request, baseline over report (median of the same rounds).
+    cpuRatios: { durable: durableCpuRatio, memory: memoryCpuRatio },
     wakeupRps: wakeup.requestsPerSecond,
     stepRoundTripsPerSecond: steps,
     scaling: {
