@@ -70,38 +70,57 @@ async function reportingChild(s: Server, parent: Agent): Promise<Agent> {
 const reportLoad = (s: Server, child: Agent, secs = seconds): Promise<Load> =>
   load(`${s.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, secs);
 
+interface Paired {
+  ratio: number;
+  cpuRatio: number | null;
+  base: Load;
+  rep: Load;
+  ratios: number[];
+}
+
 /**
  * Report throughput over the baseline's on one server: after one warm-up of each route,
  * `rounds` rounds of baseline then report, `roundSeconds` each, and the median of the
  * per-round ratios. Neighbours on a shared machine shift throughput by a fifth or more within
  * seconds; rounds side by side see the same conditions, and the median drops the ones that
- * did not. Beside it, the same median of the server's CPU time per request (baseline over
- * report, from /proc), which what neighbours take from the machine moves much less.
+ * did not. Beside it, the server's CPU time per request over all rounds (baseline over
+ * report, from /proc), which what neighbours take from the machine moves much less. The
+ * scaling cases use it too, with shorter rounds: each case's report cost is its ratio to a
+ * baseline measured beside it, so the machine's drift between cases cancels out.
  */
-async function pairedRatio(s: Server, child: Agent): Promise<{ ratio: number; cpuRatio: number | null; base: Load; rep: Load; ratios: number[] }> {
+async function pairedRatio(s: Server, child: Agent, shape = { rounds, roundSeconds, warmUpSeconds: 2 }): Promise<Paired> {
   const baseUrl = `${s.url}/bench/baseline`;
   const reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
   const token = { 'x-agent-token': child.token };
-  await load(baseUrl, report, {}, 0, 50, 2);
-  await load(reportUrl, report, token, 0, 50, 2);
-  const measured = async (url: string, headers: Record<string, string>): Promise<{ load: Load; cpuPerRequest: number | undefined }> => {
+  await load(baseUrl, report, {}, 0, 50, shape.warmUpSeconds);
+  await load(reportUrl, report, token, 0, 50, shape.warmUpSeconds);
+  // CPU seconds and requests of each route over all rounds (CPU is null off Linux).
+  const cpu = { base: 0, rep: 0 } as Record<'base' | 'rep', number | null>;
+  const requests = { base: 0, rep: 0 };
+  const measured = async (url: string, headers: Record<string, string>, route: 'base' | 'rep'): Promise<Load> => {
     const before = s.cpuSeconds();
-    const l = await load(url, report, headers, roundSeconds, 50, 0);
+    const l = await load(url, report, headers, shape.roundSeconds, 50, 0);
     const after = s.cpuSeconds();
-    return { load: l, cpuPerRequest: before === undefined || after === undefined ? undefined : (after - before) / l.requests };
+    const used = cpu[route];
+    cpu[route] = used === null || before === undefined || after === undefined ? null : used + after - before;
+    requests[route] += l.requests;
+    return l;
   };
-  const all: { base: Load; rep: Load; ratio: number; cpuRatio: number | undefined }[] = [];
-  for (let i = 0; i < rounds; i++) {
-    const base = await measured(baseUrl, {});
-    const rep = await measured(reportUrl, token);
-    const cpuRatio = base.cpuPerRequest === undefined || rep.cpuPerRequest === undefined ? undefined : base.cpuPerRequest / rep.cpuPerRequest;
-    all.push({ base: base.load, rep: rep.load, ratio: ratio(rep.load.requestsPerSecond, base.load.requestsPerSecond), cpuRatio });
+  const all: { base: Load; rep: Load; ratio: number }[] = [];
+  for (let i = 0; i < shape.rounds; i++) {
+    const base = await measured(baseUrl, {}, 'base');
+    const rep = await measured(reportUrl, token, 'rep');
+    all.push({ base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond) });
   }
-  const median = <T>(items: T[], key: (t: T) => number): T => [...items].sort((a, b) => key(a) - key(b))[Math.floor(items.length / 2)]!;
-  const mid = median(all, (r) => r.ratio);
-  const cpu = all.every((r) => r.cpuRatio !== undefined) ? +median(all, (r) => r.cpuRatio!).cpuRatio!.toFixed(3) : null;
-  return { ratio: mid.ratio, cpuRatio: cpu, base: mid.base, rep: mid.rep, ratios: all.map((r) => r.ratio) };
+  const mid = [...all].sort((a, b) => a.ratio - b.ratio)[Math.floor(all.length / 2)]!;
+  // Summed over the rounds rather than a median: work a round leaves behind (the writer's
+  // queue, a collection) is counted in the next round's window, which sums even out.
+  const cpuRatio = cpu.base === null || cpu.rep === null ? null : ratio(cpu.base / requests.base, cpu.rep / requests.rep);
+  return { ratio: mid.ratio, cpuRatio, base: mid.base, rep: mid.rep, ratios: all.map((r) => r.ratio) };
 }
+
+/** A scaling case: three rounds of 2 s after a 1 s warm-up, as a ratio to the baseline beside it. */
+const scalingCase = (s: Server, child: Agent): Promise<Paired> => pairedRatio(s, child, { rounds: 3, roundSeconds: 2, warmUpSeconds: 1 });
 
 /** Turns per second: each worker drives its own root through followup, claim and output. */
 async function stepRoundTrips(s: Server, workers: number): Promise<number> {
@@ -169,53 +188,51 @@ async function main(): Promise<Record<string, unknown>> {
     await memory.stop();
   }
 
-  // 2. Scaling with live agents. Each measurement reports from a fresh child, closed
-  // afterwards, so every one starts from the same session length.
-  const scaling = await startServer(join(dir, 'scaling.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
-  const agentsScaling: Record<string, number> = {};
+  // 2. Live agents: memory per idle resident agent, then report cost with 1, 1,000 and
+  // `manyAgents` of them. Each cost case reports from a fresh child, closed afterwards, so each
+  // starts from the same session length, and is measured against the baseline beside it: the
+  // small cases run on a server of their own, the large one after the memory readings.
+  const agentsScaling: Record<string, Paired> = {};
+  const liveAgentsCase = async (s: Server): Promise<Paired> => {
+    const child = await reportingChild(s, await newRoot(s));
+    const paired = await scalingCase(s, child);
+    await call(`${s.url}/v1/agents/${child.id}`, 'DELETE');
+    return paired;
+  };
+  const few = await startServer(join(dir, 'few.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
   try {
-    const parent = await newRoot(scaling);
-    const measure = async (): Promise<number> => {
-      const child = await reportingChild(scaling, parent);
-      const l = await reportLoad(scaling, child);
-      await call(`${scaling.url}/v1/agents/${child.id}`, 'DELETE');
-      return l.requestsPerSecond;
-    };
-    agentsScaling['1'] = await measure();
-    let created = 0;
-    for (const target of [1_000, manyAgents]) {
-      await pool(target - created, 64, async () => {
-        await newRoot(scaling);
-      });
-      created = target;
-      agentsScaling[String(target)] = await measure();
-    }
+    agentsScaling['1'] = await liveAgentsCase(few);
+    await pool(1_000, 64, async () => {
+      await newRoot(few);
+    });
+    agentsScaling['1000'] = await liveAgentsCase(few);
   } finally {
-    await scaling.stop();
+    await few.stop();
   }
 
-  // Memory per idle resident agent, on a server that does nothing else (resident memory rarely
-  // shrinks, so any earlier load would blur it), read after a full garbage collection. The
-  // first 1,000 roots are a warm-up outside the count: they pay one-off costs (the create
-  // path's compiled code, the SQLite page caches filling up to their bound).
-  const idle = await startServer(join(dir, 'idle.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  // Memory per idle resident agent is read first, on a server that did nothing else yet
+  // (resident memory rarely shrinks, so any earlier load would blur it), after a full garbage
+  // collection. The first 1,000 roots are a warm-up outside the count: they pay one-off costs
+  // (the create path's compiled code, the SQLite page caches filling up to their bound).
+  const many = await startServer(join(dir, 'many.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
   const rssPerAgent: Record<string, number> = {};
   try {
     const warmUp = 1_000;
     await pool(warmUp, 64, async () => {
-      await newRoot(idle);
+      await newRoot(many);
     });
-    const before = await settledRss(idle.url);
+    const before = await settledRss(many.url);
     let created = 0;
     for (const target of [10_000, manyAgents]) {
       await pool(target - created, 64, async () => {
-        await newRoot(idle);
+        await newRoot(many);
       });
       created = target;
-      rssPerAgent[String(target)] = Math.round(((await settledRss(idle.url)) - before) / target);
+      rssPerAgent[String(target)] = Math.round(((await settledRss(many.url)) - before) / target);
     }
+    agentsScaling[String(manyAgents)] = await liveAgentsCase(many);
   } finally {
-    await idle.stop();
+    await many.stop();
   }
 
   // 3. Long sessions: a parent with 10 vs `longSession` entries; cold resume of such children.
@@ -227,7 +244,7 @@ async function main(): Promise<Record<string, unknown>> {
     ...[0, 1, 2].map((i) => ({ header: childHeader(`long-child-${i}`, 'long-parent'), entries: longSession })),
   ]);
   const sessions = await startServer(seeded, { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
-  const sessionScaling: Record<string, number> = {};
+  const sessionScaling: Record<string, Paired> = {};
   const coldResumeMs: Record<string, number> = {};
   try {
     for (const [label, id] of [['10', 'short-parent'], [String(longSession), 'long-parent']] as const) {
@@ -241,7 +258,7 @@ async function main(): Promise<Record<string, unknown>> {
         times.push(performance.now() - t);
       }
       coldResumeMs[label] = +(times.reduce((a, b) => a + b, 0) / times.length).toFixed(2);
-      sessionScaling[label] = (await reportLoad(sessions, await reportingChild(sessions, parent))).requestsPerSecond;
+      sessionScaling[label] = await scalingCase(sessions, await reportingChild(sessions, parent));
     }
   } finally {
     await sessions.stop();
@@ -249,23 +266,35 @@ async function main(): Promise<Record<string, unknown>> {
 
   // 4. Forest depth: a report from depth 1 vs depth 50 to its direct parent.
   const deep = await startServer(join(dir, 'deep.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
-  const depthScaling: Record<string, number> = {};
+  const depthScaling: Record<string, Paired> = {};
   try {
     // At both depths the reporter and its parent are idle: every child of the chain owns the
     // next one and ended its first turn, so it waits.
     const first = await reportingChild(deep, await newRoot(deep));
-    depthScaling['1'] = (await reportLoad(deep, first)).requestsPerSecond;
+    depthScaling['1'] = await scalingCase(deep, first);
     const chain = [first];
     for (let depth = 2; depth <= 50; depth++) chain.push(await newChild(deep, chain.at(-1)!));
     await newChild(deep, chain.at(-1)!);
     for (const agent of chain.slice(1)) await endTurn(deep, agent);
-    depthScaling['50'] = (await reportLoad(deep, chain.at(-1)!)).requestsPerSecond;
+    depthScaling['50'] = await scalingCase(deep, chain.at(-1)!);
   } finally {
     await deep.stop();
   }
 
-  const scale = (table: Record<string, number>, small: string): Record<string, number> =>
-    Object.fromEntries(Object.entries(table).map(([k, v]) => [k, ratio(table[small]!, v)]));
+  // Each case's cost relative to the smallest case's. A case's cost is the server's CPU time
+  // per report over its CPU time per baseline request beside it (throughput, where /proc is
+  // missing): one-second rounds of throughput on a shared machine swing by a third, CPU time
+  // per request far less.
+  const costOf = (p: Paired): number => p.cpuRatio ?? p.ratio;
+  const scale = (table: Record<string, Paired>, small: string): { rps: Record<string, number>; ratioToBaseline: Record<string, number>; cpuRatio: Record<string, number | null>; cost: Record<string, number> } => ({
+    rps: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.rep.requestsPerSecond])),
+    ratioToBaseline: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.ratio])),
+    cpuRatio: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.cpuRatio])),
+    cost: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, ratio(costOf(table[small]!), costOf(v))])),
+  });
+  const byAgents = scale(agentsScaling, '1');
+  const bySession = scale(sessionScaling, '10');
+  const byDepth = scale(depthScaling, '1');
   return {
     at: new Date().toISOString(),
     machine: { cpus: cpus().length, model: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
@@ -274,14 +303,14 @@ async function main(): Promise<Record<string, unknown>> {
     memoryRatio,
     // Each ratio is the median of these rounds (baseline then report, side by side).
     ratioRounds: { durable: durableRatios, memory: memoryRatios },
-    // The server's CPU time per request, baseline over report (median of the same rounds).
+    // The server's CPU time per request, baseline over report, over the same rounds.
     cpuRatios: { durable: durableCpuRatio, memory: memoryCpuRatio },
     wakeupRps: wakeup.requestsPerSecond,
     stepRoundTripsPerSecond: steps,
     scaling: {
-      liveAgents: { rps: agentsScaling, costRatioToOne: scale(agentsScaling, '1') },
-      parentSessionEntries: { rps: sessionScaling, costRatioToTen: scale(sessionScaling, '10') },
-      forestDepth: { rps: depthScaling, costRatioToOne: scale(depthScaling, '1') },
+      liveAgents: { rps: byAgents.rps, ratioToBaseline: byAgents.ratioToBaseline, cpuRatio: byAgents.cpuRatio, costRatioToOne: byAgents.cost },
+      parentSessionEntries: { rps: bySession.rps, ratioToBaseline: bySession.ratioToBaseline, cpuRatio: bySession.cpuRatio, costRatioToTen: bySession.cost },
+      forestDepth: { rps: byDepth.rps, ratioToBaseline: byDepth.ratioToBaseline, cpuRatio: byDepth.cpuRatio, costRatioToOne: byDepth.cost },
     },
     coldResumeMs: { ...coldResumeMs, ratio: ratio(coldResumeMs[String(longSession)]!, coldResumeMs['10']!) },
     rssBytesPerIdleAgent: rssPerAgent,
