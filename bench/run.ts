@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { buildServer, call, childHeader, load, pool, root, rootHeader, settledRss, seedSessions, startServer, type Load, type Server } from './lib.js';
+import { buildServer, call, childHeader, load, pool, root, rootHeader, settledRss, seedSessions, startServer, warmUp, type Load, type Server } from './lib.js';
 
 const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -85,15 +85,15 @@ interface Paired {
  * seconds; rounds side by side see the same conditions, and the median drops the ones that
  * did not. Beside it, the server's CPU time per request over all rounds (baseline over
  * report, from /proc), which what neighbours take from the machine moves much less. The
- * scaling cases use it too, with shorter rounds: each case's report cost is its ratio to a
+ * scaling cases use it too, with three rounds: each case's report cost is its ratio to a
  * baseline measured beside it, so the machine's drift between cases cancels out.
  */
 async function pairedRatio(s: Server, child: Agent, shape = { rounds, roundSeconds, warmUpSeconds: 2 }): Promise<Paired> {
   const baseUrl = `${s.url}/bench/baseline`;
   const reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
   const token = { 'x-agent-token': child.token };
-  await load(baseUrl, report, {}, 0, 50, shape.warmUpSeconds);
-  await load(reportUrl, report, token, 0, 50, shape.warmUpSeconds);
+  await warmUp(baseUrl, report, {}, shape.warmUpSeconds);
+  await warmUp(reportUrl, report, token, shape.warmUpSeconds);
   // CPU seconds and requests of each route over all rounds (CPU is null off Linux).
   const cpu = { base: 0, rep: 0 } as Record<'base' | 'rep', number | null>;
   const requests = { base: 0, rep: 0 };
