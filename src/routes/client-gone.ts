@@ -4,10 +4,10 @@
  * nobody.
  *
  * The signal belongs to the connection, made on its first request and shared by the requests
- * after it: an HTTP/1.1 connection carries one request at a time, so the connection closing
- * while a request is open means that request's client left, and a closed connection carries
- * no later request. One per connection rather than one per request, because a signal and its
- * listener cost a report call about 3% of its CPU (bench/, `--cpu-prof`).
+ * after it: every request still open on a connection (one, or several when pipelined) loses
+ * its client when the connection closes, and a closed connection carries no later request.
+ * One per connection rather than one per request, because a signal and its listener cost a
+ * report call about 3% of its CPU (bench/, `--cpu-prof`).
  */
 import type { Socket } from 'node:net';
 import type { FastifyReply } from 'fastify';
