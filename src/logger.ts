@@ -52,6 +52,19 @@ export function loggerOptions(level: string): LoggerOptions {
   };
 }
 
-export function createLogger(level: string, destination?: pino.DestinationStream): Logger {
-  return destination === undefined ? pino(loggerOptions(level)) : pino(loggerOptions(level), destination);
+/**
+ * Standard output, written asynchronously as pino's default is, but in chunks of at most 4 KiB
+ * rather than 16 KiB. While a write is in flight, each new line is appended to the last pending
+ * chunk, and the chunk's byte length is measured again first, which copies the whole chunk
+ * into one flat string. Under load every request's two lines paid for copying up to 16 KiB;
+ * with 4 KiB chunks a line costs 25-45% less CPU (`npx tsx bench/log-lines.ts`).
+ */
+export const LOG_CHUNK_BYTES = 4096;
+
+export function stdoutDestination(): pino.DestinationStream {
+  return pino.destination({ dest: process.stdout.fd, sync: false, minLength: 0, maxWrite: LOG_CHUNK_BYTES });
+}
+
+export function createLogger(level: string, destination: pino.DestinationStream = stdoutDestination()): Logger {
+  return pino(loggerOptions(level), destination);
 }
