@@ -110,6 +110,19 @@ async function entries(port: number, agent: http.Agent, id: string): Promise<Ent
   return res.body.entries;
 }
 
+/** Park a long-poll, wait until the server counts it, close its socket, and wait until the server let it go. */
+async function pollAndLeave(h: Harness, port: number, path: string, body: unknown, token?: string): Promise<void> {
+  const departed = park(port, path, body, token);
+  await vi.waitFor(() => expect(waitingClaims(h)).toBe(1), WAIT);
+  expect(await departed.leave()).toEqual({ answered: false });
+  // The server saw the socket close and dropped the waiter, long before its 30 s ran out.
+  await vi.waitFor(() => expect(waitingClaims(h)).toBe(0), WAIT);
+}
+
+async function sendWork(port: number, agent: http.Agent, root: CreatedRoot): Promise<void> {
+  expect((await call(port, agent, 'POST', `/v1/agents/${root.id}/messages`, { content: 'work', delivery: 'followup' })).status).toBe(202);
+}
+
 function stepStarts(log: EntryView[]): (string | undefined)[] {
   return log.filter((e) => e.type === 'step-start').map((e) => e.stepId);
 }
@@ -120,13 +133,9 @@ describe('a long-poll whose client left never claims a step', () => {
     const conn = oneConnection();
     const root = await createRoot(port, conn);
 
-    const departed = park(port, `/v1/agents/${root.id}/steps/next`, { waitMs: 30_000 }, root.token);
-    await vi.waitFor(() => expect(waitingClaims(h)).toBe(1), WAIT);
-    expect(await departed.leave()).toEqual({ answered: false });
-    // The server saw the socket close and dropped the waiter, long before its 30 s ran out.
-    await vi.waitFor(() => expect(waitingClaims(h)).toBe(0), WAIT);
+    await pollAndLeave(h, port, `/v1/agents/${root.id}/steps/next`, { waitMs: 30_000 }, root.token);
 
-    expect((await call(port, conn, 'POST', `/v1/agents/${root.id}/messages`, { content: 'work', delivery: 'followup' })).status).toBe(202);
+    await sendWork(port, conn, root);
     const fresh = await call<{ step: StepView }>(port, conn, 'POST', `/v1/agents/${root.id}/steps/next`, { waitMs: 0 }, root.token);
     expect(fresh.status).toBe(200);
     expect(stepStarts(await entries(port, conn, root.id))).toEqual([fresh.body.step.id]);
@@ -138,12 +147,9 @@ describe('a long-poll whose client left never claims a step', () => {
     const conn = oneConnection();
     const root = await createRoot(port, conn);
 
-    const departed = park(port, '/v1/steps/next', { waitMs: 30_000, rootId: root.id });
-    await vi.waitFor(() => expect(waitingClaims(h)).toBe(1), WAIT);
-    expect(await departed.leave()).toEqual({ answered: false });
-    await vi.waitFor(() => expect(waitingClaims(h)).toBe(0), WAIT);
+    await pollAndLeave(h, port, '/v1/steps/next', { waitMs: 30_000, rootId: root.id });
 
-    expect((await call(port, conn, 'POST', `/v1/agents/${root.id}/messages`, { content: 'work', delivery: 'followup' })).status).toBe(202);
+    await sendWork(port, conn, root);
     const fresh = await call<{ agentId: string; step: StepView }>(port, conn, 'POST', '/v1/steps/next', { waitMs: 0, rootId: root.id });
     expect(fresh.status).toBe(200);
     expect(fresh.body.agentId).toBe(root.id);
@@ -162,7 +168,7 @@ describe('a long-poll whose client left never claims a step', () => {
     expect(await departed.leave()).toEqual({ answered: false });
     await vi.waitFor(() => expect(waitingClaims(h)).toBe(1), WAIT);
 
-    expect((await call(port, conn, 'POST', `/v1/agents/${root.id}/messages`, { content: 'work', delivery: 'followup' })).status).toBe(202);
+    await sendWork(port, conn, root);
     const claimed = await live;
     expect(claimed.status).toBe(200);
     expect(stepStarts(await entries(port, conn, root.id))).toEqual([claimed.body.step.id]);
