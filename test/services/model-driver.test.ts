@@ -146,6 +146,16 @@ function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
   return { promise, resolve };
 }
 
+/** The agent's session, once it holds `count` activation entries of `event`. */
+async function afterActivations(h: Harness, id: string, event: 'settled' | 'closed', count: number, what: string): Promise<Entry[]> {
+  let entries: Entry[] = [];
+  await until(async () => {
+    entries = await session(h.app, id);
+    return entries.filter((e) => e.type === 'activation' && e.event === event).length === count;
+  }, what);
+  return entries;
+}
+
 const turnEnds = (entries: readonly Entry[]): Entry[] => entries.filter((e) => e.type === 'turn-end');
 const messagesOf = (entries: readonly Entry[], role: string): Entry[] => entries.filter((e) => e.type === 'message' && e.role === role);
 const text = (e: Entry): string => (e.content ?? []).map((b) => b.text).join('\n');
@@ -454,11 +464,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     expect(res.statusCode).toBe(202);
     const body = res.json() as { messageId: string; resumed?: { agentToken: string } };
     expect(typeof body.resumed?.agentToken).toBe('string');
-    let childLog: Entry[] = [];
-    await until(async () => {
-      childLog = await session(h.app, childId);
-      return childLog.filter((e) => e.type === 'activation' && e.event === 'settled').length === 2;
-    }, 'the resumed child to settle again');
+    let childLog = await afterActivations(h, childId, 'settled', 2, 'the resumed child to settle again');
     expect(picture(childLog.slice(10))).toEqual([
       'activation:resumed',
       'turn-start',
@@ -481,10 +487,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     const sent = nudgeTurn.find((e) => e.type === 'message' && e.role === 'tool' && e.toolCallId === 'c2');
     expect(sent === undefined ? undefined : text(sent)).toBe(`message queued as the next turn for subagent ${childId}`);
     expect(sent?.isError).toBeUndefined();
-    await until(async () => {
-      childLog = await session(h.app, childId);
-      return childLog.filter((e) => e.type === 'activation' && e.event === 'settled').length === 3;
-    }, 'the child resumed by send_message to settle');
+    childLog = await afterActivations(h, childId, 'settled', 3, 'the child resumed by send_message to settle');
     expect(picture(childLog.slice(20))).toEqual([
       'activation:resumed',
       'turn-start',
@@ -752,11 +755,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     expect(res.statusCode).toBe(202);
     const abandoned = await model.nextAbandoned();
     expect(isChild(abandoned.body)).toBe(true);
-    let childLog: Entry[] = [];
-    await until(async () => {
-      childLog = await session(h.app, childId);
-      return childLog.some((e) => e.type === 'activation' && e.event === 'closed');
-    }, 'the child to close');
+    const childLog = await afterActivations(h, childId, 'closed', 1, 'the child to close');
     expect(picture(childLog)).toEqual(['activation:created', 'turn-start', 'user:work slowly', 'step-start:0', 'turn-end:cancelled', 'activation:closed']);
     expect((await view(h, childId)).status).toBe('closed');
     // The parent is untouched and still driven.
