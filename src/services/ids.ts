@@ -19,16 +19,30 @@ const ID_PREFIX: Record<IdKind, string> = {
   activation: 'act',
 };
 
-const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
+/** Character codes of the 16 hex digits. */
+const HEX = Array.from({ length: 16 }, (_, i) => i.toString(16).charCodeAt(0));
+const DASH = '-'.charCodeAt(0);
+const UUID_LENGTH = 36;
 
-/** A UUIDv7 source: strictly increasing within this source, even within one millisecond. */
-export function uuidV7Source(now: () => number = Date.now): () => string {
+/**
+ * Writes UUIDv7s as character codes into `out` from `at`, strictly increasing within this
+ * writer, even within one millisecond. An id is then made with one `String.fromCharCode`: a
+ * flat string in one allocation, where joining its pieces made about twenty intermediate
+ * strings per id, for the garbage collector, and a copy once it was first used as a key.
+ */
+function uuidV7Writer(now: () => number): (out: number[], at: number) => void {
   const pool = Buffer.alloc(4096);
   let poolAt = pool.length;
   let lastMs = -1;
   let counter = 0;
-  const bytes = new Uint8Array(16);
-  return () => {
+  /** The millisecond whose 12 hex digits `timeDigits` holds (they change once per millisecond). */
+  let digitsMs = -1;
+  const timeDigits: number[] = new Array<number>(12).fill(0);
+  const hexByte = (out: number[], at: number, byte: number): void => {
+    out[at] = HEX[byte >>> 4]!;
+    out[at + 1] = HEX[byte & 0xf]!;
+  };
+  return (out, at) => {
     let ms = now();
     if (ms > lastMs) {
       lastMs = ms;
@@ -42,33 +56,56 @@ export function uuidV7Source(now: () => number = Date.now): () => string {
       }
       ms = lastMs;
     }
+    if (ms !== digitsMs) {
+      digitsMs = ms;
+      const high = Math.floor(ms / 2 ** 16);
+      const low = ms % 2 ** 16;
+      for (let i = 0; i < 8; i++) timeDigits[i] = HEX[(high >>> (28 - 4 * i)) & 0xf]!;
+      for (let i = 0; i < 4; i++) timeDigits[8 + i] = HEX[(low >>> (12 - 4 * i)) & 0xf]!;
+    }
     if (poolAt + 8 > pool.length) {
       randomFillSync(pool);
       poolAt = 0;
     }
-    const high = Math.floor(ms / 2 ** 16);
-    const low = ms % 2 ** 16;
-    bytes[0] = (high >>> 24) & 0xff;
-    bytes[1] = (high >>> 16) & 0xff;
-    bytes[2] = (high >>> 8) & 0xff;
-    bytes[3] = high & 0xff;
-    bytes[4] = (low >>> 8) & 0xff;
-    bytes[5] = low & 0xff;
-    bytes[6] = 0x70 | (counter >>> 8);
-    bytes[7] = counter & 0xff;
-    for (let i = 8; i < 16; i++) bytes[i] = pool[poolAt++]!;
-    bytes[8] = 0x80 | (bytes[8]! & 0x3f);
-    let out = '';
-    for (let i = 0; i < 16; i++) {
-      if (i === 4 || i === 6 || i === 8 || i === 10) out += '-';
-      out += HEX[bytes[i]!];
-    }
-    return out;
+    // xxxxxxxx-xxxx-7ccc-vrrr-rrrrrrrrrrrr: time, version 7 and counter, variant 10 and random.
+    for (let i = 0; i < 8; i++) out[at + i] = timeDigits[i]!;
+    out[at + 8] = DASH;
+    for (let i = 0; i < 4; i++) out[at + 9 + i] = timeDigits[8 + i]!;
+    out[at + 13] = DASH;
+    out[at + 14] = HEX[7]!;
+    out[at + 15] = HEX[counter >>> 8]!;
+    hexByte(out, at + 16, counter & 0xff);
+    out[at + 18] = DASH;
+    hexByte(out, at + 19, 0x80 | (pool[poolAt++]! & 0x3f));
+    hexByte(out, at + 21, pool[poolAt++]!);
+    out[at + 23] = DASH;
+    for (let i = 0; i < 6; i++) hexByte(out, at + 24 + 2 * i, pool[poolAt++]!);
+  };
+}
+
+/** A UUIDv7 source: strictly increasing within this source, even within one millisecond. */
+export function uuidV7Source(now: () => number = Date.now): () => string {
+  const write = uuidV7Writer(now);
+  const codes: number[] = new Array<number>(UUID_LENGTH).fill(0);
+  return () => {
+    write(codes, 0);
+    return String.fromCharCode.apply(null, codes);
   };
 }
 
 /** Production ids: `<prefix>_<uuidv7>`, e.g. `msg_0190c3b2-8f1e-7000-9a4b-3c2d1e0f5a6b`. */
-export function timeOrderedIds(now?: () => number): IdSource {
-  const next = uuidV7Source(now);
-  return { next: (kind) => `${ID_PREFIX[kind]}_${next()}` };
+export function timeOrderedIds(now: () => number = Date.now): IdSource {
+  const write = uuidV7Writer(now);
+  // Per kind, the codes of `<prefix>_` followed by room for the UUID.
+  const codes = new Map<IdKind, number[]>();
+  for (const [kind, prefix] of Object.entries(ID_PREFIX) as [IdKind, string][]) {
+    codes.set(kind, [...`${prefix}_`].map((c) => c.charCodeAt(0)).concat(new Array<number>(UUID_LENGTH).fill(0)));
+  }
+  return {
+    next: (kind) => {
+      const out = codes.get(kind)!;
+      write(out, out.length - UUID_LENGTH);
+      return String.fromCharCode.apply(null, out);
+    },
+  };
 }

@@ -27,6 +27,17 @@ describe('time-ordered ids', () => {
     expect(new Set(ids).size).toBe(5);
   });
 
+  it('of every kind share one clock and counter, so their UUIDs strictly increase together', () => {
+    const ids = timeOrderedIds(() => 1_700_000_000_000);
+    const kinds = ['message', 'agent', 'turn', 'inbox', 'step', 'activation'] as const;
+    const made = Array.from({ length: 600 }, (_, i) => ids.next(kinds[i % kinds.length]!));
+    const uuids = made.map((id) => id.slice(id.indexOf('_') + 1));
+    uuids.forEach((uuid) => expect(uuid).toMatch(UUID_V7));
+    for (let i = 1; i < uuids.length; i++) expect(uuids[i]! > uuids[i - 1]!).toBe(true);
+    expect(made[0]).toMatch(/^msg_/);
+    expect(made[1]).toMatch(/^agt_/);
+  });
+
   it('carry their kind prefix', () => {
     const ids = timeOrderedIds();
     expect(ids.next('message')).toMatch(/^msg_/);
