@@ -102,7 +102,7 @@ function withoutTokens(view: CallResult): CallResult {
  * append-only session into a store of credentials.
  */
 export function loggableCall(call: ToolCall, token: string): ToolCall {
-  if (!JSON.stringify(call.input ?? null).includes(token)) return call;
+  if (!mentions(call.input, token)) return call;
   const scrub = (value: unknown): unknown => {
     if (typeof value === 'string') return value.split(token).join('[redacted]');
     if (Array.isArray(value)) return value.map(scrub);
@@ -112,6 +112,22 @@ export function loggableCall(call: ToolCall, token: string): ToolCall {
     return value;
   };
   return { ...call, input: scrub(call.input) };
+}
+
+/**
+ * True when any string in a JSON value, key or value, contains `text`. A token has no
+ * character JSON escapes, so this finds exactly what a search of the value's JSON text would,
+ * without writing that text for every call.
+ */
+function mentions(value: unknown, text: string): boolean {
+  if (typeof value === 'string') return value.includes(text);
+  if (value === null || typeof value !== 'object') return false;
+  if (Array.isArray(value)) return value.some((item) => mentions(item, text));
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue;
+    if (key.includes(text) || mentions((value as Record<string, unknown>)[key], text)) return true;
+  }
+  return false;
 }
 
 /** True when the agent's open step awaits a result for this tool call id. */
@@ -250,38 +266,16 @@ export class StepService {
     idem?: IdempotencyRequest,
   ): Promise<CallResult & { replayed: boolean }> {
     const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.rejectToolCaller(id, body.name));
+    if (idem === undefined) {
+      // No key: nothing to record or replay, and the view is the caller's own.
+      const view: CallResult & { replayed?: boolean } = await this.invoke(agent, body, signal);
+      view.replayed = false;
+      return view as CallResult & { replayed: boolean };
+    }
     const result = await this.deps.idempotency.run<CallResult>(agent.id, idem, 200, async (record) => {
       // The key lookup awaited: act only if this is still the live incarnation.
-      if (idem !== undefined && this.deps.agents.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name);
-      const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
-      // A call the open step does not await is logged as context, a call and its result: with
-      // no room for them it is refused before it runs, and the room is held until it is logged.
-      const releaseRoom = awaitedByStep(agent, call.id) ? () => undefined : agent.reserveRoom(2);
-      const tool = this.deps.tools.find(agent, call.name);
-      let recorded = false;
-      // Only successes are kept (a failed call delivered nothing, so a retry may run it again),
-      // recorded in the synchronous span of the tool's effect.
-      const keep = (view: CallResult): void => {
-        if (recorded) return;
-        recorded = true;
-        record(withoutTokens(view));
-      };
-      let outcome: RunOutcome;
-      try {
-        outcome = tool === undefined
-          ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
-          : await this.run(agent, tool, call, signal, (accepted) => keep(callView(call, accepted)));
-      } finally {
-        releaseRoom();
-      }
-      this.record(agent, call, outcome.result);
-      const view: CallResult = { ...outcome.result };
-      if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
-      if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
-      if (outcome.error === undefined) keep(view);
-      await this.deps.log.durable();
-      if (outcome.error !== undefined) throw outcome.error;
-      return view;
+      if (this.deps.agents.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name);
+      return this.invoke(agent, body, signal, record);
     });
     // A stored result never holds a token: a replay names each child's current one.
     const current = (list: AgentCredential[] | undefined): AgentCredential[] | undefined =>
@@ -294,6 +288,50 @@ export class StepService {
       if (resumed !== undefined) out.resumed = resumed;
     }
     return out;
+  }
+
+  /**
+   * Run one tool call as `agent` and log it; resolves once durable with a view of its own.
+   * `record`, under an idempotency key, receives the success once, without tokens, in the
+   * synchronous span of the tool's effect.
+   */
+  private async invoke(
+    agent: LiveAgent,
+    body: { name: string; input: unknown; toolCallId?: string },
+    signal: AbortSignal | undefined,
+    record?: (view: CallResult) => void,
+  ): Promise<CallResult> {
+    const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
+    // A call the open step does not await is logged as context, a call and its result: with
+    // no room for them it is refused before it runs, and the room is held until it is logged.
+    const releaseRoom = awaitedByStep(agent, call.id) ? undefined : agent.reserveRoom(2);
+    const tool = this.deps.tools.find(agent, call.name);
+    let recorded = false;
+    // Only successes are kept (a failed call delivered nothing, so a retry may run it again),
+    // recorded in the synchronous span of the tool's effect.
+    const keep = record === undefined
+      ? undefined
+      : (view: CallResult): void => {
+          if (recorded) return;
+          recorded = true;
+          record(withoutTokens(view));
+        };
+    let outcome: RunOutcome;
+    try {
+      outcome = tool === undefined
+        ? this.failure(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
+        : await this.run(agent, tool, call, signal, keep === undefined ? undefined : (accepted) => keep(callView(call, accepted)));
+    } finally {
+      releaseRoom?.();
+    }
+    this.record(agent, call, outcome.result);
+    const view: CallResult = outcome.result;
+    if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
+    if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
+    if (outcome.error === undefined) keep?.(view);
+    await this.deps.log.durable();
+    if (outcome.error !== undefined) throw outcome.error;
+    return view;
   }
 
   /** A report from anything but the exact live incarnation is refused in the report's own words. */
