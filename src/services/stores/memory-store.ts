@@ -1,12 +1,15 @@
 /**
  * In-memory session store: the same contract as the SQLite store, for tests and for
- * `AGENTFOREST_DATA=:memory:`. Entries and pending rows are kept as JSON text, as the SQLite
- * store keeps them: callers cannot mutate what was "persisted", every read parses a fresh
- * copy, and a long session is a list of strings rather than a deep tree of small objects for
- * the garbage collector to walk. The fields the lookups need (type, turn, message) are kept
- * beside the text.
+ * `AGENTFOREST_DATA=:memory:`. Entries are kept as their JSON text, as the SQLite store keeps
+ * them: callers cannot mutate what was "persisted" and every read parses a fresh copy.
+ *
+ * The text lives outside the JavaScript heap, UTF-8 in large buffers, and what the lookups
+ * need (type, session, seq, forest position) in typed arrays. Kept on the heap, every entry
+ * was a few strings and objects that each young-generation collection copied until they were
+ * promoted: the memory store's own cost grew with how much it held, and was a fifth of a
+ * report's in-process time.
  */
-import type { SessionEntry, SessionHeader } from '../../domain/session.js';
+import { ENTRY_TYPES, type EntryType, type SessionEntry, type SessionHeader } from '../../domain/session.js';
 import {
   locationFromEntries,
   locationFromPending,
@@ -22,24 +25,121 @@ import {
   type WriteBatch,
 } from '../session-store.js';
 
-/** One committed entry: its JSON text and what lookups need without parsing it. */
-interface StoredEntry {
-  seq: number;
-  type: SessionEntry['type'];
-  messageId: string | undefined;
-  turnId: string | undefined;
-  json: string;
+/** A list of unsigned 32-bit integers that grows by doubling. */
+class U32List {
+  private items = new Uint32Array(8);
+  length = 0;
+
+  push(value: number): void {
+    if (this.length === this.items.length) {
+      const grown = new Uint32Array(this.items.length * 2);
+      grown.set(this.items);
+      this.items = grown;
+    }
+    this.items[this.length++] = value;
+  }
+
+  at(i: number): number {
+    return this.items[i]!;
+  }
+
+  last(): number | undefined {
+    return this.length === 0 ? undefined : this.items[this.length - 1];
+  }
+}
+
+const CHUNK_BYTES = 4 << 20;
+
+/** Texts, UTF-8, appended to large buffers; a text is its chunk, offset and byte length. */
+class TextArena {
+  private readonly chunks: Buffer[] = [];
+  /** The chunk appends go to (-1: none yet), and how much of it is used. */
+  private open = -1;
+  private used = 0;
+  /** Where the last `append` put its text. */
+  chunk = 0;
+  offset = 0;
+  bytes = 0;
+
+  append(text: string): void {
+    // A UTF-16 code unit takes at most 3 bytes of UTF-8.
+    if (this.open === -1 || this.used + text.length * 3 > CHUNK_BYTES) {
+      if (text.length * 3 > CHUNK_BYTES / 2) {
+        // A large text gets a buffer of its own; the open chunk stays open.
+        const own = Buffer.allocUnsafeSlow(Buffer.byteLength(text, 'utf8'));
+        this.bytes = own.write(text, 0, 'utf8');
+        this.chunk = this.chunks.push(own) - 1;
+        this.offset = 0;
+        return;
+      }
+      this.open = this.chunks.push(Buffer.allocUnsafeSlow(CHUNK_BYTES)) - 1;
+      this.used = 0;
+    }
+    this.chunk = this.open;
+    this.offset = this.used;
+    this.bytes = this.chunks[this.open]!.write(text, this.used, 'utf8');
+    this.used += this.bytes;
+  }
+
+  text(chunk: number, offset: number, bytes: number): string {
+    return this.chunks[chunk]!.toString('utf8', offset, offset + bytes);
+  }
+}
+
+const TYPE_CODE = new Map<EntryType, number>(ENTRY_TYPES.map((type, i) => [type, i]));
+
+/**
+ * Every committed entry, by its number in commit order: where its text is, its type, its
+ * session and seq, and its forest position.
+ */
+class EntryTable {
+  private readonly arena = new TextArena();
+  private readonly place = new U32List(); // chunk, offset, bytes per entry
+  private readonly type = new U32List();
+  private readonly session = new U32List();
+  private readonly seq = new U32List();
+  private readonly forestSeq = new U32List();
+
+  /** Stores an entry; returns its number. */
+  add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
+    this.arena.append(JSON.stringify(entry));
+    this.place.push(this.arena.chunk);
+    this.place.push(this.arena.offset);
+    this.place.push(this.arena.bytes);
+    this.type.push(TYPE_CODE.get(entry.type)!);
+    this.session.push(sessionNumber);
+    this.seq.push(entry.seq);
+    this.forestSeq.push(forestSeq);
+    return this.type.length - 1;
+  }
+
+  entry(n: number): SessionEntry {
+    return JSON.parse(this.arena.text(this.place.at(3 * n), this.place.at(3 * n + 1), this.place.at(3 * n + 2))) as SessionEntry;
+  }
+
+  typeOf(n: number): EntryType {
+    return ENTRY_TYPES[this.type.at(n)]!;
+  }
+
+  seqOf(n: number): number {
+    return this.seq.at(n);
+  }
+
+  sessionOf(n: number): number {
+    return this.session.at(n);
+  }
+
+  forestSeqOf(n: number): number {
+    return this.forestSeq.at(n);
+  }
 }
 
 interface StoredSession {
   header: SessionHeader;
-  entries: StoredEntry[];
-}
-
-interface ForestItem {
-  sessionId: string;
-  forestSeq: number;
-  entry: StoredEntry;
+  /** Its number, as the entry table names it. */
+  number: number;
+  /** Entry numbers by seq - 1. */
+  entries: U32List;
 }
 
 interface StoredPending {
@@ -47,41 +147,40 @@ interface StoredPending {
   json: string;
 }
 
-function store(entry: SessionEntry): StoredEntry {
-  return {
-    seq: entry.seq,
-    type: entry.type,
-    messageId: 'messageId' in entry ? entry.messageId : undefined,
-    turnId: 'turnId' in entry ? entry.turnId : undefined,
-    json: JSON.stringify(entry),
-  };
-}
-
-const parse = (stored: StoredEntry): SessionEntry => JSON.parse(stored.json) as SessionEntry;
-
 export class MemorySessionStore implements SessionStore {
   readonly kind = 'memory' as const;
   private readonly sessions = new Map<string, StoredSession>();
+  private readonly sessionList: StoredSession[] = [];
+  private readonly table = new EntryTable();
+  /** Entry numbers per forest, in forest order. */
+  private readonly forests = new Map<string, U32List>();
+  /** Per message id, the number of the first entry naming it (its turn-start or its message). */
+  private readonly messages = new Map<string, number>();
   private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
-  private readonly forests = new Map<string, ForestItem[]>();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
     // Forest positions only grow, as the SQLite store's unique index enforces.
     const lastInForest = new Map<string, number>();
     for (const item of batch.entries) {
-      const last = lastInForest.get(item.rootId) ?? this.forests.get(item.rootId)?.at(-1)?.forestSeq ?? 0;
+      const last = lastInForest.get(item.rootId) ?? this.lastForestPosition(item.rootId);
       if (item.forestSeq <= last) throw new Error(`forest "${item.rootId}" already has position ${item.forestSeq}`);
       lastInForest.set(item.rootId, item.forestSeq);
     }
-    for (const header of batch.headers) this.sessions.set(header.id, { header: structuredClone(header), entries: [] });
+    for (const header of batch.headers) {
+      const session: StoredSession = { header: structuredClone(header), number: this.sessionList.length, entries: new U32List() };
+      this.sessions.set(header.id, session);
+      this.sessionList.push(session);
+    }
     for (const item of batch.entries) {
-      const entry = store(item.entry);
-      this.sessions.get(item.sessionId)?.entries.push(entry);
+      const session = this.sessions.get(item.sessionId)!;
+      const n = this.table.add(session.number, item.entry, item.forestSeq);
+      session.entries.push(n);
       let forest = this.forests.get(item.rootId);
-      if (forest === undefined) this.forests.set(item.rootId, (forest = []));
-      forest.push({ sessionId: item.sessionId, forestSeq: item.forestSeq, entry });
+      if (forest === undefined) this.forests.set(item.rootId, (forest = new U32List()));
+      forest.push(n);
+      if ('messageId' in item.entry && !this.messages.has(item.entry.messageId)) this.messages.set(item.entry.messageId, n);
     }
     for (const change of batch.pending ?? []) {
       let rows = this.pendingRows.get(change.sessionId);
@@ -103,53 +202,57 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
-    const entries = this.sessions.get(id)?.entries ?? [];
+    const entries = this.sessions.get(id)?.entries;
+    if (entries === undefined) return [];
     const start = Math.max(0, after);
-    const end = limit === undefined ? entries.length : start + limit;
-    return entries.slice(start, end).map(parse);
+    const end = limit === undefined ? entries.length : Math.min(entries.length, start + limit);
+    const out: SessionEntry[] = [];
+    for (let i = start; i < end; i++) out.push(this.table.entry(entries.at(i)));
+    return out;
   }
 
   async lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
-    const entries = this.sessions.get(id)?.entries ?? [];
-    for (let i = entries.length - 1; i >= 0; i--) {
-      const entry = entries[i]!;
-      if ((entry.type === 'turn-start' || entry.type === 'turn-end') && entry.turnId !== undefined) {
-        return { type: entry.type, turnId: entry.turnId, seq: entry.seq };
-      }
-    }
-    return undefined;
+    const n = this.lastOfType(id, (type) => type === 'turn-start' || type === 'turn-end');
+    if (n === undefined) return undefined;
+    const entry = this.table.entry(n) as Extract<SessionEntry, { type: 'turn-start' | 'turn-end' }>;
+    return { type: entry.type, turnId: entry.turnId, seq: entry.seq };
   }
 
   async lastActivation(id: string): Promise<ActivationMark | undefined> {
-    const entries = this.sessions.get(id)?.entries ?? [];
-    for (let i = entries.length - 1; i >= 0; i--) {
-      const entry = entries[i]!;
-      if (entry.type === 'activation') return { event: (parse(entry) as Extract<SessionEntry, { type: 'activation' }>).event, seq: entry.seq };
-    }
-    return undefined;
+    const n = this.lastOfType(id, (type) => type === 'activation');
+    if (n === undefined) return undefined;
+    const entry = this.table.entry(n) as Extract<SessionEntry, { type: 'activation' }>;
+    return { event: entry.event, seq: entry.seq };
   }
 
   async children(parentId: string): Promise<SessionSummary[]> {
-    return [...this.sessions.values()]
+    return this.sessionList
       .filter((s) => s.header.parentSession === parentId)
       .map((s) => ({ header: structuredClone(s.header), lastSeq: s.entries.length }));
   }
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
-    const forest = this.forests.get(rootId) ?? [];
+    const forest = this.forests.get(rootId);
+    if (forest === undefined) return [];
     // Positions grow along the list: find the first after `after` by binary search.
     let lo = 0;
     let hi = forest.length;
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
-      if ((forest[mid]?.forestSeq ?? 0) <= after) lo = mid + 1;
+      if (this.table.forestSeqOf(forest.at(mid)) <= after) lo = mid + 1;
       else hi = mid;
     }
-    return forest.slice(lo, lo + limit).map((item) => ({ sessionId: item.sessionId, entry: parse(item.entry), rootId, forestSeq: item.forestSeq }));
+    const out: BatchEntry[] = [];
+    for (let i = lo; i < Math.min(forest.length, lo + limit); i++) {
+      const n = forest.at(i);
+      const sessionId = this.sessionList[this.table.sessionOf(n)]!.header.id;
+      out.push({ sessionId, entry: this.table.entry(n), rootId, forestSeq: this.table.forestSeqOf(n) });
+    }
+    return out;
   }
 
   async lastForestSeq(rootId: string): Promise<number> {
-    return this.forests.get(rootId)?.at(-1)?.forestSeq ?? 0;
+    return this.lastForestPosition(rootId);
   }
 
   async pending(id: string): Promise<PendingRow[]> {
@@ -162,14 +265,38 @@ export class MemorySessionStore implements SessionStore {
       const row = rows.get(messageId);
       if (row !== undefined) return locationFromPending(sessionId, JSON.parse(row.json) as PendingRow);
     }
-    for (const [sessionId, session] of this.sessions) {
-      const entries = session.entries.filter((e) => e.messageId === messageId);
-      if (entries.length === 0) continue;
-      const start = entries.find((e) => e.type === 'turn-start');
-      const turnEnd = start === undefined ? undefined : session.entries.find((e) => e.type === 'turn-end' && e.turnId === start.turnId);
-      return locationFromEntries(messageId, sessionId, entries.map(parse), turnEnd === undefined ? undefined : parse(turnEnd));
+    const first = this.messages.get(messageId);
+    if (first === undefined) return undefined;
+    const session = this.sessionList[this.table.sessionOf(first)]!;
+    // A prompt's turn-start comes first, then its message entry and, later, the turn's end;
+    // context appended to the log is a message entry alone.
+    const named: SessionEntry[] = [];
+    let message: SessionEntry | undefined;
+    let turnId: string | undefined;
+    let turnEnd: SessionEntry | undefined;
+    for (let i = this.table.seqOf(first) - 1; i < session.entries.length; i++) {
+      const n = session.entries.at(i);
+      const type = this.table.typeOf(n);
+      if (type === 'turn-end') {
+        if (turnId === undefined) continue;
+        const end = this.table.entry(n);
+        if (end.type === 'turn-end' && end.turnId === turnId) {
+          turnEnd = end;
+          break;
+        }
+        continue;
+      }
+      if (message !== undefined || (type !== 'message' && type !== 'turn-start')) continue;
+      const entry = this.table.entry(n);
+      if (!('messageId' in entry) || entry.messageId !== messageId) continue;
+      named.push(entry);
+      if (entry.type === 'turn-start') turnId ??= entry.turnId;
+      else {
+        message = entry;
+        if (turnId === undefined) break;
+      }
     }
-    return undefined;
+    return locationFromEntries(messageId, session.header.id, named, turnEnd);
   }
 
   async idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
@@ -189,6 +316,22 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async close(): Promise<void> {
-    // Nothing to release: the maps go with the process.
+    // Nothing to release: the maps and buffers go with the process.
+  }
+
+  private lastForestPosition(rootId: string): number {
+    const last = this.forests.get(rootId)?.last();
+    return last === undefined ? 0 : this.table.forestSeqOf(last);
+  }
+
+  /** The number of a session's last entry whose type passes `wanted`. */
+  private lastOfType(id: string, wanted: (type: EntryType) => boolean): number | undefined {
+    const entries = this.sessions.get(id)?.entries;
+    if (entries === undefined) return undefined;
+    for (let i = entries.length - 1; i >= 0; i--) {
+      const n = entries.at(i);
+      if (wanted(this.table.typeOf(n))) return n;
+    }
+    return undefined;
   }
 }
