@@ -49,6 +49,24 @@ class Writer {
 }
 
 describe('MemorySessionStore entry text', () => {
+  it('locates a message by its own entry, not by a tool input or text that quotes its id', async () => {
+    const store = new MemorySessionStore();
+    await store.write({ headers: [header('s')], entries: [] });
+    const w = new Writer(store, 's');
+    const quoting: SessionEntry = {
+      seq: w.next('s'),
+      type: 'message',
+      at: AT,
+      messageId: 'call-message',
+      role: 'assistant',
+      content: [{ type: 'text', text: '{"messageId":"target"}' }],
+      source: { kind: 'model' },
+      toolCalls: [{ id: 'call-1', name: 'report', input: { messageId: 'target' } }],
+    };
+    await store.write({ headers: [], entries: [w.item('s', quoting), w.item('s', message(w.next('s'), 'the real one', 'target'))] });
+    expect(await store.locate('target')).toMatchObject({ state: 'appended', seq: 2 });
+  });
+
   it('gives back every entry exactly, across chunk boundaries, with large and non-ASCII texts among small ones', async () => {
     const store = new MemorySessionStore();
     await store.write({ headers: [header('root'), header('child', 'root')], entries: [] });
@@ -78,6 +96,10 @@ describe('MemorySessionStore entry text', () => {
     expect(forest.map((e) => e.forestSeq)).toEqual([11_991, 11_992, 11_993, 11_994, 11_995, 11_996, 11_997, 11_998, 11_999, 12_000]);
     expect(forest.at(-1)?.entry.type).toBe('message');
     expect(await store.lastForestSeq('root')).toBe(12_000);
+    // Found by message id in the last chunk, and in between the large texts.
+    const late = written.child!.find((e) => e.type === 'message' && e.messageId === 'msg-11999')!;
+    expect(await store.locate('msg-11999')).toMatchObject({ state: 'appended', sessionId: 'child', seq: late.seq });
+    expect(await store.locate('msg-2507')).toMatchObject({ state: 'appended', sessionId: 'child' });
   });
 
   it('reads are fresh copies: changing one changes nothing stored', async () => {
@@ -110,6 +132,7 @@ describe('MemorySessionStore entry text', () => {
     expect(await store.locate('prompt')).toMatchObject({ state: 'turn-ended', seq: 3, turnId: 'turn-1', turnEndedAt: '2026-01-01T00:00:05.000Z' });
     expect(await store.locate('open')).toMatchObject({ state: 'turn-started', seq: 8, turnId: 'turn-2' });
     expect(await store.locate('nowhere')).toBeUndefined();
+    expect(await store.locate('msg')).toBeUndefined(); // a prefix of ids is not an id
     expect(await store.lastTurnBoundary('s')).toEqual({ type: 'turn-start', turnId: 'turn-2', seq: 7 });
     expect(await store.lastActivation('s')).toEqual({ event: 'settled', seq: 9 });
   });

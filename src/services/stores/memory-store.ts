@@ -53,6 +53,8 @@ const CHUNK_BYTES = 4 << 20;
 /** Texts, UTF-8, appended to large buffers; a text is its chunk, offset and byte length. */
 class TextArena {
   private readonly chunks: Buffer[] = [];
+  /** How many bytes of each chunk hold text. */
+  private readonly filled: number[] = [];
   /** The chunk appends go to (-1: none yet), and how much of it is used. */
   private open = -1;
   private used = 0;
@@ -69,20 +71,32 @@ class TextArena {
         const own = Buffer.allocUnsafeSlow(Buffer.byteLength(text, 'utf8'));
         this.bytes = own.write(text, 0, 'utf8');
         this.chunk = this.chunks.push(own) - 1;
+        this.filled.push(this.bytes);
         this.offset = 0;
         return;
       }
       this.open = this.chunks.push(Buffer.allocUnsafeSlow(CHUNK_BYTES)) - 1;
+      this.filled.push(0);
       this.used = 0;
     }
     this.chunk = this.open;
     this.offset = this.used;
     this.bytes = this.chunks[this.open]!.write(text, this.used, 'utf8');
     this.used += this.bytes;
+    this.filled[this.open] = this.used;
   }
 
   text(chunk: number, offset: number, bytes: number): string {
     return this.chunks[chunk]!.toString('utf8', offset, offset + bytes);
+  }
+
+  /** Every place `needle` occurs, as chunk and offset, in the order the chunks were made. */
+  *find(needle: Buffer): Generator<[chunk: number, offset: number]> {
+    for (let chunk = 0; chunk < this.chunks.length; chunk++) {
+      const buffer = this.chunks[chunk]!;
+      const end = this.filled[chunk]!;
+      for (let at = buffer.indexOf(needle); at !== -1 && at < end; at = buffer.indexOf(needle, at + 1)) yield [chunk, at];
+    }
   }
 }
 
@@ -99,6 +113,8 @@ class EntryTable {
   private readonly session = new U32List();
   private readonly seq = new U32List();
   private readonly forestSeq = new U32List();
+  /** Per chunk, the numbers of the entries in it, in offset order. */
+  private readonly inChunk: U32List[] = [];
 
   /** Stores an entry; returns its number. */
   add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
@@ -106,11 +122,34 @@ class EntryTable {
     this.place.push(this.arena.chunk);
     this.place.push(this.arena.offset);
     this.place.push(this.arena.bytes);
+    (this.inChunk[this.arena.chunk] ??= new U32List()).push(this.type.length);
     this.type.push(TYPE_CODE.get(entry.type)!);
     this.session.push(sessionNumber);
     this.seq.push(entry.seq);
     this.forestSeq.push(forestSeq);
     return this.type.length - 1;
+  }
+
+  /**
+   * The entries whose text holds `text` (as UTF-8), in commit order: the chunks are searched
+   * at native speed, and each hit is mapped to its entry by its offset.
+   */
+  containing(text: string): number[] {
+    const found: number[] = [];
+    for (const [chunk, at] of this.arena.find(Buffer.from(text, 'utf8'))) {
+      const list = this.inChunk[chunk]!;
+      // The last entry of the chunk that starts at or before the hit holds it.
+      let lo = 0;
+      let hi = list.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (this.place.at(3 * list.at(mid) + 1) <= at) lo = mid;
+        else hi = mid - 1;
+      }
+      const n = list.at(lo);
+      if (found.at(-1) !== n) found.push(n);
+    }
+    return found.sort((a, b) => a - b);
   }
 
   entry(n: number): SessionEntry {
@@ -154,8 +193,6 @@ export class MemorySessionStore implements SessionStore {
   private readonly table = new EntryTable();
   /** Entry numbers per forest, in forest order. */
   private readonly forests = new Map<string, U32List>();
-  /** Per message id, the number of the first entry naming it (its turn-start or its message). */
-  private readonly messages = new Map<string, number>();
   private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
 
@@ -180,7 +217,6 @@ export class MemorySessionStore implements SessionStore {
       let forest = this.forests.get(item.rootId);
       if (forest === undefined) this.forests.set(item.rootId, (forest = new U32List()));
       forest.push(n);
-      if ('messageId' in item.entry && !this.messages.has(item.entry.messageId)) this.messages.set(item.entry.messageId, n);
     }
     for (const change of batch.pending ?? []) {
       let rows = this.pendingRows.get(change.sessionId);
@@ -265,7 +301,11 @@ export class MemorySessionStore implements SessionStore {
       const row = rows.get(messageId);
       if (row !== undefined) return locationFromPending(sessionId, JSON.parse(row.json) as PendingRow);
     }
-    const first = this.messages.get(messageId);
+    // The first entry naming the message (its turn-start or its message entry). No index is
+    // kept: a receipt lookup searches the entry text, so a write pays nothing for it.
+    const first = this.table
+      .containing(`"messageId":${JSON.stringify(messageId)}`)
+      .find((n) => this.namesMessage(this.table.entry(n), messageId));
     if (first === undefined) return undefined;
     const session = this.sessionList[this.table.sessionOf(first)]!;
     // A prompt's turn-start comes first, then its message entry and, later, the turn's end;
@@ -288,7 +328,7 @@ export class MemorySessionStore implements SessionStore {
       }
       if (message !== undefined || (type !== 'message' && type !== 'turn-start')) continue;
       const entry = this.table.entry(n);
-      if (!('messageId' in entry) || entry.messageId !== messageId) continue;
+      if (!this.namesMessage(entry, messageId)) continue;
       named.push(entry);
       if (entry.type === 'turn-start') turnId ??= entry.turnId;
       else {
@@ -317,6 +357,11 @@ export class MemorySessionStore implements SessionStore {
 
   async close(): Promise<void> {
     // Nothing to release: the maps and buffers go with the process.
+  }
+
+  /** A message entry or a turn-start for this message (not, say, a tool input of that shape). */
+  private namesMessage(entry: SessionEntry, messageId: string): boolean {
+    return (entry.type === 'message' || entry.type === 'turn-start') && entry.messageId === messageId;
   }
 
   private lastForestPosition(rootId: string): number {
