@@ -29,6 +29,8 @@ export class Metrics {
   private readonly httpRequests: client.Counter<'method' | 'route' | 'status'>;
   private readonly httpDuration: client.Histogram<'method' | 'route' | 'status'>;
   private readonly reports: client.Counter<'delivery' | 'outcome'>;
+  /** The counters of accepted reports per delivery mode, bound once: every report counts. */
+  private readonly accepted = new Map<string, client.Counter.Internal>();
   private readonly reportToTurn: client.Histogram;
   private readonly coldResumes: client.Counter;
   private readonly settlements: client.Counter;
@@ -136,7 +138,13 @@ export class Metrics {
   /** The continuation manager's observer. */
   readonly observer: ContinuationObserver = {
     report: (delivery, outcome, messageId) => {
-      this.reports.inc({ delivery, outcome });
+      if (outcome === 'accepted') {
+        let counter = this.accepted.get(delivery);
+        if (counter === undefined) this.accepted.set(delivery, (counter = this.reports.labels({ delivery, outcome })));
+        counter.inc();
+      } else {
+        this.reports.inc({ delivery, outcome });
+      }
       if (delivery === 'wakeup' && messageId !== undefined) {
         if (this.wakeups.size >= MAX_PENDING_WAKEUPS) {
           const oldest = this.wakeups.keys().next().value;
