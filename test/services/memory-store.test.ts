@@ -1,7 +1,8 @@
 /**
- * The memory store keeps entry text outside the heap, in 4 MiB chunks with large texts in
- * buffers of their own: whatever the sizes and characters, and across chunk boundaries, every
- * read gives back exactly what was written, and lookups by type, forest and message id find it.
+ * The memory store joins entry texts into large strings (chunks), sealed once they are long
+ * enough or when a read needs the one being filled: whatever the sizes and characters, across
+ * chunk boundaries and with reads in between, every read gives back exactly what was written,
+ * and lookups by type, forest and message id find it.
  */
 import { describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
@@ -79,13 +80,15 @@ describe('MemorySessionStore entry text', () => {
       '🙂'.repeat(400_000), // 1.6 MB of four-byte characters
     ];
     const written: Record<string, SessionEntry[]> = { root: [], child: [] };
-    // About 12 MB in all: three chunks and more, the large texts in between.
+    // About 12 million characters in all: many chunks, the large texts in between, and a read
+    // now and then that seals the chunk being filled early.
     for (let i = 0; i < 12_000; i++) {
       const sessionId = i % 3 === 0 ? 'root' : 'child';
       const text = i % 2500 === 7 ? texts[Math.floor(i / 2500)]! : `${texts[i % 3]!} ${i} ${'y'.repeat(900)}`;
       const entry = message(w.next(sessionId), text, `msg-${i}`);
       written[sessionId]!.push(entry);
       await store.write({ headers: [], entries: [w.item(sessionId, entry)] });
+      if (i % 1000 === 500) expect((await store.read(sessionId, entry.seq - 1))[0]).toEqual(entry);
     }
     for (const id of ['root', 'child']) {
       expect(await store.read(id, 0)).toEqual(written[id]);

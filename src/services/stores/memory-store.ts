@@ -3,11 +3,11 @@
  * `AGENTFOREST_DATA=:memory:`. Entries are kept as their JSON text, as the SQLite store keeps
  * them: callers cannot mutate what was "persisted" and every read parses a fresh copy.
  *
- * The text lives outside the JavaScript heap, UTF-8 in large buffers, and what the lookups
- * need (type, session, seq, forest position) in typed arrays. Kept on the heap, every entry
- * was a few strings and objects that each young-generation collection copied until they were
- * promoted: the memory store's own cost grew with how much it held, and was a fifth of a
- * report's in-process time.
+ * The text is joined into strings of half a megabyte and more, which the garbage collector
+ * never copies, and what the lookups need (type, session, seq, forest position) goes into
+ * typed arrays. Kept as a string and two small objects per entry, all of it was copied by each
+ * young-generation collection until it was promoted: the memory store's own cost grew with
+ * how much it held, and was a fifth of a report's in-process time.
  */
 import { ENTRY_TYPES, type EntryType, type SessionEntry, type SessionHeader } from '../../domain/session.js';
 import {
@@ -48,55 +48,54 @@ class U32List {
   }
 }
 
-const CHUNK_BYTES = 4 << 20;
+/** Texts are joined into strings of about this many UTF-16 code units (512 KiB and more). */
+const CHUNK_UNITS = 1 << 19;
 
-/** Texts, UTF-8, appended to large buffers; a text is its chunk, offset and byte length. */
+/**
+ * Texts appended to large strings; a text is its chunk, offset and length. The texts of a
+ * chunk are kept as they come and joined into one string once they reach CHUNK_UNITS (or a
+ * read needs them): a string that large lives in the large-object space, which the garbage
+ * collector never copies, and a read is a slice of it.
+ */
 class TextArena {
-  private readonly chunks: Buffer[] = [];
-  /** How many bytes of each chunk hold text. */
-  private readonly filled: number[] = [];
-  /** The chunk appends go to (-1: none yet), and how much of it is used. */
-  private open = -1;
-  private used = 0;
+  private readonly chunks: string[] = [];
+  /** The texts of the chunk being filled, number `chunks.length`, and their total length. */
+  private filling: string[] = [];
+  private filled = 0;
   /** Where the last `append` put its text. */
   chunk = 0;
   offset = 0;
-  bytes = 0;
+  length = 0;
 
   append(text: string): void {
-    // A UTF-16 code unit takes at most 3 bytes of UTF-8.
-    if (this.open === -1 || this.used + text.length * 3 > CHUNK_BYTES) {
-      if (text.length * 3 > CHUNK_BYTES / 2) {
-        // A large text gets a buffer of its own; the open chunk stays open.
-        const own = Buffer.allocUnsafeSlow(Buffer.byteLength(text, 'utf8'));
-        this.bytes = own.write(text, 0, 'utf8');
-        this.chunk = this.chunks.push(own) - 1;
-        this.filled.push(this.bytes);
-        this.offset = 0;
-        return;
-      }
-      this.open = this.chunks.push(Buffer.allocUnsafeSlow(CHUNK_BYTES)) - 1;
-      this.filled.push(0);
-      this.used = 0;
-    }
-    this.chunk = this.open;
-    this.offset = this.used;
-    this.bytes = this.chunks[this.open]!.write(text, this.used, 'utf8');
-    this.used += this.bytes;
-    this.filled[this.open] = this.used;
+    this.chunk = this.chunks.length;
+    this.offset = this.filled;
+    this.length = text.length;
+    this.filling.push(text);
+    this.filled += text.length;
+    if (this.filled >= CHUNK_UNITS) this.seal();
   }
 
-  text(chunk: number, offset: number, bytes: number): string {
-    return this.chunks[chunk]!.toString('utf8', offset, offset + bytes);
+  text(chunk: number, offset: number, length: number): string {
+    if (chunk === this.chunks.length) this.seal();
+    return this.chunks[chunk]!.slice(offset, offset + length);
   }
 
-  /** Every place `needle` occurs, as chunk and offset, in the order the chunks were made. */
-  *find(needle: Buffer): Generator<[chunk: number, offset: number]> {
+  /** Every place `needle` occurs, as chunk and offset, in chunk order. */
+  *find(needle: string): Generator<[chunk: number, offset: number]> {
+    this.seal();
     for (let chunk = 0; chunk < this.chunks.length; chunk++) {
-      const buffer = this.chunks[chunk]!;
-      const end = this.filled[chunk]!;
-      for (let at = buffer.indexOf(needle); at !== -1 && at < end; at = buffer.indexOf(needle, at + 1)) yield [chunk, at];
+      const text = this.chunks[chunk]!;
+      for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + 1)) yield [chunk, at];
     }
+  }
+
+  /** Join the chunk being filled into one string; later texts start the next chunk. */
+  private seal(): void {
+    if (this.filling.length === 0) return;
+    this.chunks.push(this.filling.length === 1 ? this.filling[0]! : this.filling.join(''));
+    this.filling = [];
+    this.filled = 0;
   }
 }
 
@@ -108,7 +107,7 @@ const TYPE_CODE = new Map<EntryType, number>(ENTRY_TYPES.map((type, i) => [type,
  */
 class EntryTable {
   private readonly arena = new TextArena();
-  private readonly place = new U32List(); // chunk, offset, bytes per entry
+  private readonly place = new U32List(); // chunk, offset, length per entry
   private readonly type = new U32List();
   private readonly session = new U32List();
   private readonly seq = new U32List();
@@ -121,7 +120,7 @@ class EntryTable {
     this.arena.append(JSON.stringify(entry));
     this.place.push(this.arena.chunk);
     this.place.push(this.arena.offset);
-    this.place.push(this.arena.bytes);
+    this.place.push(this.arena.length);
     (this.inChunk[this.arena.chunk] ??= new U32List()).push(this.type.length);
     this.type.push(TYPE_CODE.get(entry.type)!);
     this.session.push(sessionNumber);
@@ -131,12 +130,12 @@ class EntryTable {
   }
 
   /**
-   * The entries whose text holds `text` (as UTF-8), in commit order: the chunks are searched
-   * at native speed, and each hit is mapped to its entry by its offset.
+   * The entries whose text holds `text`, in commit order: the chunks are searched at native
+   * speed, and each hit is mapped to its entry by its offset.
    */
   containing(text: string): number[] {
     const found: number[] = [];
-    for (const [chunk, at] of this.arena.find(Buffer.from(text, 'utf8'))) {
+    for (const [chunk, at] of this.arena.find(text)) {
       const list = this.inChunk[chunk]!;
       // The last entry of the chunk that starts at or before the hit holds it.
       let lo = 0;
