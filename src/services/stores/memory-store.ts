@@ -55,25 +55,27 @@ const CHUNK_UNITS = 1 << 19;
  * Texts appended to large strings; a text is its chunk, offset and length. The texts of a
  * chunk are kept as they come and joined into one string once they reach CHUNK_UNITS (or a
  * read needs them): a string that large lives in the large-object space, which the garbage
- * collector never copies, and a read is a slice of it.
+ * collector never copies, and a read is a slice of it. Chunks and offsets only grow, so a
+ * text's place orders it among all the others.
  */
 class TextArena {
   private readonly chunks: string[] = [];
   /** The texts of the chunk being filled, number `chunks.length`, and their total length. */
   private filling: string[] = [];
   private filled = 0;
-  /** Where the last `append` put its text. */
-  chunk = 0;
-  offset = 0;
-  length = 0;
 
-  append(text: string): void {
-    this.chunk = this.chunks.length;
-    this.offset = this.filled;
-    this.length = text.length;
+  /** The chunk the next text goes to. */
+  get openChunk(): number {
+    return this.chunks.length;
+  }
+
+  /** Appends a text to the open chunk; returns its offset there. */
+  append(text: string): number {
+    const offset = this.filled;
     this.filling.push(text);
     this.filled += text.length;
     if (this.filled >= CHUNK_UNITS) this.seal();
+    return offset;
   }
 
   text(chunk: number, offset: number, length: number): string {
@@ -81,7 +83,7 @@ class TextArena {
     return this.chunks[chunk]!.slice(offset, offset + length);
   }
 
-  /** Every place `needle` occurs, as chunk and offset, in chunk order. */
+  /** Every place `needle` occurs, as chunk and offset, in order. */
   *find(needle: string): Generator<[chunk: number, offset: number]> {
     this.seal();
     for (let chunk = 0; chunk < this.chunks.length; chunk++) {
@@ -112,16 +114,13 @@ class EntryTable {
   private readonly session = new U32List();
   private readonly seq = new U32List();
   private readonly forestSeq = new U32List();
-  /** Per chunk, the numbers of the entries in it, in offset order. */
-  private readonly inChunk: U32List[] = [];
 
   /** Stores an entry; returns its number. */
   add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
-    this.arena.append(JSON.stringify(entry));
-    this.place.push(this.arena.chunk);
-    this.place.push(this.arena.offset);
-    this.place.push(this.arena.length);
-    (this.inChunk[this.arena.chunk] ??= new U32List()).push(this.type.length);
+    const text = JSON.stringify(entry);
+    this.place.push(this.arena.openChunk);
+    this.place.push(this.arena.append(text));
+    this.place.push(text.length);
     this.type.push(TYPE_CODE.get(entry.type)!);
     this.session.push(sessionNumber);
     this.seq.push(entry.seq);
@@ -131,24 +130,23 @@ class EntryTable {
 
   /**
    * The entries whose text holds `text`, in commit order: the chunks are searched at native
-   * speed, and each hit is mapped to its entry by its offset.
+   * speed, and each hit is mapped to its entry by its place, since places grow with entry numbers.
    */
   containing(text: string): number[] {
     const found: number[] = [];
     for (const [chunk, at] of this.arena.find(text)) {
-      const list = this.inChunk[chunk]!;
-      // The last entry of the chunk that starts at or before the hit holds it.
+      // The last entry placed at or before the hit holds it.
       let lo = 0;
-      let hi = list.length - 1;
+      let hi = this.type.length - 1;
       while (lo < hi) {
         const mid = (lo + hi + 1) >> 1;
-        if (this.place.at(3 * list.at(mid) + 1) <= at) lo = mid;
+        const midChunk = this.place.at(3 * mid);
+        if (midChunk < chunk || (midChunk === chunk && this.place.at(3 * mid + 1) <= at)) lo = mid;
         else hi = mid - 1;
       }
-      const n = list.at(lo);
-      if (found.at(-1) !== n) found.push(n);
+      if (found.at(-1) !== lo) found.push(lo);
     }
-    return found.sort((a, b) => a - b);
+    return found;
   }
 
   entry(n: number): SessionEntry {
@@ -170,6 +168,11 @@ class EntryTable {
   forestSeqOf(n: number): number {
     return this.forestSeq.at(n);
   }
+}
+
+/** A message entry or a turn-start for this message (not, say, a tool input of that shape). */
+function namesMessage(entry: SessionEntry, messageId: string): boolean {
+  return (entry.type === 'message' || entry.type === 'turn-start') && entry.messageId === messageId;
 }
 
 interface StoredSession {
@@ -304,7 +307,7 @@ export class MemorySessionStore implements SessionStore {
     // kept: a receipt lookup searches the entry text, so a write pays nothing for it.
     const first = this.table
       .containing(`"messageId":${JSON.stringify(messageId)}`)
-      .find((n) => this.namesMessage(this.table.entry(n), messageId));
+      .find((n) => namesMessage(this.table.entry(n), messageId));
     if (first === undefined) return undefined;
     const session = this.sessionList[this.table.sessionOf(first)]!;
     // A prompt's turn-start comes first, then its message entry and, later, the turn's end;
@@ -327,7 +330,7 @@ export class MemorySessionStore implements SessionStore {
       }
       if (message !== undefined || (type !== 'message' && type !== 'turn-start')) continue;
       const entry = this.table.entry(n);
-      if (!this.namesMessage(entry, messageId)) continue;
+      if (!namesMessage(entry, messageId)) continue;
       named.push(entry);
       if (entry.type === 'turn-start') turnId ??= entry.turnId;
       else {
@@ -355,12 +358,7 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async close(): Promise<void> {
-    // Nothing to release: the maps and buffers go with the process.
-  }
-
-  /** A message entry or a turn-start for this message (not, say, a tool input of that shape). */
-  private namesMessage(entry: SessionEntry, messageId: string): boolean {
-    return (entry.type === 'message' || entry.type === 'turn-start') && entry.messageId === messageId;
+    // Nothing to release: the maps and texts go with the process.
   }
 
   private lastForestPosition(rootId: string): number {
