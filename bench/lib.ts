@@ -19,15 +19,21 @@ export interface Server {
   child: ChildProcess;
   /** CPU time the server process used so far (all its threads), or undefined off Linux. */
   cpuSeconds(): number | undefined;
+  /** CPU time its main thread (the event loop) used so far, or undefined off Linux. */
+  mainThreadCpuSeconds(): number | undefined;
   stop(): Promise<void>;
 }
 
-/** utime + stime of a process from /proc (in clock ticks of 1/100 s), or undefined. */
-function processCpuSeconds(pid: number | undefined): number | undefined {
+/**
+ * utime + stime of a process, or of one of its threads, from /proc (in clock ticks of 1/100 s),
+ * or undefined. A process's main thread has the process's id.
+ */
+function cpuSecondsOf(pid: number | undefined, thread?: number): number | undefined {
   if (pid === undefined) return undefined;
   try {
     // Fields after the command name: state is the 1st, utime the 12th, stime the 13th.
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    const stat = thread === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${thread}/stat`;
+    const fields = readFileSync(stat, 'utf8').split(') ')[1]!.split(' ');
     return (Number(fields[11]) + Number(fields[12])) / 100;
   } catch {
     return undefined;
@@ -68,7 +74,8 @@ export async function startServer(data: string, env: Record<string, string> = {}
   return {
     url,
     child,
-    cpuSeconds: () => processCpuSeconds(child.pid),
+    cpuSeconds: () => cpuSecondsOf(child.pid),
+    mainThreadCpuSeconds: () => cpuSecondsOf(child.pid, child.pid),
     async stop() {
       if (child.exitCode === null) {
         child.kill('SIGTERM');

@@ -70,9 +70,17 @@ async function reportingChild(s: Server, parent: Agent): Promise<Agent> {
 const reportLoad = (s: Server, child: Agent, secs = seconds): Promise<Load> =>
   load(`${s.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, secs);
 
+/** CPU time per request, in µs: the whole server's and its main thread's. */
+interface CpuPerRequest {
+  serverUs: number;
+  mainThreadUs: number;
+}
+
 interface Paired {
   ratio: number;
   cpuRatio: number | null;
+  /** Over all rounds, per route; null off Linux. */
+  cpu: { base: CpuPerRequest; rep: CpuPerRequest } | null;
   base: Load;
   rep: Load;
   ratios: number[];
@@ -84,9 +92,11 @@ interface Paired {
  * per-round ratios. Neighbours on a shared machine shift throughput by a fifth or more within
  * seconds; rounds side by side see the same conditions, and the median drops the ones that
  * did not. Beside it, the server's CPU time per request over all rounds (baseline over
- * report, from /proc), which what neighbours take from the machine moves much less. The
- * scaling cases use it too, with three rounds: each case's report cost is its ratio to a
- * baseline measured beside it, so the machine's drift between cases cancels out.
+ * report, from /proc), which what neighbours take from the machine moves much less, and its
+ * main thread's: the event loop runs every request, so once it is busy all the time, its
+ * time per request bounds the throughput. The scaling cases use it too, with three rounds:
+ * each case's report cost is its ratio to a baseline measured beside it, so the machine's
+ * drift between cases cancels out.
  */
 async function pairedRatio(s: Server, child: Agent, shape = { rounds, roundSeconds, warmUpSeconds: 2 }): Promise<Paired> {
   const baseUrl = `${s.url}/bench/baseline`;
@@ -94,15 +104,19 @@ async function pairedRatio(s: Server, child: Agent, shape = { rounds, roundSecon
   const token = { 'x-agent-token': child.token };
   await warmUp(baseUrl, report, {}, shape.warmUpSeconds);
   await warmUp(reportUrl, report, token, shape.warmUpSeconds);
-  // CPU seconds and requests of each route over all rounds (CPU is null off Linux).
-  const cpu = { base: 0, rep: 0 } as Record<'base' | 'rep', number | null>;
+  // CPU seconds (the server's, its main thread's) and requests of each route over all rounds.
+  const cpu = { base: { server: 0, main: 0 }, rep: { server: 0, main: 0 } };
+  let cpuKnown = true;
   const requests = { base: 0, rep: 0 };
   const measured = async (url: string, headers: Record<string, string>, route: 'base' | 'rep'): Promise<Load> => {
-    const before = s.cpuSeconds();
+    const before = [s.cpuSeconds(), s.mainThreadCpuSeconds()];
     const l = await load(url, report, headers, shape.roundSeconds, 50, 0);
-    const after = s.cpuSeconds();
-    const used = cpu[route];
-    cpu[route] = used === null || before === undefined || after === undefined ? null : used + after - before;
+    const after = [s.cpuSeconds(), s.mainThreadCpuSeconds()];
+    if ([...before, ...after].some((x) => x === undefined)) cpuKnown = false;
+    else {
+      cpu[route].server += after[0]! - before[0]!;
+      cpu[route].main += after[1]! - before[1]!;
+    }
     requests[route] += l.requests;
     return l;
   };
@@ -115,8 +129,13 @@ async function pairedRatio(s: Server, child: Agent, shape = { rounds, roundSecon
   const mid = [...all].sort((a, b) => a.ratio - b.ratio)[Math.floor(all.length / 2)]!;
   // Summed over the rounds rather than a median: work a round leaves behind (the writer's
   // queue, a collection) is counted in the next round's window, which sums even out.
-  const cpuRatio = cpu.base === null || cpu.rep === null ? null : ratio(cpu.base / requests.base, cpu.rep / requests.rep);
-  return { ratio: mid.ratio, cpuRatio, base: mid.base, rep: mid.rep, ratios: all.map((r) => r.ratio) };
+  const perRequest = (route: 'base' | 'rep'): CpuPerRequest => ({
+    serverUs: +((cpu[route].server / requests[route]) * 1e6).toFixed(1),
+    mainThreadUs: +((cpu[route].main / requests[route]) * 1e6).toFixed(1),
+  });
+  const cpuRatio = cpuKnown ? ratio(cpu.base.server / requests.base, cpu.rep.server / requests.rep) : null;
+  const perRoute = cpuKnown ? { base: perRequest('base'), rep: perRequest('rep') } : null;
+  return { ratio: mid.ratio, cpuRatio, cpu: perRoute, base: mid.base, rep: mid.rep, ratios: all.map((r) => r.ratio) };
 }
 
 /** A scaling case: three rounds of 2 s after a 1 s warm-up, as a ratio to the baseline beside it. */
@@ -140,6 +159,9 @@ async function stepRoundTrips(s: Server, workers: number): Promise<number> {
 }
 
 const ratio = (a: number, b: number): number => +(a / b).toFixed(3);
+const mainThreadRatio = (cpu: Paired['cpu']): number | null => (cpu === null ? null : ratio(cpu.base.mainThreadUs, cpu.rep.mainThreadUs));
+const cpuColumns = (cpu: CpuPerRequest | undefined): Record<string, number> =>
+  cpu === undefined ? {} : { cpuUs: cpu.serverUs, mainThreadUs: cpu.mainThreadUs };
 const rows: Record<string, unknown>[] = [];
 const row = (scenario: string, l: Load, extra: Record<string, unknown> = {}): void => {
   rows.push({ scenario, rps: l.requestsPerSecond, p50Ms: l.p50Ms, p99Ms: l.p99Ms, errors: l.errors, ...extra });
@@ -151,6 +173,7 @@ async function main(): Promise<Record<string, unknown>> {
   let durableRatio: number;
   let durableRatios: number[];
   let durableCpuRatio: number | null;
+  let durableCpu: Paired['cpu'];
   let wakeup: Load;
   let steps: number;
   try {
@@ -159,8 +182,9 @@ async function main(): Promise<Record<string, unknown>> {
     durableRatio = paired.ratio;
     durableRatios = paired.ratios;
     durableCpuRatio = paired.cpuRatio;
-    row('baseline route (sqlite build)', paired.base);
-    row('report quiet, sqlite FULL', paired.rep, { ratioToBaseline: durableRatio, cpuRatio: durableCpuRatio });
+    durableCpu = paired.cpu;
+    row('baseline route (sqlite build)', paired.base, cpuColumns(paired.cpu?.base));
+    row('report quiet, sqlite FULL', paired.rep, { ratioToBaseline: durableRatio, cpuRatio: durableCpuRatio, ...cpuColumns(paired.cpu?.rep) });
     // Wakeup to a running parent: its turn is open (step claimed), each report queues one turn.
     await call(`${durable.url}/v1/packages/subagent-report`, 'PUT', { config: { reportDelivery: 'wakeup' } });
     const busy = await newRoot(durable);
@@ -177,13 +201,15 @@ async function main(): Promise<Record<string, unknown>> {
   let memoryRatio: number;
   let memoryRatios: number[];
   let memoryCpuRatio: number | null;
+  let memoryCpu: Paired['cpu'];
   try {
     const paired = await pairedRatio(memory, await reportingChild(memory, await newRoot(memory)));
     memoryRatio = paired.ratio;
     memoryRatios = paired.ratios;
     memoryCpuRatio = paired.cpuRatio;
-    row('baseline route (memory build)', paired.base);
-    row('report quiet, memory store', paired.rep, { ratioToBaseline: memoryRatio, cpuRatio: memoryCpuRatio });
+    memoryCpu = paired.cpu;
+    row('baseline route (memory build)', paired.base, cpuColumns(paired.cpu?.base));
+    row('report quiet, memory store', paired.rep, { ratioToBaseline: memoryRatio, cpuRatio: memoryCpuRatio, ...cpuColumns(paired.cpu?.rep) });
   } finally {
     await memory.stop();
   }
@@ -305,6 +331,10 @@ async function main(): Promise<Record<string, unknown>> {
     ratioRounds: { durable: durableRatios, memory: memoryRatios },
     // The server's CPU time per request, baseline over report, over the same rounds.
     cpuRatios: { durable: durableCpuRatio, memory: memoryCpuRatio },
+    // The same per route in µs, the whole server's and its main thread's, and the main
+    // thread's ratio: the ceiling of the throughput ratio once the event loop is saturated.
+    cpuPerRequest: { durable: durableCpu, memory: memoryCpu },
+    mainThreadRatios: { durable: mainThreadRatio(durableCpu), memory: mainThreadRatio(memoryCpu) },
     wakeupRps: wakeup.requestsPerSecond,
     stepRoundTripsPerSecond: steps,
     scaling: {
