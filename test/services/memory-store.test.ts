@@ -1,8 +1,8 @@
 /**
- * The memory store joins entry texts into large strings (chunks), sealed once they are long
- * enough or when a read needs the one being filled: whatever the sizes and characters, across
- * chunk boundaries and with reads in between, every read gives back exactly what was written,
- * and lookups by type, forest and message id find it.
+ * The memory store joins entry texts into large strings (chunks) once they are long enough,
+ * and reads the chunk still being filled from its texts: whatever the sizes and characters,
+ * across chunk boundaries and with reads in between, every read gives back exactly what was
+ * written, and lookups by type, forest and message id find it.
  */
 import { describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
@@ -76,12 +76,12 @@ describe('MemorySessionStore entry text', () => {
       'plain',
       'é, ü, ß and 漢字 and 🙂 (a surrogate pair)',
       'quotes " and backslashes \\ and a NUL \u0000 and a newline \n',
-      'x'.repeat(1_500_000), // larger than half a chunk: a buffer of its own
+      'x'.repeat(1_500_000), // larger than a chunk: it closes the chunk it lands in
       '🙂'.repeat(400_000), // 1.6 MB of four-byte characters
     ];
     const written: Record<string, SessionEntry[]> = { root: [], child: [] };
     // About 12 million characters in all: many chunks, the large texts in between, and a read
-    // now and then that seals the chunk being filled early.
+    // now and then of the chunk being filled.
     for (let i = 0; i < 12_000; i++) {
       const sessionId = i % 3 === 0 ? 'root' : 'child';
       const text = i % 2500 === 7 ? texts[Math.floor(i / 2500)]! : `${texts[i % 3]!} ${i} ${'y'.repeat(900)}`;

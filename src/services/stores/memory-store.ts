@@ -53,15 +53,18 @@ const CHUNK_UNITS = 1 << 19;
 
 /**
  * Texts appended to large strings; a text is its chunk, offset and length. The texts of a
- * chunk are kept as they come and joined into one string once they reach CHUNK_UNITS (or a
- * read needs them): a string that large lives in the large-object space, which the garbage
- * collector never copies, and a read is a slice of it. Chunks and offsets only grow, so a
- * text's place orders it among all the others.
+ * chunk are kept as they come and joined into one string once they reach CHUNK_UNITS: a
+ * string that large lives in the large-object space, which the garbage collector never
+ * copies, and a read is a slice of it. Until then, reads and searches use the open chunk's
+ * texts as they are, so a read of the newest entries (every step reads its agent's log) does
+ * not cut a chunk short. Chunks and offsets only grow, so a text's place orders it among all
+ * the others.
  */
 class TextArena {
   private readonly chunks: string[] = [];
-  /** The texts of the chunk being filled, number `chunks.length`, and their total length. */
+  /** The texts of the open chunk, number `chunks.length`, where each starts, and their length. */
   private filling: string[] = [];
+  private starts: number[] = [];
   private filled = 0;
 
   /** The chunk the next text goes to. */
@@ -73,32 +76,43 @@ class TextArena {
   append(text: string): number {
     const offset = this.filled;
     this.filling.push(text);
+    this.starts.push(offset);
     this.filled += text.length;
     if (this.filled >= CHUNK_UNITS) this.seal();
     return offset;
   }
 
   text(chunk: number, offset: number, length: number): string {
-    if (chunk === this.chunks.length) this.seal();
-    return this.chunks[chunk]!.slice(offset, offset + length);
+    if (chunk < this.chunks.length) return this.chunks[chunk]!.slice(offset, offset + length);
+    // The open chunk: the text that starts at `offset`, found by binary search.
+    let lo = 0;
+    let hi = this.starts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (this.starts[mid]! <= offset) lo = mid;
+      else hi = mid - 1;
+    }
+    return this.filling[lo]!;
   }
 
   /** Every place `needle` occurs, as chunk and offset, in order. */
   *find(needle: string): Generator<[chunk: number, offset: number]> {
-    this.seal();
-    for (let chunk = 0; chunk < this.chunks.length; chunk++) {
-      const text = this.chunks[chunk]!;
-      for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + 1)) yield [chunk, at];
-    }
+    for (let chunk = 0; chunk < this.chunks.length; chunk++) yield* occurrences(this.chunks[chunk]!, needle, chunk, 0);
+    for (let i = 0; i < this.filling.length; i++) yield* occurrences(this.filling[i]!, needle, this.chunks.length, this.starts[i]!);
   }
 
-  /** Join the chunk being filled into one string; later texts start the next chunk. */
+  /** Join the open chunk's texts into one string; later texts start the next chunk. */
   private seal(): void {
-    if (this.filling.length === 0) return;
     this.chunks.push(this.filling.length === 1 ? this.filling[0]! : this.filling.join(''));
     this.filling = [];
+    this.starts = [];
     this.filled = 0;
   }
+}
+
+/** Where `needle` occurs in `text`, which starts at `offset` of `chunk`. */
+function* occurrences(text: string, needle: string, chunk: number, offset: number): Generator<[chunk: number, offset: number]> {
+  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + 1)) yield [chunk, offset + at];
 }
 
 const TYPE_CODE = new Map<EntryType, number>(ENTRY_TYPES.map((type, i) => [type, i]));
