@@ -12,6 +12,7 @@ import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry } from '../../src/services/session-store.js';
 import { SqliteSessionStore, schemaVersionOf } from '../../src/services/stores/sqlite-store.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/services/stores/sqlite-migrations.js';
+import { WAL_AUTOCHECKPOINT_PAGES } from '../../src/services/stores/sqlite-writes.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -144,14 +145,14 @@ describe('SqliteSessionStore', () => {
   it('writes with synchronous FULL by default, in WAL mode', async () => {
     const store = openStore();
 
-    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 2 });
+    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 2, autocheckpointPages: WAL_AUTOCHECKPOINT_PAGES });
     expect(storeConnection(store).pragma('synchronous', { simple: true })).toBe(2);
   });
 
   it('writes with synchronous NORMAL when asked', async () => {
     const store = openStore({ synchronous: 'normal' });
 
-    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 1 });
+    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 1, autocheckpointPages: WAL_AUTOCHECKPOINT_PAGES });
   });
 
   it('records its migrations in schema_migrations', () => {

@@ -28,6 +28,8 @@ export interface WriterSettings {
   journalMode: string;
   /** SQLite's number for the synchronous level: 1 NORMAL, 2 FULL. */
   synchronous: number;
+  /** WAL pages after which a commit checkpoints (see WAL_AUTOCHECKPOINT_PAGES). */
+  autocheckpointPages: number;
 }
 
 export interface SqliteWriter {

