@@ -28,9 +28,12 @@ export class Metrics {
   readonly contentType = this.registry.contentType;
   private readonly httpRequests: client.Counter<'method' | 'route' | 'status'>;
   private readonly httpDuration: client.Histogram<'method' | 'route' | 'status'>;
-  private readonly reports: client.Counter<'delivery' | 'outcome'>;
-  /** The counters of accepted reports per delivery mode, bound once: every report counts. */
-  private readonly accepted = new Map<string, client.Counter.Internal>();
+  /**
+   * Report calls by delivery mode, then outcome, as plain numbers the reports counter reads
+   * when scraped. Every report counts, and a labelled prom-client counter hashes its labels
+   * on each increment.
+   */
+  private readonly reportCounts = new Map<string, Map<string, number>>();
   private readonly reportToTurn: client.Histogram;
   private readonly coldResumes: client.Counter;
   private readonly settlements: client.Counter;
@@ -52,7 +55,17 @@ export class Metrics {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60],
       registers,
     });
-    this.reports = new client.Counter({ name: 'agentforest_reports_total', help: 'report calls by delivery mode and outcome (accepted or an error code).', labelNames: ['delivery', 'outcome'], registers });
+    const reportCounts = this.reportCounts;
+    new client.Counter({
+      name: 'agentforest_reports_total',
+      help: 'report calls by delivery mode and outcome (accepted or an error code).',
+      labelNames: ['delivery', 'outcome'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [delivery, outcomes] of reportCounts) for (const [outcome, n] of outcomes) this.inc({ delivery, outcome }, n);
+      },
+    });
     this.reportToTurn = new client.Histogram({
       name: 'agentforest_report_to_parent_turn_seconds',
       help: 'Wakeup delivery: from report acceptance to the start of the parent turn it queued.',
@@ -138,13 +151,9 @@ export class Metrics {
   /** The continuation manager's observer. */
   readonly observer: ContinuationObserver = {
     report: (delivery, outcome, messageId) => {
-      if (outcome === 'accepted') {
-        let counter = this.accepted.get(delivery);
-        if (counter === undefined) this.accepted.set(delivery, (counter = this.reports.labels({ delivery, outcome })));
-        counter.inc();
-      } else {
-        this.reports.inc({ delivery, outcome });
-      }
+      let outcomes = this.reportCounts.get(delivery);
+      if (outcomes === undefined) this.reportCounts.set(delivery, (outcomes = new Map()));
+      outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
       if (delivery === 'wakeup' && messageId !== undefined) {
         if (this.wakeups.size >= MAX_PENDING_WAKEUPS) {
           const oldest = this.wakeups.keys().next().value;
