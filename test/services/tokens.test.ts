@@ -40,6 +40,8 @@ describe('matchesToken', () => {
     ['first character changed', `${secret.startsWith('A') ? 'B' : 'A'}${secret.slice(1)}`],
     ['surrounded by spaces', ` ${secret} `],
     ['upper-cased', secret.toUpperCase() === secret ? secret.toLowerCase() : secret.toUpperCase()],
+    ['same length, a character outside ASCII', `\u00e9${secret.slice(1)}`],
+    ['same length, the first character as its low byte plus 256', `${String.fromCharCode(secret.charCodeAt(0) + 256)}${secret.slice(1)}`],
   ])('rejects a near miss: %s', (_label, presented) => {
     expect(presented).not.toBe(secret);
     expect(matchesToken(presented, secret)).toBe(false);
