@@ -45,15 +45,24 @@ export function buildServer(): void {
   execFileSync('npm', ['run', '--silent', 'build'], { cwd: root, stdio: 'inherit' });
 }
 
+/** The node flags `npm start` runs the server with (its `start` script: `node <flags> dist/server.js`). */
+export function startFlags(): string[] {
+  const scripts = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
+  const words = (scripts.start ?? '').split(/\s+/);
+  if (words[0] !== 'node' || words.at(-1) !== 'dist/server.js') throw new Error(`unexpected start script: ${scripts.start}`);
+  return words.slice(1, -1);
+}
+
 /**
- * Start the built server (see buildServer) in its own process on 127.0.0.1. Its log goes to
- * a file beside the data (never a pipe: a pipe this process is slow to drain would make the
- * server's logger wait, and this process runs the load generator).
+ * Start the built server (see buildServer) in its own process on 127.0.0.1, with the node
+ * flags of `npm start`. Its log goes to a file beside the data (never a pipe: a pipe this
+ * process is slow to drain would make the server's logger wait, and this process runs the
+ * load generator).
  */
 export async function startServer(data: string, env: Record<string, string> = {}): Promise<Server> {
   const logPath = data === ':memory:' ? join(tmpdir(), `agentforest-bench-${process.pid}-${Date.now()}.log`) : `${data}.log`;
   const log = openSync(logPath, 'w');
-  const child = spawn(process.execPath, ['--expose-gc', 'dist/server.js'], {
+  const child = spawn(process.execPath, ['--expose-gc', ...startFlags(), 'dist/server.js'], {
     cwd: root,
     // One client drives each server as hard as it can: the operator rate limit is off.
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_BENCH_BASELINE: '1', AGENTFOREST_RATE_LIMIT: '0', ...env },

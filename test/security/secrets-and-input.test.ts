@@ -869,6 +869,15 @@ describe('the container image', () => {
     }
   });
 
+  it('the image starts the server as `npm start` does, node flags included', () => {
+    const instructions = parseDockerfile(readFileSync(dockerfile, 'utf8'));
+    const cmd = instructions.filter((i) => i.keyword === 'CMD').at(-1);
+    expect(cmd, 'the runtime stage has a CMD').toBeDefined();
+    const scripts = (JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
+    expect(JSON.parse(cmd!.args)).toEqual(scripts.start?.split(' '));
+    expect(scripts.start).toMatch(/^node (--[\w-]+=\S+ )*dist\/server\.js$/);
+  });
+
   it('the Dockerfile parser sees the last USER of the last stage, across continuations and comments', () => {
     const sample = [
       'FROM node AS build',
