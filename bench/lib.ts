@@ -139,11 +139,19 @@ export async function load(url: string, body: unknown, headers: Record<string, s
   };
 }
 
+/**
+ * The server's resident set size in bytes, read after a full garbage collection, and how much
+ * of it the young generation has committed (empty after that collection).
+ */
+export async function settledMemory(url: string): Promise<{ rss: number; youngGeneration: number }> {
+  const memory = await call<{ collected: boolean; rss: number; youngGeneration: number }>(`${url}/bench/memory`, 'GET');
+  if (!memory.collected) throw new Error('the server runs without --expose-gc');
+  return { rss: memory.rss, youngGeneration: memory.youngGeneration };
+}
+
 /** The server's resident set size in bytes, read after a full garbage collection. */
 export async function settledRss(url: string): Promise<number> {
-  const memory = await call<{ collected: boolean; rss: number }>(`${url}/bench/memory`, 'GET');
-  if (!memory.collected) throw new Error('the server runs without --expose-gc');
-  return memory.rss;
+  return (await settledMemory(url)).rss;
 }
 
 /** Run `count` async jobs with at most `parallel` at once. */

@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { buildServer, call, childHeader, load, pool, root, rootHeader, settledRss, seedSessions, startServer, warmUp, type Load, type Server } from './lib.js';
+import { buildServer, call, childHeader, load, pool, root, rootHeader, settledMemory, seedSessions, startServer, warmUp, type Load, type Server } from './lib.js';
 
 const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -101,8 +101,10 @@ interface Paired {
 async function pairedRatio(s: Server, child: Agent, shape = { rounds, roundSeconds, warmUpSeconds: 2 }): Promise<Paired> {
   const baseUrl = `${s.url}/bench/baseline`;
   const reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
+  // Both routes get the same request, the agent token header included: the baseline ignores
+  // it, so the ratio holds only what the report path itself costs.
   const token = { 'x-agent-token': child.token };
-  await warmUp(baseUrl, report, {}, shape.warmUpSeconds);
+  await warmUp(baseUrl, report, token, shape.warmUpSeconds);
   await warmUp(reportUrl, report, token, shape.warmUpSeconds);
   // CPU seconds (the server's, its main thread's) and requests of each route over all rounds.
   const cpu = { base: { server: 0, main: 0 }, rep: { server: 0, main: 0 } };
@@ -122,7 +124,7 @@ async function pairedRatio(s: Server, child: Agent, shape = { rounds, roundSecon
   };
   const all: { base: Load; rep: Load; ratio: number }[] = [];
   for (let i = 0; i < shape.rounds; i++) {
-    const base = await measured(baseUrl, {}, 'base');
+    const base = await measured(baseUrl, token, 'base');
     const rep = await measured(reportUrl, token, 'rep');
     all.push({ base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond) });
   }
@@ -239,22 +241,31 @@ async function main(): Promise<Record<string, unknown>> {
   // Memory per idle resident agent is read first, on a server that did nothing else yet
   // (resident memory rarely shrinks, so any earlier load would blur it), after a full garbage
   // collection. The first 1,000 roots are a warm-up outside the count: they pay one-off costs
-  // (the create path's compiled code, the SQLite page caches filling up to their bound).
+  // (the create path's compiled code, the SQLite page caches filling up to their bound). The
+  // young generation's committed pages are taken out: empty after the collection, they hold no
+  // agent, and they grow with allocation up to a size --max-semi-space-size sets (32 MB per
+  // semi-space with `npm start`), once, within the first few thousand roots.
   const many = await startServer(join(dir, 'many.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
   const rssPerAgent: Record<string, number> = {};
+  const rssPerAgentWithYoung: Record<string, number> = {};
+  const youngGenerationBytes: Record<string, number> = {};
   try {
     const warmUp = 1_000;
     await pool(warmUp, 64, async () => {
       await newRoot(many);
     });
-    const before = await settledRss(many.url);
+    const before = await settledMemory(many.url);
+    youngGenerationBytes.before = before.youngGeneration;
     let created = 0;
     for (const target of [10_000, manyAgents]) {
       await pool(target - created, 64, async () => {
         await newRoot(many);
       });
       created = target;
-      rssPerAgent[String(target)] = Math.round(((await settledRss(many.url)) - before) / target);
+      const after = await settledMemory(many.url);
+      youngGenerationBytes[String(target)] = after.youngGeneration;
+      rssPerAgent[String(target)] = Math.round((after.rss - after.youngGeneration - (before.rss - before.youngGeneration)) / target);
+      rssPerAgentWithYoung[String(target)] = Math.round((after.rss - before.rss) / target);
     }
     agentsScaling[String(manyAgents)] = await liveAgentsCase(many);
   } finally {
@@ -344,6 +355,8 @@ async function main(): Promise<Record<string, unknown>> {
     },
     coldResumeMs: { ...coldResumeMs, ratio: ratio(coldResumeMs[String(longSession)]!, coldResumeMs['10']!) },
     rssBytesPerIdleAgent: rssPerAgent,
+    rssBytesPerIdleAgentWithYoungGeneration: rssPerAgentWithYoung,
+    youngGenerationBytes,
     rows,
   };
 }

@@ -4,8 +4,10 @@
  * - the baseline, a bare route that validates the same body as a report tool call and answers
  *   a constant; bench/ divides the report path's throughput by this route's, in the same run;
  * - the process's memory after a full garbage collection (when node runs with --expose-gc),
- *   so resident memory per agent is not read off whatever garbage happens to be uncollected.
+ *   so resident memory per agent is not read off whatever garbage happens to be uncollected,
+ *   and the young generation's committed size, which bench/ takes out of it.
  */
+import { getHeapSpaceStatistics } from 'node:v8';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { ToolCallBody } from '../agents/schemas.js';
 
@@ -15,6 +17,11 @@ export const benchBaselineRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const gc = (globalThis as { gc?: () => void }).gc;
     gc?.();
     const { rss, heapUsed } = process.memoryUsage();
-    return { collected: gc !== undefined, rss, heapUsed };
+    // The young generation is empty after a full collection, but its pages stay committed;
+    // their number follows --max-semi-space-size and how the heap grew, not what is kept.
+    const youngGeneration = getHeapSpaceStatistics()
+      .filter((space) => space.space_name === 'new_space' || space.space_name === 'new_large_object_space')
+      .reduce((sum, space) => sum + space.physical_space_size, 0);
+    return { collected: gc !== undefined, rss, heapUsed, youngGeneration };
   });
 };
