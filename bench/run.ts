@@ -86,6 +86,12 @@ interface Paired {
   ratios: number[];
 }
 
+interface Shape {
+  rounds: number;
+  roundSeconds: number;
+  warmUpSeconds: number;
+}
+
 /**
  * Report throughput over the baseline's on one server: after one warm-up of each route,
  * `rounds` rounds of baseline then report, `roundSeconds` each, and the median of the
@@ -94,54 +100,94 @@ interface Paired {
  * did not. Beside it, the server's CPU time per request over all rounds (baseline over
  * report, from /proc), which what neighbours take from the machine moves much less, and its
  * main thread's: the event loop runs every request, so once it is busy all the time, its
- * time per request bounds the throughput. The scaling cases use it too, with three rounds:
- * each case's report cost is its ratio to a baseline measured beside it, so the machine's
- * drift between cases cancels out.
+ * time per request bounds the throughput.
  */
-async function pairedRatio(s: Server, child: Agent, shape = { rounds, roundSeconds, warmUpSeconds: 2 }): Promise<Paired> {
-  const baseUrl = `${s.url}/bench/baseline`;
-  const reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
+class PairedRun {
+  private readonly baseUrl: string;
+  private readonly reportUrl: string;
   // Both routes get the same request, the agent token header included: the baseline ignores
   // it, so the ratio holds only what the report path itself costs.
-  const token = { 'x-agent-token': child.token };
-  await warmUp(baseUrl, report, token, shape.warmUpSeconds);
-  await warmUp(reportUrl, report, token, shape.warmUpSeconds);
-  // CPU seconds (the server's, its main thread's) and requests of each route over all rounds.
-  const cpu = { base: { server: 0, main: 0 }, rep: { server: 0, main: 0 } };
-  let cpuKnown = true;
-  const requests = { base: 0, rep: 0 };
-  const measured = async (url: string, headers: Record<string, string>, route: 'base' | 'rep'): Promise<Load> => {
-    const before = [s.cpuSeconds(), s.mainThreadCpuSeconds()];
-    const l = await load(url, report, headers, shape.roundSeconds, 50, 0);
-    const after = [s.cpuSeconds(), s.mainThreadCpuSeconds()];
-    if ([...before, ...after].some((x) => x === undefined)) cpuKnown = false;
-    else {
-      cpu[route].server += after[0]! - before[0]!;
-      cpu[route].main += after[1]! - before[1]!;
-    }
-    requests[route] += l.requests;
-    return l;
-  };
-  const all: { base: Load; rep: Load; ratio: number }[] = [];
-  for (let i = 0; i < shape.rounds; i++) {
-    const base = await measured(baseUrl, token, 'base');
-    const rep = await measured(reportUrl, token, 'rep');
-    all.push({ base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond) });
+  private readonly token: Record<string, string>;
+  /** CPU seconds (the server's, its main thread's) and requests of each route over all rounds. */
+  private readonly cpu = { base: { server: 0, main: 0 }, rep: { server: 0, main: 0 } };
+  private cpuKnown = true;
+  private readonly requests = { base: 0, rep: 0 };
+  private readonly all: { base: Load; rep: Load; ratio: number }[] = [];
+
+  constructor(
+    private readonly s: Server,
+    child: Agent,
+    private readonly shape: Shape,
+  ) {
+    this.baseUrl = `${s.url}/bench/baseline`;
+    this.reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
+    this.token = { 'x-agent-token': child.token };
   }
-  const mid = [...all].sort((a, b) => a.ratio - b.ratio)[Math.floor(all.length / 2)]!;
-  // Summed over the rounds rather than a median: work a round leaves behind (the writer's
-  // queue, a collection) is counted in the next round's window, which sums even out.
-  const perRequest = (route: 'base' | 'rep'): CpuPerRequest => ({
-    serverUs: +((cpu[route].server / requests[route]) * 1e6).toFixed(1),
-    mainThreadUs: +((cpu[route].main / requests[route]) * 1e6).toFixed(1),
-  });
-  const cpuRatio = cpuKnown ? ratio(cpu.base.server / requests.base, cpu.rep.server / requests.rep) : null;
-  const perRoute = cpuKnown ? { base: perRequest('base'), rep: perRequest('rep') } : null;
-  return { ratio: mid.ratio, cpuRatio, cpu: perRoute, base: mid.base, rep: mid.rep, ratios: all.map((r) => r.ratio) };
+
+  async warmUp(): Promise<void> {
+    await warmUp(this.baseUrl, report, this.token, this.shape.warmUpSeconds);
+    await warmUp(this.reportUrl, report, this.token, this.shape.warmUpSeconds);
+  }
+
+  /** One round: baseline, then report. */
+  async round(): Promise<void> {
+    const base = await this.measured(this.baseUrl, 'base');
+    const rep = await this.measured(this.reportUrl, 'rep');
+    this.all.push({ base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond) });
+  }
+
+  result(): Paired {
+    const mid = [...this.all].sort((a, b) => a.ratio - b.ratio)[Math.floor(this.all.length / 2)]!;
+    // Summed over the rounds rather than a median: work a round leaves behind (the writer's
+    // queue, a collection) is counted in the next round's window, which sums even out.
+    const perRequest = (route: 'base' | 'rep'): CpuPerRequest => ({
+      serverUs: +((this.cpu[route].server / this.requests[route]) * 1e6).toFixed(1),
+      mainThreadUs: +((this.cpu[route].main / this.requests[route]) * 1e6).toFixed(1),
+    });
+    const cpuRatio = this.cpuKnown ? ratio(this.cpu.base.server / this.requests.base, this.cpu.rep.server / this.requests.rep) : null;
+    const perRoute = this.cpuKnown ? { base: perRequest('base'), rep: perRequest('rep') } : null;
+    return { ratio: mid.ratio, cpuRatio, cpu: perRoute, base: mid.base, rep: mid.rep, ratios: this.all.map((r) => r.ratio) };
+  }
+
+  private async measured(url: string, route: 'base' | 'rep'): Promise<Load> {
+    const before = [this.s.cpuSeconds(), this.s.mainThreadCpuSeconds()];
+    const l = await load(url, report, this.token, this.shape.roundSeconds, 50, 0);
+    const after = [this.s.cpuSeconds(), this.s.mainThreadCpuSeconds()];
+    if ([...before, ...after].some((x) => x === undefined)) this.cpuKnown = false;
+    else {
+      this.cpu[route].server += after[0]! - before[0]!;
+      this.cpu[route].main += after[1]! - before[1]!;
+    }
+    this.requests[route] += l.requests;
+    return l;
+  }
 }
 
-/** A scaling case: three rounds of 2 s after a 1 s warm-up, as a ratio to the baseline beside it. */
-const scalingCase = (s: Server, child: Agent): Promise<Paired> => pairedRatio(s, child, { rounds: 3, roundSeconds: 2, warmUpSeconds: 1 });
+async function pairedRatio(s: Server, child: Agent): Promise<Paired> {
+  const run = new PairedRun(s, child, { rounds, roundSeconds, warmUpSeconds: 2 });
+  await run.warmUp();
+  for (let i = 0; i < rounds; i++) await run.round();
+  return run.result();
+}
+
+/**
+ * The cases of one scaling question (say 1, 1,000 and 100,000 live agents), each a reporting
+ * child on its server, measured in turns: every case is warmed up, then in each of three
+ * rounds every case runs its baseline and report rounds of 2 s, in an order that rotates from
+ * round to round. Each case's cost is then its ratio to the baseline beside it, and the cases
+ * saw the same stretch of the machine's weather: measured one after the other, a case's CPU
+ * ratio alone moved from 0.40 to 0.57 between runs of the same code.
+ */
+async function scalingCases(cases: Record<string, { server: Server; child: Agent }>): Promise<Record<string, Paired>> {
+  const shape = { rounds: 3, roundSeconds: 2, warmUpSeconds: 1 };
+  const labels = Object.keys(cases);
+  const runs = new Map(labels.map((label) => [label, new PairedRun(cases[label]!.server, cases[label]!.child, shape)]));
+  for (const run of runs.values()) await run.warmUp();
+  for (let r = 0; r < shape.rounds; r++) {
+    for (let k = 0; k < labels.length; k++) await runs.get(labels[(r + k) % labels.length]!)!.round();
+  }
+  return Object.fromEntries(labels.map((label) => [label, runs.get(label)!.result()]));
+}
 
 /** Turns per second: each worker drives its own root through followup, claim and output. */
 async function stepRoundTrips(s: Server, workers: number): Promise<number> {
@@ -217,27 +263,10 @@ async function main(): Promise<Record<string, unknown>> {
   }
 
   // 2. Live agents: memory per idle resident agent, then report cost with 1, 1,000 and
-  // `manyAgents` of them. Each cost case reports from a fresh child, closed afterwards, so each
-  // starts from the same session length, and is measured against the baseline beside it: the
-  // small cases run on a server of their own, the large one after the memory readings.
-  const agentsScaling: Record<string, Paired> = {};
-  const liveAgentsCase = async (s: Server): Promise<Paired> => {
-    const child = await reportingChild(s, await newRoot(s));
-    const paired = await scalingCase(s, child);
-    await call(`${s.url}/v1/agents/${child.id}`, 'DELETE');
-    return paired;
-  };
-  const few = await startServer(join(dir, 'few.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
-  try {
-    agentsScaling['1'] = await liveAgentsCase(few);
-    await pool(1_000, 64, async () => {
-      await newRoot(few);
-    });
-    agentsScaling['1000'] = await liveAgentsCase(few);
-  } finally {
-    await few.stop();
-  }
-
+  // `manyAgents` of them, each case on a server of its own (the large one after the memory
+  // readings), all three measured in turns. Each reports from a fresh child, so each starts
+  // from the same session length, and is measured against the baseline beside it.
+  //
   // Memory per idle resident agent is read first, on a server that did nothing else yet
   // (resident memory rarely shrinks, so any earlier load would blur it), after a full garbage
   // collection. The first 1,000 roots are a warm-up outside the count: they pay one-off costs
@@ -245,11 +274,22 @@ async function main(): Promise<Record<string, unknown>> {
   // young generation's committed pages are taken out: empty after the collection, they hold no
   // agent, and they grow with allocation up to a size --max-semi-space-size sets (32 MB per
   // semi-space with `npm start`), once, within the first few thousand roots.
-  const many = await startServer(join(dir, 'many.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
+  const normal = { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' };
+  const servers: Server[] = [];
+  const started = async (name: string, data: string = join(dir, `${name}.db`)): Promise<Server> => {
+    const s = await startServer(data, normal);
+    servers.push(s);
+    return s;
+  };
   const rssPerAgent: Record<string, number> = {};
   const rssPerAgentWithYoung: Record<string, number> = {};
   const youngGenerationBytes: Record<string, number> = {};
+  let agentsScaling: Record<string, Paired>;
+  let sessionScaling: Record<string, Paired>;
+  let depthScaling: Record<string, Paired>;
+  const coldResumeMs: Record<string, number> = {};
   try {
+    const many = await started('many');
     const warmUp = 1_000;
     await pool(warmUp, 64, async () => {
       await newRoot(many);
@@ -267,23 +307,26 @@ async function main(): Promise<Record<string, unknown>> {
       rssPerAgent[String(target)] = Math.round((after.rss - after.youngGeneration - (before.rss - before.youngGeneration)) / target);
       rssPerAgentWithYoung[String(target)] = Math.round((after.rss - before.rss) / target);
     }
-    agentsScaling[String(manyAgents)] = await liveAgentsCase(many);
-  } finally {
-    await many.stop();
-  }
+    const one = await started('one');
+    const thousand = await started('thousand');
+    await pool(1_000, 64, async () => {
+      await newRoot(thousand);
+    });
+    const reporterOn = async (server: Server): Promise<{ server: Server; child: Agent }> => ({ server, child: await reportingChild(server, await newRoot(server)) });
+    agentsScaling = await scalingCases({ '1': await reporterOn(one), '1000': await reporterOn(thousand), [String(manyAgents)]: await reporterOn(many) });
+    for (const s of servers.splice(0)) await s.stop();
 
-  // 3. Long sessions: a parent with 10 vs `longSession` entries; cold resume of such children.
-  const seeded = join(dir, 'seeded.db');
-  await seedSessions(seeded, [
-    { header: rootHeader('short-parent'), entries: 10 },
-    { header: rootHeader('long-parent'), entries: longSession },
-    ...[0, 1, 2].map((i) => ({ header: childHeader(`short-child-${i}`, 'short-parent'), entries: 10 })),
-    ...[0, 1, 2].map((i) => ({ header: childHeader(`long-child-${i}`, 'long-parent'), entries: longSession })),
-  ]);
-  const sessions = await startServer(seeded, { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
-  const sessionScaling: Record<string, Paired> = {};
-  const coldResumeMs: Record<string, number> = {};
-  try {
+    // 3. Long sessions: a parent with 10 vs `longSession` entries, both on one server and
+    // measured in turns; cold resume of such children.
+    const seeded = join(dir, 'seeded.db');
+    await seedSessions(seeded, [
+      { header: rootHeader('short-parent'), entries: 10 },
+      { header: rootHeader('long-parent'), entries: longSession },
+      ...[0, 1, 2].map((i) => ({ header: childHeader(`short-child-${i}`, 'short-parent'), entries: 10 })),
+      ...[0, 1, 2].map((i) => ({ header: childHeader(`long-child-${i}`, 'long-parent'), entries: longSession })),
+    ]);
+    const sessions = await started('seeded', seeded);
+    const sessionCases: Record<string, { server: Server; child: Agent }> = {};
     for (const [label, id] of [['10', 'short-parent'], [String(longSession), 'long-parent']] as const) {
       const resumed = await call<{ agentToken: string }>(`${sessions.url}/v1/agents/${id}/resume`, 'POST');
       const parent = { id, token: resumed.agentToken };
@@ -295,27 +338,23 @@ async function main(): Promise<Record<string, unknown>> {
         times.push(performance.now() - t);
       }
       coldResumeMs[label] = +(times.reduce((a, b) => a + b, 0) / times.length).toFixed(2);
-      sessionScaling[label] = await scalingCase(sessions, await reportingChild(sessions, parent));
+      sessionCases[label] = { server: sessions, child: await reportingChild(sessions, parent) };
     }
-  } finally {
-    await sessions.stop();
-  }
+    sessionScaling = await scalingCases(sessionCases);
+    for (const s of servers.splice(0)) await s.stop();
 
-  // 4. Forest depth: a report from depth 1 vs depth 50 to its direct parent.
-  const deep = await startServer(join(dir, 'deep.db'), { AGENTFOREST_SQLITE_SYNCHRONOUS: 'normal' });
-  const depthScaling: Record<string, Paired> = {};
-  try {
-    // At both depths the reporter and its parent are idle: every child of the chain owns the
-    // next one and ended its first turn, so it waits.
+    // 4. Forest depth: a report from depth 1 vs depth 50 to its direct parent, both on one
+    // server, measured in turns. At both depths the reporter and its parent are idle: every
+    // child of the chain owns the next one and ended its first turn, so it waits.
+    const deep = await started('deep');
     const first = await reportingChild(deep, await newRoot(deep));
-    depthScaling['1'] = await scalingCase(deep, first);
     const chain = [first];
     for (let depth = 2; depth <= 50; depth++) chain.push(await newChild(deep, chain.at(-1)!));
     await newChild(deep, chain.at(-1)!);
     for (const agent of chain.slice(1)) await endTurn(deep, agent);
-    depthScaling['50'] = await scalingCase(deep, chain.at(-1)!);
+    depthScaling = await scalingCases({ '1': { server: deep, child: first }, '50': { server: deep, child: chain.at(-1)! } });
   } finally {
-    await deep.stop();
+    for (const s of servers) await s.stop();
   }
 
   // Each case's cost relative to the smallest case's. A case's cost is the server's CPU time
