@@ -87,7 +87,6 @@ interface Paired {
 }
 
 interface Shape {
-  rounds: number;
   roundSeconds: number;
   warmUpSeconds: number;
 }
@@ -164,29 +163,64 @@ class PairedRun {
 }
 
 async function pairedRatio(s: Server, child: Agent): Promise<Paired> {
-  const run = new PairedRun(s, child, { rounds, roundSeconds, warmUpSeconds: 2 });
+  const run = new PairedRun(s, child, { roundSeconds, warmUpSeconds: 2 });
   await run.warmUp();
   for (let i = 0; i < rounds; i++) await run.round();
   return run.result();
 }
 
+/** A scaling case's report cost: its throughput and the server's CPU time per report. */
+interface ScalingCase {
+  /** The median round's reports per second. */
+  rps: number;
+  /** Server CPU time per report over all rounds, in µs; null off Linux. */
+  cpuUs: number | null;
+  /** Per round, in µs. */
+  cpuUsRounds: number[];
+}
+
 /**
  * The cases of one scaling question (say 1, 1,000 and 100,000 live agents), each a reporting
- * child on its server, measured in turns: every case is warmed up, then in each of three
- * rounds every case runs its baseline and report rounds of 2 s, in an order that rotates from
- * round to round. Each case's cost is then its ratio to the baseline beside it, and the cases
- * saw the same stretch of the machine's weather: measured one after the other, a case's CPU
- * ratio alone moved from 0.40 to 0.57 between runs of the same code.
+ * child on its server, measured in turns: every case is warmed up for 1 s, then in each of six
+ * rounds every case runs 2 s of reports, in an order that rotates from round to round. A
+ * case's cost is the server's CPU time per report over its rounds; the cases saw the same
+ * stretch of the machine's weather. (Measured one after the other, each against a baseline
+ * beside it, the one-agent case's CPU ratio alone moved from 0.40 to 0.57 between runs of the
+ * same code, and a 2-s round's CPU per report moves by a third either way, so there are twice
+ * as many report rounds as before in the time the baselines took.)
  */
-async function scalingCases(cases: Record<string, { server: Server; child: Agent }>): Promise<Record<string, Paired>> {
-  const shape = { rounds: 3, roundSeconds: 2, warmUpSeconds: 1 };
+async function scalingCases(cases: Record<string, { server: Server; child: Agent }>): Promise<Record<string, ScalingCase>> {
   const labels = Object.keys(cases);
-  const runs = new Map(labels.map((label) => [label, new PairedRun(cases[label]!.server, cases[label]!.child, shape)]));
-  for (const run of runs.values()) await run.warmUp();
-  for (let r = 0; r < shape.rounds; r++) {
-    for (let k = 0; k < labels.length; k++) await runs.get(labels[(r + k) % labels.length]!)!.round();
+  const state = new Map(labels.map((label) => [label, { cpu: 0, requests: 0, cpuKnown: true, rounds: [] as { rps: number; cpuUs: number }[] }]));
+  const round = async (label: string): Promise<void> => {
+    const { server, child } = cases[label]!;
+    const before = server.cpuSeconds();
+    const l = await load(`${server.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, 2, 50, 0);
+    const after = server.cpuSeconds();
+    const st = state.get(label)!;
+    if (before === undefined || after === undefined) st.cpuKnown = false;
+    else {
+      st.cpu += after - before;
+      st.requests += l.requests;
+    }
+    st.rounds.push({ rps: l.requestsPerSecond, cpuUs: before === undefined || after === undefined ? 0 : ((after - before) / l.requests) * 1e6 });
+  };
+  for (const label of labels) {
+    const { server, child } = cases[label]!;
+    await warmUp(`${server.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, 1);
   }
-  return Object.fromEntries(labels.map((label) => [label, runs.get(label)!.result()]));
+  for (let r = 0; r < 6; r++) {
+    for (let k = 0; k < labels.length; k++) await round(labels[(r + k) % labels.length]!);
+  }
+  return Object.fromEntries(labels.map((label) => {
+    const st = state.get(label)!;
+    const rps = st.rounds.map((x) => x.rps).sort((a, b) => a - b);
+    return [label, {
+      rps: Math.round(rps[Math.floor(rps.length / 2)]!),
+      cpuUs: st.cpuKnown ? +((st.cpu / st.requests) * 1e6).toFixed(1) : null,
+      cpuUsRounds: st.rounds.map((x) => +x.cpuUs.toFixed(1)),
+    }];
+  }));
 }
 
 /** Turns per second: each worker drives its own root through followup, claim and output. */
@@ -284,9 +318,9 @@ async function main(): Promise<Record<string, unknown>> {
   const rssPerAgent: Record<string, number> = {};
   const rssPerAgentWithYoung: Record<string, number> = {};
   const youngGenerationBytes: Record<string, number> = {};
-  let agentsScaling: Record<string, Paired>;
-  let sessionScaling: Record<string, Paired>;
-  let depthScaling: Record<string, Paired>;
+  let agentsScaling: Record<string, ScalingCase>;
+  let sessionScaling: Record<string, ScalingCase>;
+  let depthScaling: Record<string, ScalingCase>;
   const coldResumeMs: Record<string, number> = {};
   try {
     const many = await started('many');
@@ -357,17 +391,19 @@ async function main(): Promise<Record<string, unknown>> {
     for (const s of servers) await s.stop();
   }
 
-  // Each case's cost relative to the smallest case's. A case's cost is the server's CPU time
-  // per report over its CPU time per baseline request beside it (throughput, where /proc is
-  // missing): one-second rounds of throughput on a shared machine swing by a third, CPU time
-  // per request far less.
-  const costOf = (p: Paired): number => p.cpuRatio ?? p.ratio;
-  const scale = (table: Record<string, Paired>, small: string): { rps: Record<string, number>; ratioToBaseline: Record<string, number>; cpuRatio: Record<string, number | null>; cost: Record<string, number> } => ({
-    rps: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.rep.requestsPerSecond])),
-    ratioToBaseline: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.ratio])),
-    cpuRatio: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.cpuRatio])),
-    cost: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, ratio(costOf(table[small]!), costOf(v))])),
-  });
+  // Each case's cost relative to the smallest case's: its CPU time per report over the
+  // smallest case's (throughput, smallest over case, where /proc is missing).
+  const scale = (table: Record<string, ScalingCase>, small: string): { rps: Record<string, number>; cpuUsPerReport: Record<string, number | null>; cpuUsRounds: Record<string, number[]>; cost: Record<string, number> } => {
+    const base = table[small]!;
+    const cost = (c: ScalingCase): number => (c.cpuUs !== null && base.cpuUs !== null ? ratio(c.cpuUs, base.cpuUs) : ratio(base.rps, c.rps));
+    return {
+      rps: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.rps])),
+      cpuUsPerReport: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.cpuUs])),
+      cpuUsRounds: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.cpuUsRounds])),
+      cost: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, cost(v)])),
+    };
+  };
+  const withoutCost = ({ cost: _cost, ...rest }: ReturnType<typeof scale>): Omit<ReturnType<typeof scale>, 'cost'> => rest;
   const byAgents = scale(agentsScaling, '1');
   const bySession = scale(sessionScaling, '10');
   const byDepth = scale(depthScaling, '1');
@@ -388,9 +424,9 @@ async function main(): Promise<Record<string, unknown>> {
     wakeupRps: wakeup.requestsPerSecond,
     stepRoundTripsPerSecond: steps,
     scaling: {
-      liveAgents: { rps: byAgents.rps, ratioToBaseline: byAgents.ratioToBaseline, cpuRatio: byAgents.cpuRatio, costRatioToOne: byAgents.cost },
-      parentSessionEntries: { rps: bySession.rps, ratioToBaseline: bySession.ratioToBaseline, cpuRatio: bySession.cpuRatio, costRatioToTen: bySession.cost },
-      forestDepth: { rps: byDepth.rps, ratioToBaseline: byDepth.ratioToBaseline, cpuRatio: byDepth.cpuRatio, costRatioToOne: byDepth.cost },
+      liveAgents: { ...withoutCost(byAgents), costRatioToOne: byAgents.cost },
+      parentSessionEntries: { ...withoutCost(bySession), costRatioToTen: bySession.cost },
+      forestDepth: { ...withoutCost(byDepth), costRatioToOne: byDepth.cost },
     },
     coldResumeMs: { ...coldResumeMs, ratio: ratio(coldResumeMs[String(longSession)]!, coldResumeMs['10']!) },
     rssBytesPerIdleAgent: rssPerAgent,
