@@ -86,11 +86,6 @@ interface Paired {
   ratios: number[];
 }
 
-interface Shape {
-  roundSeconds: number;
-  warmUpSeconds: number;
-}
-
 /**
  * Report throughput over the baseline's on one server: after one warm-up of each route,
  * `rounds` rounds of baseline then report, `roundSeconds` each, and the median of the
@@ -101,72 +96,46 @@ interface Shape {
  * main thread's: the event loop runs every request, so once it is busy all the time, its
  * time per request bounds the throughput.
  */
-class PairedRun {
-  private readonly baseUrl: string;
-  private readonly reportUrl: string;
+async function pairedRatio(s: Server, child: Agent): Promise<Paired> {
+  const baseUrl = `${s.url}/bench/baseline`;
+  const reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
   // Both routes get the same request, the agent token header included: the baseline ignores
   // it, so the ratio holds only what the report path itself costs.
-  private readonly token: Record<string, string>;
-  /** CPU seconds (the server's, its main thread's) and requests of each route over all rounds. */
-  private readonly cpu = { base: { server: 0, main: 0 }, rep: { server: 0, main: 0 } };
-  private cpuKnown = true;
-  private readonly requests = { base: 0, rep: 0 };
-  private readonly all: { base: Load; rep: Load; ratio: number }[] = [];
-
-  constructor(
-    private readonly s: Server,
-    child: Agent,
-    private readonly shape: Shape,
-  ) {
-    this.baseUrl = `${s.url}/bench/baseline`;
-    this.reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
-    this.token = { 'x-agent-token': child.token };
-  }
-
-  async warmUp(): Promise<void> {
-    await warmUp(this.baseUrl, report, this.token, this.shape.warmUpSeconds);
-    await warmUp(this.reportUrl, report, this.token, this.shape.warmUpSeconds);
-  }
-
-  /** One round: baseline, then report. */
-  async round(): Promise<void> {
-    const base = await this.measured(this.baseUrl, 'base');
-    const rep = await this.measured(this.reportUrl, 'rep');
-    this.all.push({ base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond) });
-  }
-
-  result(): Paired {
-    const mid = [...this.all].sort((a, b) => a.ratio - b.ratio)[Math.floor(this.all.length / 2)]!;
-    // Summed over the rounds rather than a median: work a round leaves behind (the writer's
-    // queue, a collection) is counted in the next round's window, which sums even out.
-    const perRequest = (route: 'base' | 'rep'): CpuPerRequest => ({
-      serverUs: +((this.cpu[route].server / this.requests[route]) * 1e6).toFixed(1),
-      mainThreadUs: +((this.cpu[route].main / this.requests[route]) * 1e6).toFixed(1),
-    });
-    const cpuRatio = this.cpuKnown ? ratio(this.cpu.base.server / this.requests.base, this.cpu.rep.server / this.requests.rep) : null;
-    const perRoute = this.cpuKnown ? { base: perRequest('base'), rep: perRequest('rep') } : null;
-    return { ratio: mid.ratio, cpuRatio, cpu: perRoute, base: mid.base, rep: mid.rep, ratios: this.all.map((r) => r.ratio) };
-  }
-
-  private async measured(url: string, route: 'base' | 'rep'): Promise<Load> {
-    const before = [this.s.cpuSeconds(), this.s.mainThreadCpuSeconds()];
-    const l = await load(url, report, this.token, this.shape.roundSeconds, 50, 0);
-    const after = [this.s.cpuSeconds(), this.s.mainThreadCpuSeconds()];
-    if ([...before, ...after].some((x) => x === undefined)) this.cpuKnown = false;
+  const token = { 'x-agent-token': child.token };
+  await warmUp(baseUrl, report, token, 2);
+  await warmUp(reportUrl, report, token, 2);
+  // CPU seconds (the server's, its main thread's) and requests of each route over all rounds.
+  const cpu = { base: { server: 0, main: 0 }, rep: { server: 0, main: 0 } };
+  let cpuKnown = true;
+  const requests = { base: 0, rep: 0 };
+  const measured = async (url: string, route: 'base' | 'rep'): Promise<Load> => {
+    const before = [s.cpuSeconds(), s.mainThreadCpuSeconds()];
+    const l = await load(url, report, token, roundSeconds, 50, 0);
+    const after = [s.cpuSeconds(), s.mainThreadCpuSeconds()];
+    if ([...before, ...after].some((x) => x === undefined)) cpuKnown = false;
     else {
-      this.cpu[route].server += after[0]! - before[0]!;
-      this.cpu[route].main += after[1]! - before[1]!;
+      cpu[route].server += after[0]! - before[0]!;
+      cpu[route].main += after[1]! - before[1]!;
     }
-    this.requests[route] += l.requests;
+    requests[route] += l.requests;
     return l;
+  };
+  const all: { base: Load; rep: Load; ratio: number }[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const base = await measured(baseUrl, 'base');
+    const rep = await measured(reportUrl, 'rep');
+    all.push({ base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond) });
   }
-}
-
-async function pairedRatio(s: Server, child: Agent): Promise<Paired> {
-  const run = new PairedRun(s, child, { roundSeconds, warmUpSeconds: 2 });
-  await run.warmUp();
-  for (let i = 0; i < rounds; i++) await run.round();
-  return run.result();
+  const mid = [...all].sort((a, b) => a.ratio - b.ratio)[Math.floor(all.length / 2)]!;
+  // Summed over the rounds rather than a median: work a round leaves behind (the writer's
+  // queue, a collection) is counted in the next round's window, which sums even out.
+  const perRequest = (route: 'base' | 'rep'): CpuPerRequest => ({
+    serverUs: +((cpu[route].server / requests[route]) * 1e6).toFixed(1),
+    mainThreadUs: +((cpu[route].main / requests[route]) * 1e6).toFixed(1),
+  });
+  const cpuRatio = cpuKnown ? ratio(cpu.base.server / requests.base, cpu.rep.server / requests.rep) : null;
+  const perRoute = cpuKnown ? { base: perRequest('base'), rep: perRequest('rep') } : null;
+  return { ratio: mid.ratio, cpuRatio, cpu: perRoute, base: mid.base, rep: mid.rep, ratios: all.map((r) => r.ratio) };
 }
 
 /** A scaling case's report cost: its throughput and the server's CPU time per report. */
@@ -198,12 +167,11 @@ async function scalingCases(cases: Record<string, { server: Server; child: Agent
     const l = await load(`${server.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, 2, 50, 0);
     const after = server.cpuSeconds();
     const st = state.get(label)!;
-    if (before === undefined || after === undefined) st.cpuKnown = false;
-    else {
-      st.cpu += after - before;
-      st.requests += l.requests;
-    }
-    st.rounds.push({ rps: l.requestsPerSecond, cpuUs: before === undefined || after === undefined ? 0 : ((after - before) / l.requests) * 1e6 });
+    const used = before === undefined || after === undefined ? undefined : after - before;
+    if (used === undefined) st.cpuKnown = false;
+    st.cpu += used ?? 0;
+    st.requests += l.requests;
+    st.rounds.push({ rps: l.requestsPerSecond, cpuUs: ((used ?? 0) / l.requests) * 1e6 });
   };
   for (const label of labels) {
     const { server, child } = cases[label]!;
