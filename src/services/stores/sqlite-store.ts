@@ -25,8 +25,8 @@ import {
 } from '../session-store.js';
 import type { Message } from '../../domain/message.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
-import { InlineWriter, ThreadWriter, type SqliteWriter, type WriterSettings } from './sqlite-writer.js';
-import { encodeBatch, openConnection, type SqliteSyncMode } from './sqlite-writes.js';
+import { InlineWriter, ThreadWriter, type SqliteWriter } from './sqlite-writer.js';
+import { encodeBatch, openConnection, type SqliteSyncMode, type WriterSettings } from './sqlite-writes.js';
 
 export { SQLITE_SYNC_MODES, type SqliteSyncMode } from './sqlite-writes.js';
 

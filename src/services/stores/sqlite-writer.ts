@@ -14,7 +14,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type Database from 'better-sqlite3';
-import { SqliteWrites, type ConnectionOptions, type EncodedBatch } from './sqlite-writes.js';
+import { SqliteWrites, type ConnectionOptions, type EncodedBatch, type WriterSettings } from './sqlite-writes.js';
 
 export type WriterRequest =
   | { id: number; op: 'write'; batch: EncodedBatch }
@@ -24,13 +24,6 @@ export type WriterRequest =
 
 export type WriterReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; message: string };
 
-export interface WriterSettings {
-  journalMode: string;
-  /** SQLite's number for the synchronous level: 1 NORMAL, 2 FULL. */
-  synchronous: number;
-  /** WAL pages after which a commit checkpoints (see WAL_AUTOCHECKPOINT_PAGES). */
-  autocheckpointPages: number;
-}
 
 export interface SqliteWriter {
   write(batch: EncodedBatch): Promise<void>;

@@ -23,6 +23,15 @@ export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
  */
 export const WAL_AUTOCHECKPOINT_PAGES = 4_000;
 
+/** The settings a connection writes with. */
+export interface WriterSettings {
+  journalMode: string;
+  /** SQLite's number for the synchronous level: 1 NORMAL, 2 FULL. */
+  synchronous: number;
+  /** WAL pages after which a commit checkpoints (see WAL_AUTOCHECKPOINT_PAGES). */
+  autocheckpointPages: number;
+}
+
 export interface ConnectionOptions {
   path: string;
   synchronous: SqliteSyncMode;
@@ -143,7 +152,7 @@ export class SqliteWrites {
   }
 
   /** The settings this connection writes with, for diagnostics and tests. */
-  settings(): { journalMode: string; synchronous: number; autocheckpointPages: number } {
+  settings(): WriterSettings {
     return {
       journalMode: String(this.db.pragma('journal_mode', { simple: true })),
       synchronous: Number(this.db.pragma('synchronous', { simple: true })),
