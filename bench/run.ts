@@ -160,33 +160,33 @@ interface ScalingCase {
  */
 async function scalingCases(cases: Record<string, { server: Server; child: Agent }>): Promise<Record<string, ScalingCase>> {
   const labels = Object.keys(cases);
-  const state = new Map(labels.map((label) => [label, { cpu: 0, requests: 0, cpuKnown: true, rounds: [] as { rps: number; cpuUs: number }[] }]));
-  const round = async (label: string): Promise<void> => {
+  /** Per case, each round's throughput, requests and server CPU seconds (undefined off Linux). */
+  const rounds = new Map(labels.map((label) => [label, [] as { rps: number; requests: number; cpu: number | undefined }[]]));
+  const args = (label: string): [string, unknown, Record<string, string>] => {
     const { server, child } = cases[label]!;
-    const before = server.cpuSeconds();
-    const l = await load(`${server.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, 2, 50, 0);
-    const after = server.cpuSeconds();
-    const st = state.get(label)!;
-    const used = before === undefined || after === undefined ? undefined : after - before;
-    if (used === undefined) st.cpuKnown = false;
-    st.cpu += used ?? 0;
-    st.requests += l.requests;
-    st.rounds.push({ rps: l.requestsPerSecond, cpuUs: ((used ?? 0) / l.requests) * 1e6 });
+    return [`${server.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }];
   };
-  for (const label of labels) {
-    const { server, child } = cases[label]!;
-    await warmUp(`${server.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }, 1);
-  }
+  for (const label of labels) await warmUp(...args(label), 1);
   for (let r = 0; r < 6; r++) {
-    for (let k = 0; k < labels.length; k++) await round(labels[(r + k) % labels.length]!);
+    for (let k = 0; k < labels.length; k++) {
+      const label = labels[(r + k) % labels.length]!;
+      const server = cases[label]!.server;
+      const before = server.cpuSeconds();
+      const l = await load(...args(label), 2, 50, 0);
+      const after = server.cpuSeconds();
+      rounds.get(label)!.push({ rps: l.requestsPerSecond, requests: l.requests, cpu: before === undefined || after === undefined ? undefined : after - before });
+    }
   }
+  const us = (cpu: number, requests: number): number => +((cpu / requests) * 1e6).toFixed(1);
   return Object.fromEntries(labels.map((label) => {
-    const st = state.get(label)!;
-    const rps = st.rounds.map((x) => x.rps).sort((a, b) => a - b);
+    const own = rounds.get(label)!;
+    const rps = own.map((x) => x.rps).sort((a, b) => a - b);
+    const known = own.every((x) => x.cpu !== undefined);
+    const sum = (f: (x: (typeof own)[number]) => number): number => own.reduce((a, x) => a + f(x), 0);
     return [label, {
-      rps: Math.round(rps[Math.floor(rps.length / 2)]!),
-      cpuUs: st.cpuKnown ? +((st.cpu / st.requests) * 1e6).toFixed(1) : null,
-      cpuUsRounds: st.rounds.map((x) => +x.cpuUs.toFixed(1)),
+      rps: rps[Math.floor(rps.length / 2)]!,
+      cpuUs: known ? us(sum((x) => x.cpu!), sum((x) => x.requests)) : null,
+      cpuUsRounds: known ? own.map((x) => us(x.cpu!, x.requests)) : [],
     }];
   }));
 }
@@ -267,7 +267,7 @@ async function main(): Promise<Record<string, unknown>> {
   // 2. Live agents: memory per idle resident agent, then report cost with 1, 1,000 and
   // `manyAgents` of them, each case on a server of its own (the large one after the memory
   // readings), all three measured in turns. Each reports from a fresh child, so each starts
-  // from the same session length, and is measured against the baseline beside it.
+  // from the same session length.
   //
   // Memory per idle resident agent is read first, on a server that did nothing else yet
   // (resident memory rarely shrinks, so any earlier load would blur it), after a full garbage
@@ -361,20 +361,12 @@ async function main(): Promise<Record<string, unknown>> {
 
   // Each case's cost relative to the smallest case's: its CPU time per report over the
   // smallest case's (throughput, smallest over case, where /proc is missing).
-  const scale = (table: Record<string, ScalingCase>, small: string): { rps: Record<string, number>; cpuUsPerReport: Record<string, number | null>; cpuUsRounds: Record<string, number[]>; cost: Record<string, number> } => {
+  const scale = (table: Record<string, ScalingCase>, small: string, costKey: string): Record<string, Record<string, unknown>> => {
     const base = table[small]!;
     const cost = (c: ScalingCase): number => (c.cpuUs !== null && base.cpuUs !== null ? ratio(c.cpuUs, base.cpuUs) : ratio(base.rps, c.rps));
-    return {
-      rps: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.rps])),
-      cpuUsPerReport: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.cpuUs])),
-      cpuUsRounds: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, v.cpuUsRounds])),
-      cost: Object.fromEntries(Object.entries(table).map(([k, v]) => [k, cost(v)])),
-    };
+    const each = <T>(f: (c: ScalingCase) => T): Record<string, T> => Object.fromEntries(Object.entries(table).map(([k, v]) => [k, f(v)]));
+    return { rps: each((c) => c.rps), cpuUsPerReport: each((c) => c.cpuUs), cpuUsRounds: each((c) => c.cpuUsRounds), [costKey]: each(cost) };
   };
-  const withoutCost = ({ cost: _cost, ...rest }: ReturnType<typeof scale>): Omit<ReturnType<typeof scale>, 'cost'> => rest;
-  const byAgents = scale(agentsScaling, '1');
-  const bySession = scale(sessionScaling, '10');
-  const byDepth = scale(depthScaling, '1');
   return {
     at: new Date().toISOString(),
     machine: { cpus: cpus().length, model: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
@@ -392,9 +384,9 @@ async function main(): Promise<Record<string, unknown>> {
     wakeupRps: wakeup.requestsPerSecond,
     stepRoundTripsPerSecond: steps,
     scaling: {
-      liveAgents: { ...withoutCost(byAgents), costRatioToOne: byAgents.cost },
-      parentSessionEntries: { ...withoutCost(bySession), costRatioToTen: bySession.cost },
-      forestDepth: { ...withoutCost(byDepth), costRatioToOne: byDepth.cost },
+      liveAgents: scale(agentsScaling, '1', 'costRatioToOne'),
+      parentSessionEntries: scale(sessionScaling, '10', 'costRatioToTen'),
+      forestDepth: scale(depthScaling, '1', 'costRatioToOne'),
     },
     coldResumeMs: { ...coldResumeMs, ratio: ratio(coldResumeMs[String(longSession)]!, coldResumeMs['10']!) },
     rssBytesPerIdleAgent: rssPerAgent,
