@@ -108,6 +108,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         },
       },
     },
+    transformObject: (document) => ('openapiObject' in document ? omittableBodies(document.openapiObject) : document.swaggerObject),
   });
 
   await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list', deepLinking: true } });
@@ -127,6 +128,22 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(packageRoutes, { packages });
   await app.register(metricsRoutes, { metrics });
   return app;
+}
+
+/**
+ * A request without a body validates as `{}` (see configureJsonBodies), so a body whose schema
+ * requires no property may be left out. @fastify/swagger marks every request body required;
+ * this says which ones are not, so generated clients do not demand them.
+ */
+function omittableBodies<T extends { paths?: object }>(document: T): T {
+  for (const operations of Object.values(document.paths ?? {}) as Record<string, unknown>[]) {
+    for (const operation of Object.values(operations)) {
+      const body = (operation as { requestBody?: { required?: boolean; content?: Record<string, { schema?: { required?: unknown[] } }> } } | null)?.requestBody;
+      const schema = body?.content?.['application/json']?.schema;
+      if (body !== undefined && schema !== undefined && (schema.required ?? []).length === 0) body.required = false;
+    }
+  }
+  return document;
 }
 
 /**

@@ -45,4 +45,24 @@ describe('openapi.yaml', () => {
     const routeCodes = ERROR_CODES.filter((c) => c !== 'ROUTE_NOT_FOUND' && c !== 'PARENT_UNAVAILABLE' && c !== 'ACTIVATION_CLOSING' && c !== 'ACTIVATION_SETUP_REVOKED' && c !== 'ACTIVATION_SETUP_RELEASE_FAILED' && c !== 'NOT_RESUMABLE');
     for (const code of routeCodes) expect(documented, code).toContain(code);
   });
+
+  it('marks a request body required only where the schema requires a field, since a missing body validates as {}', () => {
+    type Body = { required: boolean; content: { 'application/json': { schema: { required?: string[]; additionalProperties?: boolean } } } };
+    const doc = parse(committed) as { paths: Record<string, Record<string, { requestBody?: Body }>> };
+    const required = (path: string, method: string): boolean | undefined => doc.paths[path]?.[method]?.requestBody?.required;
+    // Bodies without fields are still documented, so unknown properties are rejected there too.
+    for (const [path, method] of [['/v1/agents/{id}', 'delete'], ['/v1/agents/{id}/resume', 'post'], ['/v1/packages/{name}', 'delete']] as const) {
+      expect(required(path, method), `${method} ${path}`).toBe(false);
+      expect(doc.paths[path]![method]!.requestBody!.content['application/json'].schema.additionalProperties, `${method} ${path}`).toBe(false);
+    }
+    expect(required('/v1/agents', 'post')).toBe(false);
+    expect(required('/v1/agents/{id}/messages', 'post')).toBe(true);
+    for (const methods of Object.values(doc.paths)) {
+      for (const op of Object.values(methods)) {
+        if (op.requestBody === undefined) continue;
+        const fields = op.requestBody.content['application/json'].schema.required ?? [];
+        expect(op.requestBody.required).toBe(fields.length > 0);
+      }
+    }
+  });
 });

@@ -25,6 +25,12 @@ export const OpaqueId = Type.String({ minLength: 1, maxLength: 200 });
 
 export const AgentIdParams = Type.Object({ id: AgentId });
 
+/**
+ * The body of a request that takes no fields: none at all, or `{}`. As on every route, any
+ * property is rejected (VALIDATION) rather than ignored.
+ */
+export const EmptyBody = Type.Object({}, { additionalProperties: false, description: 'No fields: send no body or `{}`.' });
+
 export const TextBlock = Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: false });
 
 export const Content = Type.Union(

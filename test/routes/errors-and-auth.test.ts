@@ -396,6 +396,10 @@ describe('validation', () => {
       { name: 'pool: bad rootId', request: { method: 'POST', url: '/v1/steps/next', payload: { rootId: ' bad' } } },
       { name: 'output: content is a number', request: { method: 'POST', url: `/v1/agents/r/steps/${step!.id}/output`, headers: agent, payload: { content: 1 } } },
       { name: 'output: unknown property', request: { method: 'POST', url: `/v1/agents/r/steps/${step!.id}/output`, headers: agent, payload: { content: 'x', mood: 'happy' } } },
+      { name: 'dispose: unknown property', request: { method: 'DELETE', url: '/v1/agents/r', payload: { force: true } } },
+      { name: 'dispose: a JSON array', request: { method: 'DELETE', url: '/v1/agents/r', payload: '[]', headers: { 'content-type': 'application/json' } } },
+      { name: 'resume: unknown property', request: { method: 'POST', url: '/v1/agents/r/resume', payload: { force: true } } },
+      { name: 'uninstall: unknown property', request: { method: 'DELETE', url: '/v1/packages/subagent-report', payload: { force: true } } },
       { name: 'tool-results: empty list', request: { method: 'POST', url: `/v1/agents/r/steps/${step!.id}/tool-results`, headers: agent, payload: { results: [] } } },
       {
         name: 'tool-results: content is a number',
@@ -407,8 +411,24 @@ describe('validation', () => {
       expect(res.statusCode, name).toBe(400);
       expectError(res, 400, 'VALIDATION', 'Bad Request');
     }
-    // Nothing of the rejected requests reached the agent.
+    // Nothing of the rejected requests reached the agent or the packages.
     expect((await session(h.app, 'r')).map((e) => e.type)).toEqual(['turn-start', 'message', 'step-start']);
+    const { packages } = (await h.app.inject({ method: 'GET', url: '/v1/packages' })).json() as { packages: { name: string; installed: boolean }[] };
+    expect(packages.find((p) => p.name === 'subagent-report')?.installed).toBe(true);
+  });
+
+  it('a route without fields takes no body or {} and does its work', async () => {
+    const h = await open();
+    await createRoot(h.app, { id: 'a' });
+    await createRoot(h.app, { id: 'b' });
+    const json = { 'content-type': 'application/json' };
+    expect((await h.app.inject({ method: 'DELETE', url: '/v1/agents/a', payload: {} })).statusCode).toBe(202);
+    expect((await h.app.inject({ method: 'DELETE', url: '/v1/agents/b', headers: json, payload: '' })).statusCode).toBe(202);
+    expect((await h.app.inject({ method: 'POST', url: '/v1/agents/a/resume', payload: {} })).statusCode).toBe(201);
+    expect((await h.app.inject({ method: 'POST', url: '/v1/agents/b/resume' })).statusCode).toBe(201);
+    const uninstalled = await h.app.inject({ method: 'DELETE', url: '/v1/packages/subagent-report', payload: {} });
+    expect(uninstalled.statusCode).toBe(200);
+    expect(uninstalled.json()).toMatchObject({ name: 'subagent-report', installed: false });
   });
 
   it('malformed JSON answers 400 VALIDATION', async () => {

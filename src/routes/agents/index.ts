@@ -8,7 +8,7 @@ import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
-import { AGENT_SECURITY, AgentIdParams, AgentView, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import { AGENT_SECURITY, AgentIdParams, AgentView, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   AgentList,
   AgentWithToken,
@@ -82,6 +82,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       querystring: DisposeQuery,
+      body: EmptyBody,
       response: { 202: DisposeResult, ...errorResponses(['AGENT_NOT_FOUND']) },
     },
   }, async (request, reply) => {
@@ -96,6 +97,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       description: 'A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
+      body: EmptyBody,
       response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => {

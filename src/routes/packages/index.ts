@@ -3,7 +3,7 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { PackageManager } from '../../services/packages/package-manager.js';
-import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import { EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import { InstallBody, PackageList, PackageParams, PackageView } from './schemas.js';
 
 export const packageRoutes: FastifyPluginAsyncTypebox<{ packages: PackageManager }> = async (app, { packages }) => {
@@ -35,6 +35,7 @@ export const packageRoutes: FastifyPluginAsyncTypebox<{ packages: PackageManager
       description: 'Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once.',
       security: OPERATOR_SECURITY,
       params: PackageParams,
+      body: EmptyBody,
       response: { 200: PackageView, ...errorResponses(['PACKAGE_NOT_FOUND', 'ACTIVATION_SETUP_RELEASE_FAILED']) },
     },
   }, async (request) => packages.uninstall(request.params.name));
