@@ -3,7 +3,7 @@
  * session paging. Children, packages and the report tool are out of scope here.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fixedClock, sequentialIds } from '../../src/domain/ports.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import {
@@ -529,6 +529,27 @@ describe('GET /v1/agents', () => {
     expect(running.items.map((a) => a.id)).toEqual(['beta']);
     const idle = (await list(h, '?status=idle')).json() as { items: AgentView[] };
     expect(idle.items.map((a) => a.id)).toEqual(['zeta', 'alpha', 'gamma']);
+  });
+
+  it('the status filter and the cursor combine: pages of idle agents skip the running one', async () => {
+    const h = await fourRoots();
+    await send(h.app, 'alpha', 'work');
+    await settle();
+
+    const first = (await list(h, '?status=idle&limit=2')).json() as { items: AgentView[]; nextCursor: string | null };
+    expect(first.items.map((a) => a.id)).toEqual(['zeta', 'beta']);
+    const rest = (await list(h, `?status=idle&limit=2&cursor=${encodeURIComponent(first.nextCursor!)}`)).json() as { items: AgentView[]; nextCursor: string | null };
+    expect(rest).toMatchObject({ items: [{ id: 'gamma', status: 'idle' }], nextCursor: null });
+  });
+
+  it('builds views only for the page it answers, however many agents are live', async () => {
+    const h = await fourRoots();
+    for (let i = 0; i < 40; i++) await createRoot(h.app, { id: `more-${i}` });
+    const views = vi.spyOn(h.system.agents, 'viewOfLive');
+
+    const body = (await list(h, '?limit=3')).json() as { items: AgentView[] };
+    expect(body.items.map((a) => a.id)).toEqual(['zeta', 'alpha', 'beta']);
+    expect(views).toHaveBeenCalledTimes(3);
   });
 
   it('filtering by parentId lists no roots, since roots have no parent', async () => {
