@@ -9,13 +9,12 @@ import type { AgentRegistry } from './agent-registry.js';
 import type { ContinuationObserver } from './continuation/continuation-manager.js';
 import type { SessionLog } from './session-log.js';
 import { queuedCount, stagedCount } from '../domain/turn-machine.js';
-import type { AgentView } from './views.js';
+import { statusOf } from './views.js';
 import type { LiveAgent } from './live-agent.js';
 
 export interface MetricsDeps {
   log: SessionLog;
   registry: AgentRegistry;
-  viewOf: (agent: LiveAgent) => AgentView;
   isDraining: () => boolean;
   openStreams: () => number;
 }
@@ -91,15 +90,31 @@ export class Metrics {
       registers,
     });
     this.modelTokens = new client.Counter({ name: 'agentforest_model_tokens_total', help: 'Tokens reported by model endpoints, by kind (prompt or completion).', labelNames: ['kind'], registers });
-    const live = (): LiveAgent[] => [...deps.registry.values()];
+    const live = (): Iterable<LiveAgent> => deps.registry.values();
+    const sum = (of: (agent: LiveAgent) => number): number => {
+      let n = 0;
+      for (const agent of live()) n += of(agent);
+      return n;
+    };
     new client.Gauge({
       name: 'agentforest_live_agents',
       help: 'Live agents by kind and status.',
       labelNames: ['kind', 'status'],
       registers,
+      // Counted in plain numbers, then set once per label pair: with 100,000 live agents, a
+      // view and a labelled increment per agent held the event loop for a second per scrape.
       collect() {
         this.reset();
-        for (const agent of live()) this.inc({ kind: agent.header.kind, status: deps.viewOf(agent).status });
+        const counts = new Map<string, { kind: string; status: string; n: number }>();
+        for (const agent of live()) {
+          const kind = agent.header.kind;
+          const status = statusOf(agent);
+          const key = `${kind} ${status}`;
+          const count = counts.get(key);
+          if (count === undefined) counts.set(key, { kind, status, n: 1 });
+          else count.n++;
+        }
+        for (const { kind, status, n } of counts.values()) this.set({ kind, status }, n);
       },
     });
     new client.Gauge({
@@ -107,7 +122,7 @@ export class Metrics {
       help: 'Queued inbox items across live agents.',
       registers,
       collect() {
-        this.set(live().reduce((n, a) => n + queuedCount(a.state), 0));
+        this.set(sum((a) => queuedCount(a.state)));
       },
     });
     new client.Gauge({
@@ -115,7 +130,7 @@ export class Metrics {
       help: 'Staged context messages across live agents.',
       registers,
       collect() {
-        this.set(live().reduce((n, a) => n + stagedCount(a.state), 0));
+        this.set(sum((a) => stagedCount(a.state)));
       },
     });
     new client.Gauge({

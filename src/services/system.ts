@@ -104,7 +104,6 @@ export function createSystem(options: SystemOptions): System {
   const metrics: Metrics = new Metrics({
     log,
     registry,
-    viewOf: (agent) => agents.viewOfLive(agent),
     isDraining: () => agents.draining,
     openStreams: () => hub.streams,
   });
