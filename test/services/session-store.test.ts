@@ -191,6 +191,27 @@ for (const factory of STORE_FACTORIES) describe.skipIf(factory.unavailable !== u
     expect(await store.read('nope', 0)).toEqual([]);
   });
 
+  it("children() lists a parent's own child sessions with their last seq, not grandchildren or others'", async () => {
+    const child = (id: string, parent: string, depth: number): SessionHeader => ({
+      ...header(id),
+      kind: 'child',
+      parentSession: parent,
+      rootSession: 'p',
+      depth,
+      mode: 'continuable',
+      provider: 'in-process',
+    });
+    await store.write({ headers: [header('p'), header('other'), child('c1', 'p', 1), child('o1', 'other', 1)], entries: [] });
+    await store.write({ headers: [child('g1', 'c1', 2), child('c2', 'p', 1)], entries: forest.entries('c2', [message(1), message(2)], 'p') });
+
+    const children = await store.children('p');
+    expect(children.map((c) => c.header.id).sort()).toEqual(['c1', 'c2']);
+    expect(children.find((c) => c.header.id === 'c2')).toEqual({ header: child('c2', 'p', 1), lastSeq: 2 });
+    expect((await store.children('c1')).map((c) => c.header.id)).toEqual(['g1']);
+    expect(await store.children('g1')).toEqual([]);
+    expect(await store.children('nobody')).toEqual([]);
+  });
+
   it('header() returns the header and the last seq', async () => {
     await store.write({ headers: [header('s1')], entries: [] });
     expect(await store.header('s1')).toEqual({ header: header('s1'), lastSeq: 0 });

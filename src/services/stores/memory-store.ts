@@ -206,6 +206,8 @@ export class MemorySessionStore implements SessionStore {
   readonly kind = 'memory' as const;
   private readonly sessions = new Map<string, StoredSession>();
   private readonly sessionList: StoredSession[] = [];
+  /** Each parent's child sessions, in the order they were created. */
+  private readonly childrenOf = new Map<string, StoredSession[]>();
   private readonly table = new EntryTable();
   /** Entry numbers per forest, in forest order. */
   private readonly forests = new Map<string, U32List>();
@@ -225,6 +227,11 @@ export class MemorySessionStore implements SessionStore {
       const session: StoredSession = { header: structuredClone(header), number: this.sessionList.length, entries: new U32List() };
       this.sessions.set(header.id, session);
       this.sessionList.push(session);
+      if (header.parentSession !== null) {
+        const siblings = this.childrenOf.get(header.parentSession);
+        if (siblings === undefined) this.childrenOf.set(header.parentSession, [session]);
+        else siblings.push(session);
+      }
     }
     for (const item of batch.entries) {
       const session = this.sessions.get(item.sessionId)!;
@@ -278,9 +285,7 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async children(parentId: string): Promise<SessionSummary[]> {
-    return this.sessionList
-      .filter((s) => s.header.parentSession === parentId)
-      .map((s) => ({ header: structuredClone(s.header), lastSeq: s.entries.length }));
+    return (this.childrenOf.get(parentId) ?? []).map((s) => ({ header: structuredClone(s.header), lastSeq: s.entries.length }));
   }
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
