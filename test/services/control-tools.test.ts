@@ -294,3 +294,35 @@ describe('send_message', () => {
     expect(userTexts(await session(h.app, child.id))).toEqual(['child task']);
   });
 });
+
+describe('scope of the control tools', () => {
+  it('a parent sees send_message and list_agents once it has a continuable child, remote ones included, and not before or for one-shot children', async () => {
+    const h = await open();
+    const names = async (agent: CreatedRoot): Promise<string[]> => {
+      const res = await h.app.inject({ method: 'GET', url: `/v1/agents/${agent.id}/tools`, headers: { 'x-agent-token': agent.token } });
+      return (res.json() as { tools: { name: string }[] }).tools.map((t) => t.name);
+    };
+    const child = async (parent: CreatedRoot, body: Record<string, unknown>): Promise<CreatedRoot> => {
+      const res = await h.app.inject({ method: 'POST', url: `/v1/agents/${parent.id}/children`, headers: { 'x-agent-token': parent.token }, payload: { prompt: 'task', ...body } });
+      expect(res.statusCode).toBe(201);
+      const created = res.json() as { agent: { id: string }; agentToken: string };
+      return { id: created.agent.id, token: created.agentToken };
+    };
+    const root = await createRoot(h.app, { id: 'r' });
+    expect(await names(root)).not.toContain('send_message');
+    await child(root, { mode: 'one-shot' });
+    expect(await names(root)).not.toContain('send_message');
+
+    const remote = await child(root, { mode: 'continuable', provider: 'remote' });
+    expect(await names(root)).toEqual(expect.arrayContaining(['send_message', 'list_agents']));
+
+    const listed = await callTool(h, root.id, root.token, 'list_agents', {});
+    expect(listed.statusCode).toBe(200);
+    expect((listed.json() as { output: { id: string }[] }).output.map((c) => c.id)).toEqual([remote.id]);
+    const sent = await callTool(h, root.id, root.token, 'send_message', { subagent_id: remote.id, message: 'more work' });
+    expect(sent.statusCode).toBe(200);
+    expect(sent.json()).toMatchObject({ isError: false, content: `message queued as the next turn for subagent ${remote.id}` });
+    // Its first prompt is its open turn; the message waits as the next one.
+    expect(await view(h, remote.id)).toMatchObject({ status: 'running', inbox: { queued: 1 } });
+  });
+});

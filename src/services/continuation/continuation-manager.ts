@@ -103,7 +103,10 @@ export class ContinuationManager {
   private readonly settled = new WeakSet<LiveAgent>();
   /** Closes in flight of agents without an Activation (roots, one-shot, remote), memoized. */
   private readonly closings = new WeakMap<LiveAgent, Promise<void>>();
-  /** Agents known to have continuable children (durably): they see send_message and list_agents. */
+  /**
+   * Agents known to have continuable children (durably), in-process or remote: they see
+   * send_message and list_agents, as spec/API.md scopes them.
+   */
   private readonly parentsOfContinuable = new Set<string>();
 
   constructor(private readonly deps: ContinuationDeps) {}
@@ -129,7 +132,7 @@ export class ContinuationManager {
   /** Learn from the store whether an agent being resumed has continuable children. */
   async noteContinuableChildren(id: string): Promise<void> {
     const children = await this.deps.log.store.children(id);
-    if (children.some(({ header }) => header.mode === 'continuable' && header.provider === 'in-process')) {
+    if (children.some(({ header }) => header.mode === 'continuable')) {
       this.parentsOfContinuable.add(id);
     }
   }
@@ -164,7 +167,7 @@ export class ContinuationManager {
       return this.publishAfterWindow(scope, setup, async () => undefined, recheck, () => {
         this.deps.log.create(header);
         const agent = this.publish(header, scope, 'created', continuable);
-        if (continuable) this.parentsOfContinuable.add(parent.id);
+        if (spec.mode === 'continuable') this.parentsOfContinuable.add(parent.id);
         const { messageId } = this.admitWaking(agent, 'followup', spec.prompt, { kind: 'coordinator', senderSessionId: parent.id });
         return { agent, messageId };
       });
