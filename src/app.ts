@@ -65,6 +65,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   configureValidation(app);
   configureJsonBodies(app);
+  closeConnectionsAsTheyFallIdle(app);
   // Response schemas document the contract; bodies are written with JSON.stringify so a
   // schema can never silently drop a field.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
@@ -144,6 +145,22 @@ function omittableBodies<T extends { paths?: object }>(document: T): T {
     }
   }
   return document;
+}
+
+/**
+ * Closing waits for every connection to end. `forceCloseConnections: 'idle'` closes the idle
+ * ones once, when closing starts; a keep-alive connection still answering a request then
+ * stays open after its response, until its keep-alive timeout (72 s), and the process with
+ * it. Until the server has closed, connections are closed as soon as they fall idle.
+ */
+function closeConnectionsAsTheyFallIdle(app: FastifyInstance): void {
+  let sweep: NodeJS.Timeout | undefined;
+  app.addHook('preClose', async () => {
+    sweep = setInterval(() => app.server.closeIdleConnections(), 50);
+    sweep.unref();
+  });
+  // onClose hooks run once the server has closed.
+  app.addHook('onClose', async () => clearInterval(sweep));
 }
 
 /**

@@ -2,6 +2,8 @@
  * Draining over HTTP: readiness fails, new work is refused with DRAINING, open long-polls are
  * answered with no step, and work already handed out can still be finished.
  */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -206,5 +208,43 @@ describe('draining', () => {
     expect((res.json() as { code: string }).code).toBe('UNAUTHENTICATED');
     const authed = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: { authorization: 'Bearer k1' }, payload: {} });
     expectDraining(authed);
+  });
+});
+
+describe('closing the server', () => {
+  /** One request over `agent`'s single keep-alive connection: its status once answered. */
+  function request(agent: http.Agent, port: number, method: string, path: string, headers: Record<string, string> = {}, body?: unknown): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const req = http.request({ agent, host: '127.0.0.1', port, method, path, headers: { ...headers, ...(body === undefined ? {} : { 'content-type': 'application/json' }) } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+      req.end(body === undefined ? undefined : JSON.stringify(body));
+    });
+  }
+
+  it('finishes a request in flight on a keep-alive connection, then closes that connection rather than waiting for its keep-alive timeout', async () => {
+    const h = await open();
+    await h.app.listen({ host: '127.0.0.1', port: 0 });
+    const { port } = h.app.server.address() as AddressInfo;
+    const root = await createRoot(h.app, { id: 'r' });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      expect(await request(agent, port, 'GET', '/healthz')).toBe(200);
+      // The same connection, now busy with a long-poll when the close starts.
+      const longPoll = request(agent, port, 'POST', '/v1/agents/r/steps/next', { 'x-agent-token': root.token }, { waitMs: 300 });
+      for (let i = 0; i < 1_000 && waiting(h) < 1; i++) await new Promise((r) => setImmediate(r));
+      expect(waiting(h)).toBe(1);
+
+      const closing = h.app.close();
+      expect(await longPoll).toBe(204);
+      // Without closing connections as they fall idle, this waits out the 72-s keep-alive
+      // timeout and the test times out.
+      await closing;
+      expect(h.app.server.listening).toBe(false);
+    } finally {
+      agent.destroy();
+    }
   });
 });
