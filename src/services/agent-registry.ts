@@ -15,7 +15,8 @@ export class AgentRegistry {
   private readonly live = new Map<string, LiveAgent>();
   private readonly reserved = new Set<string>();
   private readonly childrenOf = new Map<string, Set<string>>();
-  private readonly perForest = new Map<string, number>();
+  /** The live agents of each forest, by root id. */
+  private readonly forests = new Map<string, Set<LiveAgent>>();
 
   constructor(private readonly limits: Pick<Limits, 'liveAgents' | 'childrenPerParent'> = DEFAULT_LIMITS) {}
 
@@ -62,7 +63,9 @@ export class AgentRegistry {
 
   add(agent: LiveAgent): void {
     this.live.set(agent.id, agent);
-    this.perForest.set(agent.rootId, (this.perForest.get(agent.rootId) ?? 0) + 1);
+    const forest = this.forests.get(agent.rootId);
+    if (forest === undefined) this.forests.set(agent.rootId, new Set([agent]));
+    else forest.add(agent);
     this.listener?.(agent, 'added');
     const parent = agent.header.parentSession;
     if (parent !== null) {
@@ -79,9 +82,9 @@ export class AgentRegistry {
   remove(agent: LiveAgent): void {
     if (this.live.get(agent.id) !== agent) return;
     this.live.delete(agent.id);
-    const left = (this.perForest.get(agent.rootId) ?? 1) - 1;
-    if (left === 0) this.perForest.delete(agent.rootId);
-    else this.perForest.set(agent.rootId, left);
+    const forest = this.forests.get(agent.rootId);
+    forest?.delete(agent);
+    if (forest?.size === 0) this.forests.delete(agent.rootId);
     const parent = agent.header.parentSession;
     if (parent !== null) {
       const set = this.childrenOf.get(parent);
@@ -93,7 +96,12 @@ export class AgentRegistry {
 
   /** How many agents of the forest rooted at `rootId` are live. */
   liveInForest(rootId: string): number {
-    return this.perForest.get(rootId) ?? 0;
+    return this.forests.get(rootId)?.size ?? 0;
+  }
+
+  /** The live agents of the forest rooted at `rootId`, without looking at any other forest. */
+  forestMembers(rootId: string): LiveAgent[] {
+    return [...(this.forests.get(rootId) ?? [])];
   }
 
   /** Whether an agent id has a live child (after every transition of a child: no list built). */

@@ -148,7 +148,7 @@ export class EventStreams {
 
   private async snapshot(target: StreamTarget): Promise<StatusEvent[]> {
     const agents = target.forest
-      ? [...this.deps.registry.values()].filter((a) => a.rootId === target.id).map((a) => a.id)
+      ? this.deps.registry.forestMembers(target.id).map((a) => a.id)
       : [target.id];
     const out: StatusEvent[] = [];
     for (const id of agents) {
