@@ -265,7 +265,7 @@ export class StepService {
     signal?: AbortSignal,
     idem?: IdempotencyRequest,
   ): Promise<CallResult & { replayed: boolean }> {
-    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.rejectToolCaller(id, body.name));
+    const agent = this.deps.agents.liveWithToken(id, token) ?? (await this.rejectToolCaller(id, body.name, token));
     if (idem === undefined) {
       // No key: nothing to record or replay, and the view is the caller's own.
       const view: CallResult & { replayed?: boolean } = await this.invoke(agent, body, signal);
@@ -274,7 +274,7 @@ export class StepService {
     }
     const result = await this.deps.idempotency.run<CallResult>(agent.id, idem, 200, async (record) => {
       // The key lookup awaited: act only if this is still the live incarnation.
-      if (this.deps.agents.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name);
+      if (this.deps.agents.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name, token);
       return this.invoke(agent, body, signal, record);
     });
     // A stored result never holds a token: a replay names each child's current one.
@@ -334,13 +334,20 @@ export class StepService {
     return view;
   }
 
-  /** A report from anything but the exact live incarnation is refused in the report's own words. */
-  private async rejectToolCaller(id: string, tool: string): Promise<never> {
+  /**
+   * A call from anything but the exact live incarnation is refused: a report in the report's
+   * own words; any other tool called with no agent token at all, as the reference words a call
+   * with no calling agent.
+   */
+  private async rejectToolCaller(id: string, tool: string, token: string | undefined): Promise<never> {
     try {
       return await this.deps.agents.rejectCredential(id);
     } catch (error) {
-      if (tool === 'report' && error instanceof ServiceError && error.code === 'UNAUTHORIZED') {
-        throw new ServiceError('UNAUTHORIZED', `agent "${id}" is not a live continuable subagent and cannot report`);
+      if (error instanceof ServiceError && error.code === 'UNAUTHORIZED') {
+        if (tool === 'report') throw new ServiceError('UNAUTHORIZED', `agent "${id}" is not a live continuable subagent and cannot report`);
+        if (token === undefined || token === '') {
+          throw new ServiceError('UNAUTHORIZED', `${tool} requires a calling agent (the request carried no X-Agent-Token for agent "${id}")`);
+        }
       }
       throw error;
     }

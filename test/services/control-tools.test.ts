@@ -281,8 +281,13 @@ describe('send_message', () => {
     expect(res.statusCode).toBe(403);
     const error = res.json() as { statusCode: number; code: string; error: string; message: string; toolResult: { isError: boolean; content: string } };
     expect(error).toMatchObject({ statusCode: 403, code: 'UNAUTHORIZED', error: 'Forbidden' });
-    expect(error.message).toContain(`"${root.id}"`);
+    // The reference's words for a call with no calling agent, naming the agent the URL gave.
+    expect(error.message).toBe(`send_message requires a calling agent (the request carried no X-Agent-Token for agent "${root.id}")`);
     expect(error.toolResult).toEqual({ isError: true, content: `Error: ${error.message}` });
+    // A token that is not the live incarnation's is a caller, just not this agent.
+    const wrong = await callTool(h, root.id, 'not-the-token', 'send_message', { subagent_id: child.id, message: 'forged' });
+    expect(wrong.statusCode).toBe(403);
+    expect(wrong.json()).toMatchObject({ code: 'UNAUTHORIZED', message: `agent "${root.id}" requires the token of its live incarnation` });
 
     const report = await callTool(h, child.id, undefined, 'report', { output: 'anonymous' });
     expect(report.statusCode).toBe(403);
