@@ -7,7 +7,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
-import { ServiceError } from './domain/errors.js';
+import { MESSAGES, ServiceError } from './domain/errors.js';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import { registerOperatorAuth } from './routes/auth.js';
@@ -50,7 +50,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
     },
-    return503OnClosing: true,
+    // Requests that arrive while closing are refused in the service's own shape (closeGracefully).
+    return503OnClosing: false,
     // Ids may be 128 characters; longer ones must reach validation (400), not the router's 414.
     routerOptions: { maxParamLength: 256 },
     forceCloseConnections: 'idle',
@@ -65,7 +66,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   configureValidation(app);
   configureJsonBodies(app);
-  closeConnectionsAsTheyFallIdle(app);
+  closeGracefully(app);
   // Response schemas document the contract; bodies are written with JSON.stringify so a
   // schema can never silently drop a field.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
@@ -152,10 +153,20 @@ function omittableBodies<T extends { paths?: object }>(document: T): T {
  * ones once, when closing starts; a keep-alive connection still answering a request then
  * stays open after its response, until its keep-alive timeout (72 s), and the process with
  * it. Until the server has closed, connections are closed as soon as they fall idle.
+ *
+ * Requests that still arrive on open connections meanwhile are refused as DRAINING (Fastify
+ * answers them `Connection: close`). Fastify's own 503 for them had no `code`, and no
+ * `toolResult` on a tool call.
  */
-function closeConnectionsAsTheyFallIdle(app: FastifyInstance): void {
+function closeGracefully(app: FastifyInstance): void {
+  let closing = false;
   let sweep: NodeJS.Timeout | undefined;
+  // A callback hook: every request passes here, and an async one costs a promise each.
+  app.addHook('onRequest', (_request, _reply, done) => {
+    done(closing ? new ServiceError('DRAINING', MESSAGES.draining) : undefined);
+  });
   app.addHook('preClose', async () => {
+    closing = true;
     sweep = setInterval(() => app.server.closeIdleConnections(), 50);
     sweep.unref();
   });

@@ -3,7 +3,7 @@
  * answered with no step, and work already handed out can still be finished.
  */
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -246,5 +246,41 @@ describe('closing the server', () => {
     } finally {
       agent.destroy();
     }
+  });
+
+  it('refuses a request that reaches the router while closing as DRAINING in the service shape, with a toolResult on a tool call', async () => {
+    const h = await open();
+    await h.app.listen({ host: '127.0.0.1', port: 0 });
+    const { port } = h.app.server.address() as AddressInfo;
+    const root = await createRoot(h.app, { id: 'r' });
+    // On one connection: a long-poll, then, once closing has started (the server stopped
+    // listening) while that connection is still busy, a tool call.
+    const post = (path: string, body: unknown): string => {
+      const text = JSON.stringify(body);
+      return `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Agent-Token: ${root.token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`;
+    };
+    const socket = net.connect(port, '127.0.0.1');
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (received += chunk));
+    const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    socket.write(post('/v1/agents/r/steps/next', { waitMs: 300 }));
+    for (let i = 0; i < 1_000 && waiting(h) < 1; i++) await new Promise((r) => setImmediate(r));
+    expect(waiting(h)).toBe(1);
+
+    const closing = h.app.close();
+    for (let i = 0; i < 1_000 && h.app.server.listening; i++) await new Promise((r) => setImmediate(r));
+    expect(h.app.server.listening).toBe(false);
+    socket.write(post('/v1/agents/r/tool-calls', { name: 'spawn_subagent', input: { prompt: 'late' } }));
+    await closing;
+    await ended;
+    const [first, second] = received.split(/(?=HTTP\/1\.1 )/);
+    expect(first).toMatch(/^HTTP\/1\.1 204 /);
+    expect(second).toMatch(/^HTTP\/1\.1 503 /);
+    expect(second).toMatch(/\r\nconnection: close\r\n/i);
+    const body = JSON.parse(second!.slice(second!.indexOf('\r\n\r\n') + 4)) as Record<string, unknown>;
+    expect(body).toEqual({ ...DRAINING_BODY, toolResult: { isError: true, content: `Error: ${DRAINING_BODY.message}` } });
+    // Refused before it ran: the root started no child.
+    expect(h.system.registry.size).toBe(1);
   });
 });
