@@ -1887,7 +1887,6 @@ export interface paths {
                     content: {
                         "application/json": {
                             toolCallId: string;
-                            name: string;
                             /** @enum {boolean} */
                             isError: false;
                             /** @description The canonical value. */

@@ -265,9 +265,9 @@ describe('quiet reports', () => {
     expect(res.statusCode).toBe(200);
     const body = res.json() as ToolResultView & { output: { messageId: string } };
     const messageId = body.output.messageId;
+    // Exactly spec/API.md's fields.
     expect(body).toEqual({
       toolCallId: expect.any(String),
-      name: 'report',
       isError: false,
       output: { messageId },
       content: `report accepted by the agent that started you as message ${messageId}`,

@@ -181,8 +181,9 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       },
     },
   }, async (request, reply) => {
-    const { replayed, ...result } = await steps.callTool(request.params.id, agentToken(request), request.body, clientGone(reply), idempotencyOf(request));
+    const { replayed, toolCallId, output, content, spawned, resumed } = await steps.callTool(request.params.id, agentToken(request), request.body, clientGone(reply), idempotencyOf(request));
     markReplay(reply, replayed);
-    return { ...result, output: result.output, isError: false as const };
+    // spec/API.md's fields, plus the credentials a backend needs of the children a call started or resumed.
+    return { toolCallId, isError: false as const, output, content, ...(spawned === undefined ? {} : { spawned }), ...(resumed === undefined ? {} : { resumed }) };
   });
 };

@@ -172,7 +172,6 @@ export const Credential = Type.Object({ agentId: AgentId, agentToken: Type.Strin
 export const ToolCallResult = Type.Object(
   {
     toolCallId: Type.String(),
-    name: Type.String(),
     isError: Type.Literal(false),
     output: Type.Unknown({ description: 'The canonical value.' }),
     content: Type.String({ description: 'The rendered text the model reads.' }),
