@@ -19,6 +19,23 @@ export interface MetricsDeps {
   openStreams: () => number;
 }
 
+/**
+ * Counts by a pair of label values, kept as plain numbers: a labelled prom-client metric
+ * hashes its labels on every increment, which is too dear per report or per live agent.
+ */
+type PairCounts = Map<string, Map<string, number>>;
+
+function countPair(counts: PairCounts, first: string, second: string): void {
+  let inner = counts.get(first);
+  if (inner === undefined) counts.set(first, (inner = new Map()));
+  inner.set(second, (inner.get(second) ?? 0) + 1);
+}
+
+/** Adds the counts to a metric (just reset by its collect hook), once per pair of labels. */
+function addPairs<L extends string>(metric: { inc(labels: Partial<Record<L, string>>, value: number): void }, counts: PairCounts, first: L, second: L): void {
+  for (const [a, inner] of counts) for (const [b, n] of inner) metric.inc({ [first]: a, [second]: b } as Partial<Record<L, string>>, n);
+}
+
 /** Wakeup reports remembered until their parent turn starts, to time report-to-turn latency. */
 const MAX_PENDING_WAKEUPS = 10_000;
 
@@ -27,12 +44,8 @@ export class Metrics {
   readonly contentType = this.registry.contentType;
   private readonly httpRequests: client.Counter<'method' | 'route' | 'status'>;
   private readonly httpDuration: client.Histogram<'method' | 'route' | 'status'>;
-  /**
-   * Report calls by delivery mode, then outcome, as plain numbers the reports counter reads
-   * when scraped. Every report counts, and a labelled prom-client counter hashes its labels
-   * on each increment.
-   */
-  private readonly reportCounts = new Map<string, Map<string, number>>();
+  /** Report calls by delivery mode, then outcome, which the reports counter reads when scraped. */
+  private readonly reportCounts: PairCounts = new Map();
   private readonly reportToTurn: client.Histogram;
   private readonly coldResumes: client.Counter;
   private readonly settlements: client.Counter;
@@ -62,7 +75,7 @@ export class Metrics {
       registers,
       collect() {
         this.reset();
-        for (const [delivery, outcomes] of reportCounts) for (const [outcome, n] of outcomes) this.inc({ delivery, outcome }, n);
+        addPairs(this, reportCounts, 'delivery', 'outcome');
       },
     });
     this.reportToTurn = new client.Histogram({
@@ -105,16 +118,9 @@ export class Metrics {
       // view and a labelled increment per agent held the event loop for a second per scrape.
       collect() {
         this.reset();
-        const counts = new Map<string, { kind: string; status: string; n: number }>();
-        for (const agent of live()) {
-          const kind = agent.header.kind;
-          const status = statusOf(agent);
-          const key = `${kind} ${status}`;
-          const count = counts.get(key);
-          if (count === undefined) counts.set(key, { kind, status, n: 1 });
-          else count.n++;
-        }
-        for (const { kind, status, n } of counts.values()) this.set({ kind, status }, n);
+        const counts: PairCounts = new Map();
+        for (const agent of live()) countPair(counts, agent.header.kind, statusOf(agent));
+        addPairs(this, counts, 'kind', 'status');
       },
     });
     new client.Gauge({
@@ -166,9 +172,7 @@ export class Metrics {
   /** The continuation manager's observer. */
   readonly observer: ContinuationObserver = {
     report: (delivery, outcome, messageId) => {
-      let outcomes = this.reportCounts.get(delivery);
-      if (outcomes === undefined) this.reportCounts.set(delivery, (outcomes = new Map()));
-      outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+      countPair(this.reportCounts, delivery, outcome);
       if (delivery === 'wakeup' && messageId !== undefined) {
         if (this.wakeups.size >= MAX_PENDING_WAKEUPS) {
           const oldest = this.wakeups.keys().next().value;
