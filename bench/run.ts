@@ -161,7 +161,7 @@ interface ScalingCase {
 async function scalingCases(cases: Record<string, { server: Server; child: Agent }>): Promise<Record<string, ScalingCase>> {
   const labels = Object.keys(cases);
   /** Per case, each round's throughput, requests and server CPU seconds (undefined off Linux). */
-  const rounds = new Map(labels.map((label) => [label, [] as { rps: number; requests: number; cpu: number | undefined }[]]));
+  const byCase = new Map(labels.map((label) => [label, [] as { rps: number; requests: number; cpu: number | undefined }[]]));
   const args = (label: string): [string, unknown, Record<string, string>] => {
     const { server, child } = cases[label]!;
     return [`${server.url}/v1/agents/${child.id}/tool-calls`, report, { 'x-agent-token': child.token }];
@@ -174,12 +174,12 @@ async function scalingCases(cases: Record<string, { server: Server; child: Agent
       const before = server.cpuSeconds();
       const l = await load(...args(label), 2, 50, 0);
       const after = server.cpuSeconds();
-      rounds.get(label)!.push({ rps: l.requestsPerSecond, requests: l.requests, cpu: before === undefined || after === undefined ? undefined : after - before });
+      byCase.get(label)!.push({ rps: l.requestsPerSecond, requests: l.requests, cpu: before === undefined || after === undefined ? undefined : after - before });
     }
   }
   const us = (cpu: number, requests: number): number => +((cpu / requests) * 1e6).toFixed(1);
   return Object.fromEntries(labels.map((label) => {
-    const own = rounds.get(label)!;
+    const own = byCase.get(label)!;
     const rps = own.map((x) => x.rps).sort((a, b) => a - b);
     const known = own.every((x) => x.cpu !== undefined);
     const sum = (f: (x: (typeof own)[number]) => number): number => own.reduce((a, x) => a + f(x), 0);
