@@ -234,7 +234,9 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
     try {
       expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
       const stored = db.prepare<[string, string], { n: number }>(
-        `SELECT (SELECT count(*) FROM entries WHERE message_id = ? AND type = 'message')
+        // Message ids are indexed for messages and for the turn starts they prompt (which are marks).
+        `SELECT (SELECT count(*) FROM entry_messages m WHERE m.message_id = ?
+                   AND NOT EXISTS (SELECT 1 FROM entry_marks k WHERE k.session_id = m.session_id AND k.seq = m.seq))
               + (SELECT count(*) FROM pending WHERE message_id = ?) AS n`,
       );
       const notOnce = acknowledged
@@ -243,8 +245,9 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
       expect(notOnce).toEqual([]);
       const seqRanges = db
         .prepare<[], { id: string; last_seq: number; n: number; lo: number | null; hi: number | null }>(
-          `SELECT s.id, s.last_seq, count(e.seq) AS n, min(e.seq) AS lo, max(e.seq) AS hi
-           FROM sessions s LEFT JOIN entries e ON e.session_id = s.id GROUP BY s.id`,
+          // Chunks hold runs of seqs: their sizes add up to last_seq only if the runs neither overlap nor leave a gap.
+          `SELECT s.id, s.last_seq, coalesce(sum(c.last_seq - c.first_seq + 1), 0) AS n, min(c.first_seq) AS lo, max(c.last_seq) AS hi
+           FROM sessions s LEFT JOIN session_chunks c ON c.session_id = s.id GROUP BY s.id`,
         )
         .all();
       expect(seqRanges).toHaveLength(sessionIds.length);

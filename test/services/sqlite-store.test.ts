@@ -208,7 +208,7 @@ describe('SqliteSessionStore', () => {
 
     const raw = openRaw();
     expect(raw.pragma('integrity_check', { simple: true })).toBe('ok');
-    expect(raw.prepare('SELECT count(*) AS n FROM entries').get()).toEqual({ n: 4 });
+    expect(raw.prepare('SELECT sum(last_seq - first_seq + 1) AS n FROM session_chunks').get()).toEqual({ n: 4 });
   });
 
   it('creates the parent directory of the file when it is missing', async () => {

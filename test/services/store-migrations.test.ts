@@ -17,6 +17,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import { SqliteSessionStore, schemaVersionOf } from '../../src/services/stores/sqlite-store.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/services/stores/sqlite-migrations.js';
+import { PAGE_ENTRIES } from '../../src/services/stores/sqlite-writes.js';
 
 interface TrackedConnection {
   readonly name: string;
@@ -134,11 +135,11 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
 
       openStore(path);
 
-      expect(LATEST_SCHEMA_VERSION).toBe(3);
-      expect(appliedVersions(path)).toEqual([1, 2, 3]);
+      expect(LATEST_SCHEMA_VERSION).toBe(4);
+      expect(appliedVersions(path)).toEqual([1, 2, 3, 4]);
       expect(appliedVersions(path)).toEqual(MIGRATIONS.map((m) => m.version));
       expect(schemaVersionOf(openRaw(path, { readonly: true }))).toBe(LATEST_SCHEMA_VERSION);
-      expect(tableNames(path)).toEqual(['entries', 'idempotency', 'pending', 'schema_migrations', 'sessions']);
+      expect(tableNames(path)).toEqual(['entry_marks', 'entry_messages', 'forest_pages', 'idempotency', 'pending', 'schema_migrations', 'session_chunks', 'sessions']);
     });
 
     it('keeps every header and every entry through the migration', async () => {
@@ -252,14 +253,16 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
       expect(await store.lastForestSeq('root-1')).toBe(8);
       expect(await store.lastForestSeq('child-1')).toBe(0);
       expect(await store.readForest('child-1', 0, 100)).toEqual([]);
-      const columns = openRaw(path, { readonly: true })
-        .prepare<[], { session_id: string; seq: number; root_id: string | null; forest_seq: number | null }>(
-          'SELECT session_id, seq, root_id, forest_seq FROM entries ORDER BY forest_seq',
+      // The rows themselves: each session's chunk numbers its entries from its first seq, and
+      // names each one's forest position.
+      const stored = openRaw(path, { readonly: true })
+        .prepare<[], { session_id: string; first_seq: number; root_id: string; entries: string }>(
+          'SELECT session_id, first_seq, root_id, entries FROM session_chunks',
         )
-        .all();
-      expect(columns.map((row) => [row.session_id, row.seq, row.root_id, row.forest_seq])).toEqual(
-        forest.map((item) => [item.sessionId, item.entry.seq, 'root-1', item.forestSeq]),
-      );
+        .all()
+        .flatMap((row) => (JSON.parse(row.entries) as [number, unknown][]).map(([forestSeq], i) => [row.session_id, row.first_seq + i, row.root_id, forestSeq]))
+        .sort((a, b) => (a[3] as number) - (b[3] as number));
+      expect(stored).toEqual(forest.map((item) => [item.sessionId, item.entry.seq, 'root-1', item.forestSeq]));
     });
 
     it('orders the back-filled forest by entry time before session id', async () => {
@@ -295,6 +298,115 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
 
       expect(openRaw(path, { readonly: true }).prepare('SELECT version, applied_at FROM schema_migrations ORDER BY version').all()).toEqual(applied);
       expect((await reopened.read('root-1', 0)).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
+    });
+  });
+
+  describe('a schema-version-3 database with forests longer than a page', () => {
+    const at = '2026-11-30T00:00:00.000Z';
+    const rootHeader: SessionHeader = { version: 1, id: 'r', createdAt: at, kind: 'root', parentSession: null, depth: 0, mode: null, provider: null };
+    const childHeader: SessionHeader = { ...rootHeader, id: 'c', kind: 'child', parentSession: 'r', depth: 1, rootSession: 'r' };
+    /** Forest position f: every third one is the child's; turn marks and an activation among messages. */
+    function entryAt(f: number): { sessionId: string; body: EntryBody } {
+      if (f === 1) return { sessionId: 'c', body: { type: 'activation', at, activationId: 'a1', event: 'created' } };
+      if (f === 2) return { sessionId: 'r', body: { type: 'turn-start', at, turnId: 't1', inboxItemId: 'i1', messageId: 'm-4' } };
+      if (f === 599) return { sessionId: 'r', body: { type: 'turn-end', at, turnId: 't1', reason: 'completed' } };
+      const sessionId = f % 3 === 0 ? 'c' : 'r';
+      return { sessionId, body: { type: 'message', at, messageId: `m-${f}`, role: 'user', content: [{ type: 'text', text: `entry ${f}` }], source: { kind: 'user' } } };
+    }
+    const POSITIONS = 600;
+
+    /** A file as version 3 left it: its migrations, then rows written the way that version wrote them. */
+    function versionThreeFile(): { path: string; expected: Map<string, SessionEntry[]>; forest: [string, number, number][] } {
+      const path = join(dir, 'v3-long.db');
+      const db = new Database(path);
+      db.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)');
+      for (const migration of MIGRATIONS.filter((m) => m.version <= 3)) {
+        db.exec(migration.sql);
+        db.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(migration.version, migration.description, at);
+      }
+      const insertSession = db.prepare('INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq) VALUES (?, ?, ?, ?, ?, ?)');
+      const insertEntry = db.prepare(
+        'INSERT INTO entries (session_id, seq, type, body, message_id, turn_id, root_id, forest_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      );
+      const expected = new Map<string, SessionEntry[]>([['r', []], ['c', []]]);
+      const forest: [string, number, number][] = [];
+      for (let f = 1; f <= POSITIONS; f++) {
+        const { sessionId, body } = entryAt(f);
+        const list = expected.get(sessionId)!;
+        const seq = list.length + 1;
+        list.push({ seq, ...body } as SessionEntry);
+        forest.push([sessionId, seq, f]);
+        const messageId = 'messageId' in body ? body.messageId : null;
+        const turnId = 'turnId' in body ? body.turnId : null;
+        insertEntry.run(sessionId, seq, body.type, JSON.stringify(body), messageId, turnId, 'r', f);
+      }
+      insertSession.run('r', 'root', null, at, JSON.stringify(rootHeader), expected.get('r')!.length);
+      insertSession.run('c', 'child', 'r', at, JSON.stringify(childHeader), expected.get('c')!.length);
+      db.close();
+      return { path, expected, forest };
+    }
+
+    it('moves every entry into chunks and pages, with the old table gone', async () => {
+      const { path, expected, forest } = versionThreeFile();
+
+      const store = openStore(path);
+
+      expect(appliedVersions(path)).toEqual([1, 2, 3, 4]);
+      expect(tableNames(path)).not.toContain('entries');
+      expect(await store.read('r', 0)).toEqual(expected.get('r'));
+      expect(await store.read('c', 0)).toEqual(expected.get('c'));
+      expect((await store.readForest('r', 0, POSITIONS + 10)).map((item) => [item.sessionId, item.entry.seq, item.forestSeq])).toEqual(forest);
+      expect(await store.lastForestSeq('r')).toBe(POSITIONS);
+      const pages = openRaw(path, { readonly: true }).prepare<[], { n: number }>('SELECT count(*) AS n FROM forest_pages').get();
+      expect(pages).toEqual({ n: Math.ceil(POSITIONS / PAGE_ENTRIES) });
+      expect(openRaw(path, { readonly: true }).pragma('integrity_check', { simple: true })).toBe('ok');
+    });
+
+    it('reads and pages across chunk and page boundaries after the move', async () => {
+      const { path, expected, forest } = versionThreeFile();
+
+      const store = openStore(path);
+
+      const rootEntries = expected.get('r')!;
+      for (const [after, limit] of [[0, 1], [169, 3], [170, 5], [250, 400], [rootEntries.length - 1, 10], [rootEntries.length, 10]] as const) {
+        expect(await store.read('r', after, limit)).toEqual(rootEntries.slice(after, after + limit));
+      }
+      for (const [after, limit] of [[0, 3], [254, 4], [255, 2], [256, 1], [511, 3], [598, 10], [POSITIONS, 10]] as const) {
+        expect((await store.readForest('r', after, limit)).map((item) => [item.sessionId, item.entry.seq, item.forestSeq])).toEqual(
+          forest.slice(after, after + limit),
+        );
+      }
+    });
+
+    it('keeps the lookups: messages, turn boundaries and activations', async () => {
+      const { path } = versionThreeFile();
+
+      const store = openStore(path);
+
+      expect(await store.locate('m-598')).toMatchObject({ sessionId: 'r', state: 'appended', message: { role: 'user' } });
+      expect(await store.locate('m-597')).toMatchObject({ sessionId: 'c', state: 'appended' });
+      expect(await store.locate('m-4')).toMatchObject({ sessionId: 'r', state: 'turn-ended', turnId: 't1', seq: 2 });
+      expect(await store.lastTurnBoundary('r')).toMatchObject({ type: 'turn-end', turnId: 't1' });
+      expect(await store.lastActivation('c')).toEqual({ event: 'created', seq: 1 });
+      expect(await store.lastActivation('r')).toBeUndefined();
+    });
+
+    it('continues each session and the forest after the move', async () => {
+      const { path, expected } = versionThreeFile();
+      const store = openStore(path);
+      const next = expected.get('c')!.length + 1;
+
+      await store.write({
+        headers: [],
+        entries: [{ sessionId: 'c', entry: { seq: next, type: 'turn-end', at, turnId: 't9', reason: 'failed' }, rootId: 'r', forestSeq: POSITIONS + 1 }],
+      });
+      await expect(
+        store.write({ headers: [], entries: [{ sessionId: 'r', entry: { seq: expected.get('r')!.length + 1, type: 'turn-end', at, turnId: 't1', reason: 'failed' }, rootId: 'r', forestSeq: POSITIONS }] }),
+      ).rejects.toThrow(/position/);
+
+      expect(await store.lastForestSeq('r')).toBe(POSITIONS + 1);
+      expect((await store.read('c', next - 1)).map((e) => e.seq)).toEqual([next]);
+      expect(await store.header('r')).toMatchObject({ lastSeq: expected.get('r')!.length });
     });
   });
 
@@ -385,7 +497,7 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
       expect(existsSync(path)).toBe(true);
       expect(appliedVersions(path)).toEqual(MIGRATIONS.map((m) => m.version));
       expect(schemaVersionOf(openRaw(path, { readonly: true }))).toBe(LATEST_SCHEMA_VERSION);
-      expect(tableNames(path)).toEqual(['entries', 'idempotency', 'pending', 'schema_migrations', 'sessions']);
+      expect(tableNames(path)).toEqual(['entry_marks', 'entry_messages', 'forest_pages', 'idempotency', 'pending', 'schema_migrations', 'session_chunks', 'sessions']);
       expect(await store.header('s1')).toMatchObject({ lastSeq: 1 });
       expect(await store.lastTurnBoundary('s1')).toEqual({ type: 'turn-start', turnId: 't1', seq: 1 });
     });

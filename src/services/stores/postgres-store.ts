@@ -26,7 +26,7 @@ import {
   type TurnBoundary,
   type WriteBatch,
 } from '../session-store.js';
-import { encodeBatch, seqAdvances } from './sqlite-writes.js';
+import { encodeRows, seqAdvances } from './batch-rows.js';
 import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
 
 export interface PostgresStoreOptions {
@@ -104,7 +104,7 @@ export class PostgresSessionStore implements SessionStore {
   }
 
   async write(batch: WriteBatch): Promise<void> {
-    const rows = encodeBatch(batch);
+    const rows = encodeRows(batch);
     await this.transaction(async (client) => {
       if (this.fence !== null) await checkFence(client, this.fence, batch);
       if (rows.sessions.length > 0) {

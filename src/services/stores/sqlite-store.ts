@@ -2,7 +2,8 @@
  * SQLite session store (better-sqlite3, WAL). One database file holds every session header
  * and entry. A batch is one transaction; `last_seq` is advanced with a compare-and-set so a
  * gap or a duplicate seq aborts the whole batch. `synchronous` is FULL by default, so a
- * committed batch survives power loss, not only a process crash.
+ * committed batch survives power loss, not only a process crash. Entries are stored a
+ * commit's worth per session (a chunk) and read back a chunk at a time; see sqlite-writes.ts.
  *
  * This connection migrates the file and serves reads; writes go to a writer thread with its
  * own connection (sqlite-writer.ts), so a commit does not stall the event loop.
@@ -55,21 +56,36 @@ export class SqliteSessionStore implements SessionStore {
     this.db = db;
     this.writer = options.path === ':memory:' ? new InlineWriter(db) : new ThreadWriter(connection);
     this.statements = {
-      readForest: this.db.prepare<[string, number, number], { session_id: string; seq: number; body: string; forest_seq: number }>(
-        'SELECT session_id, seq, body, forest_seq FROM entries WHERE root_id = ? AND forest_seq > ? ORDER BY forest_seq LIMIT ?',
+      // Pages tile a forest's positions in order, and chunks a session's seqs: the page or chunk
+      // holding position `after + 1` is the one with the greatest start not past it.
+      forestPages: this.db.prepare<{ root: string; after: number; limit: number }, { last_forest_seq: number; chunks: string }>(
+        `SELECT last_forest_seq, chunks FROM forest_pages WHERE root_id = @root AND first_forest_seq >= coalesce(
+           (SELECT max(first_forest_seq) FROM forest_pages WHERE root_id = @root AND first_forest_seq <= @after + 1), 0)
+         ORDER BY first_forest_seq LIMIT @limit`,
       ),
-      lastForestSeq: this.db.prepare<[string], { n: number | null }>('SELECT max(forest_seq) AS n FROM entries WHERE root_id = ?'),
+      lastForestSeq: this.db.prepare<[string], { n: number }>(
+        'SELECT last_forest_seq AS n FROM forest_pages WHERE root_id = ? ORDER BY first_forest_seq DESC LIMIT 1',
+      ),
+      chunk: this.db.prepare<[string, number], { entries: string }>('SELECT entries FROM session_chunks WHERE session_id = ? AND first_seq = ?'),
+      chunks: this.db.prepare<{ id: string; after: number }, { first_seq: number; entries: string }>(
+        `SELECT first_seq, entries FROM session_chunks WHERE session_id = @id AND first_seq >= coalesce(
+           (SELECT max(first_seq) FROM session_chunks WHERE session_id = @id AND first_seq <= @after + 1), 0)
+         ORDER BY first_seq`,
+      ),
+      chunkHolding: this.db.prepare<[string, number], { first_seq: number; entries: string }>(
+        'SELECT first_seq, entries FROM session_chunks WHERE session_id = ? AND first_seq <= ? ORDER BY first_seq DESC LIMIT 1',
+      ),
       pending: this.db.prepare<[string], PendingDbRow>(
         'SELECT position, kind, item_id, message, accepted_at FROM pending WHERE session_id = ? ORDER BY position',
       ),
       pendingByMessage: this.db.prepare<[string], PendingDbRow & { session_id: string }>(
         'SELECT session_id, position, kind, item_id, message, accepted_at FROM pending WHERE message_id = ? LIMIT 1',
       ),
-      entriesByMessage: this.db.prepare<[string], { session_id: string; seq: number; body: string }>(
-        'SELECT session_id, seq, body FROM entries WHERE message_id = ? ORDER BY seq',
+      entriesByMessage: this.db.prepare<[string], { session_id: string; seq: number }>(
+        'SELECT session_id, seq FROM entry_messages WHERE message_id = ? ORDER BY seq',
       ),
       turnEnd: this.db.prepare<[string, string], { seq: number; body: string }>(
-        `SELECT seq, body FROM entries WHERE session_id = ? AND turn_id = ? AND type = 'turn-end' LIMIT 1`,
+        `SELECT seq, body FROM entry_marks INDEXED BY entry_marks_turn_ends WHERE session_id = ? AND turn_id = ? AND type = 'turn-end' LIMIT 1`,
       ),
       getIdempotency: this.db.prepare<[string, string, number], { fingerprint: string; status: number; response: string; created_at: number; expires_at: number }>(
         'SELECT fingerprint, status, response, created_at, expires_at FROM idempotency WHERE sender = ? AND key = ? AND expires_at > ?',
@@ -77,19 +93,17 @@ export class SqliteSessionStore implements SessionStore {
       header: this.db.prepare<[string], { header: string; last_seq: number }>(
         'SELECT header, last_seq FROM sessions WHERE id = ?',
       ),
-      read: this.db.prepare<[string, number, number], { seq: number; body: string }>(
-        'SELECT seq, body FROM entries WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?',
-      ),
       lastActivation: this.db.prepare<[string], { seq: number; body: string }>(
-        // The partial indexes keep these O(log n): without INDEXED BY the planner walks the whole session.
-        `SELECT seq, body FROM entries INDEXED BY entries_activations WHERE session_id = ? AND type = 'activation' ORDER BY seq DESC LIMIT 1`,
+        // The partial index keeps this O(log n): without INDEXED BY the planner may walk every mark of the session.
+        `SELECT seq, body FROM entry_marks INDEXED BY entry_marks_activations WHERE session_id = ? AND type = 'activation' ORDER BY seq DESC LIMIT 1`,
       ),
       children: this.db.prepare<[string], { header: string; last_seq: number }>(
         'SELECT header, last_seq FROM sessions WHERE parent_session = ? ORDER BY created_at, id',
       ),
+      // Marks are turn boundaries and activations only; activations are few, so walking back
+      // from the session's last mark finds its last boundary at once.
       lastBoundary: this.db.prepare<[string], { seq: number; body: string }>(
-        `SELECT seq, body FROM entries INDEXED BY entries_turn_boundaries WHERE session_id = ? AND type IN ('turn-start', 'turn-end')
-         ORDER BY seq DESC LIMIT 1`,
+        `SELECT seq, body FROM entry_marks WHERE session_id = ? AND type IN ('turn-start', 'turn-end') ORDER BY seq DESC LIMIT 1`,
       ),
     };
   }
@@ -110,8 +124,17 @@ export class SqliteSessionStore implements SessionStore {
   }
 
   async read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
-    const rows = this.statements.read.all(id, after, limit ?? -1);
-    return rows.map((row) => ({ seq: row.seq, ...(JSON.parse(row.body) as EntryBody) }) as SessionEntry);
+    const entries: SessionEntry[] = [];
+    if (limit === 0) return entries;
+    // Chunk by chunk, so a short read parses only the chunks it needs.
+    for (const row of this.statements.chunks.iterate({ id, after })) {
+      const stored = parseChunk(row.entries);
+      for (let i = Math.max(0, after + 1 - row.first_seq); i < stored.length; i++) {
+        entries.push(entryOf(row.first_seq + i, stored[i]!));
+        if (entries.length === limit) return entries;
+      }
+    }
+    return entries;
   }
 
   async lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
@@ -134,12 +157,29 @@ export class SqliteSessionStore implements SessionStore {
   }
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
-    return this.statements.readForest.all(rootId, after, limit).map((row) => ({
-      sessionId: row.session_id,
-      entry: { seq: row.seq, ...(JSON.parse(row.body) as EntryBody) } as SessionEntry,
-      rootId,
-      forestSeq: row.forest_seq,
-    }));
+    const items: BatchEntry[] = [];
+    for (let from = after; items.length < limit; ) {
+      const pages = this.statements.forestPages.all({ root: rootId, after: from, limit: FOREST_PAGES_PER_QUERY });
+      for (const page of pages) {
+        // A page's chunks are one session's entries each: merged, they are the page's positions in order.
+        const onPage: BatchEntry[] = [];
+        for (const [sessionId, firstSeq] of JSON.parse(page.chunks) as [string, number][]) {
+          const chunk = this.statements.chunk.get(sessionId, firstSeq);
+          if (chunk === undefined) throw new Error(`forest "${rootId}" names a chunk of session "${sessionId}" at seq ${firstSeq} that is not stored`);
+          parseChunk(chunk.entries).forEach((stored, i) => {
+            if (stored[0] > after) onPage.push({ sessionId, entry: entryOf(firstSeq + i, stored), rootId, forestSeq: stored[0] });
+          });
+        }
+        onPage.sort((x, y) => x.forestSeq - y.forestSeq);
+        for (const item of onPage) {
+          items.push(item);
+          if (items.length === limit) return items;
+        }
+        from = page.last_forest_seq;
+      }
+      if (pages.length < FOREST_PAGES_PER_QUERY) break;
+    }
+    return items;
   }
 
   async lastForestSeq(rootId: string): Promise<number> {
@@ -156,11 +196,19 @@ export class SqliteSessionStore implements SessionStore {
     const rows = this.statements.entriesByMessage.all(messageId);
     const first = rows[0];
     if (first === undefined) return undefined;
-    const entries = rows.filter((r) => r.session_id === first.session_id).map((r) => ({ seq: r.seq, ...(JSON.parse(r.body) as EntryBody) }) as SessionEntry);
+    const entries = rows.filter((r) => r.session_id === first.session_id).map((r) => this.entryAt(r.session_id, r.seq));
     const turnStart = entries.find((e) => e.type === 'turn-start');
     const end = turnStart?.type === 'turn-start' ? this.statements.turnEnd.get(first.session_id, turnStart.turnId) : undefined;
     const turnEnd = end === undefined ? undefined : ({ seq: end.seq, ...(JSON.parse(end.body) as EntryBody) } as SessionEntry);
     return locationFromEntries(messageId, first.session_id, entries, turnEnd);
+  }
+
+  /** One stored entry, from the chunk that holds it. */
+  private entryAt(sessionId: string, seq: number): SessionEntry {
+    const row = this.statements.chunkHolding.get(sessionId, seq);
+    const stored = row === undefined ? undefined : parseChunk(row.entries)[seq - row.first_seq];
+    if (row === undefined || stored === undefined) throw new Error(`entry ${seq} of session "${sessionId}" is indexed but not stored`);
+    return entryOf(seq, stored);
   }
 
   async idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined> {
@@ -185,6 +233,20 @@ export class SqliteSessionStore implements SessionStore {
     await this.writer.close();
     if (this.db.open) this.db.close();
   }
+}
+
+/** How many forest pages one query of readForest takes. */
+const FOREST_PAGES_PER_QUERY = 16;
+
+/** A chunk's entries, each as its forest position and its body (the entry without `seq`). */
+type StoredEntry = [forestSeq: number, body: EntryBody];
+
+function parseChunk(text: string): StoredEntry[] {
+  return JSON.parse(text) as StoredEntry[];
+}
+
+function entryOf(seq: number, [, body]: StoredEntry): SessionEntry {
+  return { seq, ...body } as SessionEntry;
 }
 
 interface PendingDbRow {
@@ -218,6 +280,7 @@ function migrate(db: Database.Database): void {
     if (migration.version <= current) continue;
     db.transaction(() => {
       db.exec(migration.sql);
+      migration.run?.(db);
       db.prepare('INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)').run(
         migration.version,
         migration.description,

@@ -3,12 +3,19 @@
  * a connection is opened, how a `WriteBatch` is encoded into plain rows (JSON text included,
  * so it crosses a thread boundary as strings and numbers), and the one transaction that
  * applies a batch. A batch is all or nothing: `last_seq` is advanced with a compare-and-set,
- * so a gap or a duplicate seq aborts it whole.
+ * so a gap or a duplicate seq aborts it whole, and a forest page may not reach back into
+ * positions already stored.
+ *
+ * Entries are stored a commit's worth at a time (schema version 4): each session's run of
+ * entries in one chunk row, and each forest's run of positions in one page row that names
+ * its chunks. Only message ids, turn boundaries and activations get a row per entry, for
+ * their lookups.
  */
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { WriteBatch } from '../session-store.js';
+import { encodeRows, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from './batch-rows.js';
 
 export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
 export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
@@ -54,50 +61,92 @@ export function openConnection({ path, synchronous }: ConnectionOptions): Databa
   return db;
 }
 
-type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
-type EntryRow = [sessionId: string, seq: number, type: string, body: string, messageId: string | null, turnId: string | null, rootId: string, forestSeq: number];
-type PendingChangeRow =
-  | [sessionId: string, messageId: string]
-  | [sessionId: string, messageId: string, position: number, kind: string, itemId: string | null, message: string, acceptedAt: string];
-type IdempotencyRow = [sender: string, key: string, fingerprint: string, status: number, response: string, createdAt: number, expiresAt: number];
+/** A run of one session's entries, gap-free from `firstSeq`; `entries` is `[[forestSeq, body], ...]` as JSON. */
+type ChunkRow = [sessionId: string, firstSeq: number, lastSeq: number, rootId: string, entries: string];
+/** A run of a forest's positions and the chunks that hold them; `chunks` is `[[sessionId, firstSeq], ...]` as JSON. */
+type PageRow = [rootId: string, firstForestSeq: number, lastForestSeq: number, chunks: string];
+type MessageRow = [messageId: string, sessionId: string, seq: number];
+type MarkRow = [sessionId: string, seq: number, type: string, turnId: string | null, body: string];
 
 /** A write batch as rows of primitives, ready for the statements below. */
-export interface EncodedBatch {
-  sessions: SessionRow[];
-  entries: EntryRow[];
-  pending: PendingChangeRow[];
-  idempotency: IdempotencyRow[];
-}
-
-export function encodeBatch(batch: WriteBatch): EncodedBatch {
-  return {
-    sessions: batch.headers.map((h) => [h.id, h.kind, h.parentSession, h.createdAt, JSON.stringify(h)]),
-    entries: batch.entries.map(({ sessionId, entry, rootId, forestSeq }) => {
-      const { seq, ...body } = entry;
-      const messageId = 'messageId' in entry ? entry.messageId : null;
-      const turnId = 'turnId' in entry ? entry.turnId : null;
-      return [sessionId, seq, entry.type, JSON.stringify(body), messageId, turnId, rootId, forestSeq];
-    }),
-    pending: (batch.pending ?? []).map((change): PendingChangeRow => {
-      if (change.op === 'delete') return [change.sessionId, change.messageId];
-      const r = change.row;
-      return [change.sessionId, r.message.id, r.position, r.kind, r.itemId, JSON.stringify(r.message), r.acceptedAt];
-    }),
-    idempotency: (batch.idempotency ?? []).map((r) => [r.sender, r.key, r.fingerprint, r.status, JSON.stringify(r.response), r.createdAt, r.expiresAt]),
-  };
+export interface EncodedBatch extends Omit<BatchRows, 'entries'> {
+  chunks: ChunkRow[];
+  pages: PageRow[];
+  messages: MessageRow[];
+  marks: MarkRow[];
 }
 
 /**
- * Per session, the seq a batch continues from and the seq it ends at; throws on a gap inside
- * the batch. The store then advances `last_seq` from `from` to `to` by compare-and-set.
+ * A forest page holds at most this many consecutive positions of one forest, and each chunk
+ * the part of them that is one session's. A read parses whole chunks, so this bounds what a
+ * read of a few entries parses; a commit of more entries than this writes several pages.
  */
-export function seqAdvances(entries: readonly EntryRow[]): Map<string, { from: number; to: number }> {
+export const PAGE_ENTRIES = 256;
+
+/** The entry types a lookup finds by session and seq, without reading chunks (see entry_marks). */
+const MARKED_TYPES: ReadonlySet<string> = new Set(['turn-start', 'turn-end', 'activation']);
+
+export function encodeBatch(batch: WriteBatch): EncodedBatch {
+  const { entries, ...rest } = encodeRows(batch);
+  return { ...rest, ...encodeEntries(entries) };
+}
+
+/**
+ * Entries as the rows that store them: each forest's entries, in batch order, cut into pages
+ * of PAGE_ENTRIES positions, and each page's entries of one session into one chunk. Besides,
+ * a row per message id and per turn boundary or activation, for the lookups. Throws when a
+ * forest's positions do not rise or a session's seqs leave a gap: chunks number their entries
+ * from their first seq.
+ */
+export function encodeEntries(entries: readonly EntryRow[]): Pick<EncodedBatch, 'chunks' | 'pages' | 'messages' | 'marks'> {
+  const encoded: Pick<EncodedBatch, 'chunks' | 'pages' | 'messages' | 'marks'> = { chunks: [], pages: [], messages: [], marks: [] };
+  const byRoot = new Map<string, EntryRow[]>();
+  for (const row of entries) {
+    const forest = byRoot.get(row[6]);
+    if (forest === undefined) byRoot.set(row[6], [row]);
+    else forest.push(row);
+  }
+  for (const [rootId, forest] of byRoot) {
+    for (let from = 0; from < forest.length; from += PAGE_ENTRIES) {
+      const page = forest.slice(from, from + PAGE_ENTRIES);
+      const chunks = new Map<string, { firstSeq: number; lastSeq: number; parts: string[] }>();
+      let lastForestSeq = -Infinity;
+      for (const [sessionId, seq, type, body, messageId, turnId, , forestSeq] of page) {
+        if (forestSeq <= lastForestSeq) throw new Error(`forest "${rootId}" batch repeats or reorders position ${forestSeq}`);
+        lastForestSeq = forestSeq;
+        const chunk = chunks.get(sessionId);
+        if (chunk === undefined) {
+          chunks.set(sessionId, { firstSeq: seq, lastSeq: seq, parts: [`[${forestSeq},${body}]`] });
+        } else {
+          if (seq !== chunk.lastSeq + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
+          chunk.lastSeq = seq;
+          chunk.parts.push(`[${forestSeq},${body}]`);
+        }
+        if (messageId !== null) encoded.messages.push([messageId, sessionId, seq]);
+        if (MARKED_TYPES.has(type)) encoded.marks.push([sessionId, seq, type, turnId, body]);
+      }
+      const keys: [string, number][] = [];
+      for (const [sessionId, c] of chunks) {
+        encoded.chunks.push([sessionId, c.firstSeq, c.lastSeq, rootId, `[${c.parts.join(',')}]`]);
+        keys.push([sessionId, c.firstSeq]);
+      }
+      encoded.pages.push([rootId, page[0]![7], lastForestSeq, JSON.stringify(keys)]);
+    }
+  }
+  return encoded;
+}
+
+/**
+ * Per session, the seq a batch continues from and the seq it ends at; throws on a gap between
+ * its chunks. The store then advances `last_seq` from `from` to `to` by compare-and-set.
+ */
+function chunkSeqAdvances(chunks: readonly ChunkRow[]): Map<string, { from: number; to: number }> {
   const advance = new Map<string, { from: number; to: number }>();
-  for (const [sessionId, seq] of entries) {
+  for (const [sessionId, firstSeq, lastSeq] of chunks) {
     const range = advance.get(sessionId);
-    if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
-    else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
-    else range.to = seq;
+    if (range === undefined) advance.set(sessionId, { from: firstSeq - 1, to: lastSeq });
+    else if (firstSeq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${firstSeq}`);
+    else range.to = lastSeq;
   }
   return advance;
 }
@@ -112,9 +161,15 @@ export class SqliteWrites {
       'INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq) VALUES (?, ?, ?, ?, ?, 0)',
     );
     const advanceSeq = db.prepare<[number, string, number]>('UPDATE sessions SET last_seq = ? WHERE id = ? AND last_seq = ?');
-    const insertEntry = db.prepare<EntryRow>(
-      'INSERT INTO entries (session_id, seq, type, body, message_id, turn_id, root_id, forest_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    const insertChunk = db.prepare<ChunkRow>(
+      'INSERT INTO session_chunks (session_id, first_seq, last_seq, root_id, entries) VALUES (?, ?, ?, ?, ?)',
     );
+    const lastPage = db.prepare<[string], { last: number }>(
+      'SELECT last_forest_seq AS last FROM forest_pages WHERE root_id = ? ORDER BY first_forest_seq DESC LIMIT 1',
+    );
+    const insertPage = db.prepare<PageRow>('INSERT INTO forest_pages (root_id, first_forest_seq, last_forest_seq, chunks) VALUES (?, ?, ?, ?)');
+    const insertMessage = db.prepare<MessageRow>('INSERT INTO entry_messages (message_id, session_id, seq) VALUES (?, ?, ?)');
+    const insertMark = db.prepare<MarkRow>('INSERT INTO entry_marks (session_id, seq, type, turn_id, body) VALUES (?, ?, ?, ?, ?)');
     const deletePending = db.prepare<[string, string]>('DELETE FROM pending WHERE session_id = ? AND message_id = ?');
     const putPending = db.prepare(
       'INSERT OR REPLACE INTO pending (session_id, message_id, position, kind, item_id, message, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -128,8 +183,16 @@ export class SqliteWrites {
     // Any throw inside rolls the whole batch back.
     this.apply = db.transaction((batch: EncodedBatch) => {
       for (const row of batch.sessions) insertSession.run(...row);
-      const advance = seqAdvances(batch.entries);
-      for (const row of batch.entries) insertEntry.run(...row);
+      const advance = chunkSeqAdvances(batch.chunks);
+      for (const row of batch.chunks) insertChunk.run(...row);
+      for (const row of batch.pages) {
+        // Positions only rise: a page may not reach back into the forest's last one.
+        const last = lastPage.get(row[0])?.last ?? 0;
+        if (row[1] <= last) throw new Error(`forest "${row[0]}" is already at position ${last}; refusing position ${row[1]} again`);
+        insertPage.run(...row);
+      }
+      for (const row of batch.messages) insertMessage.run(...row);
+      for (const row of batch.marks) insertMark.run(...row);
       for (const [sessionId, { from, to }] of advance) {
         if (advanceSeq.run(to, sessionId, from).changes !== 1) {
           throw new Error(`session "${sessionId}" is not at seq ${from}; refusing a gap or duplicate`);

@@ -1,0 +1,53 @@
+/**
+ * A `WriteBatch` as rows of primitives (JSON text included), the form both SQL stores start
+ * from: it crosses a thread boundary as strings and numbers, and binds to statements as is.
+ */
+import type { WriteBatch } from '../session-store.js';
+
+export type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
+/** One entry; `body` is the entry without `seq`, as JSON. */
+export type EntryRow = [sessionId: string, seq: number, type: string, body: string, messageId: string | null, turnId: string | null, rootId: string, forestSeq: number];
+export type PendingChangeRow =
+  | [sessionId: string, messageId: string]
+  | [sessionId: string, messageId: string, position: number, kind: string, itemId: string | null, message: string, acceptedAt: string];
+export type IdempotencyRow = [sender: string, key: string, fingerprint: string, status: number, response: string, createdAt: number, expiresAt: number];
+
+export interface BatchRows {
+  sessions: SessionRow[];
+  entries: EntryRow[];
+  pending: PendingChangeRow[];
+  idempotency: IdempotencyRow[];
+}
+
+export function encodeRows(batch: WriteBatch): BatchRows {
+  return {
+    sessions: batch.headers.map((h) => [h.id, h.kind, h.parentSession, h.createdAt, JSON.stringify(h)]),
+    entries: batch.entries.map(({ sessionId, entry, rootId, forestSeq }) => {
+      const { seq, ...body } = entry;
+      const messageId = 'messageId' in entry ? entry.messageId : null;
+      const turnId = 'turnId' in entry ? entry.turnId : null;
+      return [sessionId, seq, entry.type, JSON.stringify(body), messageId, turnId, rootId, forestSeq];
+    }),
+    pending: (batch.pending ?? []).map((change): PendingChangeRow => {
+      if (change.op === 'delete') return [change.sessionId, change.messageId];
+      const r = change.row;
+      return [change.sessionId, r.message.id, r.position, r.kind, r.itemId, JSON.stringify(r.message), r.acceptedAt];
+    }),
+    idempotency: (batch.idempotency ?? []).map((r) => [r.sender, r.key, r.fingerprint, r.status, JSON.stringify(r.response), r.createdAt, r.expiresAt]),
+  };
+}
+
+/**
+ * Per session, the seq a batch continues from and the seq it ends at; throws on a gap inside
+ * the batch. The store then advances `last_seq` from `from` to `to` by compare-and-set.
+ */
+export function seqAdvances(entries: readonly EntryRow[]): Map<string, { from: number; to: number }> {
+  const advance = new Map<string, { from: number; to: number }>();
+  for (const [sessionId, seq] of entries) {
+    const range = advance.get(sessionId);
+    if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
+    else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
+    else range.to = seq;
+  }
+  return advance;
+}
