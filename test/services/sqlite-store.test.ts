@@ -12,7 +12,7 @@ import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry } from '../../src/services/session-store.js';
 import { SqliteSessionStore, schemaVersionOf } from '../../src/services/stores/sqlite-store.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/services/stores/sqlite-migrations.js';
-import { WAL_AUTOCHECKPOINT_PAGES } from '../../src/services/stores/sqlite-writes.js';
+import { PAGE_ENTRIES, WAL_AUTOCHECKPOINT_PAGES } from '../../src/services/stores/sqlite-writes.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -134,6 +134,82 @@ describe('SqliteSessionStore', () => {
     expect(await store.header('s')).toEqual({ header: header('s'), lastSeq: 0 });
     expect(await store.lastForestSeq('r')).toBe(2);
     expect(await store.lastForestSeq('s')).toBe(0);
+  });
+
+  it('rejects a batch whose forest positions fall back within it, and persists none of it', async () => {
+    const store = openStore();
+    await store.write({ headers: [header('r')], entries: [] });
+
+    await expect(
+      store.write({
+        headers: [],
+        entries: [
+          { sessionId: 'r', entry: message(1), rootId: 'r', forestSeq: 2 },
+          { sessionId: 'r', entry: message(2), rootId: 'r', forestSeq: 1 },
+        ],
+      }),
+    ).rejects.toThrow(/position/);
+
+    expect(await store.header('r')).toEqual({ header: header('r'), lastSeq: 0 });
+    expect(await store.lastForestSeq('r')).toBe(0);
+  });
+
+  describe('a commit longer than a forest page', () => {
+    // Three sessions of one forest, interleaved, in one batch of 2.5 pages; a second forest beside.
+    const rootOf = { a: 'a', b: 'a', c: 'a', z: 'z' } as const;
+    function longBatch(): { entries: BatchEntry[]; bySession: Map<string, SessionEntry[]> } {
+      const entries: BatchEntry[] = [];
+      const bySession = new Map<string, SessionEntry[]>([['a', []], ['b', []], ['c', []], ['z', []]]);
+      const next = forestNumbering();
+      const count = Math.floor(PAGE_ENTRIES * 2.5);
+      for (let i = 0; i < count; i++) {
+        const sessionId = (['a', 'b', 'a', 'c', 'z'] as const)[i % 5]!;
+        const list = bySession.get(sessionId)!;
+        const entry = { ...message(list.length + 1), messageId: `${sessionId}-${list.length + 1}` } as SessionEntry;
+        list.push(entry);
+        entries.push(...next(sessionId, [entry], rootOf[sessionId]));
+      }
+      return { entries, bySession };
+    }
+
+    it('is stored across pages and read back whole, by session and by forest', async () => {
+      const store = openStore();
+      const { entries, bySession } = longBatch();
+      const child = (id: string): SessionHeader => ({ ...header(id), kind: 'child', parentSession: 'a', depth: 1, rootSession: 'a' });
+      await store.write({ headers: [header('a'), child('b'), child('c'), header('z')], entries });
+
+      for (const [sessionId, expected] of bySession) {
+        expect(await store.read(sessionId, 0)).toEqual(expected);
+        expect(await store.header(sessionId)).toMatchObject({ lastSeq: expected.length });
+      }
+      const forestA = entries.filter((e) => e.rootId === 'a');
+      expect(await store.readForest('a', 0, 10_000)).toEqual(forestA);
+      expect(await store.lastForestSeq('a')).toBe(forestA.length);
+      expect(await store.lastForestSeq('z')).toBe(bySession.get('z')!.length);
+      expect(await store.locate('b-40')).toMatchObject({ sessionId: 'b', seq: 40, state: 'appended' });
+      const pages = openRaw().prepare<[], { root_id: string; n: number }>('SELECT root_id, count(*) AS n FROM forest_pages GROUP BY root_id ORDER BY root_id').all();
+      expect(pages).toEqual([
+        { root_id: 'a', n: Math.ceil(forestA.length / PAGE_ENTRIES) },
+        { root_id: 'z', n: 1 },
+      ]);
+    });
+
+    it('pages by after and limit across chunk and page boundaries', async () => {
+      const store = openStore();
+      const { entries, bySession } = longBatch();
+      const child = (id: string): SessionHeader => ({ ...header(id), kind: 'child', parentSession: 'a', depth: 1, rootSession: 'a' });
+      await store.write({ headers: [header('a'), child('b'), child('c'), header('z')], entries });
+      const forestA = entries.filter((e) => e.rootId === 'a');
+
+      for (let after = 0; after < forestA.length; after += 37) {
+        expect(await store.readForest('a', after, 50)).toEqual(forestA.slice(after, after + 50));
+      }
+      const a = bySession.get('a')!;
+      for (let after = 0; after <= a.length; after += 29) {
+        expect(await store.read('a', after, 40)).toEqual(a.slice(after, after + 40));
+      }
+      expect(await store.read('a', a.length)).toEqual([]);
+    });
   });
 
   it('puts the file in WAL journal mode', () => {
