@@ -38,16 +38,17 @@ export function encodeRows(batch: WriteBatch): BatchRows {
 }
 
 /**
- * Per session, the seq a batch continues from and the seq it ends at; throws on a gap inside
- * the batch. The store then advances `last_seq` from `from` to `to` by compare-and-set.
+ * Per session, the seq a batch continues from and the seq it ends at, from the runs of seqs it
+ * writes in order (one entry, or a chunk of them); throws on a gap between them. The store
+ * then advances `last_seq` from `from` to `to` by compare-and-set.
  */
-export function seqAdvances(entries: readonly EntryRow[]): Map<string, { from: number; to: number }> {
+export function seqAdvances(runs: Iterable<readonly [sessionId: string, firstSeq: number, lastSeq: number, ...rest: unknown[]]>): Map<string, { from: number; to: number }> {
   const advance = new Map<string, { from: number; to: number }>();
-  for (const [sessionId, seq] of entries) {
+  for (const [sessionId, firstSeq, lastSeq] of runs) {
     const range = advance.get(sessionId);
-    if (range === undefined) advance.set(sessionId, { from: seq - 1, to: seq });
-    else if (seq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${seq}`);
-    else range.to = seq;
+    if (range === undefined) advance.set(sessionId, { from: firstSeq - 1, to: lastSeq });
+    else if (firstSeq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${firstSeq}`);
+    else range.to = lastSeq;
   }
   return advance;
 }

@@ -120,7 +120,7 @@ export class PostgresSessionStore implements SessionStore {
            SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])`,
           columns(rows.entries, 8),
         );
-        const advance = seqAdvances(rows.entries);
+        const advance = seqAdvances(rows.entries.map(([sessionId, seq]) => [sessionId, seq, seq] as const));
         const ids = [...advance.keys()];
         const moved = await client.query(
           `UPDATE sessions s SET last_seq = a.to_seq

@@ -15,7 +15,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { WriteBatch } from '../session-store.js';
-import { encodeRows, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from './batch-rows.js';
+import { encodeRows, seqAdvances, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from './batch-rows.js';
 
 export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
 export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
@@ -150,21 +150,6 @@ export function encodeEntries(entries: readonly EntryRow[]): Pick<EncodedBatch, 
   return encoded;
 }
 
-/**
- * Per session, the seq a batch continues from and the seq it ends at; throws on a gap between
- * its chunks. The store then advances `last_seq` from `from` to `to` by compare-and-set.
- */
-function chunkSeqAdvances(chunks: readonly ChunkRow[]): Map<string, { from: number; to: number }> {
-  const advance = new Map<string, { from: number; to: number }>();
-  for (const [sessionId, firstSeq, lastSeq] of chunks) {
-    const range = advance.get(sessionId);
-    if (range === undefined) advance.set(sessionId, { from: firstSeq - 1, to: lastSeq });
-    else if (firstSeq !== range.to + 1) throw new Error(`session "${sessionId}" batch has a gap at seq ${firstSeq}`);
-    else range.to = lastSeq;
-  }
-  return advance;
-}
-
 /** The prepared write statements of one connection. */
 export class SqliteWrites {
   private readonly apply: (batch: EncodedBatch) => void;
@@ -197,7 +182,7 @@ export class SqliteWrites {
     // Any throw inside rolls the whole batch back.
     this.apply = db.transaction((batch: EncodedBatch) => {
       for (const row of batch.sessions) insertSession.run(...row);
-      const advance = chunkSeqAdvances(batch.chunks);
+      const advance = seqAdvances(batch.chunks);
       for (const row of batch.chunks) insertChunk.run(...row);
       for (const row of batch.pages) {
         // Positions only rise: a page may not reach back into the forest's last one.
