@@ -4,7 +4,7 @@
  */
 import type Database from 'better-sqlite3';
 import type { EntryRow } from './batch-rows.js';
-import { encodeEntries, PAGE_ENTRIES } from './sqlite-writes.js';
+import { encodeEntries, entryInserter, PAGE_ENTRIES } from './sqlite-writes.js';
 
 export interface Migration {
   version: number;
@@ -149,21 +149,12 @@ function moveEntriesIntoChunks(db: Database.Database): void {
   const page = db.prepare<[string, number, number], { session_id: string; seq: number; type: string; body: string; message_id: string | null; turn_id: string | null; forest_seq: number }>(
     'SELECT session_id, seq, type, body, message_id, turn_id, forest_seq FROM entries WHERE root_id = ? AND forest_seq > ? ORDER BY forest_seq LIMIT ?',
   );
-  const insert = {
-    chunk: db.prepare('INSERT INTO session_chunks (session_id, first_seq, last_seq, root_id, entries) VALUES (?, ?, ?, ?, ?)'),
-    page: db.prepare('INSERT INTO forest_pages (root_id, first_forest_seq, last_forest_seq, chunks) VALUES (?, ?, ?, ?)'),
-    message: db.prepare('INSERT INTO entry_messages (message_id, session_id, seq) VALUES (?, ?, ?)'),
-    mark: db.prepare('INSERT INTO entry_marks (session_id, seq, type, turn_id, body) VALUES (?, ?, ?, ?, ?)'),
-  };
+  const insertEntries = entryInserter(db);
   for (const { root_id: rootId } of roots) {
     for (let after = 0; ; ) {
       const rows = page.all(rootId, after, PAGE_ENTRIES);
       if (rows.length === 0) break;
-      const encoded = encodeEntries(rows.map((r): EntryRow => [r.session_id, r.seq, r.type, r.body, r.message_id, r.turn_id, rootId, r.forest_seq]));
-      for (const row of encoded.chunks) insert.chunk.run(...row);
-      for (const row of encoded.pages) insert.page.run(...row);
-      for (const row of encoded.messages) insert.message.run(...row);
-      for (const row of encoded.marks) insert.mark.run(...row);
+      insertEntries(encodeEntries(rows.map((r): EntryRow => [r.session_id, r.seq, r.type, r.body, r.message_id, r.turn_id, rootId, r.forest_seq])));
       after = rows[rows.length - 1]!.forest_seq;
     }
   }

@@ -76,6 +76,9 @@ export interface EncodedBatch extends Omit<BatchRows, 'entries'> {
   marks: MarkRow[];
 }
 
+/** What a batch's entries become: chunks, forest pages, and the lookup rows. */
+export type EntryRows = Pick<EncodedBatch, 'chunks' | 'pages' | 'messages' | 'marks'>;
+
 /**
  * A forest page holds at most this many consecutive positions of one forest, and each chunk
  * the part of them that is one session's. A read parses whole chunks, so this bounds what a
@@ -112,8 +115,8 @@ export function encodeBatch(batch: WriteBatch): EncodedBatch {
  * forest's positions do not rise or a session's seqs leave a gap: chunks number their entries
  * from their first seq.
  */
-export function encodeEntries(entries: readonly EntryRow[]): Pick<EncodedBatch, 'chunks' | 'pages' | 'messages' | 'marks'> {
-  const encoded: Pick<EncodedBatch, 'chunks' | 'pages' | 'messages' | 'marks'> = { chunks: [], pages: [], messages: [], marks: [] };
+export function encodeEntries(entries: readonly EntryRow[]): EntryRows {
+  const encoded: EntryRows = { chunks: [], pages: [], messages: [], marks: [] };
   const byRoot = new Map<string, EntryRow[]>();
   for (const row of entries) {
     const forest = byRoot.get(row[6]);
@@ -150,6 +153,33 @@ export function encodeEntries(entries: readonly EntryRow[]): Pick<EncodedBatch, 
   return encoded;
 }
 
+/**
+ * Inserts encoded entry rows on a connection, inside the caller's transaction: the writer's
+ * batches and migration 4's move of older entries. A forest page may not reach back into the
+ * positions its forest already stored (the unique forest position the old layout indexed).
+ */
+export function entryInserter(db: Database.Database): (rows: EntryRows) => void {
+  const insertChunk = db.prepare<ChunkRow>(
+    'INSERT INTO session_chunks (session_id, first_seq, last_seq, root_id, entries) VALUES (?, ?, ?, ?, ?)',
+  );
+  const lastPage = db.prepare<[string], { last: number }>(
+    'SELECT last_forest_seq AS last FROM forest_pages WHERE root_id = ? ORDER BY first_forest_seq DESC LIMIT 1',
+  );
+  const insertPage = db.prepare<PageRow>('INSERT INTO forest_pages (root_id, first_forest_seq, last_forest_seq, chunks) VALUES (?, ?, ?, ?)');
+  const insertMessage = db.prepare<MessageRow>('INSERT INTO entry_messages (message_id, session_id, seq) VALUES (?, ?, ?)');
+  const insertMark = db.prepare<MarkRow>('INSERT INTO entry_marks (session_id, seq, type, turn_id, body) VALUES (?, ?, ?, ?, ?)');
+  return (rows) => {
+    for (const row of rows.chunks) insertChunk.run(...row);
+    for (const row of rows.pages) {
+      const last = lastPage.get(row[0])?.last ?? 0;
+      if (row[1] <= last) throw new Error(`forest "${row[0]}" is already at position ${last}; refusing position ${row[1]} again`);
+      insertPage.run(...row);
+    }
+    for (const row of rows.messages) insertMessage.run(...row);
+    for (const row of rows.marks) insertMark.run(...row);
+  };
+}
+
 /** The prepared write statements of one connection. */
 export class SqliteWrites {
   private readonly apply: (batch: EncodedBatch) => void;
@@ -160,15 +190,7 @@ export class SqliteWrites {
       'INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq) VALUES (?, ?, ?, ?, ?, 0)',
     );
     const advanceSeq = db.prepare<[number, string, number]>('UPDATE sessions SET last_seq = ? WHERE id = ? AND last_seq = ?');
-    const insertChunk = db.prepare<ChunkRow>(
-      'INSERT INTO session_chunks (session_id, first_seq, last_seq, root_id, entries) VALUES (?, ?, ?, ?, ?)',
-    );
-    const lastPage = db.prepare<[string], { last: number }>(
-      'SELECT last_forest_seq AS last FROM forest_pages WHERE root_id = ? ORDER BY first_forest_seq DESC LIMIT 1',
-    );
-    const insertPage = db.prepare<PageRow>('INSERT INTO forest_pages (root_id, first_forest_seq, last_forest_seq, chunks) VALUES (?, ?, ?, ?)');
-    const insertMessage = db.prepare<MessageRow>('INSERT INTO entry_messages (message_id, session_id, seq) VALUES (?, ?, ?)');
-    const insertMark = db.prepare<MarkRow>('INSERT INTO entry_marks (session_id, seq, type, turn_id, body) VALUES (?, ?, ?, ?, ?)');
+    const insertEntries = entryInserter(db);
     const deletePending = db.prepare<[string, string]>('DELETE FROM pending WHERE session_id = ? AND message_id = ?');
     const putPending = db.prepare(
       'INSERT OR REPLACE INTO pending (session_id, message_id, position, kind, item_id, message, accepted_at) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -183,15 +205,7 @@ export class SqliteWrites {
     this.apply = db.transaction((batch: EncodedBatch) => {
       for (const row of batch.sessions) insertSession.run(...row);
       const advance = seqAdvances(batch.chunks);
-      for (const row of batch.chunks) insertChunk.run(...row);
-      for (const row of batch.pages) {
-        // Positions only rise: a page may not reach back into the forest's last one.
-        const last = lastPage.get(row[0])?.last ?? 0;
-        if (row[1] <= last) throw new Error(`forest "${row[0]}" is already at position ${last}; refusing position ${row[1]} again`);
-        insertPage.run(...row);
-      }
-      for (const row of batch.messages) insertMessage.run(...row);
-      for (const row of batch.marks) insertMark.run(...row);
+      insertEntries(batch);
       for (const [sessionId, { from, to }] of advance) {
         if (advanceSeq.run(to, sessionId, from).changes !== 1) {
           throw new Error(`session "${sessionId}" is not at seq ${from}; refusing a gap or duplicate`);
