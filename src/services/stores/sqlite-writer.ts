@@ -24,7 +24,6 @@ export type WriterRequest =
 
 export type WriterReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; message: string };
 
-
 export interface SqliteWriter {
   write(batch: EncodedBatch): Promise<void>;
   expireIdempotency(now: number): Promise<number>;
