@@ -157,6 +157,16 @@ describe('SqliteSessionStore', () => {
   describe('a commit longer than a forest page', () => {
     // Three sessions of one forest, interleaved, in one batch of 2.5 pages; a second forest beside.
     const rootOf = { a: 'a', b: 'a', c: 'a', z: 'z' } as const;
+    const child = (id: string): SessionHeader => ({ ...header(id), kind: 'child', parentSession: 'a', depth: 1, rootSession: 'a' });
+
+    /** Writes the batch on a new store; returns the store, the batch and each session's entries. */
+    async function writtenLongBatch(): Promise<{ store: SqliteSessionStore; entries: BatchEntry[]; bySession: Map<string, SessionEntry[]> }> {
+      const store = openStore();
+      const { entries, bySession } = longBatch();
+      await store.write({ headers: [header('a'), child('b'), child('c'), header('z')], entries });
+      return { store, entries, bySession };
+    }
+
     function longBatch(): { entries: BatchEntry[]; bySession: Map<string, SessionEntry[]> } {
       const entries: BatchEntry[] = [];
       const bySession = new Map<string, SessionEntry[]>([['a', []], ['b', []], ['c', []], ['z', []]]);
@@ -173,10 +183,7 @@ describe('SqliteSessionStore', () => {
     }
 
     it('is stored across pages and read back whole, by session and by forest', async () => {
-      const store = openStore();
-      const { entries, bySession } = longBatch();
-      const child = (id: string): SessionHeader => ({ ...header(id), kind: 'child', parentSession: 'a', depth: 1, rootSession: 'a' });
-      await store.write({ headers: [header('a'), child('b'), child('c'), header('z')], entries });
+      const { store, entries, bySession } = await writtenLongBatch();
 
       for (const [sessionId, expected] of bySession) {
         expect(await store.read(sessionId, 0)).toEqual(expected);
@@ -195,10 +202,7 @@ describe('SqliteSessionStore', () => {
     });
 
     it('pages by after and limit across chunk and page boundaries', async () => {
-      const store = openStore();
-      const { entries, bySession } = longBatch();
-      const child = (id: string): SessionHeader => ({ ...header(id), kind: 'child', parentSession: 'a', depth: 1, rootSession: 'a' });
-      await store.write({ headers: [header('a'), child('b'), child('c'), header('z')], entries });
+      const { store, entries, bySession } = await writtenLongBatch();
       const forestA = entries.filter((e) => e.rootId === 'a');
 
       for (let after = 0; after < forestA.length; after += 37) {
