@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { ActivationEvent, EntryBody, SessionEntry, SessionHeader } from '../../src/domain/session.js';
+import { ACTIVATION_EVENTS, type EntryBody, type SessionEntry, type SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry, SessionStore } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
@@ -16,7 +16,6 @@ const AT = '2026-12-01T00:00:00.000Z';
 const SESSIONS = ['r1', 'c1', 'c2', 'r2'] as const;
 type SessionId = (typeof SESSIONS)[number];
 const ROOT: Record<SessionId, string> = { r1: 'r1', c1: 'r1', c2: 'r1', r2: 'r2' };
-const EVENTS: ActivationEvent[] = ['created', 'resumed', 'settled', 'closed'];
 
 function headerOf(id: SessionId): SessionHeader {
   if (ROOT[id] === id) return { version: 1, id, createdAt: AT, kind: 'root', parentSession: null, depth: 0, mode: null, provider: null };
@@ -71,7 +70,7 @@ function batchesOf(plan: Append[][]): { batches: BatchEntry[][]; messageIds: str
         openTurn.delete(sessionId);
         bodies = [{ type: 'turn-end', at: AT, turnId: open, reason: 'completed' }];
       } else if (kind === 'activation') {
-        bodies = [{ type: 'activation', at: AT, activationId: `a${counter}`, event: EVENTS[pick % EVENTS.length]! }];
+        bodies = [{ type: 'activation', at: AT, activationId: `a${counter}`, event: ACTIVATION_EVENTS[pick % ACTIVATION_EVENTS.length]! }];
       } else {
         bodies = [message(`m${counter}`)];
       }
