@@ -27,7 +27,7 @@ import {
 import type { Message } from '../../domain/message.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
 import { InlineWriter, ThreadWriter, type SqliteWriter } from './sqlite-writer.js';
-import { encodeBatch, openConnection, type SqliteSyncMode, type WriterSettings } from './sqlite-writes.js';
+import { encodeBatch, LAST_FOREST_SEQ, openConnection, type SqliteSyncMode, type WriterSettings } from './sqlite-writes.js';
 
 export { SQLITE_SYNC_MODES, type SqliteSyncMode } from './sqlite-writes.js';
 
@@ -63,9 +63,7 @@ export class SqliteSessionStore implements SessionStore {
            (SELECT max(first_forest_seq) FROM forest_pages WHERE root_id = @root AND first_forest_seq <= @after + 1), 0)
          ORDER BY first_forest_seq LIMIT @limit`,
       ),
-      lastForestSeq: this.db.prepare<[string], { n: number }>(
-        'SELECT last_forest_seq AS n FROM forest_pages WHERE root_id = ? ORDER BY first_forest_seq DESC LIMIT 1',
-      ),
+      lastForestSeq: this.db.prepare<[string], { last: number }>(LAST_FOREST_SEQ),
       chunk: this.db.prepare<[string, number], { entries: string }>('SELECT entries FROM session_chunks WHERE session_id = ? AND first_seq = ?'),
       chunks: this.db.prepare<{ id: string; after: number }, { first_seq: number; entries: string }>(
         `SELECT first_seq, entries FROM session_chunks WHERE session_id = @id AND first_seq >= coalesce(
@@ -183,7 +181,7 @@ export class SqliteSessionStore implements SessionStore {
   }
 
   async lastForestSeq(rootId: string): Promise<number> {
-    return this.statements.lastForestSeq.get(rootId)?.n ?? 0;
+    return this.statements.lastForestSeq.get(rootId)?.last ?? 0;
   }
 
   async pending(id: string): Promise<PendingRow[]> {

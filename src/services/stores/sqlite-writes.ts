@@ -153,6 +153,9 @@ export function encodeEntries(entries: readonly EntryRow[]): EntryRows {
   return encoded;
 }
 
+/** A forest's last stored position, from its newest page: the writer's check and the store's reads. */
+export const LAST_FOREST_SEQ = 'SELECT last_forest_seq AS last FROM forest_pages WHERE root_id = ? ORDER BY first_forest_seq DESC LIMIT 1';
+
 /**
  * Inserts encoded entry rows on a connection, inside the caller's transaction: the writer's
  * batches and migration 4's move of older entries. A forest page may not reach back into the
@@ -162,9 +165,7 @@ export function entryInserter(db: Database.Database): (rows: EntryRows) => void 
   const insertChunk = db.prepare<ChunkRow>(
     'INSERT INTO session_chunks (session_id, first_seq, last_seq, root_id, entries) VALUES (?, ?, ?, ?, ?)',
   );
-  const lastPage = db.prepare<[string], { last: number }>(
-    'SELECT last_forest_seq AS last FROM forest_pages WHERE root_id = ? ORDER BY first_forest_seq DESC LIMIT 1',
-  );
+  const lastPage = db.prepare<[string], { last: number }>(LAST_FOREST_SEQ);
   const insertPage = db.prepare<PageRow>('INSERT INTO forest_pages (root_id, first_forest_seq, last_forest_seq, chunks) VALUES (?, ?, ?, ?)');
   const insertMessage = db.prepare<MessageRow>('INSERT INTO entry_messages (message_id, session_id, seq) VALUES (?, ?, ?)');
   const insertMark = db.prepare<MarkRow>('INSERT INTO entry_marks (session_id, seq, type, turn_id, body) VALUES (?, ?, ?, ?, ?)');
