@@ -136,7 +136,6 @@ export class LiveAgent {
     if (this.disposalStarted) throw new ServiceError('AGENT_NOT_FOUND', `agent "${this.id}" is being disposed; the message was not accepted`);
     this.checkRoom(1);
     const message = createUserMessage(messageId, content, source);
-    this.acceptedAt.set(message.id, this.now());
     const inboxItemId = delivery === 'inject' ? undefined : this.deps.ids.next('inbox');
     const input: DeliveryInput = inboxItemId === undefined ? { delivery, message } : { delivery, message, inboxItemId };
     if (options.coalesce === true) input.coalesce = true;
@@ -182,7 +181,6 @@ export class LiveAgent {
     let state = this.turnState;
     const effects: Effect[] = [];
     for (const message of messages) {
-      this.acceptedAt.set(message.id, at);
       const transition = deliver(state, { delivery: 'inject', message }, at);
       state = transition.state;
       effects.push(...transition.effects);
@@ -378,10 +376,6 @@ export class LiveAgent {
       }
     }
     this.persistPending();
-    if (this.acceptedAt.size > this.persisted.size) {
-      // Messages appended at once (idle injects) never became pending rows.
-      for (const id of this.acceptedAt.keys()) if (!this.persisted.has(id)) this.acceptedAt.delete(id);
-    }
     if (isClaimable(this.turnState) && !this.disposalStarted) this.deps.dispatcher.offer(this);
     else this.deps.dispatcher.withdraw(this);
     this.deps.onChange?.(this);
@@ -403,8 +397,13 @@ export class LiveAgent {
     this.persistedPending = state.pending;
     const ops: PendingOp[] = [];
     const put = (row: PendingShape, position: number): void => {
-      this.persisted.set(row.message.id, { kind: row.kind, position });
-      ops.push({ op: 'put', sessionId: this.id, rootId: this.rootId, row: { ...row, position, acceptedAt: this.acceptedAt.get(row.message.id) ?? this.now() } });
+      const id = row.message.id;
+      this.persisted.set(id, { kind: row.kind, position });
+      // A row is first put in the same synchronous span as its message was accepted; a row
+      // that moves later keeps that time.
+      let acceptedAt = this.acceptedAt.get(id);
+      if (acceptedAt === undefined) this.acceptedAt.set(id, (acceptedAt = this.now()));
+      ops.push({ op: 'put', sessionId: this.id, rootId: this.rootId, row: { ...row, position, acceptedAt } });
     };
     const remove = (messageId: string): void => {
       if (!this.persisted.delete(messageId)) return;
