@@ -154,6 +154,28 @@ describe('SqliteSessionStore', () => {
     expect(await store.lastForestSeq('r')).toBe(0);
   });
 
+  it('indexes every message id of a commit, however many statements its rows take', async () => {
+    const store = openStore();
+    const next = forestNumbering();
+    // Commits of 1, 64, 65 and 197 messages: one full insert, one just over, several and a remainder.
+    const sizes = { s1: 1, s64: 64, s65: 65, s197: 197 };
+    for (const [id, count] of Object.entries(sizes)) {
+      const entries = Array.from({ length: count }, (_, i) => ({ ...message(i + 1), messageId: `${id}-${i + 1}` }) as SessionEntry);
+      await store.write({ headers: [header(id)], entries: next(id, entries) });
+    }
+
+    const rows = openRaw()
+      .prepare<[], { message_id: string; session_id: string; seq: number }>('SELECT message_id, session_id, seq FROM entry_messages ORDER BY session_id, seq')
+      .all();
+    const expected = Object.entries(sizes)
+      .sort(([a], [b]) => (a < b ? -1 : 1))
+      .flatMap(([id, count]) => Array.from({ length: count }, (_, i) => ({ message_id: `${id}-${i + 1}`, session_id: id, seq: i + 1 })));
+    expect(rows).toEqual(expected);
+    for (const [id, seq] of [['s65', 65], ['s197', 128], ['s197', 129], ['s197', 197]] as const) {
+      expect(await store.locate(`${id}-${seq}`)).toMatchObject({ sessionId: id, seq, state: 'appended' });
+    }
+  });
+
   describe('a commit longer than a forest page', () => {
     // Three sessions of one forest, interleaved, in one batch of 2.5 pages; a second forest beside.
     const rootOf = { a: 'a', b: 'a', c: 'a', z: 'z' } as const;
