@@ -205,7 +205,7 @@ function messageInserter(db: Database.Database): (values: readonly (string | num
   const step = 3 * MESSAGE_ROWS_PER_INSERT;
   return (values) => {
     for (let at = 0; at < values.length; at += step) {
-      const part = at === 0 && values.length <= step ? values : values.slice(at, at + step);
+      const part = values.length <= step ? values : values.slice(at, at + step);
       statement(part.length / 3).run(...part);
     }
   };
