@@ -59,7 +59,11 @@ const logger = createLogger('silent');
 const system = createSystem({ store, logger });
 const app = await buildApp({ system, logger, apiKeys: [] });
 await app.ready();
-const call = async (method, url, payload, headers) => (await app.inject({ method, url, payload, headers })).json();
+const call = async (method, url, payload, headers) => {
+  const response = await app.inject({ method, url, payload, headers });
+  if (response.statusCode >= 400) throw new Error(method + ' ' + url + ': ' + response.statusCode + ' ' + response.body);
+  return response.json();
+};
 const parent = await call('POST', '/v1/agents', {});
 const child = await call('POST', '/v1/agents/' + parent.agent.id + '/children', { mode: 'continuable', prompt: 'report' }, { 'x-agent-token': parent.agentToken });
 const asChild = { 'x-agent-token': child.agentToken };
