@@ -24,6 +24,7 @@ import {
   type TurnBoundary,
   type WriteBatch,
 } from '../session-store.js';
+import { entryJson } from './entry-json.js';
 
 /** A list of unsigned 32-bit integers that grows by doubling. */
 class U32List {
@@ -131,7 +132,7 @@ class EntryTable {
 
   /** Stores an entry; returns its number. */
   add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
-    const text = JSON.stringify(entry);
+    const text = entryJson(entry);
     this.place.push(this.arena.openChunk);
     this.place.push(this.arena.append(text));
     this.place.push(text.length);

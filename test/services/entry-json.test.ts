@@ -1,0 +1,136 @@
+/**
+ * The stores write entries with their own JSON writer (entry-json.ts), not JSON.stringify.
+ * Whatever an entry holds, its text must be valid JSON of the same value: byte for byte what
+ * JSON.stringify writes for an entry the domain made, and never a lost or changed field for one
+ * it did not (extra keys, wrong types, another key order), which go the slow, exact way.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS, textBlocks, type Message, type MessageSource } from '../../src/domain/message.js';
+import { messageEntry, type SessionEntry } from '../../src/domain/session.js';
+import { entryBodyJson, entryJson } from '../../src/services/stores/entry-json.js';
+
+/** Strings with everything JSON escapes or may stumble on: quotes, backslashes, controls, lone and paired surrogates, U+2028. */
+const text = fc.oneof(
+  fc.string({ unit: 'binary', maxLength: 40 }),
+  fc.string({ unit: fc.constantFrom('"', '\\', '\u0000', '\u001f', '\u007f', '\ud800', '\udfff', '\u2028', 'é', '😀', 'a', '/'), maxLength: 12 }),
+  fc.constantFrom('', 'msg_01a22fdb-3a65-7000-9331-274111f9c9c1', '2026-12-01T04:27:06.213Z'),
+);
+
+const json: fc.Arbitrary<unknown> = fc.jsonValue();
+
+const source: fc.Arbitrary<MessageSource> = fc.oneof(
+  fc.constantFrom<MessageSource>({ kind: 'user' }, { kind: 'model' }, { kind: 'tool' }),
+  fc.record({ kind: fc.constantFrom('coordinator' as const, 'subagent-report' as const), senderSessionId: text }),
+);
+
+const message: fc.Arbitrary<Message> = fc.record(
+  {
+    id: text,
+    role: fc.constantFrom(...MESSAGE_ROLES),
+    content: fc.array(text, { maxLength: 3 }).map((texts) => textBlocks(texts.map((t) => ({ type: 'text' as const, text: t })))),
+    source,
+    toolCalls: fc.array(fc.record({ id: text, name: text, input: json }), { maxLength: 2 }),
+    toolCallId: text,
+    isError: fc.boolean(),
+    usage: fc.record({ promptTokens: fc.nat(), completionTokens: fc.nat(), totalTokens: fc.nat() }),
+  },
+  { requiredKeys: ['id', 'role', 'content', 'source'] },
+);
+
+/** A message entry as the session log makes it: `seq` first, then the domain's body. */
+const domainEntry: fc.Arbitrary<SessionEntry> = fc
+  .tuple(fc.nat(), message, text)
+  .map(([seq, m, at]) => ({ seq, ...messageEntry(m, at) }) as SessionEntry);
+
+function withoutSeq(entry: SessionEntry): unknown {
+  const { seq: _seq, ...body } = entry;
+  return body;
+}
+
+describe('entry JSON', () => {
+  it('writes a message entry the domain made exactly as JSON.stringify does, with and without its seq', () => {
+    fc.assert(
+      fc.property(domainEntry, (entry) => {
+        expect(entryJson(entry)).toBe(JSON.stringify(entry));
+        expect(entryBodyJson(entry)).toBe(JSON.stringify(withoutSeq(entry)));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('writes a report the way the service builds it exactly as JSON.stringify does', () => {
+    const entries: SessionEntry[] = [
+      { seq: 7, ...messageEntry({ id: 'msg_a', role: 'assistant', content: [], source: { kind: 'model' }, toolCalls: [{ id: 'msg_c', name: 'report', input: { output: 'a "quoted"\nfinding' } }] }, '2026-12-01T04:27:06.213Z') } as SessionEntry,
+      { seq: 8, ...messageEntry({ id: 'msg_b', role: 'tool', content: textBlocks('report accepted as message msg_d'), source: { kind: 'tool' }, toolCallId: 'msg_c' }, '2026-12-01T04:27:06.213Z') } as SessionEntry,
+      { seq: 1, ...messageEntry({ id: 'msg_d', role: 'user', content: textBlocks([{ type: 'text', text: 'Background subagent agt_x reported:' }, { type: 'text', text: 'a "quoted"\nfinding' }]), source: { kind: 'subagent-report', senderSessionId: 'agt_x' } }, '2026-12-01T04:27:06.212Z') } as SessionEntry,
+    ];
+    for (const entry of entries) expect(entryJson(entry)).toBe(JSON.stringify(entry));
+  });
+
+  it('keeps every field of an entry it does not recognise: extra keys, wrong types, another order', () => {
+    const odd = fc.record(
+      {
+        seq: fc.oneof(fc.nat(), fc.constant(Number.NaN), text),
+        type: fc.constant('message'),
+        at: fc.oneof(text, fc.constant(undefined), fc.integer()),
+        messageId: fc.oneof(text, fc.constant(null)),
+        role: fc.oneof(fc.constantFrom(...MESSAGE_ROLES), fc.integer()),
+        content: fc.oneof(
+          fc.array(fc.oneof(fc.record({ type: text, text }), fc.record({ text, type: fc.constant('text'), extra: json }), fc.constant(null), fc.integer()), { maxLength: 3 }),
+          json,
+        ),
+        source: fc.oneof(
+          fc.record({ kind: fc.constantFrom(...MESSAGE_SOURCE_KINDS), senderSessionId: fc.oneof(text, fc.constant(undefined), fc.integer()), note: json }, { requiredKeys: ['kind'] }),
+          fc.constant(null),
+          json,
+        ),
+        toolCalls: fc.oneof(fc.array(fc.oneof(fc.record({ id: text, name: text, input: json, more: json }, { requiredKeys: ['id', 'name'] }), fc.constant(null)), { maxLength: 2 }), json),
+        toolCallId: fc.oneof(text, fc.integer(), fc.constant(undefined)),
+        isError: fc.oneof(fc.boolean(), text),
+        usage: json,
+        extra: json,
+      },
+      { requiredKeys: ['type'] },
+    );
+    fc.assert(
+      fc.property(odd, (value) => {
+        const entry = value as unknown as SessionEntry;
+        expect(JSON.parse(entryJson(entry))).toStrictEqual(JSON.parse(JSON.stringify(entry)));
+        expect(JSON.parse(entryBodyJson(entry))).toStrictEqual(JSON.parse(JSON.stringify(withoutSeq(entry))));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('keeps a key added anywhere to an entry the domain made: on the entry, its source, a block or a tool call', () => {
+    const where = fc.constantFrom('entry', 'source', 'block', 'call');
+    fc.assert(
+      fc.property(domainEntry, where, text, json, (made, place, key, value) => {
+        const entry = structuredClone(made);
+        if (entry.type !== 'message') return;
+        const target = (place === 'entry' ? entry : place === 'source' ? entry.source : place === 'block' ? entry.content[0] : entry.toolCalls?.[0]) as
+          | Record<string, unknown>
+          | undefined;
+        if (target === undefined) return;
+        target[key] = value;
+        expect(JSON.parse(entryJson(entry))).toStrictEqual(JSON.parse(JSON.stringify(entry)));
+        expect(JSON.parse(entryBodyJson(entry))).toStrictEqual(JSON.parse(JSON.stringify(withoutSeq(entry))));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('writes the other entry types exactly as JSON.stringify does', () => {
+    const entries: SessionEntry[] = [
+      { seq: 1, type: 'turn-start', at: 'now', turnId: 'turn_1', inboxItemId: 'inb_1', messageId: 'msg_1' },
+      { seq: 2, type: 'step-start', at: 'now', turnId: 'turn_1', stepId: 'step_1', index: 0 },
+      { seq: 3, type: 'turn-end', at: 'now', turnId: 'turn_1', reason: 'failed', error: 'bad "input"\n' },
+      { seq: 4, type: 'activation', at: 'now', activationId: 'act_1', event: 'settled' },
+    ];
+    for (const entry of entries) {
+      expect(entryJson(entry)).toBe(JSON.stringify(entry));
+      expect(entryBodyJson(entry)).toBe(JSON.stringify(withoutSeq(entry)));
+    }
+  });
+});
