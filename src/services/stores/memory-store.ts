@@ -133,6 +133,10 @@ class EntryTable {
   /** Stores an entry; returns its number. */
   add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
     const text = entryJson(entry);
+    // The writer builds its text with `+`, which V8 keeps as a tree of the pieces until it is
+    // read; the arena keeps texts until it joins them, and every young-generation collection
+    // meanwhile would copy each small piece. A conversion to a number flattens it in place.
+    Number(text);
     this.place.push(this.arena.openChunk);
     this.place.push(this.arena.append(text));
     this.place.push(text.length);
