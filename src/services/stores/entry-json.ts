@@ -11,7 +11,7 @@
  * `JSON.stringify`, so the text is always valid JSON. The field lists are checked against the
  * entry types at compile time, so a new field cannot be silently dropped.
  */
-import type { MessageSource, TextBlock, ToolCall } from '../../domain/message.js';
+import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS, type MessageSource, type TextBlock, type ToolCall } from '../../domain/message.js';
 import type { EntryBody, MessageEntryFields, SessionEntry } from '../../domain/session.js';
 
 /** No character that JSON.stringify would escape: quote, backslash, controls, lone surrogates. */
@@ -22,6 +22,28 @@ function str(value: string): string {
   return PLAIN.test(value) ? `"${value}"` : JSON.stringify(value);
 }
 
+/** The words a message writes most (roles, source kinds, the block type), quoted once. */
+const WORDS = new Map([...MESSAGE_ROLES, ...MESSAGE_SOURCE_KINDS, 'text'].map((word) => [word, `"${word}"`]));
+
+function word(value: string): string {
+  return WORDS.get(value) ?? str(value);
+}
+
+/**
+ * Entries made in one millisecond share their `at` string (isoTime), so the last one quoted is
+ * kept: a report's three entries, and the reports of one commit, check it once.
+ */
+let lastAt = '';
+let lastAtJson = '""';
+
+function at(value: string): string {
+  if (value !== lastAt) {
+    lastAtJson = str(value);
+    lastAt = value;
+  }
+  return lastAtJson;
+}
+
 function num(value: number): string {
   return Number.isFinite(value) ? String(value) : 'null';
 }
@@ -30,7 +52,7 @@ function textBlocks(blocks: readonly TextBlock[]): string {
   let out = '[';
   for (let i = 0; i < blocks.length; i++) {
     const block = blocks[i]!;
-    out += `${i === 0 ? '' : ','}{"type":${str(block.type)},"text":${str(block.text)}}`;
+    out += `${i === 0 ? '' : ','}{"type":${word(block.type)},"text":${str(block.text)}}`;
   }
   return `${out}]`;
 }
@@ -62,7 +84,7 @@ export type EntryJsonCoversEveryField = [
 
 function messageFields(entry: MessageBody & MessageEntryFields): string {
   const source = entry.source as AnySource;
-  let out = `"type":"message","at":${str(entry.at)},"messageId":${str(entry.messageId)},"role":${str(entry.role)},"content":${textBlocks(entry.content)},"source":{"kind":${str(source.kind)}`;
+  let out = `"type":"message","at":${at(entry.at)},"messageId":${str(entry.messageId)},"role":${word(entry.role)},"content":${textBlocks(entry.content)},"source":{"kind":${word(source.kind)}`;
   if (source.senderSessionId !== undefined) out += `,"senderSessionId":${str(source.senderSessionId)}`;
   out += '}';
   if (entry.toolCalls !== undefined) out += `,"toolCalls":${toolCalls(entry.toolCalls)}`;
