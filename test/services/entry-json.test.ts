@@ -121,6 +121,100 @@ describe('entry JSON', () => {
     );
   });
 
+  it('writes an entry with its keys in any order exactly as JSON.stringify does', () => {
+    fc.assert(
+      fc.property(domainEntry, fc.nat(), (made, seed) => {
+        const shuffle = <T extends object>(value: T): T => {
+          const keys = Object.keys(value);
+          const order = keys.map((key, i) => [key, (seed * (i + 7)) % 13] as const).sort((a, b) => a[1] - b[1]);
+          return Object.fromEntries(order.map(([key]) => [key, value[key as keyof T]])) as T;
+        };
+        if (made.type !== 'message') return;
+        const entry = shuffle({ ...made, source: shuffle(made.source), content: made.content.map(shuffle) });
+        expect(entryJson(entry)).toBe(JSON.stringify(entry));
+        expect(entryBodyJson(entry)).toBe(JSON.stringify(withoutSeq(entry)));
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  describe('leaves to JSON.stringify what it would write by rules of its own', () => {
+    const made = (): SessionEntry & { [key: string]: unknown } => ({
+      seq: 1,
+      ...messageEntry({ id: 'msg_1', role: 'assistant', content: textBlocks('hello'), source: { kind: 'subagent-report', senderSessionId: 'agt_1' }, toolCalls: [{ id: 'call_1', name: 'report', input: { output: 'x' } }], usage: { promptTokens: 1, completionTokens: 2, totalTokens: 3 } }, 'now'),
+    }) as SessionEntry & { [key: string]: unknown };
+    const same = (entry: SessionEntry): void => {
+      expect(entryJson(entry)).toBe(JSON.stringify(entry));
+      expect(entryBodyJson(entry)).toBe(JSON.stringify(withoutSeq(entry)));
+    };
+    type Target = 'entry' | 'source' | 'block' | 'content' | 'call' | 'toolCalls';
+    const targetOf = (entry: ReturnType<typeof made>, target: Target): object => {
+      if (entry.type !== 'message') throw new Error('a message entry');
+      if (target === 'entry') return entry;
+      if (target === 'source') return entry.source;
+      if (target === 'block') return entry.content[0]!;
+      if (target === 'content') return entry.content;
+      if (target === 'call') return entry.toolCalls![0]!;
+      return entry.toolCalls!;
+    };
+    const targets: Target[] = ['entry', 'source', 'block', 'content', 'call', 'toolCalls'];
+
+    it('keys inherited through a prototype, which it does not write', () => {
+      for (const target of ['entry', 'source', 'block', 'call'] as const) {
+        const entry = made();
+        Object.setPrototypeOf(targetOf(entry, target), { toolCallId: 'inherited', senderSessionId: 'inherited', text: 'inherited', input: 'inherited' });
+        same(entry);
+      }
+      same(Object.create(made()) as SessionEntry);
+    });
+
+    it('a hidden (non-enumerable) field next to an extra key', () => {
+      for (const [target, hidden] of [['entry', 'messageId'], ['entry', 'toolCallId'], ['source', 'kind'], ['block', 'text'], ['call', 'input']] as const) {
+        const entry = made();
+        if (hidden === 'toolCallId') entry.toolCallId = 'call_1';
+        const object = targetOf(entry, target) as Record<string, unknown>;
+        Object.defineProperty(object, hidden, { enumerable: false });
+        object.extra = 42;
+        same(entry);
+      }
+    });
+
+    it('toJSON anywhere: own, hidden, or from a class', () => {
+      for (const target of targets) {
+        const own = made();
+        Object.assign(targetOf(own, target), { toJSON: () => 'own' });
+        same(own);
+        const hidden = made();
+        Object.defineProperty(targetOf(hidden, target), 'toJSON', { value: () => 'hidden', enumerable: false });
+        same(hidden);
+      }
+      class Redacted {
+        constructor(readonly type: string, readonly text: string) {}
+        toJSON(): unknown {
+          return { type: this.type, text: '***' };
+        }
+      }
+      const entry = made();
+      if (entry.type === 'message') entry.content = [new Redacted('text', 'secret') as never];
+      same(entry);
+    });
+
+    it('toJSON of a value of no fixed shape, which is told its own key', () => {
+      const keyOf = { toJSON: (key: string) => key };
+      const entry = made();
+      if (entry.type === 'message') {
+        entry.usage = keyOf as never;
+        entry.toolCalls![0]!.input = keyOf;
+      }
+      same(entry);
+    });
+
+    it('a function carrying an entry\'s fields', () => {
+      const entry = Object.assign(() => undefined, made()) as unknown as SessionEntry;
+      expect(entryJson(entry)).toBe(JSON.stringify(entry));
+    });
+  });
+
   it('writes the other entry types exactly as JSON.stringify does', () => {
     const entries: SessionEntry[] = [
       { seq: 1, type: 'turn-start', at: 'now', turnId: 'turn_1', inboxItemId: 'inb_1', messageId: 'msg_1' },

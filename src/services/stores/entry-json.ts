@@ -1,22 +1,28 @@
 /**
- * Session entries as JSON text, the form every store keeps them in: exactly the text
- * `JSON.stringify` makes of an entry whose properties are in the order the domain creates them
- * (and the same value, in another key order, for one that is not).
+ * Session entries as JSON text, the form every store keeps them in: for any entry, exactly
+ * the text `JSON.stringify` makes of it.
  *
  * Why not `JSON.stringify` itself: on Node 20 it costs far more per property than per
  * character, and a report writes three message entries of about forty properties in all.
- * Written out field by field, with one check per free-text string for the characters JSON
- * must escape, a whole report call takes about a sixth fewer instructions and, in the SQLite
- * store's encoding, about a quarter less time (README, Performance). A string that holds such
- * a character, and every value of no fixed shape (a tool call's input, token usage), goes
- * through `JSON.stringify`, so the text is always valid JSON; an entry of any other shape is
- * written by `JSON.stringify` whole. The written fields are checked against the entry types at
- * compile time, so a new field cannot be silently dropped.
+ * Message entries are written here field by field, each field read once, with one check per
+ * free-text string for the characters JSON must escape: a whole
+ * report call takes about a sixth fewer instructions and, in the SQLite store's encoding,
+ * about a quarter less time (README, Performance). A string that holds such a character, and
+ * every value of no fixed shape (a tool call's input, token usage), goes through
+ * `JSON.stringify`.
+ *
+ * Only plain data takes this path: objects and arrays with the standard prototypes, no
+ * `toJSON`, and only the known keys, in the order the domain creates them, each of the
+ * expected type. Anything else (an unknown or missing key, another order, a value of another
+ * type, a class instance) is written by `JSON.stringify` whole,
+ * so its rules (own enumerable keys, `toJSON`) always decide what is written. (Such an entry
+ * has had some fields read already: that matters only to an accessor with side effects, which
+ * no entry has.)
  */
 import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS, type MessageSource, type TextBlock, type ToolCall } from '../../domain/message.js';
-import type { EntryBody, MessageEntryFields, SessionEntry } from '../../domain/session.js';
+import type { EntryBody, SessionEntry } from '../../domain/session.js';
 
-/** No character that JSON.stringify would escape: quote, backslash, controls, lone surrogates. */
+/** No character that JSON.stringify would escape: quote, backslash, controls; any surrogate is sent the slow way too. */
 // eslint-disable-next-line no-control-regex -- these are the control characters JSON escapes
 const PLAIN = /^[^"\\\u0000-\u001f\ud800-\udfff]*$/;
 
@@ -46,104 +52,140 @@ function at(value: string): string {
   return lastAtJson;
 }
 
-function num(value: number): string {
-  return Number.isFinite(value) ? String(value) : 'null';
+/** Not written here: a value `JSON.stringify` would write by rules of its own. */
+const SLOW = undefined;
+
+/** Each object's keys in the order the domain creates them; the first `required` must be there. */
+const ENTRY_KEYS = { keys: ['seq', 'type', 'at', 'messageId', 'role', 'content', 'source', 'toolCalls', 'toolCallId', 'isError', 'usage'], required: 7 };
+const SOURCE_KEYS = { keys: ['kind', 'senderSessionId'], required: 1 };
+const BLOCK_KEYS = { keys: ['type', 'text'], required: 2 };
+const CALL_KEYS = { keys: ['id', 'name', 'input'], required: 2 };
+
+/**
+ * Whether `value` is a plain object (Object.prototype, no `toJSON`) whose enumerable keys are
+ * some of `shape`'s, in its order, the required ones included: then `JSON.stringify` writes
+ * exactly those keys in that order, as the writers below do. Only the keys are looked at.
+ */
+function hasShape(value: unknown, shape: { keys: readonly string[]; required: number }): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Object.getPrototypeOf(value) !== Object.prototype) return false;
+  if ((value as { toJSON?: unknown }).toJSON !== undefined) return false;
+  const { keys, required } = shape;
+  let next = 0;
+  for (const key in value) {
+    while (next < keys.length && keys[next] !== key) {
+      if (next < required) return false;
+      next++;
+    }
+    if (next === keys.length) return false;
+    next++;
+  }
+  return next >= required;
 }
 
-function textBlocks(blocks: readonly TextBlock[]): string {
+function isPlainArray(value: unknown): value is unknown[] {
+  return Array.isArray(value) && Object.getPrototypeOf(value) === Array.prototype && (value as { toJSON?: unknown }).toJSON === undefined;
+}
+
+/**
+ * A value of no fixed shape, by `JSON.stringify` (null: leave the key out, as it does for
+ * undefined, a function or a symbol). Its own `toJSON` would be called with another key than
+ * inside the entry, so a value that has one is not written here.
+ */
+function opaque(value: unknown): string | null | typeof SLOW {
+  if (typeof value === 'object' && value !== null && typeof (value as { toJSON?: unknown }).toJSON === 'function') return SLOW;
+  return (JSON.stringify(value) as string | undefined) ?? null;
+}
+
+function textBlocks(value: unknown): string | typeof SLOW {
+  if (!isPlainArray(value)) return SLOW;
   let out = '[';
-  for (let i = 0; i < blocks.length; i++) {
-    const block = blocks[i]!;
-    out += `${i === 0 ? '' : ','}{"type":${word(block.type)},"text":${str(block.text)}}`;
+  for (let i = 0; i < value.length; i++) {
+    const block = value[i];
+    if (!hasShape(block, BLOCK_KEYS)) return SLOW;
+    const { type, text } = block;
+    if (typeof type !== 'string' || typeof text !== 'string') return SLOW;
+    out += `${i === 0 ? '' : ','}{"type":${word(type)},"text":${str(text)}}`;
   }
   return `${out}]`;
 }
 
-function toolCalls(calls: readonly ToolCall[]): string {
+function source(value: unknown): string | typeof SLOW {
+  if (!hasShape(value, SOURCE_KEYS)) return SLOW;
+  const { kind, senderSessionId } = value;
+  if (typeof kind !== 'string') return SLOW;
+  if (senderSessionId === undefined) return `{"kind":${word(kind)}}`;
+  return typeof senderSessionId === 'string' ? `{"kind":${word(kind)},"senderSessionId":${str(senderSessionId)}}` : SLOW;
+}
+
+function toolCalls(value: unknown): string | typeof SLOW {
+  if (!isPlainArray(value)) return SLOW;
   let out = '[';
-  for (let i = 0; i < calls.length; i++) {
-    const call = calls[i]!;
-    const input = JSON.stringify(call.input);
-    out += `${i === 0 ? '' : ','}{"id":${str(call.id)},"name":${str(call.name)}${input === undefined ? '' : `,"input":${input}`}}`;
+  for (let i = 0; i < value.length; i++) {
+    const call = value[i];
+    if (!hasShape(call, CALL_KEYS)) return SLOW;
+    const { id, name, input } = call;
+    if (typeof id !== 'string' || typeof name !== 'string') return SLOW;
+    const written = opaque(input);
+    if (written === SLOW) return SLOW;
+    out += `${i === 0 ? '' : ','}{"id":${str(id)},"name":${str(name)}${written === null ? '' : `,"input":${written}`}}`;
   }
   return `${out}]`;
 }
 
 type MessageBody = Extract<EntryBody, { type: 'message' }>;
-type AnySource = { kind: string; senderSessionId?: string };
 
 /** Every key of every member of a union. */
 type KeysOf<T> = T extends unknown ? keyof T : never;
 type Assert<T extends true> = T;
 type Covers<T, Written> = [Exclude<KeysOf<T>, Written>] extends [never] ? true : false;
-/** A compile error here means an entry type gained a field the writers below do not write. */
+/**
+ * A compile error here means an entry type gained a field the writers above do not know: its
+ * entries would all take the slow path (correct, but not what this module is for).
+ */
 export type EntryJsonCoversEveryField = [
-  Assert<Covers<MessageBody, 'type' | 'at' | 'messageId' | 'role' | 'content' | 'source' | 'toolCalls' | 'toolCallId' | 'isError' | 'usage'>>,
+  Assert<Covers<MessageBody & { seq: number }, 'seq' | 'type' | 'at' | 'messageId' | 'role' | 'content' | 'source' | 'toolCalls' | 'toolCallId' | 'isError' | 'usage'>>,
   Assert<Covers<MessageSource, 'kind' | 'senderSessionId'>>,
   Assert<Covers<TextBlock, 'type' | 'text'>>,
   Assert<Covers<ToolCall, 'id' | 'name' | 'input'>>,
 ];
 
-function messageFields(entry: MessageBody & MessageEntryFields): string {
-  const source = entry.source as AnySource;
-  let out = `"type":"message","at":${at(entry.at)},"messageId":${str(entry.messageId)},"role":${word(entry.role)},"content":${textBlocks(entry.content)},"source":{"kind":${word(source.kind)}`;
-  if (source.senderSessionId !== undefined) out += `,"senderSessionId":${str(source.senderSessionId)}`;
-  out += '}';
-  if (entry.toolCalls !== undefined) out += `,"toolCalls":${toolCalls(entry.toolCalls)}`;
-  if (entry.toolCallId !== undefined) out += `,"toolCallId":${str(entry.toolCallId)}`;
-  if (entry.isError !== undefined) out += `,"isError":${entry.isError ? 'true' : 'false'}`;
-  const usage = entry.usage === undefined ? undefined : (JSON.stringify(entry.usage) as string | undefined);
-  if (usage !== undefined) out += `,"usage":${usage}`;
-  return out;
-}
-
-/** The keys every message entry has: seq, type, at, messageId, role, content and source. */
-const MESSAGE_REQUIRED = 7;
-
-/** How many enumerable keys an object has, without making an array of them. */
-function keyCount(value: object): number {
-  let n = 0;
-  for (const _key in value) n++;
-  return n;
-}
-
-/**
- * Whether a message entry has only the fields and shapes the writer knows: what the domain
- * makes always does, but an entry read back from an older store or built by hand may not.
- */
-function isPlainMessage(entry: MessageBody & { seq: number }): boolean {
-  const source = entry.source as AnySource | null;
-  if (keyCount(entry) !== MESSAGE_REQUIRED + +('toolCalls' in entry) + +('toolCallId' in entry) + +('isError' in entry) + +('usage' in entry)) return false;
-  if (typeof entry.seq !== 'number' || typeof entry.at !== 'string' || typeof entry.messageId !== 'string' || typeof entry.role !== 'string') return false;
-  if (typeof source !== 'object' || source === null || typeof source.kind !== 'string') return false;
-  if (source.senderSessionId === undefined ? keyCount(source) !== 1 : typeof source.senderSessionId !== 'string' || keyCount(source) !== 2) return false;
-  if (!Array.isArray(entry.content)) return false;
-  for (const block of entry.content as unknown[]) if (!isTextBlock(block)) return false;
-  if (entry.toolCalls !== undefined) {
-    if (!Array.isArray(entry.toolCalls)) return false;
-    for (const call of entry.toolCalls as unknown[]) if (!isToolCall(call)) return false;
+/** A message entry's text (with its `seq` or without), or SLOW for anything but plain data of the known shape. */
+function messageJson(entry: unknown, withSeq: boolean): string | typeof SLOW {
+  if (!hasShape(entry, ENTRY_KEYS)) return SLOW;
+  const { seq, type, at: time, messageId, role, content, source: from, toolCalls: calls, toolCallId, isError, usage } = entry;
+  if (typeof seq !== 'number' || type !== 'message' || typeof time !== 'string' || typeof messageId !== 'string' || typeof role !== 'string') return SLOW;
+  const blocks = textBlocks(content);
+  const sourceJson = source(from);
+  if (blocks === SLOW || sourceJson === SLOW) return SLOW;
+  let out = withSeq ? `{"seq":${Number.isFinite(seq) ? String(seq) : 'null'},"type":"message"` : '{"type":"message"';
+  out += `,"at":${at(time)},"messageId":${str(messageId)},"role":${word(role)},"content":${blocks},"source":${sourceJson}`;
+  if (calls !== undefined) {
+    const written = toolCalls(calls);
+    if (written === SLOW) return SLOW;
+    out += `,"toolCalls":${written}`;
   }
-  return (entry.toolCallId === undefined || typeof entry.toolCallId === 'string') && (entry.isError === undefined || typeof entry.isError === 'boolean');
+  if (toolCallId !== undefined) {
+    if (typeof toolCallId !== 'string') return SLOW;
+    out += `,"toolCallId":${str(toolCallId)}`;
+  }
+  if (isError !== undefined) {
+    if (typeof isError !== 'boolean') return SLOW;
+    out += `,"isError":${isError ? 'true' : 'false'}`;
+  }
+  const usageJson = opaque(usage);
+  if (usageJson === SLOW) return SLOW;
+  return usageJson === null ? `${out}}` : `${out},"usage":${usageJson}}`;
 }
 
-function isTextBlock(block: unknown): block is TextBlock {
-  return typeof block === 'object' && block !== null && keyCount(block) === 2 && typeof (block as TextBlock).type === 'string' && typeof (block as TextBlock).text === 'string';
-}
-
-function isToolCall(call: unknown): call is ToolCall {
-  if (typeof call !== 'object' || call === null || typeof (call as ToolCall).id !== 'string' || typeof (call as ToolCall).name !== 'string') return false;
-  return keyCount(call) === ('input' in call ? 3 : 2);
-}
-
-/** An entry's text with its `seq` first, as `JSON.stringify(entry)` writes it. */
+/** An entry's text, as `JSON.stringify(entry)` writes it. */
 export function entryJson(entry: SessionEntry): string {
-  if (entry.type === 'message' && isPlainMessage(entry)) return `{"seq":${num(entry.seq)},${messageFields(entry)}}`;
-  return JSON.stringify(entry);
+  return (entry.type === 'message' ? messageJson(entry, true) : SLOW) ?? JSON.stringify(entry);
 }
 
 /** An entry's text without its `seq`, as `JSON.stringify` writes the rest of it. */
 export function entryBodyJson(entry: SessionEntry): string {
-  if (entry.type === 'message' && isPlainMessage(entry)) return `{${messageFields(entry)}}`;
+  const text = entry.type === 'message' ? messageJson(entry, false) : SLOW;
+  if (text !== SLOW) return text;
   const { seq: _seq, ...body } = entry;
   return JSON.stringify(body);
 }
