@@ -96,17 +96,32 @@ function opaque(value: unknown): string | null | typeof SLOW {
   return (JSON.stringify(value) as string | undefined) ?? null;
 }
 
-function textBlocks(value: unknown): string | typeof SLOW {
+/** A plain array's text, each item by `write`; SLOW when any item is. */
+function jsonArray(value: unknown, write: (item: unknown) => string | typeof SLOW): string | typeof SLOW {
   if (!isPlainArray(value)) return SLOW;
   let out = '[';
   for (let i = 0; i < value.length; i++) {
-    const block = value[i];
-    if (!hasShape(block, BLOCK_KEYS)) return SLOW;
-    const { type, text } = block;
-    if (typeof type !== 'string' || typeof text !== 'string') return SLOW;
-    out += `${i === 0 ? '' : ','}{"type":${word(type)},"text":${str(text)}}`;
+    const item = write(value[i]);
+    if (item === SLOW) return SLOW;
+    out += i === 0 ? item : `,${item}`;
   }
   return `${out}]`;
+}
+
+function textBlock(block: unknown): string | typeof SLOW {
+  if (!hasShape(block, BLOCK_KEYS)) return SLOW;
+  const { type, text } = block;
+  if (typeof type !== 'string' || typeof text !== 'string') return SLOW;
+  return `{"type":${word(type)},"text":${str(text)}}`;
+}
+
+function toolCall(call: unknown): string | typeof SLOW {
+  if (!hasShape(call, CALL_KEYS)) return SLOW;
+  const { id, name, input } = call;
+  if (typeof id !== 'string' || typeof name !== 'string') return SLOW;
+  const written = opaque(input);
+  if (written === SLOW) return SLOW;
+  return `{"id":${str(id)},"name":${str(name)}${written === null ? '' : `,"input":${written}`}}`;
 }
 
 function source(value: unknown): string | typeof SLOW {
@@ -115,21 +130,6 @@ function source(value: unknown): string | typeof SLOW {
   if (typeof kind !== 'string') return SLOW;
   if (senderSessionId === undefined) return `{"kind":${word(kind)}}`;
   return typeof senderSessionId === 'string' ? `{"kind":${word(kind)},"senderSessionId":${str(senderSessionId)}}` : SLOW;
-}
-
-function toolCalls(value: unknown): string | typeof SLOW {
-  if (!isPlainArray(value)) return SLOW;
-  let out = '[';
-  for (let i = 0; i < value.length; i++) {
-    const call = value[i];
-    if (!hasShape(call, CALL_KEYS)) return SLOW;
-    const { id, name, input } = call;
-    if (typeof id !== 'string' || typeof name !== 'string') return SLOW;
-    const written = opaque(input);
-    if (written === SLOW) return SLOW;
-    out += `${i === 0 ? '' : ','}{"id":${str(id)},"name":${str(name)}${written === null ? '' : `,"input":${written}`}}`;
-  }
-  return `${out}]`;
 }
 
 type MessageBody = Extract<EntryBody, { type: 'message' }>;
@@ -154,13 +154,13 @@ function messageJson(entry: unknown, withSeq: boolean): string | typeof SLOW {
   if (!hasShape(entry, ENTRY_KEYS)) return SLOW;
   const { seq, type, at: time, messageId, role, content, source: from, toolCalls: calls, toolCallId, isError, usage } = entry;
   if (typeof seq !== 'number' || type !== 'message' || typeof time !== 'string' || typeof messageId !== 'string' || typeof role !== 'string') return SLOW;
-  const blocks = textBlocks(content);
+  const blocks = jsonArray(content, textBlock);
   const sourceJson = source(from);
   if (blocks === SLOW || sourceJson === SLOW) return SLOW;
   let out = withSeq ? `{"seq":${Number.isFinite(seq) ? String(seq) : 'null'},"type":"message"` : '{"type":"message"';
   out += `,"at":${at(time)},"messageId":${str(messageId)},"role":${word(role)},"content":${blocks},"source":${sourceJson}`;
   if (calls !== undefined) {
-    const written = toolCalls(calls);
+    const written = jsonArray(calls, toolCall);
     if (written === SLOW) return SLOW;
     out += `,"toolCalls":${written}`;
   }
