@@ -5,19 +5,17 @@
  * Why not `JSON.stringify` itself: on Node 20 it costs far more per property than per
  * character, and a report writes three message entries of about forty properties in all.
  * Message entries are written here field by field, each field read once, with one check per
- * free-text string for the characters JSON must escape: a whole
- * report call takes about a sixth fewer instructions and, in the SQLite store's encoding,
- * about a quarter less time (README, Performance). A string that holds such a character, and
- * every value of no fixed shape (a tool call's input, token usage), goes through
- * `JSON.stringify`.
+ * free-text string for the characters JSON must escape. A whole report call takes about a
+ * sixth fewer instructions, and the SQLite store's encoding about a sixth less time (README,
+ * Performance). A string that holds such a character, and every value of no fixed shape (a
+ * tool call's input, token usage), goes through `JSON.stringify`.
  *
  * Only plain data takes this path: objects and arrays with the standard prototypes, no
  * `toJSON`, and only the known keys, in the order the domain creates them, each of the
  * expected type. Anything else (an unknown or missing key, another order, a value of another
- * type, a class instance) is written by `JSON.stringify` whole,
- * so its rules (own enumerable keys, `toJSON`) always decide what is written. (Such an entry
- * has had some fields read already: that matters only to an accessor with side effects, which
- * no entry has.)
+ * type, a class instance) is written by `JSON.stringify` whole, so its rules (own enumerable
+ * keys, `toJSON`) always decide what is written. Such an entry has had some fields read
+ * already, which matters only to an accessor with side effects; no entry has one.
  */
 import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS, type MessageSource, type TextBlock, type ToolCall } from '../../domain/message.js';
 import type { EntryBody, SessionEntry } from '../../domain/session.js';
