@@ -24,7 +24,6 @@ import {
   type TurnBoundary,
   type WriteBatch,
 } from '../session-store.js';
-import { entryJson } from './entry-json.js';
 
 /** A list of unsigned 32-bit integers that grows by doubling. */
 class U32List {
@@ -132,11 +131,7 @@ class EntryTable {
 
   /** Stores an entry; returns its number. */
   add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
-    const text = entryJson(entry);
-    // The writer builds its text with `+`, which V8 keeps as a tree of the pieces until it is
-    // read; the arena keeps texts until it joins them, and every young-generation collection
-    // meanwhile would copy each small piece. A conversion to a number flattens it in place.
-    Number(text);
+    const text = JSON.stringify(entry);
     this.place.push(this.arena.openChunk);
     this.place.push(this.arena.append(text));
     this.place.push(text.length);
