@@ -10,7 +10,7 @@
  * Performance). A string that holds such a character, and every value of no fixed shape (a
  * tool call's input, token usage), goes through `JSON.stringify`.
  *
- * Only plain data takes this path: objects and arrays with the standard prototypes, no
+ * Only plain data takes this path: objects with the standard prototype, arrays, neither with
  * `toJSON`, and only the known keys, in the order the domain creates them, each of the
  * expected type. Anything else (an unknown or missing key, another order, a value of another
  * type, a class instance) is written by `JSON.stringify` whole, so its rules (own enumerable
@@ -80,8 +80,9 @@ function hasShape(value: unknown, shape: { keys: readonly string[]; required: nu
   return next >= required;
 }
 
+/** An array without `toJSON`; `JSON.stringify` reads its items by index whatever its prototype, as the writers do. */
 function isPlainArray(value: unknown): value is unknown[] {
-  return Array.isArray(value) && Object.getPrototypeOf(value) === Array.prototype && (value as { toJSON?: unknown }).toJSON === undefined;
+  return Array.isArray(value) && (value as { toJSON?: unknown }).toJSON === undefined;
 }
 
 /**
