@@ -1,19 +1,18 @@
 /**
  * The entry writer (src/services/stores/entry-json.ts) against `JSON.stringify`, in the same
- * process: a report's three message entries, as the session log makes them, written the way
- * each store writes them. For the memory store, each text is flattened and kept, and the texts
- * are joined once per 500 reports, as its arena does. For SQLite, each entry is written without
- * its `seq` and a commit's texts are joined into its chunk text. The two ways alternate round
- * by round, so the machine's noise falls on both alike; the figure is the median per report,
- * and the ratio of the writer's to `JSON.stringify`'s.
+ * process: a report's three message entries, as the session log makes them, written as the
+ * SQLite store writes them (each without its `seq`, a commit's texts joined into its chunk
+ * text). The two ways alternate round by round, so the machine's noise falls on both alike;
+ * the figure is the median per report, and the ratio of the writer's to `JSON.stringify`'s.
  *
- * The memory store writes with `JSON.stringify`: the writer's text is a tree of its pieces
- * until flattened, and the flattening takes what the writer saves (its rows here).
+ * The memory store writes with `JSON.stringify`: its arena would have to flatten the writer's
+ * text (a tree of its pieces until then), and at 8dc4b38 this bench timed that way at
+ * 1.004-1.064 of `JSON.stringify`'s.
  *
  *   npx tsx bench/entry-json.ts [--rounds 300]
  */
 import { messageEntry, type SessionEntry } from '../src/domain/session.js';
-import { entryBodyJson, entryJson } from '../src/services/stores/entry-json.js';
+import { entryBodyJson } from '../src/services/stores/entry-json.js';
 
 const i = process.argv.indexOf('--rounds');
 const rounds = i === -1 ? 300 : Number(process.argv[i + 1]);
@@ -43,18 +42,6 @@ function withoutSeq(entry: SessionEntry): string {
 }
 
 const ways = {
-  'memory store, JSON.stringify': (entries: SessionEntry[]): number => {
-    const kept = entries.map((e) => JSON.stringify(e));
-    return kept.join('').length;
-  },
-  'memory store, entry writer': (entries: SessionEntry[]): number => {
-    const kept = entries.map((e) => {
-      const text = entryJson(e);
-      Number(text);
-      return text;
-    });
-    return kept.join('').length;
-  },
   'SQLite chunk, JSON.stringify': (entries: SessionEntry[]): number => {
     let length = 0;
     for (let at = 0; at < entries.length; at += 75) length += `[${entries.slice(at, at + 75).map(withoutSeq).join(',')}]`.length;
@@ -79,11 +66,9 @@ for (let round = 0; round < rounds; round++) {
 }
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 const rows: Record<string, { 'µs per report (median)': number; 'ratio to JSON.stringify': number | string }> = {};
-for (const store of ['memory store', 'SQLite chunk']) {
-  const base = median(samples.get(`${store}, JSON.stringify`)!);
-  const writer = median(samples.get(`${store}, entry writer`)!);
-  rows[`${store}, JSON.stringify`] = { 'µs per report (median)': +base.toFixed(2), 'ratio to JSON.stringify': '' };
-  rows[`${store}, entry writer`] = { 'µs per report (median)': +writer.toFixed(2), 'ratio to JSON.stringify': +(writer / base).toFixed(3) };
-}
+const base = median(samples.get('SQLite chunk, JSON.stringify')!);
+const writer = median(samples.get('SQLite chunk, entry writer')!);
+rows['SQLite chunk, JSON.stringify'] = { 'µs per report (median)': +base.toFixed(2), 'ratio to JSON.stringify': '' };
+rows['SQLite chunk, entry writer'] = { 'µs per report (median)': +writer.toFixed(2), 'ratio to JSON.stringify': +(writer / base).toFixed(3) };
 console.log(`a report's three entries, ${REPORTS} reports a round, ${rounds} rounds alternating`);
 console.table(rows);

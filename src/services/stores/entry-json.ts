@@ -1,6 +1,6 @@
 /**
- * Session entries as JSON text, the form every store keeps them in: for any entry, exactly
- * the text `JSON.stringify` makes of it.
+ * Session entries as the JSON text the SQLite store keeps (each entry without its `seq`): for
+ * any entry, exactly the text `JSON.stringify` makes of it.
  *
  * Why not `JSON.stringify` itself: on Node 20 it costs far more per property than per
  * character, and a report writes three message entries of about forty properties in all.
@@ -148,16 +148,15 @@ export type EntryJsonCoversEveryField = [
   Assert<Covers<ToolCall, 'id' | 'name' | 'input'>>,
 ];
 
-/** A message entry's text (with its `seq` or without), or SLOW for anything but plain data of the known shape. */
-function messageJson(entry: unknown, withSeq: boolean): string | typeof SLOW {
+/** A message entry's text without its `seq`, or SLOW for anything but plain data of the known shape. */
+function messageBodyJson(entry: unknown): string | typeof SLOW {
   if (!hasShape(entry, ENTRY_KEYS)) return SLOW;
-  const { seq, type, at: time, messageId, role, content, source: from, toolCalls: calls, toolCallId, isError, usage } = entry;
-  if (typeof seq !== 'number' || type !== 'message' || typeof time !== 'string' || typeof messageId !== 'string' || typeof role !== 'string') return SLOW;
+  const { type, at: time, messageId, role, content, source: from, toolCalls: calls, toolCallId, isError, usage } = entry;
+  if (type !== 'message' || typeof time !== 'string' || typeof messageId !== 'string' || typeof role !== 'string') return SLOW;
   const blocks = jsonArray(content, textBlock);
   const sourceJson = source(from);
   if (blocks === SLOW || sourceJson === SLOW) return SLOW;
-  let out = withSeq ? `{"seq":${Number.isFinite(seq) ? String(seq) : 'null'},"type":"message"` : '{"type":"message"';
-  out += `,"at":${at(time)},"messageId":${str(messageId)},"role":${word(role)},"content":${blocks},"source":${sourceJson}`;
+  let out = `{"type":"message","at":${at(time)},"messageId":${str(messageId)},"role":${word(role)},"content":${blocks},"source":${sourceJson}`;
   if (calls !== undefined) {
     const written = jsonArray(calls, toolCall);
     if (written === SLOW) return SLOW;
@@ -176,14 +175,9 @@ function messageJson(entry: unknown, withSeq: boolean): string | typeof SLOW {
   return usageJson === null ? `${out}}` : `${out},"usage":${usageJson}}`;
 }
 
-/** An entry's text, as `JSON.stringify(entry)` writes it. */
-export function entryJson(entry: SessionEntry): string {
-  return (entry.type === 'message' ? messageJson(entry, true) : SLOW) ?? JSON.stringify(entry);
-}
-
 /** An entry's text without its `seq`, as `JSON.stringify` writes the rest of it. */
 export function entryBodyJson(entry: SessionEntry): string {
-  const text = entry.type === 'message' ? messageJson(entry, false) : SLOW;
+  const text = entry.type === 'message' ? messageBodyJson(entry) : SLOW;
   if (text !== SLOW) return text;
   const { seq: _seq, ...body } = entry;
   return JSON.stringify(body);
