@@ -1,10 +1,10 @@
 /**
- * The memory store joins entry texts into large strings (chunks) once they are long enough,
- * and reads the chunk still being filled from its texts: whatever the sizes and characters,
- * across chunk boundaries and with reads in between, every read gives back exactly what was
- * written, and lookups by type, forest and message id find it.
+ * The memory store writes entry texts as UTF-8 into large buffers (chunks), a text too large
+ * for the open chunk's room starting the next: whatever the sizes and characters, across chunk
+ * boundaries and with reads in between, every read gives back exactly what was written, and
+ * lookups by type, forest and message id find it, never in bytes no text was written to.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
@@ -103,6 +103,27 @@ describe('MemorySessionStore entry text', () => {
     const late = written.child!.find((e) => e.type === 'message' && e.messageId === 'msg-11999')!;
     expect(await store.locate('msg-11999')).toMatchObject({ state: 'appended', sessionId: 'child', seq: late.seq });
     expect(await store.locate('msg-2507')).toMatchObject({ state: 'appended', sessionId: 'child' });
+  });
+
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  it('never finds a message id in the bytes of a chunk past its last text', async () => {
+    // Fresh chunk memory is not cleared: here it holds what an old text could have left there.
+    const allocate = Buffer.allocUnsafeSlow;
+    vi.spyOn(Buffer, 'allocUnsafeSlow').mockImplementation((size) => allocate(size).fill('{"type":"message","messageId":"ghost"}'));
+    const store = new MemorySessionStore();
+    await store.write({ headers: [header('s')], entries: [] });
+    const w = new Writer(store, 's');
+    // The second text does not fit in the first chunk's room: the first chunk ends unfilled.
+    await store.write({ headers: [], entries: [w.item('s', message(w.next('s'), 'short', 'real'))] });
+    await store.write({ headers: [], entries: [w.item('s', message(w.next('s'), 'z'.repeat(1_048_500), 'long'))] });
+    expect(Buffer.allocUnsafeSlow).toHaveBeenCalledTimes(2);
+    expect(await store.locate('ghost')).toBeUndefined();
+    expect(await store.locate('real')).toMatchObject({ state: 'appended', seq: 1 });
+    expect(await store.locate('long')).toMatchObject({ state: 'appended', seq: 2 });
+    expect(await store.read('s', 0)).toEqual([message(1, 'short', 'real'), message(2, 'z'.repeat(1_048_500), 'long')]);
   });
 
   it('reads are fresh copies: changing one changes nothing stored', async () => {

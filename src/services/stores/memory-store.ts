@@ -3,11 +3,13 @@
  * `AGENTFOREST_DATA=:memory:`. Entries are kept as their JSON text, as the SQLite store keeps
  * them: callers cannot mutate what was "persisted" and every read parses a fresh copy.
  *
- * The text is joined into strings of half a megabyte and more, which the garbage collector
- * never copies, and what the lookups need (type, session, seq, forest position) goes into
- * typed arrays. Kept as a string and two small objects per entry, all of it was copied by each
+ * The texts are written as UTF-8 into buffers of a megabyte and more, off the JavaScript heap,
+ * and what the lookups need (type, session, seq, forest position) goes into typed arrays.
+ * Kept as a string and two small objects per entry, all of it was copied by each
  * young-generation collection until it was promoted: the memory store's own cost grew with
- * how much it held, and was a fifth of a report's in-process time.
+ * how much it held, and was a fifth of a report's in-process time. Kept as strings joined into
+ * large ones, each text was still copied by a collection or two while its chunk filled, and
+ * again by the join.
  */
 import { ENTRY_TYPES, type EntryType, type SessionEntry, type SessionHeader } from '../../domain/session.js';
 import {
@@ -48,71 +50,53 @@ class U32List {
   }
 }
 
-/** Texts are joined into strings of about this many UTF-16 code units (512 KiB and more). */
-const CHUNK_UNITS = 1 << 19;
+/** Texts are written into buffers of this many bytes; a larger text gets a buffer of its own. */
+const CHUNK_BYTES = 1 << 20;
 
 /**
- * Texts appended to large strings; a text is its chunk, offset and length. The texts of a
- * chunk are kept as they come and joined into one string once they reach CHUNK_UNITS: a
- * string that large lives in the large-object space, which the garbage collector never
- * copies, and a read is a slice of it. Until then, reads and searches use the open chunk's
- * texts as they are, so a read of the newest entries (every step reads its agent's log) does
- * not cut a chunk short. Chunks and offsets only grow, so a text's place orders it among all
- * the others.
+ * Texts written as UTF-8 into large buffers (chunks), off the JavaScript heap; a text is its
+ * chunk, byte offset and byte length, and a read decodes those bytes. The text a write hands
+ * over is garbage at once: nothing the store keeps is ever copied by a collection. Chunks
+ * and offsets only grow, so a text's place orders it among all the others.
+ *
+ * JSON.stringify writes no lone surrogate (it escapes them), so every text survives the trip
+ * through UTF-8 exactly.
  */
-class TextArena {
-  private readonly chunks: string[] = [];
-  /** The texts of the open chunk, number `chunks.length`, where each starts, and their length. */
-  private filling: string[] = [];
-  private starts: number[] = [];
-  private filled = 0;
+class ByteArena {
+  private readonly chunks: Buffer[] = [];
+  /** How many bytes of each chunk hold texts; the rest was never written. */
+  private readonly ends: number[] = [];
 
-  /** The chunk the next text goes to. */
-  get openChunk(): number {
-    return this.chunks.length;
-  }
-
-  /** Appends a text to the open chunk; returns its offset there. */
-  append(text: string): number {
-    const offset = this.filled;
-    this.filling.push(text);
-    this.starts.push(offset);
-    this.filled += text.length;
-    if (this.filled >= CHUNK_UNITS) this.seal();
-    return offset;
+  /** Appends a text; returns its chunk, byte offset and byte length. */
+  append(text: string): [chunk: number, offset: number, length: number] {
+    let chunk = this.chunks.length - 1;
+    // A UTF-16 code unit takes at most 3 bytes of UTF-8: a text this short surely fits.
+    if (chunk === -1 || this.ends[chunk]! + 3 * text.length > this.chunks[chunk]!.length) {
+      const bytes = Buffer.byteLength(text);
+      if (chunk === -1 || this.ends[chunk]! + bytes > this.chunks[chunk]!.length) {
+        this.chunks.push(Buffer.allocUnsafeSlow(Math.max(CHUNK_BYTES, bytes)));
+        this.ends.push(0);
+        chunk++;
+      }
+    }
+    const offset = this.ends[chunk]!;
+    const length = this.chunks[chunk]!.write(text, offset, 'utf8');
+    this.ends[chunk] = offset + length;
+    return [chunk, offset, length];
   }
 
   text(chunk: number, offset: number, length: number): string {
-    if (chunk < this.chunks.length) return this.chunks[chunk]!.slice(offset, offset + length);
-    // The open chunk: the text that starts at `offset`, found by binary search.
-    let lo = 0;
-    let hi = this.starts.length - 1;
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1;
-      if (this.starts[mid]! <= offset) lo = mid;
-      else hi = mid - 1;
-    }
-    return this.filling[lo]!;
+    return this.chunks[chunk]!.toString('utf8', offset, offset + length);
   }
 
-  /** Every place `needle` occurs, as chunk and offset, in order. */
+  /** Every place `needle` occurs, as chunk and byte offset, in order. */
   *find(needle: string): Generator<[chunk: number, offset: number]> {
-    for (let chunk = 0; chunk < this.chunks.length; chunk++) yield* occurrences(this.chunks[chunk]!, needle, chunk, 0);
-    for (let i = 0; i < this.filling.length; i++) yield* occurrences(this.filling[i]!, needle, this.chunks.length, this.starts[i]!);
+    const bytes = Buffer.from(needle);
+    for (let chunk = 0; chunk < this.chunks.length; chunk++) {
+      const written = this.chunks[chunk]!.subarray(0, this.ends[chunk]);
+      for (let at = written.indexOf(bytes); at !== -1; at = written.indexOf(bytes, at + 1)) yield [chunk, at];
+    }
   }
-
-  /** Join the open chunk's texts into one string; later texts start the next chunk. */
-  private seal(): void {
-    this.chunks.push(this.filling.length === 1 ? this.filling[0]! : this.filling.join(''));
-    this.filling = [];
-    this.starts = [];
-    this.filled = 0;
-  }
-}
-
-/** Where `needle` occurs in `text`, which starts at `offset` of `chunk`. */
-function* occurrences(text: string, needle: string, chunk: number, offset: number): Generator<[chunk: number, offset: number]> {
-  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + 1)) yield [chunk, offset + at];
 }
 
 const TYPE_CODE = new Map<EntryType, number>(ENTRY_TYPES.map((type, i) => [type, i]));
@@ -122,7 +106,7 @@ const TYPE_CODE = new Map<EntryType, number>(ENTRY_TYPES.map((type, i) => [type,
  * session and seq, and its forest position.
  */
 class EntryTable {
-  private readonly arena = new TextArena();
+  private readonly arena = new ByteArena();
   private readonly place = new U32List(); // chunk, offset, length per entry
   private readonly type = new U32List();
   private readonly session = new U32List();
@@ -131,10 +115,10 @@ class EntryTable {
 
   /** Stores an entry; returns its number. */
   add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
-    const text = JSON.stringify(entry);
-    this.place.push(this.arena.openChunk);
-    this.place.push(this.arena.append(text));
-    this.place.push(text.length);
+    const [chunk, offset, length] = this.arena.append(JSON.stringify(entry));
+    this.place.push(chunk);
+    this.place.push(offset);
+    this.place.push(length);
     this.type.push(TYPE_CODE.get(entry.type)!);
     this.session.push(sessionNumber);
     this.seq.push(entry.seq);
