@@ -15,8 +15,11 @@ export class AgentRegistry {
   private readonly live = new Map<string, LiveAgent>();
   private readonly reserved = new Set<string>();
   private readonly childrenOf = new Map<string, Set<string>>();
-  /** The live agents of each forest, by root id. */
-  private readonly forests = new Map<string, Set<LiveAgent>>();
+  /**
+   * The live agents of each forest, by root id: the agent itself while it is the only one (a
+   * lone root, the most common forest, then costs no set of its own), else a set.
+   */
+  private readonly forests = new Map<string, LiveAgent | Set<LiveAgent>>();
 
   constructor(private readonly limits: Pick<Limits, 'liveAgents' | 'childrenPerParent'> = DEFAULT_LIMITS) {}
 
@@ -64,8 +67,9 @@ export class AgentRegistry {
   add(agent: LiveAgent): void {
     this.live.set(agent.id, agent);
     const forest = this.forests.get(agent.rootId);
-    if (forest === undefined) this.forests.set(agent.rootId, new Set([agent]));
-    else forest.add(agent);
+    if (forest === undefined) this.forests.set(agent.rootId, agent);
+    else if (forest instanceof Set) forest.add(agent);
+    else this.forests.set(agent.rootId, new Set([forest, agent]));
     this.listener?.(agent, 'added');
     const parent = agent.header.parentSession;
     if (parent !== null) {
@@ -83,8 +87,11 @@ export class AgentRegistry {
     if (this.live.get(agent.id) !== agent) return;
     this.live.delete(agent.id);
     const forest = this.forests.get(agent.rootId);
-    forest?.delete(agent);
-    if (forest?.size === 0) this.forests.delete(agent.rootId);
+    if (forest === agent) this.forests.delete(agent.rootId);
+    else if (forest instanceof Set) {
+      forest.delete(agent);
+      if (forest.size === 0) this.forests.delete(agent.rootId);
+    }
     const parent = agent.header.parentSession;
     if (parent !== null) {
       const set = this.childrenOf.get(parent);
@@ -96,12 +103,14 @@ export class AgentRegistry {
 
   /** How many agents of the forest rooted at `rootId` are live. */
   liveInForest(rootId: string): number {
-    return this.forests.get(rootId)?.size ?? 0;
+    const forest = this.forests.get(rootId);
+    return forest === undefined ? 0 : forest instanceof Set ? forest.size : 1;
   }
 
   /** The live agents of the forest rooted at `rootId`, without looking at any other forest. */
   forestMembers(rootId: string): LiveAgent[] {
-    return [...(this.forests.get(rootId) ?? [])];
+    const forest = this.forests.get(rootId);
+    return forest === undefined ? [] : forest instanceof Set ? [...forest] : [forest];
   }
 
   /** Whether an agent id has a live child (after every transition of a child: no list built). */

@@ -64,9 +64,28 @@ export interface LiveAgentDeps {
   maxInbox?: number;
 }
 
-/** The tools installed into one agent incarnation alone (child-scoped, e.g. `report`). */
+/**
+ * The tools installed into one agent incarnation alone (child-scoped, e.g. `report`). Most
+ * agents never get one, so the map is made when first asked for: an empty map is about 180
+ * bytes, and an idle resident agent is about 2 KiB in all.
+ */
 export class AgentScope {
-  readonly tools = new Map<string, ServiceTool>();
+  private installed: Map<string, ServiceTool> | undefined;
+
+  /** The installed tools, to install or remove one. */
+  get tools(): Map<string, ServiceTool> {
+    return (this.installed ??= new Map());
+  }
+
+  /** The tool installed under this name, if any (without making the map). */
+  tool(name: string): ServiceTool | undefined {
+    return this.installed?.get(name);
+  }
+
+  /** Every installed tool (without making the map). */
+  list(): Iterable<ServiceTool> {
+    return this.installed?.values() ?? [];
+  }
 }
 
 const RECENT_STEPS = 64;
@@ -80,10 +99,11 @@ export class LiveAgent {
   private admittedTurns = 0;
   /** Room held for messages that tool calls in flight will record (see reserveRoom). */
   private reservedRoom = 0;
-  /** When each pending message was accepted, for its durable pending row. */
-  private readonly acceptedAt = new Map<string, string>();
-  /** The pending rows as last handed to the log, by message id, to write only what changed. */
-  private readonly persisted = new Map<string, { kind: PendingRow['kind']; position: number }>();
+  /**
+   * The pending rows as last handed to the log, by message id, to write only what changed, and
+   * when each message was accepted. Made with the first row: most agents hold none for long.
+   */
+  private persisted: Map<string, { kind: PendingRow['kind']; position: number; acceptedAt: string }> | undefined;
   private lowestPosition = 0;
   private highestPosition = -1;
   private persistedInbox: AgentState['inbox'] | null = null;
@@ -205,8 +225,7 @@ export class LiveAgent {
       }
       // Restored steering items queue again as prompts: track them as queued rows.
       const kind = row.kind === 'steering' ? 'queued' : row.kind;
-      this.acceptedAt.set(row.message.id, row.acceptedAt);
-      this.persisted.set(row.message.id, { kind, position: row.position });
+      (this.persisted ??= new Map()).set(row.message.id, { kind, position: row.position, acceptedAt: row.acceptedAt });
       const item: InboxItem = { id: row.itemId ?? this.deps.ids.next('inbox'), placement: 'queued', message: row.message };
       if (kind === 'wakeup' || kind === 'joined') item.coalescing = true;
       if (kind === 'joined') item.joinsPrevious = true;
@@ -397,17 +416,15 @@ export class LiveAgent {
     this.persistedPending = state.pending;
     const ops: PendingOp[] = [];
     const put = (row: PendingShape, position: number): void => {
-      const id = row.message.id;
-      this.persisted.set(id, { kind: row.kind, position });
+      const persisted = (this.persisted ??= new Map());
       // A row is first put in the same synchronous span as its message was accepted; a row
       // that moves later keeps that time.
-      let acceptedAt = this.acceptedAt.get(id);
-      if (acceptedAt === undefined) this.acceptedAt.set(id, (acceptedAt = this.now()));
+      const acceptedAt = persisted.get(row.message.id)?.acceptedAt ?? this.now();
+      persisted.set(row.message.id, { kind: row.kind, position, acceptedAt });
       ops.push({ op: 'put', sessionId: this.id, rootId: this.rootId, row: { ...row, position, acceptedAt } });
     };
     const remove = (messageId: string): void => {
-      if (!this.persisted.delete(messageId)) return;
-      this.acceptedAt.delete(messageId);
+      if (this.persisted?.delete(messageId) !== true) return;
       ops.push({ op: 'delete', sessionId: this.id, rootId: this.rootId, messageId });
     };
     const inbox = state.inbox.changesSince(prevInbox);
@@ -421,10 +438,10 @@ export class LiveAgent {
       const current = new Map<string, PendingShape>();
       for (const p of state.pending) current.set(shapeOf(p).message.id, shapeOf(p));
       for (const item of state.inbox) current.set(item.message.id, shapeOf(item));
-      for (const messageId of [...this.persisted.keys()]) if (!current.has(messageId)) remove(messageId);
+      for (const messageId of [...(this.persisted?.keys() ?? [])]) if (!current.has(messageId)) remove(messageId);
       const moved: PendingShape[] = [];
       for (const row of current.values()) {
-        const known = this.persisted.get(row.message.id);
+        const known = this.persisted?.get(row.message.id);
         if (known === undefined) put(row, ++this.highestPosition);
         else if (known.kind !== row.kind) moved.push(row);
       }

@@ -56,12 +56,12 @@ export class ToolRegistry {
    */
   listFor(agent: LiveAgent): ToolSchema[] {
     const global = [...this.tools.values()].filter((tool) => this.globalFor(agent, tool));
-    return [...global, ...agent.scope.tools.values()].map(({ name, description, inputSchema }) => ({ name, description, inputSchema }));
+    return [...global, ...agent.scope.list()].map(({ name, description, inputSchema }) => ({ name, description, inputSchema }));
   }
 
   /** The tool this agent may run under that name, or undefined. */
   find(agent: LiveAgent, name: string): ServiceTool | undefined {
-    const scoped = agent.scope.tools.get(name);
+    const scoped = agent.scope.tool(name);
     if (scoped !== undefined) return scoped;
     const tool = this.tools.get(name);
     return tool !== undefined && this.globalFor(agent, tool) ? tool : undefined;
