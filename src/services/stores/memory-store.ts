@@ -11,6 +11,7 @@
  * large ones, each text was still copied by a collection or two while its chunk filled, and
  * again by the join.
  */
+import { Worker } from 'node:worker_threads';
 import { ENTRY_TYPES, type EntryType, type SessionEntry, type SessionHeader } from '../../domain/session.js';
 import {
   locationFromEntries,
@@ -53,16 +54,98 @@ class U32List {
 /** Texts are written into buffers of this many bytes; a larger text gets a buffer of its own. */
 const CHUNK_BYTES = 1 << 20;
 
+/** Touches every page of a new chunk's memory, then hands the chunk over. */
+const TOUCHER_SOURCE = `
+const { parentPort } = require('node:worker_threads');
+parentPort.on('message', (size) => {
+  const memory = new SharedArrayBuffer(size);
+  const bytes = new Uint8Array(memory);
+  for (let i = 0; i < size; i += 4096) bytes[i] = 0;
+  parentPort.postMessage(memory);
+});
+`;
+
 /**
- * Texts written as UTF-8 into large buffers (chunks), off the JavaScript heap; a text is its
- * chunk, byte offset and byte length, and a read decodes those bytes. The text a write hands
- * over is garbage at once: nothing the store keeps is ever copied by a collection. Chunks
- * and offsets only grow, so a text's place orders it among all the others.
- *
- * JSON.stringify writes no lone surrogate (it escapes them), so every text survives the trip
- * through UTF-8 exactly.
+ * Chunks whose pages were touched already, by a helper thread. The first write to a page of
+ * fresh memory costs a page fault; on a virtual machine it can cost 10 µs and more per 4 KiB
+ * page (the host backs the page then), which on the event loop is 2–3 µs per report. One chunk
+ * is prepared ahead, for the process, and only once a store has filled its first chunk: most
+ * stores (tests, short runs) never do, and never start the thread. The thread makes the memory
+ * and touches it before it posts it, and the store writes to it only after it arrived: no byte
+ * is ever written by both. Whenever no prepared chunk is there, a store makes its own.
  */
+export class ChunkSupply {
+  private toucher: Worker | undefined;
+  private broken = false;
+  private ready: SharedArrayBuffer | undefined;
+  private asked = false;
+  private waiters: ((prepared: boolean) => void)[] = [];
+
+  /** A chunk of `size` bytes, prepared if one is ready; asks for the next when `ahead`. */
+  take(size: number, ahead: boolean): Buffer {
+    let chunk: Buffer;
+    if (size === CHUNK_BYTES && this.ready !== undefined) {
+      chunk = Buffer.from(this.ready);
+      this.ready = undefined;
+    } else chunk = Buffer.allocUnsafeSlow(size);
+    if (ahead) this.ask();
+    return chunk;
+  }
+
+  /** Ends the helper thread, if it started; later chunks are made by the stores. */
+  async close(): Promise<void> {
+    this.broken = true;
+    this.tell(false);
+    await this.toucher?.terminate();
+  }
+
+  /** Resolves true once a prepared chunk is there, false when none is coming. */
+  prepared(): Promise<boolean> {
+    if (this.ready !== undefined) return Promise.resolve(true);
+    if (!this.asked || this.broken) return Promise.resolve(false);
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  private ask(): void {
+    if (this.asked || this.ready !== undefined || this.broken) return;
+    try {
+      this.toucher ??= this.start();
+      this.toucher.postMessage(CHUNK_BYTES);
+      this.asked = true;
+    } catch {
+      this.broken = true;
+    }
+  }
+
+  private start(): Worker {
+    const toucher = new Worker(TOUCHER_SOURCE, { eval: true });
+    // It never keeps the process alive, and a failure only means stores make their own chunks.
+    toucher.unref();
+    toucher.on('message', (memory: SharedArrayBuffer) => {
+      this.ready = memory;
+      this.asked = false;
+      this.tell(true);
+    });
+    const fail = (): void => {
+      this.broken = true;
+      this.tell(false);
+    };
+    toucher.on('error', fail);
+    toucher.on('exit', fail);
+    return toucher;
+  }
+
+  private tell(prepared: boolean): void {
+    for (const resolve of this.waiters.splice(0)) resolve(prepared);
+  }
+}
+
+/** The process's chunk supply, which every store uses unless given its own. */
+const processSupply = new ChunkSupply();
+
 class ByteArena {
+  constructor(private readonly supply: ChunkSupply) {}
+
   private readonly chunks: Buffer[] = [];
   /** How many bytes of each chunk hold texts; the rest was never written. */
   private readonly ends: number[] = [];
@@ -74,7 +157,8 @@ class ByteArena {
     if (chunk === -1 || this.ends[chunk]! + 3 * text.length > this.chunks[chunk]!.length) {
       const bytes = Buffer.byteLength(text);
       if (chunk === -1 || this.ends[chunk]! + bytes > this.chunks[chunk]!.length) {
-        this.chunks.push(Buffer.allocUnsafeSlow(Math.max(CHUNK_BYTES, bytes)));
+        // A store that fills its first chunk will likely fill more: prepare them from then on.
+        this.chunks.push(this.supply.take(Math.max(CHUNK_BYTES, bytes), chunk >= 0));
         this.ends.push(0);
         chunk++;
       }
@@ -106,12 +190,16 @@ const TYPE_CODE = new Map<EntryType, number>(ENTRY_TYPES.map((type, i) => [type,
  * session and seq, and its forest position.
  */
 class EntryTable {
-  private readonly arena = new ByteArena();
+  private readonly arena: ByteArena;
   private readonly place = new U32List(); // chunk, offset, length per entry
   private readonly type = new U32List();
   private readonly session = new U32List();
   private readonly seq = new U32List();
   private readonly forestSeq = new U32List();
+
+  constructor(supply: ChunkSupply) {
+    this.arena = new ByteArena(supply);
+  }
 
   /** Stores an entry; returns its number. */
   add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
@@ -192,11 +280,16 @@ export class MemorySessionStore implements SessionStore {
   private readonly sessionList: StoredSession[] = [];
   /** Each parent's child sessions, in the order they were created. */
   private readonly childrenOf = new Map<string, StoredSession[]>();
-  private readonly table = new EntryTable();
+  private readonly table: EntryTable;
   /** Entry numbers per forest, in forest order. */
   private readonly forests = new Map<string, U32List>();
   private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
+
+  /** `chunks`: where the entry text's memory comes from (the process's supply by default). */
+  constructor(options: { chunks?: ChunkSupply } = {}) {
+    this.table = new EntryTable(options.chunks ?? processSupply);
+  }
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
