@@ -15,72 +15,81 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 const ON_OFF = ['on', 'off'] as const;
 
 export const EnvSchema = Type.Object({
-  HOST: Type.String({ default: '127.0.0.1', minLength: 1 }),
-  PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535 }),
-  AGENTFOREST_DATA: Type.String({ default: './data/agentforest.db', minLength: 1 }),
-  AGENTFOREST_API_KEYS: Type.String({ default: '' }),
-  AGENTFOREST_DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
-  AGENTFOREST_INSTANCE_ID: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
-  AGENTFOREST_ADVERTISE_URL: Type.Optional(Type.String({ pattern: '^https?://' })),
-  AGENTFOREST_LEASE_MS: Type.Integer({ default: 15_000, minimum: 300 }),
-  AGENTFOREST_REPORT_DELIVERY: Type.Union(REPORT_DELIVERIES.map((d) => Type.Literal(d)), { default: 'quiet' }),
-  AGENTFOREST_PACKAGES: Type.Optional(Type.String()),
-  AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024 }),
-  AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0 }),
-  AGENTFOREST_IDEMPOTENCY_TTL_MS: Type.Integer({ default: 86_400_000, minimum: 1000 }),
-  AGENTFOREST_EVENT_HEARTBEAT_MS: Type.Integer({ default: 15_000, minimum: 10 }),
-  AGENTFOREST_EVENT_BUFFER_BYTES: Type.Integer({ default: 1_048_576, minimum: 1024 }),
-  AGENTFOREST_SQLITE_SYNCHRONOUS: Type.Union(SQLITE_SYNC_MODES.map((m) => Type.Literal(m)), { default: 'full' }),
-  AGENTFOREST_MAX_REPORT_BYTES: Type.Integer({ default: DEFAULT_LIMITS.reportBytes, minimum: 1 }),
-  AGENTFOREST_MAX_CHILDREN: Type.Integer({ default: DEFAULT_LIMITS.childrenPerParent, minimum: 1 }),
-  AGENTFOREST_MAX_DEPTH: Type.Integer({ default: DEFAULT_LIMITS.depth, minimum: 1 }),
-  AGENTFOREST_MAX_LIVE_AGENTS: Type.Integer({ default: DEFAULT_LIMITS.liveAgents, minimum: 1 }),
-  AGENTFOREST_MAX_INBOX: Type.Integer({ default: DEFAULT_LIMITS.inbox, minimum: 1 }),
-  AGENTFOREST_MAX_WAITERS: Type.Integer({ default: DEFAULT_LIMITS.waitersPerAgent, minimum: 1 }),
-  AGENTFOREST_RATE_LIMIT: Type.Integer({ default: 10_000, minimum: 0 }),
-  AGENTFOREST_RATE_LIMIT_WINDOW_MS: Type.Integer({ default: 10_000, minimum: 100 }),
-  AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 1_000, minimum: 0 }),
-  AGENTFOREST_WAKEUP_COALESCING: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off' }),
-  AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100, maximum: 3_600_000 }),
-  AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20 }),
-  AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1 }),
-  AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String()),
-  AGENTFOREST_MODEL_BASE_URLS: Type.Optional(Type.String()),
-  LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info' }),
+  HOST: Type.String({ default: '127.0.0.1', minLength: 1, description: 'Listen address; a non-loopback address requires AGENTFOREST_API_KEYS.' }),
+  PORT: Type.Integer({ default: 3000, minimum: 0, maximum: 65535, description: 'Listen port; 0 picks a free one.' }),
+  AGENTFOREST_DATA: Type.String({ default: './data/agentforest.db', minLength: 1, description: 'SQLite file, created with its directory; `:memory:` selects the in-memory store.' }),
+  AGENTFOREST_API_KEYS: Type.String({ default: '', description: 'Comma-separated operator keys; when set, every `/v1` route needs `Authorization: Bearer <key>`.' }),
+  AGENTFOREST_DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://', description: '`postgres://user:password@host:port/db`: use the PostgreSQL store (with forest leases) instead of AGENTFOREST_DATA.' })),
+  AGENTFOREST_INSTANCE_ID: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'This instance\'s identity in forest leases (PostgreSQL only); random when unset.' })),
+  AGENTFOREST_ADVERTISE_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'The URL other instances send misdirected clients to; unset, the listen address. Set it behind a proxy or when listening on 0.0.0.0.' })),
+  AGENTFOREST_LEASE_MS: Type.Integer({ default: 15_000, minimum: 300, description: 'How long a forest lease lasts without renewal; a dead instance\'s forests can be resumed elsewhere after this.' }),
+  AGENTFOREST_REPORT_DELIVERY: Type.Union(REPORT_DELIVERIES.map((d) => Type.Literal(d)), { default: 'quiet', description: 'How a child\'s report reaches its parent: `quiet` adds context without a turn, `wakeup` queues one parent turn.' }),
+  AGENTFOREST_PACKAGES: Type.Optional(Type.String({ description: 'Comma-separated packages to install at start-up (`subagent`, `subagent-control`, `subagent-report`); unset, all of them.' })),
+  AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024, description: 'Request body limit in bytes (413 PAYLOAD_TOO_LARGE beyond).' }),
+  AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0, description: 'How long SIGTERM waits for in-flight model requests to be recorded before closing.' }),
+  AGENTFOREST_IDEMPOTENCY_TTL_MS: Type.Integer({ default: 86_400_000, minimum: 1000, description: 'How long `Idempotency-Key` results are kept.' }),
+  AGENTFOREST_EVENT_HEARTBEAT_MS: Type.Integer({ default: 15_000, minimum: 10, description: 'Interval of the heartbeat comment on event streams.' }),
+  AGENTFOREST_EVENT_BUFFER_BYTES: Type.Integer({ default: 1_048_576, minimum: 1024, description: 'Unread bytes an event-stream consumer may leave before it is cut off.' }),
+  AGENTFOREST_SQLITE_SYNCHRONOUS: Type.Union(SQLITE_SYNC_MODES.map((m) => Type.Literal(m)), { default: 'full', description: '`full`: a commit survives power loss; `normal`: it survives a process crash.' }),
+  AGENTFOREST_MAX_REPORT_BYTES: Type.Integer({ default: DEFAULT_LIMITS.reportBytes, minimum: 1, description: 'UTF-8 bytes of one report\'s output (413 PAYLOAD_TOO_LARGE beyond).' }),
+  AGENTFOREST_MAX_CHILDREN: Type.Integer({ default: DEFAULT_LIMITS.childrenPerParent, minimum: 1, description: 'Live children of one agent (409 LIMIT_EXCEEDED beyond).' }),
+  AGENTFOREST_MAX_DEPTH: Type.Integer({ default: DEFAULT_LIMITS.depth, minimum: 1, description: 'Depth of the deepest child, a root being 0 (409 LIMIT_EXCEEDED beyond).' }),
+  AGENTFOREST_MAX_LIVE_AGENTS: Type.Integer({ default: DEFAULT_LIMITS.liveAgents, minimum: 1, description: 'Live agents in this process (503 AT_CAPACITY beyond).' }),
+  AGENTFOREST_MAX_INBOX: Type.Integer({ default: DEFAULT_LIMITS.inbox, minimum: 1, description: 'Messages one agent holds accepted and not yet logged: queued, steering, staged (429 AGENT_BUSY, or PARENT_BUSY for a report).' }),
+  AGENTFOREST_MAX_WAITERS: Type.Integer({ default: DEFAULT_LIMITS.waitersPerAgent, minimum: 1, description: 'Concurrent step long-polls and event streams per agent, and forest streams per root (429 AGENT_BUSY beyond).' }),
+  AGENTFOREST_RATE_LIMIT: Type.Integer({ default: 10_000, minimum: 0, description: 'Operator-only requests per client per window (429 RATE_LIMITED beyond); 0 turns rate limiting off.' }),
+  AGENTFOREST_RATE_LIMIT_WINDOW_MS: Type.Integer({ default: 10_000, minimum: 100, description: 'The rate-limit window.' }),
+  AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 1_000, minimum: 0, description: 'Mean event-loop delay above which requests are shed (503 OVERLOADED); 0 turns shedding off.' }),
+  AGENTFOREST_WAKEUP_COALESCING: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off', description: '`on`: a wakeup report joins the parent\'s queued wakeup turn instead of queueing a turn of its own.' }),
+  AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100, maximum: 3_600_000, description: 'Built-in model driver: the deadline of one step, retries and backoff included.' }),
+  AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20, description: 'Built-in model driver: retries after a 429, a 5xx or a connection failure.' }),
+  AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1, description: 'Built-in model driver: model requests in flight at once, over all agents.' }),
+  AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String({ description: 'Comma-separated variables that `model.apiKeyEnv` may name; unset, any name ending in `_API_KEY` except `AGENTFOREST_*`.' })),
+  AGENTFOREST_MODEL_BASE_URLS: Type.Optional(Type.String({ description: 'Comma-separated URL prefixes that `model.baseUrl` must start with; unset, any http(s) URL.' })),
+  LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info', description: 'pino log level.' }),
 });
 
 export type Env = Static<typeof EnvSchema>;
 
+/**
+ * The parsed configuration. Every field that is one variable read as-is takes its type from
+ * the schema (`Env[...]`), so a change to the schema reaches every reader; the rest are lists
+ * split on commas, or groups of variables.
+ */
 export interface Config {
-  host: string;
-  port: number;
+  host: Env['HOST'];
+  port: Env['PORT'];
   /** `:memory:` selects the in-memory store; anything else is a SQLite file path. */
-  dataPath: string;
+  dataPath: Env['AGENTFOREST_DATA'];
   /** A PostgreSQL URL: when set, the PostgreSQL store is used and dataPath is ignored. */
-  databaseUrl: string | undefined;
+  databaseUrl: Env['AGENTFOREST_DATABASE_URL'];
   /** With a database URL: this instance's lease identity, advertised URL (default from the listen address) and lease time. */
-  instanceId: string | undefined;
-  advertiseUrl: string | undefined;
-  leaseMs: number;
+  instanceId: Env['AGENTFOREST_INSTANCE_ID'];
+  advertiseUrl: Env['AGENTFOREST_ADVERTISE_URL'];
+  leaseMs: Env['AGENTFOREST_LEASE_MS'];
   apiKeys: string[];
   reportDelivery: Env['AGENTFOREST_REPORT_DELIVERY'];
   packages: string[] | undefined;
-  bodyLimit: number;
-  drainTimeoutMs: number;
-  idempotencyTtlMs: number;
-  eventHeartbeatMs: number;
-  eventBufferBytes: number;
+  bodyLimit: Env['AGENTFOREST_BODY_LIMIT'];
+  drainTimeoutMs: Env['AGENTFOREST_DRAIN_TIMEOUT_MS'];
+  idempotencyTtlMs: Env['AGENTFOREST_IDEMPOTENCY_TTL_MS'];
+  eventHeartbeatMs: Env['AGENTFOREST_EVENT_HEARTBEAT_MS'];
+  eventBufferBytes: Env['AGENTFOREST_EVENT_BUFFER_BYTES'];
   sqliteSynchronous: Env['AGENTFOREST_SQLITE_SYNCHRONOUS'];
   logLevel: Env['LOG_LEVEL'];
   limits: Limits;
   /** Operator-route requests per client per window; 0 turns rate limiting off. */
-  rateLimit: { max: number; windowMs: number };
+  rateLimit: { max: Env['AGENTFOREST_RATE_LIMIT']; windowMs: Env['AGENTFOREST_RATE_LIMIT_WINDOW_MS'] };
   /** Event-loop delay above which requests are shed with 503 OVERLOADED; 0 turns it off. */
-  maxEventLoopDelayMs: number;
+  maxEventLoopDelayMs: Env['AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS'];
   /** Wakeup reports join the parent's queued wakeup turn instead of queueing one each. */
   coalesceWakeups: boolean;
   /** The built-in model driver: per-step timeout (retries included), retries, requests in flight. */
-  driver: { timeoutMs: number; retries: number; concurrency: number };
+  driver: {
+    timeoutMs: Env['AGENTFOREST_MODEL_TIMEOUT_MS'];
+    retries: Env['AGENTFOREST_MODEL_RETRIES'];
+    concurrency: Env['AGENTFOREST_MODEL_CONCURRENCY'];
+  };
   /** Which variables may serve as model API keys, which endpoints may be called (undefined: the defaults). */
   modelPolicy: { keyEnvs?: string[]; baseUrls?: string[] };
 }
@@ -176,20 +185,18 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 }
 
 function describe(name: string, message: string): string {
-  switch (name) {
-    case 'AGENTFOREST_REPORT_DELIVERY':
-      return `must be one of ${REPORT_DELIVERIES.join(', ')}`;
-    case 'AGENTFOREST_SQLITE_SYNCHRONOUS':
-      return `must be one of ${SQLITE_SYNC_MODES.join(', ')}`;
-    case 'LOG_LEVEL':
-      return `must be one of ${LOG_LEVELS.join(', ')}`;
-    case 'AGENTFOREST_DATABASE_URL':
-      return 'must be a postgres:// or postgresql:// URL';
-    case 'AGENTFOREST_WAKEUP_COALESCING':
-      return `must be one of ${ON_OFF.join(', ')}`;
-    default:
-      return message;
-  }
+  const allowed = allowedValues(name);
+  if (allowed !== undefined) return `must be one of ${allowed.join(', ')}`;
+  if (name === 'AGENTFOREST_DATABASE_URL') return 'must be a postgres:// or postgresql:// URL';
+  return message;
+}
+
+/** The literal values a variable accepts, read from its schema; undefined for free values. */
+export function allowedValues(name: string): string[] | undefined {
+  const schema: unknown = (EnvSchema.properties as Record<string, unknown>)[name];
+  const anyOf = (schema as { anyOf?: { const?: unknown }[] } | undefined)?.anyOf;
+  if (anyOf === undefined || !anyOf.every((s) => typeof s.const === 'string')) return undefined;
+  return anyOf.map((s) => s.const as string);
 }
 
 /** True for addresses that only this machine can reach. */

@@ -2,6 +2,10 @@
  * The closed set of error codes the service can produce, and the one error type that carries
  * them. Domain and services throw `ServiceError`; only the HTTP adapter maps a code to a status
  * (routes/error-status.ts), so the compiler rejects a code that has no status.
+ *
+ * Adding a code: append it to ERROR_CODES, describe it in ERROR_CODE_DESCRIPTIONS (the
+ * compiler insists), give it a status in routes/error-status.ts, then `npm run docs` to
+ * regenerate docs/reference/errors.md.
  */
 export const ERROR_CODES = [
   'VALIDATION',
@@ -36,6 +40,42 @@ export const ERROR_CODES = [
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/**
+ * What each code means to a client, one sentence each; docs/reference/errors.md is generated
+ * from this table and a test keeps the two equal.
+ */
+export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
+  VALIDATION: 'The body, path parameters, query or headers do not match the schema, or a value is refused (the message names the field).',
+  UNAUTHENTICATED: 'The operator key is missing or wrong (`Authorization: Bearer <key>`).',
+  UNAUTHORIZED: 'The caller is not the exact live incarnation the operation needs: a stale or missing agent token, a report from an agent that is not a live continuable child, or a message to a child from anyone but its live parent.',
+  AGENT_NOT_FOUND: 'No live agent (or, for session reads, no durable session) has this id.',
+  TOOL_NOT_FOUND: 'The agent has no tool of this name in its current scope: `unknown tool "<name>"`.',
+  STEP_NOT_FOUND: 'The agent has no step with this id.',
+  PACKAGE_NOT_FOUND: 'No package of this name exists.',
+  MESSAGE_NOT_FOUND: 'No message with this id is known, or it was discarded with its agent.',
+  ROUTE_NOT_FOUND: 'No route matches the method and path.',
+  AGENT_EXISTS: 'A live agent or a durable session already has this id.',
+  MISDIRECTED: 'Another live instance owns this forest; `location` and the `Location` header name where to send the request.',
+  PARENT_UNAVAILABLE: 'The direct parent is not live or is being disposed: `direct parent is not live; report was not delivered`.',
+  ACTIVATION_CLOSING: 'The agent\'s Activation is being disposed, so the operation (for example a report) was not delivered.',
+  ACTIVATION_SETUP_REVOKED: 'A setup contribution was revoked while the child was being built; the child was not established.',
+  ACTIVATION_SETUP_RELEASE_FAILED: 'A setup contribution failed to release some of its installations (for example while a package is uninstalled); the message lists them.',
+  NOT_RESUMABLE: 'The agent cannot take this resume: a one-shot or closed child, a child that is unavailable, or a child the operator asked to resume (its parent\'s followup resumes it).',
+  STEP_CONFLICT: 'The step is not in a state that accepts this: output posted twice, results for unknown calls, a step of an ended turn, or a step that belongs to the built-in model driver.',
+  IDEMPOTENCY_CONFLICT: 'The `Idempotency-Key` was already used by this sender for a different request.',
+  CANCELLED: 'The operation was cancelled before it was admitted (the client went away).',
+  LIMIT_EXCEEDED: 'The forest would exceed a configured shape limit: too many live children of one parent, or too deep.',
+  PAYLOAD_TOO_LARGE: 'The request body or a report\'s output is over its configured limit.',
+  UNSUPPORTED_MEDIA_TYPE: 'The request body is not `application/json`.',
+  AGENT_BUSY: 'The agent holds its maximum of accepted messages not yet logged, or of concurrent waiters; retry after `Retry-After`.',
+  PARENT_BUSY: 'The direct parent holds its maximum of accepted messages not yet logged; the report was not delivered, retry later.',
+  RATE_LIMITED: 'This operator key or client address made too many operator-only requests in the window; retry after `Retry-After`.',
+  DRAINING: 'The service is draining for shutdown and admits no new work: `continuable subagents are draining; the operation was not admitted`.',
+  AT_CAPACITY: 'The process already holds its maximum of live agents; retry after `Retry-After`.',
+  OVERLOADED: 'The event loop is lagging beyond its configured limit, so the request was shed; retry after `Retry-After`.',
+  INTERNAL: 'An unexpected failure; the body never carries internals, the log has the details under the request id.',
+};
 
 /** Fixed, model- or client-visible message texts. */
 export const MESSAGES = {
