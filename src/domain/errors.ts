@@ -58,7 +58,7 @@ export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
   AGENT_EXISTS: 'A live agent or a durable session already has this id.',
   MISDIRECTED: 'Another live instance owns this forest; `location` and the `Location` header name where to send the request.',
   PARENT_UNAVAILABLE: 'The direct parent is not live or is being disposed: `direct parent is not live; report was not delivered`.',
-  ACTIVATION_CLOSING: 'The agent\'s Activation is being disposed, so the operation (for example a report) was not delivered.',
+  ACTIVATION_CLOSING: 'An Activation involved is being disposed: a report from a closing child, a message to one, or a new child under a parent being disposed. Nothing was delivered.',
   ACTIVATION_SETUP_REVOKED: 'A setup contribution was revoked while the child was being built; the child was not established.',
   ACTIVATION_SETUP_RELEASE_FAILED: 'A setup contribution failed to release some of its installations (for example while a package is uninstalled); the message lists them.',
   NOT_RESUMABLE: 'The agent cannot take this resume: a one-shot or closed child, a child that is unavailable, or a child the operator asked to resume (its parent\'s followup resumes it).',
