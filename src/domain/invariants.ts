@@ -27,5 +27,10 @@ export function checkInvariants(state: AgentState): string[] {
   }
   const ids = [...state.inbox.map((i) => i.id), ...state.pending.toArray().flatMap((p) => (p.kind === 'steering' ? [p.item.id] : []))];
   if (new Set(ids).size !== ids.length) broken.push('each inbox item is held once');
+  const positions = [...state.inbox.map((i) => i.row.position), ...state.pending.map((p) => (p.kind === 'staged' ? p.row : p.item.row).position)];
+  if (new Set(positions).size !== positions.length) broken.push('each pending row has a position of its own');
+  if (positions.some((position) => position < state.rows.lowest || position > state.rows.highest)) {
+    broken.push('every pending row position was handed out (within the bounds)');
+  }
   return broken;
 }
