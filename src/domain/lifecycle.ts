@@ -75,15 +75,3 @@ export function left(lifecycle: Lifecycle): Lifecycle {
       return lifecycle;
   }
 }
-
-/**
- * The rules a lifecycle must keep against its agent's turn phase; returns the broken ones.
- * An incarnation that left has a disposed turn state; a disposed turn state is past the cutoff.
- */
-export function checkLifecycle(lifecycle: Lifecycle, turnPhase: string): string[] {
-  const broken: string[] = [];
-  const gone = lifecycle.phase === 'settled' || lifecycle.phase === 'closed';
-  if (gone && turnPhase !== 'disposed') broken.push('an incarnation that left the registry has a disposed turn state');
-  if (turnPhase === 'disposed' && lifecycle.phase === 'resident') broken.push('a disposed turn state is past the disposal cutoff');
-  return broken;
-}
