@@ -13,7 +13,6 @@
  * - `acceptedAt` is the time the message was first accepted: a moved row keeps it.
  */
 import type { Message } from './message.js';
-import type { InboxItem } from './turn-machine.js';
 
 /**
  * `queued`: an inbox item; `wakeup`: a queued item that later wakeups may join; `joined`: a
@@ -47,8 +46,18 @@ export interface RowBounds {
 
 export const NO_ROWS: RowBounds = { lowest: 0, highest: -1 };
 
+/** What rows need of an inbox item (turn-machine.ts's `InboxItem` has this shape). */
+export interface RowItem {
+  id: string;
+  placement: 'queued' | 'steering';
+  message: Message;
+  coalescing?: true;
+  joinsPrevious?: true;
+  row: RowPlace;
+}
+
 /** The row kind of a queued or steering inbox item. */
-export function rowKindOf(item: InboxItem): PendingRowKind {
+export function rowKindOf(item: RowItem): PendingRowKind {
   if (item.placement === 'steering') return 'steering';
   return item.joinsPrevious === true ? 'joined' : item.coalescing === true ? 'wakeup' : 'queued';
 }
@@ -72,7 +81,7 @@ export function nextPlace(bounds: RowBounds, at: string): { place: RowPlace; bou
  * `lowest - items.length`, the last `lowest - 1`. Returns the moved items and their puts (the
  * puts run from the last item to the first, as positions are handed out downwards).
  */
-export function moveToFront(bounds: RowBounds, items: readonly InboxItem[]): { items: InboxItem[]; ops: RowOp[]; bounds: RowBounds } {
+export function moveToFront<T extends RowItem>(bounds: RowBounds, items: readonly T[]): { items: T[]; ops: RowOp[]; bounds: RowBounds } {
   const lowest = bounds.lowest - items.length;
   const moved = items.map((item, i) => ({ ...item, row: { position: lowest + i, acceptedAt: item.row.acceptedAt } }));
   const ops = [...moved].reverse().map((item) => putRow(rowKindOf(item), item.id, item.message, item.row));
@@ -80,8 +89,8 @@ export function moveToFront(bounds: RowBounds, items: readonly InboxItem[]): { i
 }
 
 /** The inbox item a restored queued, wakeup, joined or steering row queues again as (a prompt). */
-export function itemFromRow(row: PendingRowValue, id: string): InboxItem {
-  const item: InboxItem = { id, placement: 'queued', message: row.message, row: placeOf(row) };
+export function itemFromRow(row: PendingRowValue, id: string): RowItem & { placement: 'queued' } {
+  const item: RowItem & { placement: 'queued' } = { id, placement: 'queued', message: row.message, row: placeOf(row) };
   if (row.kind === 'wakeup' || row.kind === 'joined') item.coalescing = true;
   if (row.kind === 'joined') item.joinsPrevious = true;
   return item;
