@@ -7,9 +7,6 @@
  * window ends at its current end; any other version copies its window before appending. So a
  * window, once made, always reads the same elements: every version stays valid and immutable
  * to its readers. The backing is compacted once most of it lies behind the head.
- *
- * `changesSince` tells what a transition did (head items dropped, items appended) in time
- * proportional to the change, which is what lets the runtime persist only the rows that moved.
  */
 export class Queue<T> implements Iterable<T> {
   private static readonly EMPTY = new Queue<never>([], 0, 0);
@@ -64,19 +61,6 @@ export class Queue<T> implements Iterable<T> {
   /** A queue of `items` followed by this queue's elements. */
   prepend(items: readonly T[]): Queue<T> {
     return items.length === 0 ? this : Queue.of([...items, ...this]);
-  }
-
-  /**
-   * What this queue gained and lost since `before`, when it is `before` with head elements
-   * dropped and elements appended (the only changes `push` and `shift` make); O(change).
-   * Undefined when it is not (a copy, a compaction, or an unrelated queue): diff in full.
-   */
-  changesSince(before: Queue<T>): { removed: T[]; added: T[] } | undefined {
-    if (this === before) return { removed: [], added: [] };
-    if (this.length === 0) return { removed: before.toArray(), added: [] };
-    if (before.length === 0) return { removed: [], added: this.toArray() };
-    if (this.items !== before.items || this.start < before.start || this.end < before.end || this.start > before.end) return undefined;
-    return { removed: this.items.slice(before.start, this.start), added: this.items.slice(before.end, this.end) };
   }
 
   *[Symbol.iterator](): Iterator<T> {

@@ -20,10 +20,14 @@
  *
  * Invariant: staged context is written only at a step start or after a turn end, so it never
  * lands between a tool call and its result (a step starts only once every call has a result).
+ *
+ * Each transition also names its pending-row changes (`rows`, see pending-rows.ts): the durable
+ * copy of what was accepted and not yet logged follows the state exactly.
  */
 import type { Delivery } from './agent.js';
 import { ServiceError } from './errors.js';
 import type { Message } from './message.js';
+import { deleteRow, moveToFront, nextPlace, NO_ROWS, putRow, rowKindOf, boundsAfter, type RowBounds, type RowOp, type RowPlace } from './pending-rows.js';
 import { Queue } from './queue.js';
 import { messageEntry, type EntryBody, type TurnEndReason } from './session.js';
 
@@ -42,10 +46,11 @@ export interface InboxItem {
   coalescing?: true;
   /** Joins the item ahead of it: both are prompts of one turn, in order. */
   joinsPrevious?: true;
+  row: RowPlace;
 }
 
 /** Context waiting for the next safe log position, in acceptance order. */
-export type PendingContext = { kind: 'staged'; message: Message } | { kind: 'steering'; item: InboxItem };
+export type PendingContext = { kind: 'staged'; message: Message; row: RowPlace } | { kind: 'steering'; item: InboxItem };
 
 export const STEP_STATUSES = ['claimed', 'awaiting', 'ready'] as const;
 export type StepStatus = (typeof STEP_STATUSES)[number];
@@ -83,6 +88,7 @@ export interface AgentState {
   inbox: Queue<InboxItem>;
   /** Staged injects and steering items waiting for the next safe log position. */
   pending: Queue<PendingContext>;
+  rows: RowBounds; // the pending-row positions handed out so far
 }
 
 export type InboxEvent = 'enqueue' | 'dequeue' | 'discard';
@@ -98,10 +104,12 @@ export type Effect =
 export interface Transition {
   state: AgentState;
   effects: Effect[];
+  /** The pending-row changes, in order (absent: none). */
+  rows?: RowOp[];
 }
 
 export function initialState(): AgentState {
-  return { turn: { phase: 'idle' }, inbox: Queue.empty(), pending: Queue.empty() };
+  return { turn: { phase: 'idle' }, inbox: Queue.empty(), pending: Queue.empty(), rows: NO_ROWS };
 }
 
 /** A step can be claimed: an admitted turn's first step, or the next step once results are in. */
@@ -144,42 +152,51 @@ export function deliver(state: AgentState, input: DeliveryInput, at: string): Tr
     // acceptance order (closeTurn writes them all after the turn-end).
     const behindStaged = phase === 'closing' && state.pending.some((p) => p.kind === 'staged');
     if (open || behindStaged) {
-      return { state: { ...state, pending: state.pending.push({ kind: 'staged', message: input.message }) }, effects: [] };
+      const { place: row, bounds } = nextPlace(state.rows, at);
+      return {
+        state: { ...state, pending: state.pending.push({ kind: 'staged', message: input.message, row }), rows: bounds },
+        effects: [],
+        rows: [putRow('staged', null, input.message, row)],
+      };
     }
     return { state, effects: [{ kind: 'append', entry: messageEntry(input.message, at) }] };
   }
 
   if (input.inboxItemId === undefined) throw new Error(`${input.delivery} requires an inbox item id`);
+  const { place: row, bounds } = nextPlace(state.rows, at);
   if (input.delivery === 'steer' && open) {
-    const item: InboxItem = { id: input.inboxItemId, placement: 'steering', message: input.message };
+    const item: InboxItem = { id: input.inboxItemId, placement: 'steering', message: input.message, row };
     return {
-      state: { ...state, pending: state.pending.push({ kind: 'steering', item }) },
+      state: { ...state, pending: state.pending.push({ kind: 'steering', item }), rows: bounds },
       effects: [{ kind: 'inbox', event: 'enqueue', item }],
+      rows: [putRow('steering', item.id, item.message, row)],
     };
   }
-  const item: InboxItem = { id: input.inboxItemId, placement: 'queued', message: input.message };
+  const item: InboxItem = { id: input.inboxItemId, placement: 'queued', message: input.message, row };
   if (input.delivery === 'followup' && input.coalesce === true) {
     item.coalescing = true;
     if (state.inbox.at(state.inbox.length - 1)?.coalescing === true) item.joinsPrevious = true;
   }
   const effects: Effect[] = [{ kind: 'inbox', event: 'enqueue', item }];
   if (phase === 'idle') effects.push({ kind: 'wake' });
-  return { state: { ...state, inbox: state.inbox.push(item) }, effects };
+  return { state: { ...state, inbox: state.inbox.push(item), rows: bounds }, effects, rows: [putRow(rowKindOf(item), item.id, item.message, row)] };
 }
 
 /**
  * Restore what an agent had accepted but not yet logged when its process stopped: queued
- * items back in the inbox (a wake follows), staged context written now, since an idle agent's
- * next safe position is the present. Only from a fresh idle state.
+ * items back in the inbox (a wake follows; their rows are durable already), staged context
+ * written now, since an idle agent's next safe position is the present (its rows go). Only
+ * from a fresh idle state. New rows go after every restored one.
  */
-export function restore(state: AgentState, queued: readonly InboxItem[], staged: readonly Message[], at: string): Transition {
+export function restore(state: AgentState, queued: readonly InboxItem[], staged: readonly { message: Message; row: RowPlace }[], at: string): Transition {
   if (state.turn.phase !== 'idle' || state.inbox.length > 0 || state.pending.length > 0) {
     throw new Error('restore needs a fresh idle state');
   }
-  const effects: Effect[] = staged.map((message) => ({ kind: 'append', entry: messageEntry(message, at) }));
+  const effects: Effect[] = staged.map(({ message }) => ({ kind: 'append', entry: messageEntry(message, at) }));
   const inbox = Queue.of(queued.map((item) => ({ ...item, placement: 'queued' as const })));
   if (inbox.length > 0) effects.push({ kind: 'wake' });
-  return { state: { ...state, inbox }, effects };
+  const rows = boundsAfter(state.rows, [...staged.map((s) => s.row), ...queued.map((item) => item.row)]);
+  return { state: { ...state, inbox, rows }, effects, rows: staged.map(({ message }) => deleteRow(message)) };
 }
 
 /**
@@ -201,7 +218,7 @@ export function admit(state: AgentState, turnId: string, at: string): Transition
   effects.push({ kind: 'append', entry: { type: 'turn-start', at, turnId, inboxItemId: first.id, messageId: first.message.id } });
   for (const item of group) effects.push({ kind: 'append', entry: messageEntry(item.message, at) });
   effects.push({ kind: 'claimable' });
-  return { state: { ...state, turn: { phase: 'admitting', turn }, inbox: rest }, effects };
+  return { state: { ...state, turn: { phase: 'admitting', turn }, inbox: rest }, effects, rows: group.map((item) => deleteRow(item.message)) };
 }
 
 /** Claim the next step: write pending context, then the step-start header. */
@@ -212,7 +229,8 @@ export function startStep(state: AgentState, stepId: string, at: string): Transi
   const effects = flushPending(state.pending, at);
   effects.push({ kind: 'append', entry: { type: 'step-start', at, turnId: turn.id, stepId, index } });
   const step: StepState = { id: stepId, index, status: 'claimed', awaiting: [] };
-  return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } }, pending: Queue.empty() }, effects };
+  const rows = state.pending.map((p) => deleteRow(messageOf(p)));
+  return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } }, pending: Queue.empty() }, effects, rows };
 }
 
 /**
@@ -268,7 +286,8 @@ export function cancelTurn(state: AgentState, reason: Exclude<TurnEndReason, 'co
 
 /**
  * Finish a closing turn: write turn-end, then staged context (now an idle append). Steering
- * items that found no next step become the next turn's prompts, ahead of later followups.
+ * items that found no next step become the next turn's prompts, ahead of later followups:
+ * their rows move to the front, in order.
  */
 export function closeTurn(state: AgentState, at: string): Transition {
   const turn = state.turn;
@@ -276,14 +295,21 @@ export function closeTurn(state: AgentState, at: string): Transition {
   const end: EntryBody = { type: 'turn-end', at, turnId: turn.turn.id, reason: turn.reason };
   if (turn.error !== undefined) end.error = turn.error;
   const effects: Effect[] = [{ kind: 'append', entry: end }];
+  const rows: RowOp[] = [];
   const leftoverSteering: InboxItem[] = [];
   for (const pending of state.pending) {
-    if (pending.kind === 'staged') effects.push({ kind: 'append', entry: messageEntry(pending.message, at) });
-    else leftoverSteering.push({ ...pending.item, placement: 'queued' });
+    if (pending.kind === 'steering') {
+      leftoverSteering.push({ ...pending.item, placement: 'queued' });
+    } else {
+      effects.push({ kind: 'append', entry: messageEntry(pending.message, at) });
+      rows.push(deleteRow(pending.message));
+    }
   }
-  const inbox = state.inbox.prepend(leftoverSteering);
+  const moved = moveToFront(state.rows, leftoverSteering);
+  rows.push(...moved.ops);
+  const inbox = state.inbox.prepend(moved.items);
   if (inbox.length > 0) effects.push({ kind: 'wake' });
-  return { state: { turn: { phase: 'idle' }, inbox, pending: Queue.empty() }, effects };
+  return { state: { turn: { phase: 'idle' }, inbox, pending: Queue.empty(), rows: moved.bounds }, effects, rows };
 }
 
 /**
@@ -296,28 +322,25 @@ export function dispose(state: AgentState, at: string): Transition {
   const effects: Effect[] = closed.effects.filter((e) => e.kind === 'append');
   // closeTurn left idle state with every undelivered occurrence back in the inbox.
   for (const item of closed.state.inbox) effects.push({ kind: 'inbox', event: 'discard', item });
-  return { state: { turn: { phase: 'disposed' }, inbox: Queue.empty(), pending: Queue.empty() }, effects };
+  // Every row goes: queued items are discarded and staged context was just written.
+  const rows = [...state.inbox.map((item) => deleteRow(item.message)), ...state.pending.map((p) => deleteRow(messageOf(p)))];
+  return { state: { turn: { phase: 'disposed' }, inbox: Queue.empty(), pending: Queue.empty(), rows: closed.state.rows }, effects, rows };
+}
+
+function messageOf(pending: PendingContext): Message {
+  return pending.kind === 'staged' ? pending.message : pending.item.message;
 }
 
 function flushPending(pending: Queue<PendingContext>, at: string): Effect[] {
   const effects: Effect[] = [];
   for (const p of pending) {
-    if (p.kind === 'staged') {
-      effects.push({ kind: 'append', entry: messageEntry(p.message, at) });
-    } else {
-      effects.push({ kind: 'inbox', event: 'dequeue', item: p.item });
-      effects.push({ kind: 'append', entry: messageEntry(p.item.message, at) });
-    }
+    if (p.kind === 'steering') effects.push({ kind: 'inbox', event: 'dequeue', item: p.item });
+    effects.push({ kind: 'append', entry: messageEntry(messageOf(p), at) });
   }
   return effects;
 }
 
-function requireStep(
-  state: AgentState,
-  stepId: string,
-  status: StepStatus,
-  conflict: string,
-): OpenTurn & { step: StepState } {
+function requireStep(state: AgentState, stepId: string, status: StepStatus, conflict: string): OpenTurn & { step: StepState } {
   const turn = state.turn;
   if (turn.phase !== 'running' || turn.turn.step.id !== stepId) {
     throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not the open step of a running turn`);

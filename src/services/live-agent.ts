@@ -6,40 +6,27 @@
  *
  * Authority is this object's identity: a token authenticates exactly one incarnation, and a
  * re-created or resumed agent is a different object with a different token.
+ *
+ * Its lifecycle (resident, settling, closing, settled, closed; see domain/lifecycle.ts) is one
+ * value; `disposing` and `hasRunATurn` derive from it. The pending-row changes of each
+ * transition come from the turn machine and go to the log with the transition's entries.
  */
 import type { Clock, IdSource } from '../domain/ports.js';
 import type { Delivery } from '../domain/agent.js';
 import type { TokenUsage } from '../domain/model.js';
 import { ServiceError } from '../domain/errors.js';
 import { createUserMessage, textBlocks, type Message, type MessageSource, type TextBlock, type ToolCall } from '../domain/message.js';
-import { Queue } from '../domain/queue.js';
+import { beginLeaving, isLeaving, RESIDENT, turnAdmitted, type Leaving, type Lifecycle } from '../domain/lifecycle.js';
+import { itemFromRow, placeOf, type RowOp } from '../domain/pending-rows.js';
 import { isoTime, type SessionHeader } from '../domain/session.js';
-import {
-  admit,
-  closeTurn,
-  deliver,
-  dispose,
-  initialState,
-  isClaimable,
-  recordOutput,
-  recordToolResult,
-  releaseStep,
-  restore,
-  cancelTurn,
-  startStep,
-  type AgentState,
-  type DeliveryInput,
-  type Effect,
-  type InboxEvent,
-  type InboxItem,
-  type PendingContext,
-  type Transition,
-} from '../domain/turn-machine.js';
+import { admit, cancelTurn, closeTurn, deliver, dispose, initialState, isClaimable, recordOutput, recordToolResult, releaseStep, restore, startStep } from '../domain/turn-machine.js';
+import type { AgentState, DeliveryInput, Effect, InboxEvent, InboxItem, Transition } from '../domain/turn-machine.js';
 import type { SessionLog } from './session-log.js';
 import type { PendingOp, PendingRow } from './session-store.js';
 import type { StepDispatcher } from './step-dispatcher.js';
-import type { ServiceTool } from './tool-registry.js';
 import { DEFAULT_LIMITS } from './limits.js';
+import { AgentScope } from './agent-scope.js';
+import { RecentSteps } from './recent-steps.js';
 import { matchesToken, mintToken } from './tokens.js';
 
 /** What a claim hands the caller: the step's identity and the log position it was cut at. */
@@ -51,6 +38,8 @@ export interface StepClaim {
   /** The seq of the step-start entry: the step's messages are the log up to here. */
   upToSeq: number;
 }
+
+export { AgentScope } from './agent-scope.js';
 
 export interface LiveAgentDeps {
   log: SessionLog;
@@ -64,52 +53,16 @@ export interface LiveAgentDeps {
   maxInbox?: number;
 }
 
-/**
- * The tools installed into one agent incarnation alone (child-scoped, e.g. `report`). Most
- * agents never get one, so the map is made when first asked for: an empty map is about 180
- * bytes of heap, and an idle resident agent about 760 in all.
- */
-export class AgentScope {
-  private installed: Map<string, ServiceTool> | undefined;
-
-  /** The installed tools, to install or remove one. */
-  get tools(): Map<string, ServiceTool> {
-    return (this.installed ??= new Map());
-  }
-
-  /** The tool installed under this name, if any (without making the map). */
-  tool(name: string): ServiceTool | undefined {
-    return this.installed?.get(name);
-  }
-
-  /** Every installed tool (without making the map). */
-  list(): Iterable<ServiceTool> {
-    return this.installed?.values() ?? [];
-  }
-}
-
-const RECENT_STEPS = 64;
-
 export class LiveAgent {
   readonly id: string;
   readonly rootId: string;
   readonly token: string;
   private turnState: AgentState = initialState();
-  private disposalStarted = false;
-  private admittedTurns = 0;
+  private phase: Lifecycle = RESIDENT;
   /** Room held for messages that tool calls in flight will record (see reserveRoom). */
   private reservedRoom = 0;
-  /**
-   * The pending rows as last handed to the log, by message id, to write only what changed, and
-   * when each message was accepted. Made with the first row: most agents hold none for long.
-   */
-  private persisted: Map<string, { kind: PendingRow['kind']; position: number; acceptedAt: string }> | undefined;
-  private lowestPosition = 0;
-  private highestPosition = -1;
-  private persistedInbox: AgentState['inbox'] | null = null;
-  private persistedPending: AgentState['pending'] | null = null;
-  /** Step ids this incarnation handed out, newest last, to tell STEP_CONFLICT from STEP_NOT_FOUND. */
-  private readonly recentSteps: string[] = [];
+  /** Step ids this incarnation handed out, to tell STEP_CONFLICT from STEP_NOT_FOUND. */
+  private readonly recentSteps = new RecentSteps();
 
   constructor(
     readonly header: SessionHeader,
@@ -127,18 +80,31 @@ export class LiveAgent {
     return this.turnState;
   }
 
+  get lifecycle(): Lifecycle {
+    return this.phase;
+  }
+
+  /** Past the disposal cutoff (settling, closing, or gone). */
   get disposing(): boolean {
-    return this.disposalStarted;
+    return isLeaving(this.phase);
   }
 
   /** True once this incarnation admitted at least one turn. */
   get hasRunATurn(): boolean {
-    return this.admittedTurns > 0;
+    return this.phase.ranATurn;
   }
 
-  /** The disposal cutoff, set before any asynchronous part of a disposal. */
-  beginDisposal(): void {
-    this.disposalStarted = true;
+  /** Move the lifecycle by one domain transition; true when it changed. */
+  advance(transition: (lifecycle: Lifecycle) => Lifecycle): boolean {
+    const next = transition(this.phase);
+    if (next === this.phase) return false;
+    this.phase = next;
+    return true;
+  }
+
+  /** The disposal cutoff, set before any asynchronous part of a disposal (the first call wins). */
+  beginDisposal(how: Leaving = 'close'): void {
+    this.phase = beginLeaving(this.phase, how);
   }
 
   authenticates(token: string | undefined): boolean {
@@ -153,7 +119,7 @@ export class LiveAgent {
     messageId: string = this.deps.ids.next('message'),
     options: { coalesce?: boolean } = {},
   ): { messageId: string; inboxItemId?: string } {
-    if (this.disposalStarted) throw new ServiceError('AGENT_NOT_FOUND', `agent "${this.id}" is being disposed; the message was not accepted`);
+    if (this.disposing) throw new ServiceError('AGENT_NOT_FOUND', `agent "${this.id}" is being disposed; the message was not accepted`);
     this.checkRoom(1);
     const message = createUserMessage(messageId, content, source);
     const inboxItemId = delivery === 'inject' ? undefined : this.deps.ids.next('inbox');
@@ -200,12 +166,14 @@ export class LiveAgent {
     const at = this.now();
     let state = this.turnState;
     const effects: Effect[] = [];
+    const rows: RowOp[] = [];
     for (const message of messages) {
       const transition = deliver(state, { delivery: 'inject', message }, at);
       state = transition.state;
       effects.push(...transition.effects);
+      rows.push(...(transition.rows ?? []));
     }
-    this.apply({ state, effects });
+    this.apply({ state, effects, rows });
   }
 
   /**
@@ -214,30 +182,12 @@ export class LiveAgent {
    */
   restorePending(rows: readonly PendingRow[]): void {
     if (rows.length === 0) return;
-    const queued: InboxItem[] = [];
-    const staged: Message[] = [];
-    for (const row of rows) {
-      this.lowestPosition = Math.min(this.lowestPosition, row.position);
-      this.highestPosition = Math.max(this.highestPosition, row.position);
-      if (row.kind === 'staged') {
-        staged.push(row.message);
-        continue;
-      }
-      // Restored steering items queue again as prompts: track them as queued rows.
-      const kind = row.kind === 'steering' ? 'queued' : row.kind;
-      (this.persisted ??= new Map()).set(row.message.id, { kind, position: row.position, acceptedAt: row.acceptedAt });
-      const item: InboxItem = { id: row.itemId ?? this.deps.ids.next('inbox'), placement: 'queued', message: row.message };
-      if (kind === 'wakeup' || kind === 'joined') item.coalescing = true;
-      if (kind === 'joined') item.joinsPrevious = true;
-      queued.push(item);
-    }
-    const transition = restore(this.turnState, queued, staged, this.now());
-    // The restored inbox is durable already; staged context is written now, so its rows go in
+    // Restored steering items queue again as prompts; their rows stay as they are.
+    const queued = rows.filter((row) => row.kind !== 'staged').map((row) => itemFromRow(row, row.itemId ?? this.deps.ids.next('inbox')));
+    const staged = rows.filter((row) => row.kind === 'staged').map((row) => ({ message: row.message, row: placeOf(row) }));
+    // The restored inbox is durable already; staged context is written now, and its rows go in
     // the same batch as its entries.
-    this.persistedInbox = transition.state.inbox;
-    this.persistedPending = transition.state.pending;
-    this.deps.log.changePending(staged.map((message) => ({ op: 'delete', sessionId: this.id, rootId: this.rootId, messageId: message.id })));
-    this.apply(transition);
+    this.apply(restore(this.turnState, queued, staged, this.now()));
   }
 
   /**
@@ -245,12 +195,11 @@ export class LiveAgent {
    * turn ends as cancelled, and queued items stay durable for the next incarnation.
    */
   suspend(): void {
-    if (this.disposalStarted) return;
-    this.disposalStarted = true;
+    if (this.disposing) return;
+    this.beginDisposal();
     this.apply(cancelTurn(this.turnState, 'cancelled'));
     this.apply(closeTurn(this.turnState, this.now()));
-    this.deps.dispatcher.withdraw(this);
-    this.deps.dispatcher.release(this);
+    this.leaveDispatcher();
   }
 
   /**
@@ -258,9 +207,8 @@ export class LiveAgent {
    * now, whose log is the truth. No step can be claimed from it any more.
    */
   abandon(): void {
-    this.disposalStarted = true;
-    this.deps.dispatcher.withdraw(this);
-    this.deps.dispatcher.release(this);
+    this.beginDisposal();
+    this.leaveDispatcher();
   }
 
   /** Mint a message id from this agent's id source. */
@@ -270,10 +218,10 @@ export class LiveAgent {
 
   /** Admit the next queued item as a turn, if idle. Runs on a microtask after a wake. */
   admitNext(): void {
-    if (this.disposalStarted) return;
+    if (this.disposing) return;
     const before = this.turnState;
     this.apply(admit(before, this.deps.ids.next('turn'), this.now()));
-    if (this.turnState !== before) this.admittedTurns++;
+    if (this.turnState !== before) this.advance(turnAdmitted);
   }
 
   /** Claim the claimable step. Only the dispatcher calls this, so a step is claimed once. */
@@ -282,14 +230,8 @@ export class LiveAgent {
     const entries = this.apply(startStep(this.turnState, stepId, this.now()));
     const running = this.turnState.turn;
     if (running.phase !== 'running') throw new Error('a claimed step leaves its turn running');
-    this.remember(stepId);
-    return {
-      agent: this,
-      stepId,
-      turnId: running.turn.id,
-      index: running.turn.step.index,
-      upToSeq: entries[entries.length - 1]!,
-    };
+    this.recentSteps.remember(stepId);
+    return { agent: this, stepId, turnId: running.turn.id, index: running.turn.step.index, upToSeq: entries[entries.length - 1]! };
   }
 
   /** The caller of a claim went away before receiving the step: make it claimable again. */
@@ -299,7 +241,7 @@ export class LiveAgent {
 
   /** Record the model's output; returns the tool calls now awaiting results and whether the turn ended. */
   recordOutput(stepId: string, content: string | readonly TextBlock[] | undefined, toolCalls: ToolCall[], usage?: TokenUsage): { ended: boolean } {
-    this.requireKnownStep(stepId);
+    this.recentSteps.require(stepId, this.id);
     const message: Message = {
       id: this.deps.ids.next('message'),
       role: 'assistant',
@@ -322,28 +264,22 @@ export class LiveAgent {
    * queued work goes on with the next turn.
    */
   failTurn(error: string): void {
-    if (this.disposalStarted) return;
+    if (this.disposing) return;
     this.apply(cancelTurn(this.turnState, 'failed', error));
     this.apply(closeTurn(this.turnState, this.now()));
   }
 
   /** Record one tool result (service-owned or the backend's). */
   recordToolResult(stepId: string, toolCallId: string, content: string | readonly TextBlock[], isError: boolean): void {
-    this.requireKnownStep(stepId);
-    const message: Message = {
-      id: this.deps.ids.next('message'),
-      role: 'tool',
-      content: textBlocks(content),
-      source: { kind: 'tool' },
-      toolCallId,
-    };
+    this.recentSteps.require(stepId, this.id);
+    const message: Message = { id: this.deps.ids.next('message'), role: 'tool', content: textBlocks(content), source: { kind: 'tool' }, toolCallId };
     if (isError) message.isError = true;
     this.apply(recordToolResult(this.turnState, stepId, message, this.now()));
   }
 
   /** Throws unless the step awaits a result for each id, each named once. Changes nothing. */
   checkToolResults(stepId: string, toolCallIds: readonly string[]): void {
-    this.requireKnownStep(stepId);
+    this.recentSteps.require(stepId, this.id);
     const turn = this.turnState.turn;
     if (turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.status !== 'awaiting') {
       throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not awaiting tool results`);
@@ -358,24 +294,21 @@ export class LiveAgent {
 
   /** Start disposal: a synchronous cutoff; cancels the open turn and discards queued work. */
   dispose(): void {
-    this.disposalStarted = true;
+    this.beginDisposal();
     this.apply(dispose(this.turnState, this.now()));
+    this.leaveDispatcher();
+  }
+
+  /** No step can be claimed from this incarnation any more. */
+  private leaveDispatcher(): void {
     this.deps.dispatcher.withdraw(this);
     this.deps.dispatcher.release(this);
   }
 
-  private requireKnownStep(stepId: string): void {
-    if (!this.recentSteps.includes(stepId)) {
-      throw new ServiceError('STEP_NOT_FOUND', `step "${stepId}" does not exist for agent "${this.id}"`);
-    }
-  }
-
-  private remember(stepId: string): void {
-    this.recentSteps.push(stepId);
-    if (this.recentSteps.length > RECENT_STEPS) this.recentSteps.shift();
-  }
-
-  /** Carry out a transition: new state, log appends in order, inbox events, wake, dispatch. Returns appended seqs. */
+  /**
+   * Carry out a transition: new state, log appends in order, inbox events, wake, its pending-row
+   * changes, dispatch. Returns appended seqs.
+   */
   private apply(transition: Transition): number[] {
     this.turnState = transition.state;
     const seqs: number[] = [];
@@ -394,80 +327,20 @@ export class LiveAgent {
           break; // handled below, once every effect has run
       }
     }
-    this.persistPending();
-    if (isClaimable(this.turnState) && !this.disposalStarted) this.deps.dispatcher.offer(this);
+    if (transition.rows !== undefined && transition.rows.length > 0) this.deps.log.changePending(transition.rows.map((op) => this.pendingOp(op)));
+    if (isClaimable(this.turnState) && !this.disposing) this.deps.dispatcher.offer(this);
     else this.deps.dispatcher.withdraw(this);
     this.deps.onChange?.(this);
     return seqs;
   }
 
-  /**
-   * Hand the log the changes to this agent's pending rows (queued and steering items, staged
-   * context): new rows at the end, rows that left removed, and a steering item that became a
-   * queued prompt moved to the front. The common changes (a queue grew at its end or lost its
-   * head) cost only their size; anything else is diffed in full.
-   */
-  private persistPending(): void {
-    const state = this.turnState;
-    const prevInbox = this.persistedInbox ?? Queue.empty();
-    const prevPending = this.persistedPending ?? Queue.empty();
-    if (state.inbox === prevInbox && state.pending === prevPending) return;
-    this.persistedInbox = state.inbox;
-    this.persistedPending = state.pending;
-    const ops: PendingOp[] = [];
-    const put = (row: PendingShape, position: number): void => {
-      const persisted = (this.persisted ??= new Map());
-      // A row is first put in the same synchronous span as its message was accepted; a row
-      // that moves later keeps that time.
-      const acceptedAt = persisted.get(row.message.id)?.acceptedAt ?? this.now();
-      persisted.set(row.message.id, { kind: row.kind, position, acceptedAt });
-      ops.push({ op: 'put', sessionId: this.id, rootId: this.rootId, row: { ...row, position, acceptedAt } });
-    };
-    const remove = (messageId: string): void => {
-      if (this.persisted?.delete(messageId) !== true) return;
-      ops.push({ op: 'delete', sessionId: this.id, rootId: this.rootId, messageId });
-    };
-    const inbox = state.inbox.changesSince(prevInbox);
-    const pending = state.pending.changesSince(prevPending);
-    if (inbox !== undefined && pending !== undefined) {
-      for (const item of inbox.removed) remove(item.message.id);
-      for (const p of pending.removed) remove(shapeOf(p).message.id);
-      for (const item of inbox.added) put(shapeOf(item), ++this.highestPosition);
-      for (const p of pending.added) put(shapeOf(p), ++this.highestPosition);
-    } else {
-      const current = new Map<string, PendingShape>();
-      for (const p of state.pending) current.set(shapeOf(p).message.id, shapeOf(p));
-      for (const item of state.inbox) current.set(item.message.id, shapeOf(item));
-      for (const messageId of [...(this.persisted?.keys() ?? [])]) if (!current.has(messageId)) remove(messageId);
-      const moved: PendingShape[] = [];
-      for (const row of current.values()) {
-        const known = this.persisted?.get(row.message.id);
-        if (known === undefined) put(row, ++this.highestPosition);
-        else if (known.kind !== row.kind) moved.push(row);
-      }
-      // Steering items that found no step become the next prompts: they move to the front, in order.
-      for (const row of moved.reverse()) put(row, --this.lowestPosition);
-    }
-    this.deps.log.changePending(ops);
+  private pendingOp(op: RowOp): PendingOp {
+    return op.op === 'put'
+      ? { op: 'put', sessionId: this.id, rootId: this.rootId, row: op.row }
+      : { op: 'delete', sessionId: this.id, rootId: this.rootId, messageId: op.messageId };
   }
 
   private now(): string {
     return isoTime(this.deps.clock.now());
   }
-}
-
-interface PendingShape {
-  kind: PendingRow['kind'];
-  itemId: string | null;
-  message: Message;
-}
-
-function shapeOf(x: InboxItem | PendingContext): PendingShape {
-  if ('kind' in x) {
-    return x.kind === 'staged'
-      ? { kind: 'staged', itemId: null, message: x.message }
-      : { kind: 'steering', itemId: x.item.id, message: x.item.message };
-  }
-  const kind = x.joinsPrevious === true ? 'joined' : x.coalescing === true ? 'wakeup' : 'queued';
-  return { kind, itemId: x.id, message: x.message };
 }

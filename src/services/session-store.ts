@@ -5,14 +5,11 @@
  * duplicate, so the log on disk is always gap-free.
  */
 import type { Message } from '../domain/message.js';
+import type { PendingRowKind as PendingKind } from '../domain/pending-rows.js';
 import type { SessionEntry, SessionHeader } from '../domain/session.js';
 
-/**
- * `queued`: an inbox item; `wakeup`: a queued item that later wakeups may join; `joined`: a
- * wakeup that joins the item ahead of it into one turn; `steering`; `staged` context.
- */
-export const PENDING_KINDS = ['queued', 'wakeup', 'joined', 'steering', 'staged'] as const;
-export type PendingKind = (typeof PENDING_KINDS)[number];
+/** The kinds of pending rows, defined once in the domain (domain/pending-rows.ts). */
+export { PENDING_ROW_KINDS as PENDING_KINDS, type PendingRowKind as PendingKind } from '../domain/pending-rows.js';
 
 /** An accepted message not yet in the log: a queued or steering inbox item, or staged context. */
 export interface PendingRow {

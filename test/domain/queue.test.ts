@@ -35,36 +35,11 @@ describe('Queue', () => {
     );
   });
 
-  it('changesSince names exactly the dropped head and the appended tail, or declines', () => {
-    fc.assert(
-      fc.property(fc.array(op, { maxLength: 200 }), (ops) => {
-        let queue = Queue.empty<number>();
-        let counter = 0;
-        for (const o of ops) {
-          const before = queue;
-          // Distinct values, so the diff can be checked by identity.
-          if (o.kind === 'push') queue = queue.push(counter++);
-          else if (o.kind === 'shift') queue = queue.shift();
-          else queue = queue.prepend(o.values.map(() => counter++));
-          const changes = queue.changesSince(before);
-          if (changes === undefined) continue;
-          const kept = before.toArray().filter((x) => !changes.removed.includes(x));
-          expect([...kept, ...changes.added]).toEqual(queue.toArray());
-          expect(before.toArray().slice(0, changes.removed.length)).toEqual(changes.removed);
-        }
-      }),
-      { seed: 20261130, numRuns: 300 },
-    );
-  });
-
-  it('a long run of pushes and shifts reports each change in constant size', () => {
+  it('a long run of pushes and shifts keeps FIFO order through compactions', () => {
     let queue = Queue.empty<number>();
     for (let i = 0; i < 10_000; i++) {
-      const before = queue;
       queue = queue.push(i);
       if (i % 3 === 0) queue = queue.shift();
-      const changes = queue.changesSince(before);
-      if (changes !== undefined) expect(changes.removed.length + changes.added.length).toBeLessThanOrEqual(2);
     }
     expect(queue.length).toBe(10_000 - Math.ceil(10_000 / 3));
     expect(queue.at(0)).toBe(Math.ceil(10_000 / 3));
