@@ -65,7 +65,7 @@ export async function startServer(data: string, env: Record<string, string> = {}
   const child = spawn(process.execPath, ['--expose-gc', ...startFlags(), 'dist/server.js'], {
     cwd: root,
     // One client drives each server as hard as it can: the operator rate limit is off.
-    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_BENCH_BASELINE: '1', AGENTFOREST_RATE_LIMIT: '0', ...env },
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_RATE_LIMIT: '0', ...env },
     stdio: ['ignore', log, 'inherit'],
   });
   closeSync(log);
