@@ -40,10 +40,20 @@ function cpuSecondsOf(pid: number | undefined, thread?: number): number | undefi
   }
 }
 
-/** Compile the server as `npm start` runs it (dist/), so the benchmarks measure that build. */
+/**
+ * Compile the server as `npm start` runs it (dist/), so the benchmarks measure that build, and
+ * the benchmark's own server entries (bench/server.ts, bench/bare-server.ts) with the same
+ * compiler options, into dist/bench-server/.
+ */
 export function buildServer(): void {
   execFileSync('npm', ['run', '--silent', 'build'], { cwd: root, stdio: 'inherit' });
+  execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'bench', 'tsconfig.server.json')], { cwd: root, stdio: 'inherit' });
 }
+
+/** The compiled bench/server.ts: the service as src/server.ts starts it, plus the benchmark's routes. */
+const BENCH_SERVER = 'dist/bench-server/bench/server.js';
+/** The compiled bench/bare-server.ts. */
+const BARE_SERVER = 'dist/bench-server/bench/bare-server.js';
 
 /** The node flags `npm start` runs the server with (its `start` script: `node <flags> dist/server.js`). */
 export function startFlags(): string[] {
@@ -54,18 +64,26 @@ export function startFlags(): string[] {
 }
 
 /**
- * Start the built server (see buildServer) in its own process on 127.0.0.1, with the node
- * flags of `npm start`. Its log goes to a file beside the data (never a pipe: a pipe this
+ * Start the built benchmark server (see buildServer) in its own process on 127.0.0.1, with the
+ * node flags of `npm start`. Its log goes to a file beside the data (never a pipe: a pipe this
  * process is slow to drain would make the server's logger wait, and this process runs the
  * load generator).
  */
 export async function startServer(data: string, env: Record<string, string> = {}): Promise<Server> {
-  const logPath = data === ':memory:' ? join(tmpdir(), `agentforest-bench-${process.pid}-${Date.now()}.log`) : `${data}.log`;
+  return startProcess(BENCH_SERVER, data === ':memory:' ? join(tmpdir(), `agentforest-bench-${process.pid}-${Date.now()}.log`) : `${data}.log`, { AGENTFOREST_DATA: data, ...env });
+}
+
+/** Start the truly bare Fastify server (bench/bare-server.ts), with the same node flags. */
+export async function startBareServer(): Promise<Server> {
+  return startProcess(BARE_SERVER, join(tmpdir(), `agentforest-bench-bare-${process.pid}-${Date.now()}.log`), {});
+}
+
+async function startProcess(script: string, logPath: string, env: Record<string, string>): Promise<Server> {
   const log = openSync(logPath, 'w');
-  const child = spawn(process.execPath, ['--expose-gc', ...startFlags(), 'dist/server.js'], {
+  const child = spawn(process.execPath, ['--expose-gc', ...startFlags(), script], {
     cwd: root,
     // One client drives each server as hard as it can: the operator rate limit is off.
-    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', AGENTFOREST_DATA: data, LOG_LEVEL: 'info', AGENTFOREST_BENCH_BASELINE: '1', AGENTFOREST_RATE_LIMIT: '0', ...env },
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', AGENTFOREST_RATE_LIMIT: '0', ...env },
     stdio: ['ignore', log, 'inherit'],
   });
   closeSync(log);

@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: how fast, how big, and how cost grows. Servers run in their own processes
  * on 127.0.0.1; autocannon (in this process) is the load generator. Every figure that matters
- * is a ratio to a baseline measured in the same run. Prints one table and writes
+ * is a ratio to a baseline measured in the same run: the app's own baseline route, and a truly
+ * bare Fastify server (bench/bare-server.ts) beside it. Prints one table and writes
  * bench/results.json. Bounded: it stops by itself (a few minutes on 2 cores).
  *
  *   npm run bench -- [--seconds 4] [--rounds 5] [--round-seconds 2] [--agents 100000] [--entries 100000]
@@ -9,7 +10,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { buildServer, call, childHeader, load, pool, root, rootHeader, settledMemory, seedSessions, startServer, warmUp, type Load, type Server } from './lib.js';
+import { buildServer, call, childHeader, load, pool, root, rootHeader, settledMemory, seedSessions, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
 
 const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -79,8 +80,14 @@ interface CpuPerRequest {
 interface Paired {
   ratio: number;
   cpuRatio: number | null;
-  /** Over all rounds, per route; null off Linux. */
-  cpu: { base: CpuPerRequest; rep: CpuPerRequest } | null;
+  /** Over all rounds, per route (bare: the truly bare Fastify server's route); null off Linux. */
+  cpu: { bare: CpuPerRequest; base: CpuPerRequest; rep: CpuPerRequest } | null;
+  /** Server CPU per request of the app's baseline route over the bare route's, and each round's. */
+  baseOverBare: number | null;
+  baseOverBareRounds: number[];
+  /** Server CPU per request of the report over the bare route's. */
+  repOverBare: number | null;
+  bare: Load;
   base: Load;
   rep: Load;
   ratios: number[];
@@ -96,46 +103,66 @@ interface Paired {
  * main thread's: the event loop runs every request, so once it is busy all the time, its
  * time per request bounds the throughput.
  */
-async function pairedRatio(s: Server, child: Agent): Promise<Paired> {
+async function pairedRatio(s: Server, child: Agent, bare: Server): Promise<Paired> {
+  const bareUrl = `${bare.url}/bench/baseline`;
   const baseUrl = `${s.url}/bench/baseline`;
   const reportUrl = `${s.url}/v1/agents/${child.id}/tool-calls`;
   // Both routes get the same request, the agent token header included: the baseline ignores
   // it, so the ratio holds only what the report path itself costs.
   const token = { 'x-agent-token': child.token };
+  await warmUp(bareUrl, report, token, 2);
   await warmUp(baseUrl, report, token, 2);
   await warmUp(reportUrl, report, token, 2);
+  type Route = 'bare' | 'base' | 'rep';
   // CPU seconds (the server's, its main thread's) and requests of each route over all rounds.
-  const cpu = { base: { server: 0, main: 0 }, rep: { server: 0, main: 0 } };
+  const cpu = { bare: { server: 0, main: 0 }, base: { server: 0, main: 0 }, rep: { server: 0, main: 0 } };
   let cpuKnown = true;
-  const requests = { base: 0, rep: 0 };
-  const measured = async (url: string, route: 'base' | 'rep'): Promise<Load> => {
-    const before = [s.cpuSeconds(), s.mainThreadCpuSeconds()];
+  const requests = { bare: 0, base: 0, rep: 0 };
+  const measured = async (url: string, route: Route): Promise<Load & { cpuUs: number | undefined }> => {
+    const on = route === 'bare' ? bare : s;
+    const before = [on.cpuSeconds(), on.mainThreadCpuSeconds()];
     const l = await load(url, report, token, roundSeconds, 50, 0);
-    const after = [s.cpuSeconds(), s.mainThreadCpuSeconds()];
+    const after = [on.cpuSeconds(), on.mainThreadCpuSeconds()];
+    let cpuUs: number | undefined;
     if ([...before, ...after].some((x) => x === undefined)) cpuKnown = false;
     else {
       cpu[route].server += after[0]! - before[0]!;
       cpu[route].main += after[1]! - before[1]!;
+      cpuUs = ((after[0]! - before[0]!) / l.requests) * 1e6;
     }
     requests[route] += l.requests;
-    return l;
+    return { ...l, cpuUs };
   };
-  const all: { base: Load; rep: Load; ratio: number }[] = [];
+  const all: { bare: Load; base: Load; rep: Load; ratio: number; baseOverBare: number | undefined }[] = [];
   for (let i = 0; i < rounds; i++) {
+    const bareRound = await measured(bareUrl, 'bare');
     const base = await measured(baseUrl, 'base');
     const rep = await measured(reportUrl, 'rep');
-    all.push({ base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond) });
+    const baseOverBare = base.cpuUs === undefined || bareRound.cpuUs === undefined ? undefined : ratio(base.cpuUs, bareRound.cpuUs);
+    all.push({ bare: bareRound, base, rep, ratio: ratio(rep.requestsPerSecond, base.requestsPerSecond), baseOverBare });
   }
   const mid = [...all].sort((a, b) => a.ratio - b.ratio)[Math.floor(all.length / 2)]!;
   // Summed over the rounds rather than a median: work a round leaves behind (the writer's
   // queue, a collection) is counted in the next round's window, which sums even out.
-  const perRequest = (route: 'base' | 'rep'): CpuPerRequest => ({
+  const perRequest = (route: Route): CpuPerRequest => ({
     serverUs: +((cpu[route].server / requests[route]) * 1e6).toFixed(1),
     mainThreadUs: +((cpu[route].main / requests[route]) * 1e6).toFixed(1),
   });
   const cpuRatio = cpuKnown ? ratio(cpu.base.server / requests.base, cpu.rep.server / requests.rep) : null;
-  const perRoute = cpuKnown ? { base: perRequest('base'), rep: perRequest('rep') } : null;
-  return { ratio: mid.ratio, cpuRatio, cpu: perRoute, base: mid.base, rep: mid.rep, ratios: all.map((r) => r.ratio) };
+  const perRoute = cpuKnown ? { bare: perRequest('bare'), base: perRequest('base'), rep: perRequest('rep') } : null;
+  const overBare = (route: Route): number | null => (cpuKnown ? ratio(cpu[route].server / requests[route], cpu.bare.server / requests.bare) : null);
+  return {
+    ratio: mid.ratio,
+    cpuRatio,
+    cpu: perRoute,
+    baseOverBare: overBare('base'),
+    baseOverBareRounds: all.flatMap((r) => (r.baseOverBare === undefined ? [] : [r.baseOverBare])),
+    repOverBare: overBare('rep'),
+    bare: mid.bare,
+    base: mid.base,
+    rep: mid.rep,
+    ratios: all.map((r) => r.ratio),
+  };
 }
 
 /** A scaling case's report cost: its throughput and the server's CPU time per report. */
@@ -218,23 +245,37 @@ const row = (scenario: string, l: Load, extra: Record<string, unknown> = {}): vo
 };
 
 async function main(): Promise<Record<string, unknown>> {
-  // 1. Report throughput against the bare baseline route, durable SQLite and memory.
+  // 1. Report throughput against the app's baseline route, durable SQLite and memory, and
+  // both against a truly bare Fastify route (no logger, no hooks, the same validated body):
+  // the app's baseline over the bare route is what the app adds to every request.
+  const bare = await startBareServer();
+  try {
+    return await measure(bare);
+  } finally {
+    await bare.stop();
+  }
+}
+
+async function measure(bare: Server): Promise<Record<string, unknown>> {
   const durable = await startServer(join(dir, 'durable.db'), unbounded);
   let durableRatio: number;
   let durableRatios: number[];
   let durableCpuRatio: number | null;
   let durableCpu: Paired['cpu'];
+  let durableOverBare: Pick<Paired, 'baseOverBare' | 'baseOverBareRounds' | 'repOverBare'>;
   let wakeup: Load;
   let steps: number;
   try {
     const child = await reportingChild(durable, await newRoot(durable));
-    const paired = await pairedRatio(durable, child);
+    const paired = await pairedRatio(durable, child, bare);
     durableRatio = paired.ratio;
     durableRatios = paired.ratios;
     durableCpuRatio = paired.cpuRatio;
     durableCpu = paired.cpu;
-    row('baseline route (sqlite build)', paired.base, cpuColumns(paired.cpu?.base));
-    row('report quiet, sqlite FULL', paired.rep, { ratioToBaseline: durableRatio, cpuRatio: durableCpuRatio, ...cpuColumns(paired.cpu?.rep) });
+    durableOverBare = paired;
+    row('bare Fastify route (no logger, no hooks), beside sqlite', paired.bare, cpuColumns(paired.cpu?.bare));
+    row('baseline route (sqlite build)', paired.base, { cpuOverBare: paired.baseOverBare, ...cpuColumns(paired.cpu?.base) });
+    row('report quiet, sqlite FULL', paired.rep, { ratioToBaseline: durableRatio, cpuRatio: durableCpuRatio, cpuOverBare: paired.repOverBare, ...cpuColumns(paired.cpu?.rep) });
     // Wakeup to a running parent: its turn is open (step claimed), each report queues one turn.
     await call(`${durable.url}/v1/packages/subagent-report`, 'PUT', { config: { reportDelivery: 'wakeup' } });
     const busy = await newRoot(durable);
@@ -252,14 +293,17 @@ async function main(): Promise<Record<string, unknown>> {
   let memoryRatios: number[];
   let memoryCpuRatio: number | null;
   let memoryCpu: Paired['cpu'];
+  let memoryOverBare: Pick<Paired, 'baseOverBare' | 'baseOverBareRounds' | 'repOverBare'>;
   try {
-    const paired = await pairedRatio(memory, await reportingChild(memory, await newRoot(memory)));
+    const paired = await pairedRatio(memory, await reportingChild(memory, await newRoot(memory)), bare);
     memoryRatio = paired.ratio;
     memoryRatios = paired.ratios;
     memoryCpuRatio = paired.cpuRatio;
     memoryCpu = paired.cpu;
-    row('baseline route (memory build)', paired.base, cpuColumns(paired.cpu?.base));
-    row('report quiet, memory store', paired.rep, { ratioToBaseline: memoryRatio, cpuRatio: memoryCpuRatio, ...cpuColumns(paired.cpu?.rep) });
+    memoryOverBare = paired;
+    row('bare Fastify route (no logger, no hooks), beside memory', paired.bare, cpuColumns(paired.cpu?.bare));
+    row('baseline route (memory build)', paired.base, { cpuOverBare: paired.baseOverBare, ...cpuColumns(paired.cpu?.base) });
+    row('report quiet, memory store', paired.rep, { ratioToBaseline: memoryRatio, cpuRatio: memoryCpuRatio, cpuOverBare: paired.repOverBare, ...cpuColumns(paired.cpu?.rep) });
   } finally {
     await memory.stop();
   }
@@ -381,6 +425,13 @@ async function main(): Promise<Record<string, unknown>> {
     // thread's ratio: the ceiling of the throughput ratio once the event loop is saturated.
     cpuPerRequest: { durable: durableCpu, memory: memoryCpu },
     mainThreadRatios: { durable: mainThreadRatio(durableCpu), memory: mainThreadRatio(memoryCpu) },
+    // Server CPU per request over the truly bare Fastify route's, over the same rounds: the
+    // app's baseline route (what the app adds to every request; per round, for the spread)
+    // and the report.
+    overBare: {
+      durable: { baseline: durableOverBare.baseOverBare, baselineRounds: durableOverBare.baseOverBareRounds, report: durableOverBare.repOverBare },
+      memory: { baseline: memoryOverBare.baseOverBare, baselineRounds: memoryOverBare.baseOverBareRounds, report: memoryOverBare.repOverBare },
+    },
     wakeupRps: wakeup.requestsPerSecond,
     stepRoundTripsPerSecond: steps,
     scaling: {
@@ -401,6 +452,10 @@ try {
   const results = await main();
   console.table(rows);
   console.log(JSON.stringify({ ...results, rows: undefined }, null, 2));
+  const over = results.overBare as Record<string, { baseline: number | null; baselineRounds: number[]; report: number | null }>;
+  for (const [store, o] of Object.entries(over)) {
+    console.log(`${store}: app baseline / bare Fastify CPU per request ${o.baseline} (rounds ${o.baselineRounds.join(', ')}); report / bare ${o.report}`);
+  }
   writeFileSync(join(root, 'bench', 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -13,9 +13,11 @@ process.once('SIGINT', stopDuringStartUp);
 
 try {
   const { start } = await import('./start.js');
-  await start(() => {
-    process.off('SIGTERM', stopDuringStartUp);
-    process.off('SIGINT', stopDuringStartUp);
+  await start({
+    onSignalsHandled: () => {
+      process.off('SIGTERM', stopDuringStartUp);
+      process.off('SIGINT', stopDuringStartUp);
+    },
   });
 } catch (error) {
   process.stderr.write(`agentforest: failed to start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);

@@ -6,13 +6,21 @@
  */
 import { randomUUID } from 'node:crypto';
 import closeWithGrace from 'close-with-grace';
+import type { FastifyPluginAsync } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { createSystem, openStore } from './services/system.js';
 
-export async function start(onSignalsHandled: () => void = () => undefined): Promise<void> {
+export interface StartOptions {
+  /** Called once the drain handlers own SIGTERM/SIGINT (server.ts stops handling them then). */
+  onSignalsHandled?: () => void;
+  /** Plugins registered on the app after buildApp, before it listens (bench/server.ts adds its routes). */
+  plugins?: readonly FastifyPluginAsync[];
+}
+
+export async function start({ onSignalsHandled = () => undefined, plugins = [] }: StartOptions = {}): Promise<void> {
   let config: Config;
   try {
     config = loadConfig();
@@ -52,9 +60,9 @@ export async function start(onSignalsHandled: () => void = () => undefined): Pro
     eventHeartbeatMs: config.eventHeartbeatMs,
     eventBufferBytes: config.eventBufferBytes,
     publicUrl: `http://${config.host}:${config.port}`,
-    benchBaseline: process.env.AGENTFOREST_BENCH_BASELINE === '1',
     protection: { rateLimit: config.rateLimit, maxEventLoopDelayMs: config.maxEventLoopDelayMs },
   });
+  for (const plugin of plugins) await app.register(plugin);
 
   if (config.apiKeys.length === 0) {
     logger.warn(

@@ -1,5 +1,7 @@
 /**
- * The dependency direction (routes -> services -> domain, nothing imports routes) and the
+ * The dependency direction (routes and plugins -> services -> domain; the wire contract, used
+ * by routes and services, imports only TypeBox and the domain; nothing imports routes or
+ * plugins but the app) and the
  * purity of the domain (no framework, logger, node: module, clock, randomness or timers),
  * checked on the source text so a violation names the file and the specifier.
  */
@@ -127,6 +129,8 @@ describe('import parsing', () => {
 describe('architecture', () => {
   const domain = sourceFiles('domain');
   const services = sourceFiles('services');
+  const contract = sourceFiles('contract');
+  const plugins = sourceFiles('plugins');
 
   it('the layers being checked contain the files we expect', () => {
     expect(domain.map((f) => f.path)).toContain('src/domain/turn-machine.ts');
@@ -143,6 +147,25 @@ describe('architecture', () => {
     expect(
       importsOf([...services, ...domain])
         .filter((i) => underLayer('routes')(i.target))
+        .map(describeImport),
+    ).toEqual([]);
+  });
+
+  it('the wire contract imports only TypeBox, the domain and itself', () => {
+    expect(contract.map((f) => f.path)).toContain('src/contract/index.ts');
+    expect(
+      importsOf(contract)
+        .filter((i) => i.target !== '@sinclair/typebox' && !underLayer('domain')(i.target) && !underLayer('contract')(i.target))
+        .map(describeImport),
+    ).toEqual([]);
+  });
+
+  it('the domain does not import the wire contract; nothing below the app imports a plugin', () => {
+    expect(importsOf(domain).filter((i) => underLayer('contract')(i.target)).map(describeImport)).toEqual([]);
+    expect(plugins.map((f) => f.path)).toContain('src/plugins/json-bodies.ts');
+    expect(
+      importsOf([...services, ...domain, ...contract, ...sourceFiles('routes')])
+        .filter((i) => underLayer('plugins')(i.target))
         .map(describeImport),
     ).toEqual([]);
   });

@@ -1,4 +1,6 @@
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { ERROR_CODES } from '../src/domain/errors.js';
@@ -7,9 +9,32 @@ import { HTTP_STATUS } from '../src/routes/error-status.js';
 
 const committed = readFileSync(new URL('../openapi.yaml', import.meta.url), 'utf8');
 
+interface ErrorSchema {
+  allOf?: [{ $ref: string }, { properties?: { code?: { enum?: string[] } } }];
+}
+
+interface Response {
+  $ref?: string;
+  content?: { 'application/json'?: { schema?: ErrorSchema } };
+}
+
 interface Operation {
-  responses: Record<string, { content?: { 'application/json'?: { schema?: { properties?: { code?: { enum?: string[] } } } } } }>;
+  operationId?: string;
+  tags?: string[];
+  responses: Record<string, Response>;
   security?: unknown[];
+}
+
+interface Document {
+  paths: Record<string, Record<string, Operation>>;
+  tags: { name: string; description?: string }[];
+  components: { responses: Record<string, Response>; schemas: Record<string, unknown> };
+}
+
+/** A response as written, or the shared one it refers to. */
+function resolved(doc: Document, response: Response): Response {
+  const name = response.$ref?.replace('#/components/responses/', '');
+  return name === undefined ? response : (doc.components.responses[name] ?? {});
 }
 
 describe('openapi.yaml', () => {
@@ -24,7 +49,7 @@ describe('openapi.yaml', () => {
   });
 
   it('documents every error response of every /v1 route with its codes, each under its own status', () => {
-    const doc = parse(committed) as { paths: Record<string, Record<string, Operation>> };
+    const doc = parse(committed) as Document;
     const documented = new Set<string>();
     for (const [path, methods] of Object.entries(doc.paths)) {
       if (!path.startsWith('/v1/')) continue;
@@ -33,7 +58,9 @@ describe('openapi.yaml', () => {
         expect(op.responses['400'], `${method} ${path} documents 400`).toBeDefined();
         expect(op.security, `${method} ${path} documents its security`).toBeDefined();
         for (const [status, response] of Object.entries(op.responses)) {
-          const codes = response.content?.['application/json']?.schema?.properties?.code?.enum ?? [];
+          const schema = resolved(doc, response).content?.['application/json']?.schema;
+          if (Number(status) >= 400) expect(schema?.allOf?.[0].$ref, `${status} of ${method} ${path} is the shared error body`).toMatch(/^#\/components\/schemas\/(ToolCall)?ErrorBody$/);
+          const codes = schema?.allOf?.[1].properties?.code?.enum ?? [];
           for (const code of codes) {
             expect(HTTP_STATUS[code as keyof typeof HTTP_STATUS], `${code} under ${status} of ${method} ${path}`).toBe(Number(status));
             documented.add(code);
@@ -65,4 +92,42 @@ describe('openapi.yaml', () => {
       }
     }
   });
+
+  it('names every operation with a unique camelCase operationId and tags it with a described tag', () => {
+    const doc = parse(committed) as Document;
+    const described = new Set(doc.tags.filter((t) => (t.description ?? '') !== '').map((t) => t.name));
+    const ids: string[] = [];
+    for (const [path, methods] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(methods)) {
+        expect(op.operationId, `${method} ${path}`).toMatch(/^[a-z][A-Za-z]+$/);
+        ids.push(op.operationId ?? '');
+        expect(op.tags?.length, `${method} ${path} has tags`).toBeGreaterThan(0);
+        for (const tag of op.tags ?? []) expect(described, `${method} ${path}: tag ${tag}`).toContain(tag);
+        expect(op.security, `${method} ${path} states its security`).toBeDefined();
+      }
+    }
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it('lists the shared shapes once, as components the operations refer to', () => {
+    const doc = parse(committed) as Document;
+    for (const name of ['ErrorBody', 'ToolCallErrorBody', 'AgentView', 'SessionEntry', 'MessageEntry', 'Step', 'ToolResult', 'ModelSpec']) {
+      expect(doc.components.schemas, name).toHaveProperty(name);
+      expect(committed, name).toContain(`$ref: "#/components/schemas/${name}"`);
+    }
+    expect(committed).not.toContain('def-');
+  });
+
+  it('passes the recommended Redocly lint rules with no error and no warning (redocly.yaml)', () => {
+    const root = fileURLToPath(new URL('..', import.meta.url));
+    const out = execFileSync(`${root}node_modules/.bin/redocly`, ['lint', '--format=json', 'openapi.yaml'], {
+      cwd: root,
+      encoding: 'utf8',
+      env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const report = JSON.parse(out) as { totals: { errors: number; warnings: number }; problems: { ruleId: string; message: string }[] };
+    expect(report.problems.map((p) => `${p.ruleId}: ${p.message}`)).toEqual([]);
+    expect(report.totals).toMatchObject({ errors: 0, warnings: 0 });
+  }, 60_000);
 });

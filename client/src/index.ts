@@ -6,9 +6,9 @@
  * The step-loop driver is `./driver.js` (it imports this module, never the reverse).
  */
 import createClient, { type Client } from 'openapi-fetch';
-import type { paths } from './schema.js';
+import type { components, paths } from './schema.js';
 
-export type { paths } from './schema.js';
+export type { components, paths } from './schema.js';
 
 /** The openapi-fetch client typed by the generated paths. */
 export type AgentforestClient = Client<paths>;
@@ -46,18 +46,20 @@ type Json<T> = T extends { content: { 'application/json': infer B } } ? B : neve
 type Post<P extends keyof paths> = paths[P] extends { post: infer O } ? O : never;
 type Get<P extends keyof paths> = paths[P] extends { get: infer O } ? O : never;
 
+type Schemas = components['schemas'];
+
 /** A claimed step: `{id, turnId, index, messages, tools}`. */
-export type Step = Json<Post<'/v1/agents/{id}/steps/next'>['responses'][200]>['step'];
+export type Step = Schemas['Step'];
 /** One OpenAI chat-completions message of a step. */
-export type ChatMessage = Step['messages'][number];
+export type ChatMessage = Schemas['ChatMessage'];
 /** One service-owned tool of a step, in the chat-completions function shape. */
-export type ChatTool = Step['tools'][number];
+export type ChatTool = Schemas['ChatTool'];
 /** The answer to posting a step's output. */
 export type OutputResult = Json<Post<'/v1/agents/{id}/steps/{stepId}/output'>['responses'][200]>;
 /** One page of a session log. */
 export type SessionPage = Json<Get<'/v1/agents/{id}/session'>['responses'][200]>;
-/** One durable session entry. */
-export type SessionEntry = SessionPage['entries'][number];
+/** One durable session entry: a union discriminated by `type`. */
+export type SessionEntry = Schemas['SessionEntry'];
 
 /** The body of every error response: `{statusCode, code, error, message}`. */
 export interface ErrorBody {

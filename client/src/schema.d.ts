@@ -12,28 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /** Liveness */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            status: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getLiveness"];
         put?: never;
         post?: never;
         delete?: never;
@@ -50,39 +29,7 @@ export interface paths {
             cookie?: never;
         };
         /** Readiness: 503 while draining */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            status: string;
-                        };
-                    };
-                };
-                /** @description Default Response */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            status: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getReadiness"];
         put?: never;
         post?: never;
         delete?: never;
@@ -102,412 +49,10 @@ export interface paths {
          * List agents
          * @description Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. Ordered by creation time, then id. Filters combine.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description An agent (and session) id. */
-                    parentId?: string;
-                    status?: "idle" | "running" | "disposing" | "settled" | "closed";
-                    limit?: number;
-                    cursor?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            items: {
-                                /** @description An agent (and session) id. */
-                                id: string;
-                                kind: "root" | "child";
-                                parentId: string | null;
-                                mode: ("continuable" | "one-shot") | null;
-                                provider: ("in-process" | "remote") | null;
-                                depth: number;
-                                label?: string;
-                                /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed */
-                                status: "idle" | "running" | "disposing" | "settled" | "closed";
-                                resident: boolean;
-                                activation: {
-                                    state: "running" | "waiting";
-                                } | null;
-                                inbox: {
-                                    queued: number;
-                                };
-                                staged: number;
-                                /** Format: date-time */
-                                createdAt: string;
-                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
-                                model?: {
-                                    /**
-                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                                     * @enum {string}
-                                     */
-                                    provider: "openai-compatible";
-                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                                    baseUrl: string;
-                                    /** @description The model name the endpoint expects. */
-                                    model: string;
-                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                                    apiKeyEnv?: string;
-                                    temperature?: number;
-                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                                    maxSteps?: number;
-                                };
-                            }[];
-                            /** @description Pass as `cursor` for the next page; null on the last page. */
-                            nextCursor: string | null;
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listAgents"];
         put?: never;
         /** Create a root agent */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: {
-                content: {
-                    "application/json": {
-                        /** @description An agent (and session) id. */
-                        id?: string;
-                        /** @description The system prompt of every step. */
-                        instructions?: string;
-                        /** @description Free-form, kept in the session header. */
-                        metadata?: {
-                            [key: string]: unknown;
-                        };
-                        /** @description The service drives this agent itself against this model: no backend claims its steps. */
-                        model?: {
-                            /**
-                             * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                             * @enum {string}
-                             */
-                            provider: "openai-compatible";
-                            /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                            baseUrl: string;
-                            /** @description The model name the endpoint expects. */
-                            model: string;
-                            /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                            apiKeyEnv?: string;
-                            temperature?: number;
-                            /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                            maxSteps?: number;
-                        };
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            agent: {
-                                /** @description An agent (and session) id. */
-                                id: string;
-                                kind: "root" | "child";
-                                parentId: string | null;
-                                mode: ("continuable" | "one-shot") | null;
-                                provider: ("in-process" | "remote") | null;
-                                depth: number;
-                                label?: string;
-                                /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed */
-                                status: "idle" | "running" | "disposing" | "settled" | "closed";
-                                resident: boolean;
-                                activation: {
-                                    state: "running" | "waiting";
-                                } | null;
-                                inbox: {
-                                    queued: number;
-                                };
-                                staged: number;
-                                /** Format: date-time */
-                                createdAt: string;
-                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
-                                model?: {
-                                    /**
-                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                                     * @enum {string}
-                                     */
-                                    provider: "openai-compatible";
-                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                                    baseUrl: string;
-                                    /** @description The model name the endpoint expects. */
-                                    model: string;
-                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                                    apiKeyEnv?: string;
-                                    temperature?: number;
-                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                                    maxSteps?: number;
-                                };
-                            };
-                            /** @description The credential of this live incarnation (X-Agent-Token). */
-                            agentToken: string;
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Conflict: AGENT_EXISTS */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_EXISTS";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["createAgent"];
         delete?: never;
         options?: never;
         head?: never;
@@ -525,404 +70,14 @@ export interface paths {
          * Get an agent
          * @description Live agents, and children that are not resident (settled or closed). A root that is not live is 404.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description An agent (and session) id. */
-                            id: string;
-                            kind: "root" | "child";
-                            parentId: string | null;
-                            mode: ("continuable" | "one-shot") | null;
-                            provider: ("in-process" | "remote") | null;
-                            depth: number;
-                            label?: string;
-                            /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed */
-                            status: "idle" | "running" | "disposing" | "settled" | "closed";
-                            resident: boolean;
-                            activation: {
-                                state: "running" | "waiting";
-                            } | null;
-                            inbox: {
-                                queued: number;
-                            };
-                            staged: number;
-                            /** Format: date-time */
-                            createdAt: string;
-                            /** @description The service drives this agent itself against this model: no backend claims its steps. */
-                            model?: {
-                                /**
-                                 * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                                 * @enum {string}
-                                 */
-                                provider: "openai-compatible";
-                                /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                                baseUrl: string;
-                                /** @description The model name the endpoint expects. */
-                                model: string;
-                                /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                                apiKeyEnv?: string;
-                                temperature?: number;
-                                /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                                maxSteps?: number;
-                            };
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getAgent"];
         put?: never;
         post?: never;
         /**
          * Dispose a root or close a child
          * @description Answers 202 with the agent as it was when disposal started, once it has left the live registry. `cascade=true` (default) first closes live descendants child-first; with `cascade=false` they stay live until they settle, and their reports then fail with PARENT_UNAVAILABLE. A settled child is closed for good (it can no longer be cold-resumed).
          */
-        delete: {
-            parameters: {
-                query?: {
-                    /** @description Close continuable descendants child-first first (default); false leaves them live until they settle. */
-                    cascade?: boolean;
-                };
-                header?: never;
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            /** @description No fields: send no body or `{}`. */
-            requestBody?: {
-                content: {
-                    "application/json": Record<string, never>;
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            agent: {
-                                /** @description An agent (and session) id. */
-                                id: string;
-                                kind: "root" | "child";
-                                parentId: string | null;
-                                mode: ("continuable" | "one-shot") | null;
-                                provider: ("in-process" | "remote") | null;
-                                depth: number;
-                                label?: string;
-                                /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed */
-                                status: "idle" | "running" | "disposing" | "settled" | "closed";
-                                resident: boolean;
-                                activation: {
-                                    state: "running" | "waiting";
-                                } | null;
-                                inbox: {
-                                    queued: number;
-                                };
-                                staged: number;
-                                /** Format: date-time */
-                                createdAt: string;
-                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
-                                model?: {
-                                    /**
-                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                                     * @enum {string}
-                                     */
-                                    provider: "openai-compatible";
-                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                                    baseUrl: string;
-                                    /** @description The model name the endpoint expects. */
-                                    model: string;
-                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                                    apiKeyEnv?: string;
-                                    temperature?: number;
-                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                                    maxSteps?: number;
-                                };
-                            };
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        delete: operations["disposeAgent"];
         options?: never;
         head?: never;
         patch?: never;
@@ -941,238 +96,7 @@ export interface paths {
          * Re-open a root after a restart
          * @description A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            /** @description No fields: send no body or `{}`. */
-            requestBody?: {
-                content: {
-                    "application/json": Record<string, never>;
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            agent: {
-                                /** @description An agent (and session) id. */
-                                id: string;
-                                kind: "root" | "child";
-                                parentId: string | null;
-                                mode: ("continuable" | "one-shot") | null;
-                                provider: ("in-process" | "remote") | null;
-                                depth: number;
-                                label?: string;
-                                /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed */
-                                status: "idle" | "running" | "disposing" | "settled" | "closed";
-                                resident: boolean;
-                                activation: {
-                                    state: "running" | "waiting";
-                                } | null;
-                                inbox: {
-                                    queued: number;
-                                };
-                                staged: number;
-                                /** Format: date-time */
-                                createdAt: string;
-                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
-                                model?: {
-                                    /**
-                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                                     * @enum {string}
-                                     */
-                                    provider: "openai-compatible";
-                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                                    baseUrl: string;
-                                    /** @description The model name the endpoint expects. */
-                                    model: string;
-                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                                    apiKeyEnv?: string;
-                                    temperature?: number;
-                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                                    maxSteps?: number;
-                                };
-                            };
-                            /** @description The credential of this live incarnation (X-Agent-Token). */
-                            agentToken: string;
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Conflict: AGENT_EXISTS, NOT_RESUMABLE */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_EXISTS" | "NOT_RESUMABLE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["resumeAgent"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1192,230 +116,7 @@ export interface paths {
          * Send a message (followup, inject or steer)
          * @description followup queues one inbox item, the sole prompt of a later turn. inject adds context without a turn: appended at once to an idle agent, staged for a running one until the next step start or the turn end. steer joins the next step of the open turn, or queues like a followup when no turn is open. Roots take messages from the operator; a child only from its exact live direct parent (X-Agent-Token of the parent). A message to a settled continuable child cold-resumes it; `resumed.agentToken` is its new token.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Retry safely: the same key from the same sender with the same request returns the original result without a second delivery; with a different request it is 409 IDEMPOTENCY_CONFLICT. Keys are kept for AGENTFOREST_IDEMPOTENCY_TTL_MS (default 24 h). */
-                    "idempotency-key"?: string;
-                };
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description A string, or text blocks; a model reads the blocks joined with a newline. */
-                        content: string | {
-                            /** @enum {string} */
-                            type: "text";
-                            text: string;
-                        }[];
-                        delivery: "followup" | "inject" | "steer";
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description The stable id of the message; the same id appears in the session. */
-                            messageId: string;
-                            /** @description The id of this followup/steer occurrence; absent for inject. */
-                            inboxItemId?: string;
-                            resumed?: {
-                                agentToken: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Forbidden: UNAUTHORIZED */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHORIZED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT" | "LIMIT_EXCEEDED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_BUSY" | "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["postMessage"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1433,230 +134,7 @@ export interface paths {
          * Read a session log
          * @description Works for any agent with a durable session, live or not.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Return entries with seq greater than this. */
-                    after?: number;
-                    limit?: number;
-                };
-                header?: never;
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            header: {
-                                version: number;
-                                /** @description An agent (and session) id. */
-                                id: string;
-                                /** Format: date-time */
-                                createdAt: string;
-                                kind: string;
-                                parentSession: string | null;
-                                depth: number;
-                                /** @description Children: the id of the forest's root. */
-                                rootSession?: string;
-                                /** @enum {string} */
-                                origin?: "subagent";
-                                mode: string | null;
-                                provider: string | null;
-                                label?: string;
-                                instructions?: string;
-                                metadata?: {
-                                    [key: string]: unknown;
-                                };
-                                toolFilter?: {
-                                    allow: string[];
-                                };
-                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
-                                model?: {
-                                    /**
-                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                                     * @enum {string}
-                                     */
-                                    provider: "openai-compatible";
-                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                                    baseUrl: string;
-                                    /** @description The model name the endpoint expects. */
-                                    model: string;
-                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                                    apiKeyEnv?: string;
-                                    temperature?: number;
-                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                                    maxSteps?: number;
-                                };
-                            };
-                            entries: {
-                                seq: number;
-                                /** Format: date-time */
-                                at: string;
-                                type: "message" | "turn-start" | "step-start" | "turn-end" | "activation";
-                                messageId?: string;
-                                role?: "user" | "assistant" | "tool";
-                                content?: {
-                                    /** @enum {string} */
-                                    type: "text";
-                                    text: string;
-                                }[];
-                                source?: {
-                                    kind: "user" | "coordinator" | "subagent-report" | "model" | "tool";
-                                    senderSessionId?: string;
-                                };
-                                toolCalls?: {
-                                    id: string;
-                                    name: string;
-                                    input: unknown;
-                                }[];
-                                toolCallId?: string;
-                                isError?: boolean;
-                                /** @description Tokens the model request that produced this assistant message used. */
-                                usage?: {
-                                    promptTokens: number;
-                                    completionTokens: number;
-                                    totalTokens: number;
-                                };
-                                turnId?: string;
-                                inboxItemId?: string;
-                                stepId?: string;
-                                index?: number;
-                                reason?: "completed" | "cancelled" | "failed";
-                                /** @description turn-end with reason failed: what went wrong (a model request that failed, a turn past model.maxSteps). */
-                                error?: string;
-                                activationId?: string;
-                                event?: "created" | "resumed" | "settled" | "closed";
-                            }[];
-                            /** @description Pass as `after` for the next page; null when this page reached the end of the log. */
-                            nextAfter: number | null;
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getSession"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1673,167 +151,7 @@ export interface paths {
             cookie?: never;
         };
         /** The service-owned tools this agent sees */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            tools: {
-                                name: string;
-                                description: string;
-                                inputSchema: {
-                                    [key: string]: unknown;
-                                };
-                            }[];
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Forbidden: UNAUTHORIZED */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHORIZED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listTools"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1855,305 +173,7 @@ export interface paths {
          * Execute a service-owned tool as this agent
          * @description Errors add `toolResult`, the exact text to show the model.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Retry safely: the same key from the same sender with the same request returns the original result without a second delivery; with a different request it is 409 IDEMPOTENCY_CONFLICT. Keys are kept for AGENTFOREST_IDEMPOTENCY_TTL_MS (default 24 h). */
-                    "idempotency-key"?: string;
-                };
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        name: string;
-                        /** @description The tool input; validated by the tool. */
-                        input: unknown;
-                        toolCallId?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            toolCallId: string;
-                            /** @enum {boolean} */
-                            isError: false;
-                            /** @description The canonical value. */
-                            output: unknown;
-                            /** @description The rendered text the model reads. */
-                            content: string;
-                            /** @description Children started by this call (spawn_subagent), with their tokens. */
-                            spawned?: {
-                                /** @description An agent (and session) id. */
-                                agentId: string;
-                                agentToken: string;
-                            }[];
-                            /** @description Children cold-resumed by this call (send_message), with their new tokens. */
-                            resumed?: {
-                                /** @description An agent (and session) id. */
-                                agentId: string;
-                                agentToken: string;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Forbidden: UNAUTHORIZED */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHORIZED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND, TOOL_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Conflict: PARENT_UNAVAILABLE, ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT, CANCELLED, LIMIT_EXCEEDED */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: AGENT_BUSY, PARENT_BUSY, RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            toolResult?: {
-                                /** @enum {boolean} */
-                                isError: true;
-                                /** @description The exact text a model should be shown: `Error: <message>`. */
-                                content: string;
-                            };
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["callTool"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2173,295 +193,7 @@ export interface paths {
          * Start a child of this agent
          * @description Needs the parent's X-Agent-Token. A continuable in-process child gets the child-scoped `report` tool (when the subagent-report package is installed) and settles when it has nothing left to do.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Retry safely: the same key from the same sender with the same request returns the original result without a second delivery; with a different request it is 409 IDEMPOTENCY_CONFLICT. Keys are kept for AGENTFOREST_IDEMPOTENCY_TTL_MS (default 24 h). */
-                    "idempotency-key"?: string;
-                };
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description continuable: lives on after its turns, settles, cold-resumes; one-shot: one turn, then closed. */
-                        mode: "continuable" | "one-shot";
-                        /**
-                         * @description remote: a durable descriptor whose turns run elsewhere (no Activation, no report).
-                         * @default in-process
-                         */
-                        provider?: "in-process" | "remote";
-                        /** @description A string, or text blocks; a model reads the blocks joined with a newline. */
-                        prompt: string | {
-                            /** @enum {string} */
-                            type: "text";
-                            text: string;
-                        }[];
-                        label?: string;
-                        instructions?: string;
-                        toolFilter?: {
-                            /** @description Global tools the child may see; child-scoped tools (report) are not filtered. */
-                            allow: string[];
-                        };
-                        /** @description The child's own model. Absent: an in-process child inherits its parent's model (if any); a remote child has none. */
-                        model?: {
-                            /**
-                             * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                             * @enum {string}
-                             */
-                            provider: "openai-compatible";
-                            /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                            baseUrl: string;
-                            /** @description The model name the endpoint expects. */
-                            model: string;
-                            /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                            apiKeyEnv?: string;
-                            temperature?: number;
-                            /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                            maxSteps?: number;
-                        };
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            agent: {
-                                /** @description An agent (and session) id. */
-                                id: string;
-                                kind: "root" | "child";
-                                parentId: string | null;
-                                mode: ("continuable" | "one-shot") | null;
-                                provider: ("in-process" | "remote") | null;
-                                depth: number;
-                                label?: string;
-                                /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed */
-                                status: "idle" | "running" | "disposing" | "settled" | "closed";
-                                resident: boolean;
-                                activation: {
-                                    state: "running" | "waiting";
-                                } | null;
-                                inbox: {
-                                    queued: number;
-                                };
-                                staged: number;
-                                /** Format: date-time */
-                                createdAt: string;
-                                /** @description The service drives this agent itself against this model: no backend claims its steps. */
-                                model?: {
-                                    /**
-                                     * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
-                                     * @enum {string}
-                                     */
-                                    provider: "openai-compatible";
-                                    /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
-                                    baseUrl: string;
-                                    /** @description The model name the endpoint expects. */
-                                    model: string;
-                                    /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
-                                    apiKeyEnv?: string;
-                                    temperature?: number;
-                                    /** @description Model requests one turn may make; default 50. Past it the turn fails. */
-                                    maxSteps?: number;
-                                };
-                            };
-                            /** @description The child's credential for this incarnation. */
-                            agentToken: string;
-                            /** @description The prompt's message id: the child's first queued turn. */
-                            messageId: string;
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Forbidden: UNAUTHORIZED */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHORIZED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "IDEMPOTENCY_CONFLICT" | "LIMIT_EXCEEDED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["createChild"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2481,271 +213,7 @@ export interface paths {
          * Claim this agent's next model request
          * @description Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description Long-poll up to this long for a step.
-                         * @default 0
-                         */
-                        waitMs?: number;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            step: {
-                                id: string;
-                                turnId: string;
-                                index: number;
-                                /** @description OpenAI chat-completions messages. */
-                                messages: ({
-                                    /** @enum {string} */
-                                    role: "system";
-                                    content: string;
-                                } | {
-                                    /** @enum {string} */
-                                    role: "user";
-                                    content: string;
-                                } | {
-                                    /** @enum {string} */
-                                    role: "assistant";
-                                    content: string | null;
-                                    tool_calls?: {
-                                        id: string;
-                                        /** @enum {string} */
-                                        type: "function";
-                                        function: {
-                                            name: string;
-                                            /** @description JSON text */
-                                            arguments: string;
-                                        };
-                                    }[];
-                                } | {
-                                    /** @enum {string} */
-                                    role: "tool";
-                                    tool_call_id: string;
-                                    content: string;
-                                })[];
-                                /** @description The service-owned tools, in the chat-completions function shape. */
-                                tools: {
-                                    /** @enum {string} */
-                                    type: "function";
-                                    function: {
-                                        name: string;
-                                        description: string;
-                                        parameters: {
-                                            [key: string]: unknown;
-                                        };
-                                    };
-                                }[];
-                            };
-                        };
-                    };
-                };
-                /** @description No step became claimable within waitMs (or the service is draining). */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Forbidden: UNAUTHORIZED */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHORIZED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Conflict: STEP_CONFLICT */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "STEP_CONFLICT";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_BUSY" | "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: DRAINING, OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "DRAINING" | "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["claimStep"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2765,225 +233,7 @@ export interface paths {
          * Claim any agent's next step (worker pool)
          * @description FIFO by when each step became claimable; `rootId` keeps to one forest. Each step is claimed by exactly one caller. The response carries the agent token for the step protocol calls that follow.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description Long-poll up to this long for a step.
-                         * @default 0
-                         */
-                        waitMs?: number;
-                        /** @description An agent (and session) id. */
-                        rootId?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description An agent (and session) id. */
-                            agentId: string;
-                            agentToken: string;
-                            step: {
-                                id: string;
-                                turnId: string;
-                                index: number;
-                                /** @description OpenAI chat-completions messages. */
-                                messages: ({
-                                    /** @enum {string} */
-                                    role: "system";
-                                    content: string;
-                                } | {
-                                    /** @enum {string} */
-                                    role: "user";
-                                    content: string;
-                                } | {
-                                    /** @enum {string} */
-                                    role: "assistant";
-                                    content: string | null;
-                                    tool_calls?: {
-                                        id: string;
-                                        /** @enum {string} */
-                                        type: "function";
-                                        function: {
-                                            name: string;
-                                            /** @description JSON text */
-                                            arguments: string;
-                                        };
-                                    }[];
-                                } | {
-                                    /** @enum {string} */
-                                    role: "tool";
-                                    tool_call_id: string;
-                                    content: string;
-                                })[];
-                                /** @description The service-owned tools, in the chat-completions function shape. */
-                                tools: {
-                                    /** @enum {string} */
-                                    type: "function";
-                                    function: {
-                                        name: string;
-                                        description: string;
-                                        parameters: {
-                                            [key: string]: unknown;
-                                        };
-                                    };
-                                }[];
-                            };
-                        };
-                    };
-                };
-                /** @description No step became claimable within waitMs (or the service is draining). */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: DRAINING, OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "DRAINING" | "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["claimAnyStep"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3003,259 +253,7 @@ export interface paths {
          * Post the model's answer to a step
          * @description Service-owned tool calls run at once (`toolResults`); the backend's own calls are listed as `awaiting`. An output without tool calls ends the turn.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                    stepId: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: {
-                content: {
-                    "application/json": {
-                        content?: string | (string | {
-                            /** @enum {string} */
-                            type: "text";
-                            text: string;
-                        }[]);
-                        toolCalls?: {
-                            id: string;
-                            name: string;
-                            /** @description The parsed arguments. */
-                            input: unknown;
-                        }[];
-                        /** @description Tokens the model request that produced this assistant message used. */
-                        usage?: {
-                            promptTokens: number;
-                            completionTokens: number;
-                            totalTokens: number;
-                        };
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description Results of the service-owned tools, already run. */
-                            toolResults: {
-                                toolCallId: string;
-                                name: string;
-                                isError: boolean;
-                                output?: unknown;
-                                content: string;
-                            }[];
-                            /** @description The backend's own calls; post their results to tool-results. */
-                            awaiting: {
-                                id: string;
-                                name: string;
-                                /** @description The parsed arguments. */
-                                input: unknown;
-                            }[];
-                            turn: "open" | "ended";
-                            /** @description Children started by spawn_subagent calls, with their tokens. */
-                            spawned?: {
-                                /** @description An agent (and session) id. */
-                                agentId: string;
-                                agentToken: string;
-                            }[];
-                            /** @description Children cold-resumed by send_message calls, with their new tokens. */
-                            resumed?: {
-                                /** @description An agent (and session) id. */
-                                agentId: string;
-                                agentToken: string;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Forbidden: UNAUTHORIZED */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHORIZED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND, STEP_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND" | "STEP_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Conflict: STEP_CONFLICT */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "STEP_CONFLICT";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["postStepOutput"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3275,224 +273,7 @@ export interface paths {
          * Post results of the backend's own tool calls
          * @description Once every call of the step has a result, the next step is claimable. A request naming any call the step does not await changes nothing.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                    stepId: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        results: {
-                            toolCallId: string;
-                            content: string | (string | {
-                                /** @enum {string} */
-                                type: "text";
-                                text: string;
-                            }[]);
-                            isError?: boolean;
-                        }[];
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            turn: "open" | "ended";
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Forbidden: UNAUTHORIZED */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHORIZED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND, STEP_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND" | "STEP_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Conflict: STEP_CONFLICT */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "STEP_CONFLICT";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        post: operations["postToolResults"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3510,168 +291,7 @@ export interface paths {
          * Where a message is (delivery receipt)
          * @description Answers from durable state, so it holds across restarts. A message discarded with its agent (disposal) or never accepted is 404 MESSAGE_NOT_FOUND.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    messageId: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            messageId: string;
-                            /** @description queued: an inbox item not yet admitted; staged: context waiting for the next safe log position; appended: in the recipient's log; turn-started: the prompt of a turn that is open; turn-ended: the prompt of a turn that ended. */
-                            state: "appended" | "staged" | "queued" | "turn-started" | "turn-ended";
-                            /** @description An agent (and session) id. */
-                            recipient: string;
-                            /** @description The sending agent's id; null for the operator. */
-                            sender: string | null;
-                            source: {
-                                kind: "user" | "coordinator" | "subagent-report" | "model" | "tool";
-                                senderSessionId?: string;
-                            };
-                            role: "user" | "assistant" | "tool";
-                            timestamps: {
-                                /** Format: date-time */
-                                acceptedAt?: string;
-                                /** Format: date-time */
-                                appendedAt?: string;
-                                /** Format: date-time */
-                                turnStartedAt?: string;
-                                /** Format: date-time */
-                                turnEndedAt?: string;
-                            };
-                            turnId?: string;
-                            /** @description The message entry's seq in the recipient's session. */
-                            seq?: number;
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: MESSAGE_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MESSAGE_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getMessageReceipt"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3691,151 +311,7 @@ export interface paths {
          * Follow an agent's (or a forest's) events
          * @description text/event-stream. `event: entry` carries `{agentId, entry}` with `id:` = the entry's seq (forest: its forest position); `event: status` carries `{agentId, status, resident, inbox, staged, claimable}` snapshots without an id (sent at connect and on change; `claimable` tells a parked driver to claim a step). Comments (`: ping`) are heartbeats. Resume with `Last-Event-ID` or `?after=`. A consumer that falls behind is disconnected with a final `: slow consumer` comment and resumes from its last id; the stream also ends when the service drains.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Stream the whole forest of this root (ids are the forest's positions). */
-                    forest?: boolean;
-                    /** @description Resume after this event id (Last-Event-ID takes precedence). */
-                    after?: number;
-                };
-                header?: {
-                    /** @description The id of the last event received; the stream resumes after it. */
-                    "last-event-id"?: string;
-                };
-                path: {
-                    /** @description An agent (and session) id. */
-                    id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description An event stream. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/event-stream": string;
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: AGENT_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "AGENT_BUSY" | "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: DRAINING, OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "DRAINING" | "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["streamEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3852,133 +328,7 @@ export interface paths {
             cookie?: never;
         };
         /** Installed packages and their config */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            packages: {
-                                name: "subagent" | "subagent-control" | "subagent-report";
-                                installed: boolean;
-                                config: {
-                                    /** @description subagent-report only: quiet (default) or wakeup. */
-                                    reportDelivery?: "quiet" | "wakeup";
-                                };
-                            }[];
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["listPackages"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3999,375 +349,13 @@ export interface paths {
          * Install or reconfigure a package
          * @description Applies to the next Activation: a resident child keeps the report tool and delivery mode it was set up with.
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    name: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: {
-                content: {
-                    "application/json": {
-                        config?: {
-                            /** @description subagent-report only: quiet (default) or wakeup. */
-                            reportDelivery?: "quiet" | "wakeup";
-                        };
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            name: "subagent" | "subagent-control" | "subagent-report";
-                            installed: boolean;
-                            config: {
-                                /** @description subagent-report only: quiet (default) or wakeup. */
-                                reportDelivery?: "quiet" | "wakeup";
-                            };
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: PACKAGE_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PACKAGE_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        put: operations["installPackage"];
         post?: never;
         /**
          * Uninstall a package
          * @description Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    name: string;
-                };
-                cookie?: never;
-            };
-            /** @description No fields: send no body or `{}`. */
-            requestBody?: {
-                content: {
-                    "application/json": Record<string, never>;
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            name: "subagent" | "subagent-control" | "subagent-report";
-                            installed: boolean;
-                            config: {
-                                /** @description subagent-report only: quiet (default) or wakeup. */
-                                reportDelivery?: "quiet" | "wakeup";
-                            };
-                        };
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Not Found: PACKAGE_NOT_FOUND */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PACKAGE_NOT_FOUND";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "PAYLOAD_TOO_LARGE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNSUPPORTED_MEDIA_TYPE";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: ACTIVATION_SETUP_RELEASE_FAILED, INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "ACTIVATION_SETUP_RELEASE_FAILED" | "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        delete: operations["uninstallPackage"];
         options?: never;
         head?: never;
         patch?: never;
@@ -4384,124 +372,7 @@ export interface paths {
          * Prometheus metrics
          * @description HTTP request rate and latency by route and status; live agents by kind and status; inbox depth; staged count; reports by delivery mode and outcome; wakeup report-to-parent-turn latency; cold resumes; settlements; drain state; store commit latency. Needs the operator key when keys are configured.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Prometheus text format. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/plain": string;
-                    };
-                };
-                /** @description Bad Request: VALIDATION */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "VALIDATION";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Unauthorized: UNAUTHENTICATED */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "UNAUTHENTICATED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Misdirected Request: MISDIRECTED */
-                421: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "MISDIRECTED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
-                            location?: string;
-                        };
-                    };
-                };
-                /** @description Too Many Requests: RATE_LIMITED */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "RATE_LIMITED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Internal Server Error: INTERNAL */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "INTERNAL";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Service Unavailable: OVERLOADED */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            statusCode: number;
-                            /** @enum {string} */
-                            code: "OVERLOADED";
-                            /** @description The HTTP reason phrase. */
-                            error: string;
-                            message: string;
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["getMetrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4513,12 +384,1593 @@ export interface paths {
 }
 export type webhooks = Record<string, never>;
 export interface components {
-    schemas: never;
-    responses: never;
+    schemas: {
+        TextBlock: {
+            /** @enum {string} */
+            type: "text";
+            text: string;
+        };
+        /** @description A string, or text blocks; a model reads the blocks joined with a newline. */
+        Content: string | components["schemas"]["TextBlock"][];
+        /** @description The service drives this agent itself against this model: no backend claims its steps. */
+        ModelSpec: {
+            /**
+             * @description An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).
+             * @enum {string}
+             */
+            provider: "openai-compatible";
+            /** @description The API root; requests go to `<baseUrl>/chat/completions`. */
+            baseUrl: string;
+            /** @description The model name the endpoint expects. */
+            model: string;
+            /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
+            apiKeyEnv?: string;
+            temperature?: number;
+            /** @description Model requests one turn may make; default 50. Past it the turn fails. */
+            maxSteps?: number;
+        };
+        /** @description Tokens the model request that produced this assistant message used. */
+        TokenUsage: {
+            promptTokens: number;
+            completionTokens: number;
+            totalTokens: number;
+        };
+        AgentView: {
+            /** @description An agent (and session) id. */
+            id: string;
+            kind: "root" | "child";
+            parentId: string | null;
+            mode: ("continuable" | "one-shot") | null;
+            provider: ("in-process" | "remote") | null;
+            depth: number;
+            label?: string;
+            /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed */
+            status: "idle" | "running" | "disposing" | "settled" | "closed";
+            resident: boolean;
+            activation: {
+                state: "running" | "waiting";
+            } | null;
+            inbox: {
+                queued: number;
+            };
+            staged: number;
+            /** Format: date-time */
+            createdAt: string;
+            model?: components["schemas"]["ModelSpec"];
+        };
+        /** @description A live incarnation's agent id and token. */
+        Credential: {
+            /** @description An agent (and session) id. */
+            agentId: string;
+            agentToken: string;
+        };
+        /** @description Every error response; each response lists the codes it can carry. */
+        ErrorBody: {
+            statusCode: number;
+            /** @enum {string} */
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            /** @description The HTTP reason phrase. */
+            error: string;
+            message: string;
+            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+            location?: string;
+        };
+        /** @description An error of a tool-call route: the error body plus the `toolResult` a model should be shown. */
+        ToolCallErrorBody: {
+            statusCode: number;
+            /** @enum {string} */
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            /** @description The HTTP reason phrase. */
+            error: string;
+            message: string;
+            /** @description MISDIRECTED: the URL to send this request to (also in the Location header). */
+            location?: string;
+            toolResult?: {
+                /** @enum {boolean} */
+                isError: true;
+                /** @description The exact text a model should be shown: `Error: <message>`. */
+                content: string;
+            };
+        };
+        /** @description Provenance of a message, never authority; coordinator and subagent-report name the sender. */
+        MessageSource: {
+            kind: "user" | "coordinator" | "subagent-report" | "model" | "tool";
+            senderSessionId?: string;
+        };
+        /** @description A tool call of an assistant message. */
+        ToolCall: {
+            id: string;
+            name: string;
+            /** @description The parsed arguments. */
+            input: unknown;
+        };
+        /** @description A message in the log: a prompt, context, a model answer or a tool result. */
+        MessageEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "message";
+            messageId: string;
+            role: "user" | "assistant" | "tool";
+            content: components["schemas"]["TextBlock"][];
+            source: components["schemas"]["MessageSource"];
+            toolCalls?: components["schemas"]["ToolCall"][];
+            toolCallId?: string;
+            isError?: boolean;
+            usage?: components["schemas"]["TokenUsage"];
+        };
+        /** @description A turn opened; its prompt is the message `messageId`. */
+        TurnStartEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "turn-start";
+            turnId: string;
+            inboxItemId: string;
+            messageId: string;
+        };
+        /** @description A model request of the turn started. */
+        StepStartEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "step-start";
+            turnId: string;
+            stepId: string;
+            index: number;
+        };
+        /** @description A turn ended. */
+        TurnEndEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "turn-end";
+            turnId: string;
+            reason: "completed" | "cancelled" | "failed";
+            /** @description reason failed: what went wrong (a model request that failed, a turn past model.maxSteps). */
+            error?: string;
+        };
+        /** @description A continuable child's Activation changed. */
+        ActivationEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "activation";
+            activationId: string;
+            event: "created" | "resumed" | "settled" | "closed";
+        };
+        /** @description One durable log entry; `type` says which. */
+        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"];
+        /** @description The session's immutable header. */
+        SessionHeader: {
+            version: number;
+            /** @description An agent (and session) id. */
+            id: string;
+            /** Format: date-time */
+            createdAt: string;
+            kind: string;
+            parentSession: string | null;
+            depth: number;
+            /** @description Children: the id of the forest's root. */
+            rootSession?: string;
+            /** @enum {string} */
+            origin?: "subagent";
+            mode: string | null;
+            provider: string | null;
+            label?: string;
+            instructions?: string;
+            metadata?: {
+                [key: string]: unknown;
+            };
+            toolFilter?: {
+                allow: string[];
+            };
+            model?: components["schemas"]["ModelSpec"];
+        };
+        /** @description An OpenAI chat-completions message. */
+        ChatMessage: {
+            /** @enum {string} */
+            role: "system";
+            content: string;
+        } | {
+            /** @enum {string} */
+            role: "user";
+            content: string;
+        } | {
+            /** @enum {string} */
+            role: "assistant";
+            content: string | null;
+            tool_calls?: {
+                id: string;
+                /** @enum {string} */
+                type: "function";
+                function: {
+                    name: string;
+                    /** @description JSON text */
+                    arguments: string;
+                };
+            }[];
+        } | {
+            /** @enum {string} */
+            role: "tool";
+            tool_call_id: string;
+            content: string;
+        };
+        /** @description A service-owned tool in the chat-completions function shape. */
+        ChatTool: {
+            /** @enum {string} */
+            type: "function";
+            function: {
+                name: string;
+                description: string;
+                parameters: {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        /** @description One model request of a turn. */
+        Step: {
+            id: string;
+            turnId: string;
+            index: number;
+            /** @description OpenAI chat-completions messages. */
+            messages: components["schemas"]["ChatMessage"][];
+            /** @description The service-owned tools, in the chat-completions function shape. */
+            tools: components["schemas"]["ChatTool"][];
+        };
+        /** @description The result of a service-owned tool call, already run. */
+        ToolResult: {
+            toolCallId: string;
+            name: string;
+            isError: boolean;
+            output?: unknown;
+            content: string;
+        };
+        /** @description A package's configuration. */
+        PackageConfig: {
+            /** @description subagent-report only: quiet (default) or wakeup. */
+            reportDelivery?: "quiet" | "wakeup";
+        };
+        /** @description A tool package and its configuration. */
+        PackageView: {
+            name: "subagent" | "subagent-control" | "subagent-report";
+            installed: boolean;
+            config: components["schemas"]["PackageConfig"];
+        };
+    };
+    responses: {
+        /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED */
+        ActivationClosingOrActivationSetupRevokedOrIdempotencyConflictOrLimitExceeded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "IDEMPOTENCY_CONFLICT" | "LIMIT_EXCEEDED";
+                };
+            };
+        };
+        /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED */
+        ActivationClosingOrActivationSetupRevokedOrNotResumableOrIdempotencyConflictOrLimitExceeded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT" | "LIMIT_EXCEEDED";
+                };
+            };
+        };
+        /** @description Internal Server Error: ACTIVATION_SETUP_RELEASE_FAILED, INTERNAL */
+        ActivationSetupReleaseFailedOrInternal: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "ACTIVATION_SETUP_RELEASE_FAILED" | "INTERNAL";
+                };
+            };
+        };
+        /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED */
+        AgentBusyOrRateLimited: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_BUSY" | "RATE_LIMITED";
+                };
+            };
+        };
+        /** @description Conflict: AGENT_EXISTS */
+        AgentExists: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_EXISTS";
+                };
+            };
+        };
+        /** @description Conflict: AGENT_EXISTS, NOT_RESUMABLE */
+        AgentExistsOrNotResumable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_EXISTS" | "NOT_RESUMABLE";
+                };
+            };
+        };
+        /** @description Not Found: AGENT_NOT_FOUND */
+        AgentNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Not Found: AGENT_NOT_FOUND, STEP_NOT_FOUND */
+        AgentNotFoundOrStepNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_NOT_FOUND" | "STEP_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
+        DrainingOrAtCapacityOrOverloaded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
+                };
+            };
+        };
+        /** @description Service Unavailable: DRAINING, OVERLOADED */
+        DrainingOrOverloaded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "DRAINING" | "OVERLOADED";
+                };
+            };
+        };
+        /** @description Internal Server Error: INTERNAL */
+        Internal: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "INTERNAL";
+                };
+            };
+        };
+        /** @description Not Found: MESSAGE_NOT_FOUND */
+        MessageNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "MESSAGE_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Misdirected Request: MISDIRECTED */
+        Misdirected: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "MISDIRECTED";
+                };
+            };
+        };
+        /** @description Service Unavailable: OVERLOADED */
+        Overloaded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "OVERLOADED";
+                };
+            };
+        };
+        /** @description Not Found: PACKAGE_NOT_FOUND */
+        PackageNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "PACKAGE_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
+        PayloadTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "PAYLOAD_TOO_LARGE";
+                };
+            };
+        };
+        /** @description Too Many Requests: RATE_LIMITED */
+        RateLimited: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "RATE_LIMITED";
+                };
+            };
+        };
+        /** @description Conflict: STEP_CONFLICT */
+        StepConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "STEP_CONFLICT";
+                };
+            };
+        };
+        /** @description Too Many Requests: AGENT_BUSY, PARENT_BUSY, RATE_LIMITED */
+        ToolCallAgentBusyOrParentBusyOrRateLimited: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED";
+                };
+            };
+        };
+        /** @description Not Found: AGENT_NOT_FOUND, TOOL_NOT_FOUND */
+        ToolCallAgentNotFoundOrToolNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
+        ToolCallDrainingOrAtCapacityOrOverloaded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
+                };
+            };
+        };
+        /** @description Internal Server Error: INTERNAL */
+        ToolCallInternal: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "INTERNAL";
+                };
+            };
+        };
+        /** @description Misdirected Request: MISDIRECTED */
+        ToolCallMisdirected: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "MISDIRECTED";
+                };
+            };
+        };
+        /** @description Conflict: PARENT_UNAVAILABLE, ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT, CANCELLED, LIMIT_EXCEEDED */
+        ToolCallParentUnavailableOrActivationClosingOrActivationSetupRevokedOrNotResumableOrIdempotencyConflictOrCancelledOrLimitExceeded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED";
+                };
+            };
+        };
+        /** @description Payload Too Large: PAYLOAD_TOO_LARGE */
+        ToolCallPayloadTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "PAYLOAD_TOO_LARGE";
+                };
+            };
+        };
+        /** @description Unauthorized: UNAUTHENTICATED */
+        ToolCallUnauthenticated: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "UNAUTHENTICATED";
+                };
+            };
+        };
+        /** @description Forbidden: UNAUTHORIZED */
+        ToolCallUnauthorized: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "UNAUTHORIZED";
+                };
+            };
+        };
+        /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
+        ToolCallUnsupportedMediaType: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "UNSUPPORTED_MEDIA_TYPE";
+                };
+            };
+        };
+        /** @description Bad Request: VALIDATION */
+        ToolCallValidation: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "VALIDATION";
+                };
+            };
+        };
+        /** @description Unauthorized: UNAUTHENTICATED */
+        Unauthenticated: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "UNAUTHENTICATED";
+                };
+            };
+        };
+        /** @description Forbidden: UNAUTHORIZED */
+        Unauthorized: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "UNAUTHORIZED";
+                };
+            };
+        };
+        /** @description Unsupported Media Type: UNSUPPORTED_MEDIA_TYPE */
+        UnsupportedMediaType: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "UNSUPPORTED_MEDIA_TYPE";
+                };
+            };
+        };
+        /** @description Bad Request: VALIDATION */
+        Validation: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "VALIDATION";
+                };
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
     headers: never;
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getLiveness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status: string;
+                    };
+                };
+            };
+        };
+    };
+    getReadiness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status: string;
+                    };
+                };
+            };
+            /** @description Default Response */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status: string;
+                    };
+                };
+            };
+        };
+    };
+    listAgents: {
+        parameters: {
+            query?: {
+                /** @description An agent (and session) id. */
+                parentId?: string;
+                status?: "idle" | "running" | "disposing" | "settled" | "closed";
+                limit?: number;
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: components["schemas"]["AgentView"][];
+                        /** @description Pass as `cursor` for the next page; null on the last page. */
+                        nextCursor: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    createAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /** @description An agent (and session) id. */
+                    id?: string;
+                    /** @description The system prompt of every step. */
+                    instructions?: string;
+                    /** @description Free-form, kept in the session header. */
+                    metadata?: {
+                        [key: string]: unknown;
+                    };
+                    model?: components["schemas"]["ModelSpec"];
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        agent: components["schemas"]["AgentView"];
+                        /** @description The credential of this live incarnation (X-Agent-Token). */
+                        agentToken: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            409: components["responses"]["AgentExists"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+        };
+    };
+    getAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentView"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    disposeAgent: {
+        parameters: {
+            query?: {
+                /** @description Close continuable descendants child-first first (default); false leaves them live until they settle. */
+                cascade?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description No fields: send no body or `{}`. */
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        agent: components["schemas"]["AgentView"];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    resumeAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description No fields: send no body or `{}`. */
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        agent: components["schemas"]["AgentView"];
+                        /** @description The credential of this live incarnation (X-Agent-Token). */
+                        agentToken: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            409: components["responses"]["AgentExistsOrNotResumable"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+        };
+    };
+    postMessage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Retry safely: the same key from the same sender with the same request returns the original result without a second delivery; with a different request it is 409 IDEMPOTENCY_CONFLICT. Keys are kept for AGENTFOREST_IDEMPOTENCY_TTL_MS (default 24 h). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    content: components["schemas"]["Content"];
+                    delivery: "followup" | "inject" | "steer";
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The stable id of the message; the same id appears in the session. */
+                        messageId: string;
+                        /** @description The id of this followup/steer occurrence; absent for inject. */
+                        inboxItemId?: string;
+                        resumed?: {
+                            agentToken: string;
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFound"];
+            409: components["responses"]["ActivationClosingOrActivationSetupRevokedOrNotResumableOrIdempotencyConflictOrLimitExceeded"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["AgentBusyOrRateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+        };
+    };
+    getSession: {
+        parameters: {
+            query?: {
+                /** @description Return entries with seq greater than this. */
+                after?: number;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        header: components["schemas"]["SessionHeader"];
+                        entries: components["schemas"]["SessionEntry"][];
+                        /** @description Pass as `after` for the next page; null when this page reached the end of the log. */
+                        nextAfter: number | null;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    listTools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        tools: {
+                            name: string;
+                            description: string;
+                            inputSchema: {
+                                [key: string]: unknown;
+                            };
+                        }[];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFound"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    callTool: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Retry safely: the same key from the same sender with the same request returns the original result without a second delivery; with a different request it is 409 IDEMPOTENCY_CONFLICT. Keys are kept for AGENTFOREST_IDEMPOTENCY_TTL_MS (default 24 h). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name: string;
+                    /** @description The tool input; validated by the tool. */
+                    input: unknown;
+                    toolCallId?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        toolCallId: string;
+                        /** @enum {boolean} */
+                        isError: false;
+                        /** @description The canonical value. */
+                        output: unknown;
+                        /** @description The rendered text the model reads. */
+                        content: string;
+                        /** @description Children started by this call (spawn_subagent), with their tokens. */
+                        spawned?: components["schemas"]["Credential"][];
+                        /** @description Children cold-resumed by this call (send_message), with their new tokens. */
+                        resumed?: components["schemas"]["Credential"][];
+                    };
+                };
+            };
+            400: components["responses"]["ToolCallValidation"];
+            401: components["responses"]["ToolCallUnauthenticated"];
+            403: components["responses"]["ToolCallUnauthorized"];
+            404: components["responses"]["ToolCallAgentNotFoundOrToolNotFound"];
+            409: components["responses"]["ToolCallParentUnavailableOrActivationClosingOrActivationSetupRevokedOrNotResumableOrIdempotencyConflictOrCancelledOrLimitExceeded"];
+            413: components["responses"]["ToolCallPayloadTooLarge"];
+            415: components["responses"]["ToolCallUnsupportedMediaType"];
+            421: components["responses"]["ToolCallMisdirected"];
+            429: components["responses"]["ToolCallAgentBusyOrParentBusyOrRateLimited"];
+            500: components["responses"]["ToolCallInternal"];
+            503: components["responses"]["ToolCallDrainingOrAtCapacityOrOverloaded"];
+        };
+    };
+    createChild: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Retry safely: the same key from the same sender with the same request returns the original result without a second delivery; with a different request it is 409 IDEMPOTENCY_CONFLICT. Keys are kept for AGENTFOREST_IDEMPOTENCY_TTL_MS (default 24 h). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description continuable: lives on after its turns, settles, cold-resumes; one-shot: one turn, then closed. */
+                    mode: "continuable" | "one-shot";
+                    /**
+                     * @description remote: a durable descriptor whose turns run elsewhere (no Activation, no report).
+                     * @default in-process
+                     */
+                    provider?: "in-process" | "remote";
+                    prompt: components["schemas"]["Content"];
+                    label?: string;
+                    instructions?: string;
+                    toolFilter?: {
+                        /** @description Global tools the child may see; child-scoped tools (report) are not filtered. */
+                        allow: string[];
+                    };
+                    model?: components["schemas"]["ModelSpec"];
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        agent: components["schemas"]["AgentView"];
+                        /** @description The child's credential for this incarnation. */
+                        agentToken: string;
+                        /** @description The prompt's message id: the child's first queued turn. */
+                        messageId: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFound"];
+            409: components["responses"]["ActivationClosingOrActivationSetupRevokedOrIdempotencyConflictOrLimitExceeded"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+        };
+    };
+    claimStep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Long-poll up to this long for a step.
+                     * @default 0
+                     */
+                    waitMs?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        step: components["schemas"]["Step"];
+                    };
+                };
+            };
+            /** @description No step became claimable within waitMs (or the service is draining). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFound"];
+            409: components["responses"]["StepConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["AgentBusyOrRateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["DrainingOrOverloaded"];
+        };
+    };
+    claimAnyStep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Long-poll up to this long for a step.
+                     * @default 0
+                     */
+                    waitMs?: number;
+                    /** @description An agent (and session) id. */
+                    rootId?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description An agent (and session) id. */
+                        agentId: string;
+                        agentToken: string;
+                        step: components["schemas"]["Step"];
+                    };
+                };
+            };
+            /** @description No step became claimable within waitMs (or the service is draining). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["DrainingOrOverloaded"];
+        };
+    };
+    postStepOutput: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+                stepId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    content?: string | components["schemas"]["Content"];
+                    toolCalls?: components["schemas"]["ToolCall"][];
+                    usage?: components["schemas"]["TokenUsage"];
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Results of the service-owned tools, already run. */
+                        toolResults: components["schemas"]["ToolResult"][];
+                        /** @description The backend's own calls; post their results to tool-results. */
+                        awaiting: components["schemas"]["ToolCall"][];
+                        turn: "open" | "ended";
+                        /** @description Children started by spawn_subagent calls, with their tokens. */
+                        spawned?: components["schemas"]["Credential"][];
+                        /** @description Children cold-resumed by send_message calls, with their new tokens. */
+                        resumed?: components["schemas"]["Credential"][];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFoundOrStepNotFound"];
+            409: components["responses"]["StepConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    postToolResults: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+                stepId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    results: {
+                        toolCallId: string;
+                        content: string | components["schemas"]["Content"];
+                        isError?: boolean;
+                    }[];
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        turn: "open" | "ended";
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFoundOrStepNotFound"];
+            409: components["responses"]["StepConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    getMessageReceipt: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                messageId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        messageId: string;
+                        /** @description queued: an inbox item not yet admitted; staged: context waiting for the next safe log position; appended: in the recipient's log; turn-started: the prompt of a turn that is open; turn-ended: the prompt of a turn that ended. */
+                        state: "appended" | "staged" | "queued" | "turn-started" | "turn-ended";
+                        /** @description An agent (and session) id. */
+                        recipient: string;
+                        /** @description The sending agent's id; null for the operator. */
+                        sender: string | null;
+                        source: components["schemas"]["MessageSource"];
+                        role: "user" | "assistant" | "tool";
+                        timestamps: {
+                            /** Format: date-time */
+                            acceptedAt?: string;
+                            /** Format: date-time */
+                            appendedAt?: string;
+                            /** Format: date-time */
+                            turnStartedAt?: string;
+                            /** Format: date-time */
+                            turnEndedAt?: string;
+                        };
+                        turnId?: string;
+                        /** @description The message entry's seq in the recipient's session. */
+                        seq?: number;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["MessageNotFound"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    streamEvents: {
+        parameters: {
+            query?: {
+                /** @description Stream the whole forest of this root (ids are the forest's positions). */
+                forest?: boolean;
+                /** @description Resume after this event id (Last-Event-ID takes precedence). */
+                after?: number;
+            };
+            header?: {
+                /** @description The id of the last event received; the stream resumes after it. */
+                "last-event-id"?: string;
+            };
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["AgentBusyOrRateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["DrainingOrOverloaded"];
+        };
+    };
+    listPackages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        packages: components["schemas"]["PackageView"][];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    installPackage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    config?: components["schemas"]["PackageConfig"];
+                };
+            };
+        };
+        responses: {
+            /** @description A tool package and its configuration. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PackageView"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["PackageNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    uninstallPackage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        /** @description No fields: send no body or `{}`. */
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description A tool package and its configuration. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PackageView"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["PackageNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["ActivationSetupReleaseFailedOrInternal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    getMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Prometheus text format. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+}

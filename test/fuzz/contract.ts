@@ -12,6 +12,7 @@ export interface JsonSchema {
   type?: string;
   enum?: unknown[];
   anyOf?: JsonSchema[];
+  allOf?: JsonSchema[];
   pattern?: string;
   minLength?: number;
   maxLength?: number;
@@ -58,6 +59,34 @@ export interface Operation {
   streams: boolean;
 }
 
+/**
+ * The document with every local `$ref` (`#/components/...`) replaced by what it points at, so
+ * that an operation reads as a whole; keywords beside a `$ref` (a description) are kept.
+ */
+export function dereferenced<T>(doc: T): T {
+  const root = doc as unknown;
+  const target = (ref: string): unknown =>
+    ref
+      .slice(2)
+      .split('/')
+      .reduce<unknown>((node, key) => (node as Record<string, unknown> | undefined)?.[key.replace(/~1/g, '/').replace(/~0/g, '~')], root);
+  const walk = (node: unknown, seen: readonly string[]): unknown => {
+    if (Array.isArray(node)) return node.map((item) => walk(item, seen));
+    if (node === null || typeof node !== 'object') return node;
+    const { $ref, ...rest } = node as { $ref?: unknown } & Record<string, unknown>;
+    const own = Object.fromEntries(Object.entries(rest).map(([key, value]) => [key, walk(value, seen)]));
+    if (typeof $ref !== 'string' || !$ref.startsWith('#/')) return $ref === undefined ? own : { $ref, ...own };
+    if (seen.includes($ref)) throw new Error(`circular $ref ${$ref}`);
+    return { ...(walk(target($ref), [...seen, $ref]) as object), ...own };
+  };
+  return walk(root, []) as T;
+}
+
+/** The properties a schema declares, its `allOf` parts' included. */
+function declaredProperties(schema: JsonSchema | undefined): Record<string, JsonSchema> {
+  return Object.assign({}, ...(schema?.allOf ?? []).map(declaredProperties), schema?.properties);
+}
+
 interface RawOperation {
   parameters?: { name: string; in: string; required?: boolean; schema: JsonSchema }[];
   requestBody?: { content?: Record<string, { schema?: JsonSchema }> };
@@ -72,7 +101,8 @@ export interface OpenApiDocument {
 const METHODS: readonly HttpMethod[] = ['GET', 'POST', 'PUT', 'DELETE'];
 
 /** Every operation of the document, in document order. */
-export function operationsOf(doc: OpenApiDocument): Operation[] {
+export function operationsOf(document: OpenApiDocument): Operation[] {
+  const doc = dereferenced(document);
   const out: Operation[] = [];
   for (const [path, item] of Object.entries(doc.paths)) {
     for (const [lower, raw] of Object.entries(item)) {
@@ -93,7 +123,7 @@ export function operationsOf(doc: OpenApiDocument): Operation[] {
         operatorKey: (raw.security ?? []).some((alternative) => 'operatorKey' in alternative),
         agentToken: (raw.security ?? []).some((alternative) => 'agentToken' in alternative),
         responses,
-        toolCall: errors.length > 0 && errors.every(([, r]) => r.schema?.properties?.toolResult !== undefined),
+        toolCall: errors.length > 0 && errors.every(([, r]) => declaredProperties(r.schema).toolResult !== undefined),
         streams: Object.values(responses).some((r) => r.mediaType === 'text/event-stream'),
       });
     }

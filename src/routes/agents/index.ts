@@ -8,7 +8,8 @@ import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
-import { AGENT_SECURITY, AgentIdParams, AgentView, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import { AgentView, ref } from '../../contract/index.js';
+import { AGENT_SECURITY, AgentIdParams, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   AgentList,
   AgentWithToken,
@@ -34,6 +35,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   app.post('/v1/agents', {
     schema: {
       tags: ['agents'],
+      operationId: 'createAgent',
       summary: 'Create a root agent',
       security: OPERATOR_SECURITY,
       body: CreateRootBody,
@@ -47,6 +49,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   app.get('/v1/agents', {
     schema: {
       tags: ['agents'],
+      operationId: 'listAgents',
       summary: 'List agents',
       description:
         'Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. ' +
@@ -63,17 +66,19 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   app.get('/v1/agents/:id', {
     schema: {
       tags: ['agents'],
+      operationId: 'getAgent',
       summary: 'Get an agent',
       description: 'Live agents, and children that are not resident (settled or closed). A root that is not live is 404.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
-      response: { 200: AgentView, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
+      response: { 200: ref(AgentView), ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
     },
   }, async (request) => agents.view(request.params.id));
 
   app.delete('/v1/agents/:id', {
     schema: {
       tags: ['agents'],
+      operationId: 'disposeAgent',
       summary: 'Dispose a root or close a child',
       description:
         'Answers 202 with the agent as it was when disposal started, once it has left the live registry. ' +
@@ -93,6 +98,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   app.post('/v1/agents/:id/resume', {
     schema: {
       tags: ['agents'],
+      operationId: 'resumeAgent',
       summary: 'Re-open a root after a restart',
       description: 'A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.',
       security: OPERATOR_SECURITY,
@@ -108,6 +114,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   app.post('/v1/agents/:id/messages', {
     schema: {
       tags: ['agents'],
+      operationId: 'postMessage',
       summary: 'Send a message (followup, inject or steer)',
       description:
         'followup queues one inbox item, the sole prompt of a later turn. inject adds context without a turn: ' +
@@ -139,6 +146,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   app.get('/v1/agents/:id/session', {
     schema: {
       tags: ['sessions'],
+      operationId: 'getSession',
       summary: 'Read a session log',
       description: 'Works for any agent with a durable session, live or not.',
       security: OPERATOR_SECURITY,
@@ -155,6 +163,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   app.get('/v1/agents/:id/tools', {
     schema: {
       tags: ['tools'],
+      operationId: 'listTools',
       summary: 'The service-owned tools this agent sees',
       security: AGENT_SECURITY,
       params: AgentIdParams,
@@ -166,6 +175,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
     config: { toolCall: true },
     schema: {
       tags: ['tools'],
+      operationId: 'callTool',
       summary: 'Execute a service-owned tool as this agent',
       description: 'Errors add `toolResult`, the exact text to show the model.',
       security: AGENT_SECURITY,

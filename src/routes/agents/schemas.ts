@@ -1,25 +1,24 @@
 /**
- * Schemas of the agent resource: roots, messages, sessions, tools and tool calls.
+ * Schemas of the agent resource's operations: roots, messages, sessions, tools and tool calls.
+ * The shapes they share with other operations are in the wire contract (src/contract/).
  */
 import { Type } from '@sinclair/typebox';
 import { AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
-import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS } from '../../domain/message.js';
-import { ACTIVATION_EVENTS, ENTRY_TYPES, TURN_END_REASONS } from '../../domain/session.js';
-import { AgentId, AgentView, Content, literals, ModelSpec, OpaqueId, TextBlock, TokenUsage } from '../common-schemas.js';
+import { AgentId, AgentView, Content, Credential, literals, ModelSpec, OpaqueId, ref, SessionEntry, SessionHeader } from '../../contract/index.js';
 
 export const CreateRootBody = Type.Object(
   {
     id: Type.Optional(AgentId),
     instructions: Type.Optional(Type.String({ description: 'The system prompt of every step.' })),
     metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'Free-form, kept in the session header.' })),
-    model: Type.Optional(ModelSpec),
+    model: Type.Optional(ref(ModelSpec)),
   },
   { additionalProperties: false },
 );
 
 export const AgentWithToken = Type.Object(
   {
-    agent: AgentView,
+    agent: ref(AgentView),
     agentToken: Type.String({ description: 'The credential of this live incarnation (X-Agent-Token).' }),
   },
   { additionalProperties: false },
@@ -37,7 +36,7 @@ export const ListQuery = Type.Object(
 
 export const AgentList = Type.Object(
   {
-    items: Type.Array(AgentView),
+    items: Type.Array(ref(AgentView)),
     nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as `cursor` for the next page; null on the last page.' }),
   },
   { additionalProperties: false },
@@ -55,10 +54,10 @@ export const DisposeQuery = Type.Object(
   { additionalProperties: false },
 );
 
-export const DisposeResult = Type.Object({ agent: AgentView }, { additionalProperties: false });
+export const DisposeResult = Type.Object({ agent: ref(AgentView) }, { additionalProperties: false });
 
 export const MessageBody = Type.Object(
-  { content: Content, delivery: literals(DELIVERIES) },
+  { content: ref(Content), delivery: literals(DELIVERIES) },
   { additionalProperties: false },
 );
 
@@ -79,66 +78,10 @@ export const SessionQuery = Type.Object(
   { additionalProperties: false },
 );
 
-const Source = Type.Object(
-  { kind: literals(MESSAGE_SOURCE_KINDS), senderSessionId: Type.Optional(Type.String()) },
-  { additionalProperties: false },
-);
-
-const ToolCall = Type.Object(
-  { id: OpaqueId, name: Type.String({ minLength: 1, maxLength: 200 }), input: Type.Unknown() },
-  { additionalProperties: false },
-);
-
-export const SessionEntry = Type.Object(
-  {
-    seq: Type.Integer({ minimum: 1 }),
-    at: Type.String({ format: 'date-time' }),
-    type: literals(ENTRY_TYPES),
-    messageId: Type.Optional(Type.String()),
-    role: Type.Optional(literals(MESSAGE_ROLES)),
-    content: Type.Optional(Type.Array(TextBlock)),
-    source: Type.Optional(Source),
-    toolCalls: Type.Optional(Type.Array(ToolCall)),
-    toolCallId: Type.Optional(Type.String()),
-    isError: Type.Optional(Type.Boolean()),
-    usage: Type.Optional(TokenUsage),
-    turnId: Type.Optional(Type.String()),
-    inboxItemId: Type.Optional(Type.String()),
-    stepId: Type.Optional(Type.String()),
-    index: Type.Optional(Type.Integer({ minimum: 0 })),
-    reason: Type.Optional(literals(TURN_END_REASONS)),
-    error: Type.Optional(Type.String({ description: 'turn-end with reason failed: what went wrong (a model request that failed, a turn past model.maxSteps).' })),
-    activationId: Type.Optional(Type.String()),
-    event: Type.Optional(literals(ACTIVATION_EVENTS)),
-  },
-  { additionalProperties: false, description: 'One durable log entry; which fields are present depends on `type`.' },
-);
-
-export const SessionHeader = Type.Object(
-  {
-    version: Type.Integer(),
-    id: AgentId,
-    createdAt: Type.String({ format: 'date-time' }),
-    kind: Type.String(),
-    parentSession: Type.Union([Type.String(), Type.Null()]),
-    depth: Type.Integer({ minimum: 0 }),
-    rootSession: Type.Optional(Type.String({ description: "Children: the id of the forest's root." })),
-    origin: Type.Optional(Type.Literal('subagent')),
-    mode: Type.Union([Type.String(), Type.Null()]),
-    provider: Type.Union([Type.String(), Type.Null()]),
-    label: Type.Optional(Type.String()),
-    instructions: Type.Optional(Type.String()),
-    metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
-    toolFilter: Type.Optional(Type.Object({ allow: Type.Array(Type.String()) }, { additionalProperties: false })),
-    model: Type.Optional(ModelSpec),
-  },
-  { additionalProperties: false },
-);
-
 export const SessionPage = Type.Object(
   {
-    header: SessionHeader,
-    entries: Type.Array(SessionEntry),
+    header: ref(SessionHeader),
+    entries: Type.Array(ref(SessionEntry)),
     nextAfter: Type.Union([Type.Integer(), Type.Null()], {
       description: 'Pass as `after` for the next page; null when this page reached the end of the log.',
     }),
@@ -167,16 +110,14 @@ export const ToolCallBody = Type.Object(
   { additionalProperties: false },
 );
 
-export const Credential = Type.Object({ agentId: AgentId, agentToken: Type.String() }, { additionalProperties: false });
-
 export const ToolCallResult = Type.Object(
   {
     toolCallId: Type.String(),
     isError: Type.Literal(false),
     output: Type.Unknown({ description: 'The canonical value.' }),
     content: Type.String({ description: 'The rendered text the model reads.' }),
-    spawned: Type.Optional(Type.Array(Credential, { description: 'Children started by this call (spawn_subagent), with their tokens.' })),
-    resumed: Type.Optional(Type.Array(Credential, { description: 'Children cold-resumed by this call (send_message), with their new tokens.' })),
+    spawned: Type.Optional(Type.Array(ref(Credential), { description: 'Children started by this call (spawn_subagent), with their tokens.' })),
+    resumed: Type.Optional(Type.Array(ref(Credential), { description: 'Children cold-resumed by this call (send_message), with their new tokens.' })),
   },
   { additionalProperties: false },
 );

@@ -13,6 +13,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
   app.post('/v1/agents/:id/children', {
     schema: {
       tags: ['children'],
+      operationId: 'createChild',
       summary: 'Start a child of this agent',
       description:
         'Needs the parent\'s X-Agent-Token. A continuable in-process child gets the child-scoped `report` tool (when the ' +

@@ -3,13 +3,13 @@
  */
 import { Type } from '@sinclair/typebox';
 import { CHILD_MODES, PROVIDERS } from '../../domain/agent.js';
-import { AgentView, Content, literals, ModelSpec } from '../common-schemas.js';
+import { AgentView, Content, literals, ModelSpec, ref } from '../../contract/index.js';
 
 export const CreateChildBody = Type.Object(
   {
     mode: literals(CHILD_MODES, { description: 'continuable: lives on after its turns, settles, cold-resumes; one-shot: one turn, then closed.' }),
     provider: Type.Optional(literals(PROVIDERS, { default: 'in-process', description: 'remote: a durable descriptor whose turns run elsewhere (no Activation, no report).' })),
-    prompt: Content,
+    prompt: ref(Content),
     label: Type.Optional(Type.String({ maxLength: 200 })),
     instructions: Type.Optional(Type.String()),
     toolFilter: Type.Optional(
@@ -19,10 +19,7 @@ export const CreateChildBody = Type.Object(
       ),
     ),
     model: Type.Optional(
-      Type.Object(ModelSpec.properties, {
-        additionalProperties: false,
-        description: "The child's own model. Absent: an in-process child inherits its parent's model (if any); a remote child has none.",
-      }),
+      ref(ModelSpec, { description: "The child's own model. Absent: an in-process child inherits its parent's model (if any); a remote child has none." }),
     ),
   },
   { additionalProperties: false },
@@ -30,7 +27,7 @@ export const CreateChildBody = Type.Object(
 
 export const ChildCreated = Type.Object(
   {
-    agent: AgentView,
+    agent: ref(AgentView),
     agentToken: Type.String({ description: "The child's credential for this incarnation." }),
     messageId: Type.String({ description: "The prompt's message id: the child's first queued turn." }),
   },

@@ -42,6 +42,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
   app.get('/v1/agents/:id/events', {
     schema: {
       tags: ['events'],
+      operationId: 'streamEvents',
       summary: "Follow an agent's (or a forest's) events",
       description:
         'text/event-stream. `event: entry` carries `{agentId, entry}` with `id:` = the entry\'s seq (forest: its forest ' +

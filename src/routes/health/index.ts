@@ -9,12 +9,14 @@ const Health = Type.Object({ status: Type.String() }, { additionalProperties: fa
 
 export const healthRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = async (app, { agents }) => {
   app.get('/healthz', {
-    schema: { tags: ['health'], summary: 'Liveness', response: { 200: Health } },
+    schema: { tags: ['health'], operationId: 'getLiveness', summary: 'Liveness', security: [], response: { 200: Health } },
   }, async () => ({ status: 'ok' }));
 
   app.get('/readyz', {
     schema: {
       tags: ['health'],
+      operationId: 'getReadiness',
+      security: [],
       summary: 'Readiness: 503 while draining',
       response: { 200: Health, 503: Health },
     },

@@ -10,6 +10,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> 
   app.get('/v1/messages/:messageId', {
     schema: {
       tags: ['messages'],
+      operationId: 'getMessageReceipt',
       summary: 'Where a message is (delivery receipt)',
       description:
         'Answers from durable state, so it holds across restarts. A message discarded with its agent (disposal) or never ' +

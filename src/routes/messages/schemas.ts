@@ -2,9 +2,9 @@
  * Schemas of delivery receipts.
  */
 import { Type } from '@sinclair/typebox';
-import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS } from '../../domain/message.js';
+import { MESSAGE_ROLES } from '../../domain/message.js';
 import { RECEIPT_STATES } from '../../services/session-store.js';
-import { AgentId, literals, OpaqueId } from '../common-schemas.js';
+import { AgentId, literals, MessageSource, OpaqueId, ref } from '../../contract/index.js';
 
 export const MessageParams = Type.Object({ messageId: OpaqueId });
 
@@ -18,10 +18,7 @@ export const Receipt = Type.Object(
     }),
     recipient: AgentId,
     sender: Type.Union([Type.String(), Type.Null()], { description: "The sending agent's id; null for the operator." }),
-    source: Type.Object(
-      { kind: literals(MESSAGE_SOURCE_KINDS), senderSessionId: Type.Optional(Type.String()) },
-      { additionalProperties: false },
-    ),
+    source: ref(MessageSource),
     role: literals(MESSAGE_ROLES),
     timestamps: Type.Object(
       {

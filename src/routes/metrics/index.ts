@@ -9,6 +9,7 @@ export const metricsRoutes: FastifyPluginAsyncTypebox<{ metrics: Metrics }> = as
   app.get('/metrics', {
     schema: {
       tags: ['operations'],
+      operationId: 'getMetrics',
       summary: 'Prometheus metrics',
       description:
         'HTTP request rate and latency by route and status; live agents by kind and status; inbox depth; staged count; ' +

@@ -29,6 +29,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
   app.post('/v1/agents/:id/steps/next', {
     schema: {
       tags: ['steps'],
+      operationId: 'claimStep',
       summary: "Claim this agent's next model request",
       description: 'Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0.',
       security: AGENT_SECURITY,
@@ -45,6 +46,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
   app.post('/v1/steps/next', {
     schema: {
       tags: ['steps'],
+      operationId: 'claimAnyStep',
       summary: "Claim any agent's next step (worker pool)",
       description:
         'FIFO by when each step became claimable; `rootId` keeps to one forest. Each step is claimed by exactly one caller. ' +
@@ -62,6 +64,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
   app.post('/v1/agents/:id/steps/:stepId/output', {
     schema: {
       tags: ['steps'],
+      operationId: 'postStepOutput',
       summary: "Post the model's answer to a step",
       description:
         'Service-owned tool calls run at once (`toolResults`); the backend\'s own calls are listed as `awaiting`. ' +
@@ -76,6 +79,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
   app.post('/v1/agents/:id/steps/:stepId/tool-results', {
     schema: {
       tags: ['steps'],
+      operationId: 'postToolResults',
       summary: "Post results of the backend's own tool calls",
       description: 'Once every call of the step has a result, the next step is claimable. A request naming any call the step does not await changes nothing.',
       security: AGENT_SECURITY,

@@ -1,5 +1,8 @@
+import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
+import { parse } from 'yaml';
+import { benchRoutes } from '../../bench/baseline-route.js';
 import { buildApp } from '../../src/app.js';
 import { createLogger } from '../../src/logger.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
@@ -7,9 +10,11 @@ import { createSystem } from '../../src/services/system.js';
 
 const opened: FastifyInstance[] = [];
 
-async function app(benchBaseline: boolean): Promise<FastifyInstance> {
+/** The app as src/start.ts builds it; bench/server.ts registers the benchmark routes on it. */
+async function app(withBenchRoutes: boolean): Promise<FastifyInstance> {
   const logger = createLogger('silent');
-  const instance = await buildApp({ system: createSystem({ store: new MemorySessionStore(), logger }), logger, benchBaseline });
+  const instance = await buildApp({ system: createSystem({ store: new MemorySessionStore(), logger }), logger });
+  if (withBenchRoutes) await instance.register(benchRoutes);
   opened.push(instance);
   return instance;
 }
@@ -21,7 +26,7 @@ afterEach(async () => {
 const report = { name: 'report', input: { output: 'a finding' } };
 
 describe('benchmark helper routes', () => {
-  it('answer only when the bench baseline is switched on', async () => {
+  it('answer only when the benchmark registers them', async () => {
     const off = await app(false);
     expect((await off.inject({ method: 'POST', url: '/bench/baseline', payload: report })).statusCode).toBe(404);
     expect((await off.inject({ method: 'GET', url: '/bench/memory' })).statusCode).toBe(404);
@@ -47,11 +52,14 @@ describe('benchmark helper routes', () => {
     expect(body.heapUsed).toBeGreaterThan(0);
   });
 
-  it('stay out of the API document', async () => {
+  it('stay out of the API document, even when registered', async () => {
     const on = await app(true);
     await on.ready();
     const paths = Object.keys((on as unknown as { swagger(): { paths: Record<string, unknown> } }).swagger().paths);
     expect(paths.some((p) => p.startsWith('/bench'))).toBe(false);
     expect(paths).toContain('/v1/agents');
+    const committed = parse(readFileSync(new URL('../../openapi.yaml', import.meta.url), 'utf8')) as { paths: Record<string, unknown> };
+    expect(Object.keys(committed.paths).some((p) => p.startsWith('/bench'))).toBe(false);
+    expect(Object.keys(committed.paths)).toContain('/v1/agents');
   });
 });

@@ -1,0 +1,119 @@
+/**
+ * The shapes most of the API shares: ids, message content, the model spec, token usage, the
+ * agent view, agent credentials and the error body. Each shared shape has an `$id` and is an
+ * OpenAPI component (see ./index.ts).
+ */
+import { Type, type Static } from '@sinclair/typebox';
+import { ACTIVATION_STATES, AGENT_ID_PATTERN, AGENT_KINDS, AGENT_STATUSES, CHILD_MODES, PROVIDERS } from '../domain/agent.js';
+import { ERROR_CODES, type ErrorCode } from '../domain/errors.js';
+import { DEFAULT_MAX_STEPS, MODEL_PROVIDERS } from '../domain/model.js';
+import { literals, ref, shared } from './schema.js';
+
+export const AgentId = Type.String({ pattern: AGENT_ID_PATTERN, description: 'An agent (and session) id.' });
+export const OpaqueId = Type.String({ minLength: 1, maxLength: 200 });
+
+export const TextBlock = shared('TextBlock', Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: false }));
+
+export const Content = shared(
+  'Content',
+  Type.Union([Type.String({ minLength: 1 }), Type.Array(ref(TextBlock), { minItems: 1 })], {
+    description: 'A string, or text blocks; a model reads the blocks joined with a newline.',
+  }),
+);
+
+const MODEL_SPEC_FIELDS = {
+  provider: literals(MODEL_PROVIDERS, { description: 'An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).' }),
+  baseUrl: Type.String({ minLength: 1, maxLength: 2000, description: 'The API root; requests go to `<baseUrl>/chat/completions`.' }),
+  model: Type.String({ minLength: 1, maxLength: 200, description: 'The model name the endpoint expects.' }),
+  apiKeyEnv: Type.Optional(
+    Type.String({
+      pattern: '^[A-Za-z_][A-Za-z0-9_]*$',
+      maxLength: 200,
+      description: "The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored.",
+    }),
+  ),
+  temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
+  maxSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: `Model requests one turn may make; default ${DEFAULT_MAX_STEPS}. Past it the turn fails.` })),
+};
+
+export const ModelSpec = shared(
+  'ModelSpec',
+  Type.Object(MODEL_SPEC_FIELDS, {
+    additionalProperties: false,
+    description: 'The service drives this agent itself against this model: no backend claims its steps.',
+  }),
+);
+
+export const TokenUsage = shared(
+  'TokenUsage',
+  Type.Object(
+    {
+      promptTokens: Type.Integer({ minimum: 0 }),
+      completionTokens: Type.Integer({ minimum: 0 }),
+      totalTokens: Type.Integer({ minimum: 0 }),
+    },
+    { additionalProperties: false, description: 'Tokens the model request that produced this assistant message used.' },
+  ),
+);
+
+export const AgentView = shared(
+  'AgentView',
+  Type.Object(
+    {
+      id: AgentId,
+      kind: literals(AGENT_KINDS),
+      parentId: Type.Union([Type.String(), Type.Null()]),
+      mode: Type.Union([literals(CHILD_MODES), Type.Null()]),
+      provider: Type.Union([literals(PROVIDERS), Type.Null()]),
+      depth: Type.Integer({ minimum: 0 }),
+      label: Type.Optional(Type.String()),
+      status: literals(AGENT_STATUSES, {
+        description: 'roots: idle, running, disposing; children: idle or running while resident, settled, closed',
+      }),
+      resident: Type.Boolean(),
+      activation: Type.Union([Type.Object({ state: literals(ACTIVATION_STATES) }), Type.Null()]),
+      inbox: Type.Object({ queued: Type.Integer({ minimum: 0 }) }),
+      staged: Type.Integer({ minimum: 0 }),
+      createdAt: Type.String({ format: 'date-time' }),
+      model: Type.Optional(ref(ModelSpec)),
+    },
+    { additionalProperties: false },
+  ),
+);
+export type AgentView = Static<typeof AgentView>;
+
+export const Credential = shared(
+  'Credential',
+  Type.Object({ agentId: AgentId, agentToken: Type.String() }, { additionalProperties: false, description: "A live incarnation's agent id and token." }),
+);
+
+/** The model-visible result of a failed tool call, on the errors of tool-call routes. */
+export const ToolErrorResult = Type.Object(
+  {
+    isError: Type.Literal(true),
+    content: Type.String({ description: 'The exact text a model should be shown: `Error: <message>`.' }),
+  },
+  { additionalProperties: false },
+);
+
+const ERROR_FIELDS = {
+  statusCode: Type.Integer(),
+  code: Type.Unsafe<ErrorCode>({ type: 'string', enum: [...ERROR_CODES] }),
+  error: Type.String({ description: 'The HTTP reason phrase.' }),
+  message: Type.String(),
+  location: Type.Optional(Type.String({ description: 'MISDIRECTED: the URL to send this request to (also in the Location header).' })),
+};
+
+export const ErrorBody = shared(
+  'ErrorBody',
+  Type.Object(ERROR_FIELDS, { additionalProperties: false, description: 'Every error response; each response lists the codes it can carry.' }),
+);
+export type ErrorBody = Static<typeof ErrorBody>;
+
+export const ToolCallErrorBody = shared(
+  'ToolCallErrorBody',
+  Type.Object(
+    { ...ERROR_FIELDS, toolResult: Type.Optional(ToolErrorResult) },
+    { additionalProperties: false, description: 'An error of a tool-call route: the error body plus the `toolResult` a model should be shown.' },
+  ),
+);

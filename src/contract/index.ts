@@ -1,0 +1,35 @@
+/**
+ * The wire contract: every shape the API shares between its operations, written once in
+ * TypeBox. Routes validate and document with these schemas; the rest of the service may use
+ * their `Static<>` types. Each schema here has an `$id`: the app adds them all with
+ * `addSchema`, operations refer to them with `$ref`, and the OpenAPI document lists them under
+ * `components.schemas` by that name.
+ *
+ * This layer imports only TypeBox and the domain's literal tuples.
+ */
+import type { TSchema } from '@sinclair/typebox';
+import { AgentView, Content, Credential, ErrorBody, ModelSpec, TextBlock, TokenUsage, ToolCallErrorBody } from './common.js';
+import { PACKAGE_SCHEMAS } from './packages.js';
+import { SESSION_SCHEMAS } from './sessions.js';
+import { STEP_SCHEMAS } from './steps.js';
+
+export * from './common.js';
+export * from './packages.js';
+export * from './sessions.js';
+export * from './steps.js';
+export { literals, ref } from './schema.js';
+
+/** Every shared schema, each after the ones it refers to. */
+export const CONTRACT_SCHEMAS: readonly (TSchema & { $id: string })[] = [
+  TextBlock,
+  Content,
+  ModelSpec,
+  TokenUsage,
+  AgentView,
+  Credential,
+  ErrorBody,
+  ToolCallErrorBody,
+  ...SESSION_SCHEMAS,
+  ...STEP_SCHEMAS,
+  ...PACKAGE_SCHEMAS,
+];

@@ -1,0 +1,110 @@
+/**
+ * The durable session as the API shows it: the header, and the log's entries as one union
+ * discriminated by `type`, one variant per entry type of the domain (src/domain/session.ts).
+ */
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS } from '../domain/message.js';
+import { ACTIVATION_EVENTS, TURN_END_REASONS, type EntryType } from '../domain/session.js';
+import { AgentId, ModelSpec, OpaqueId, TextBlock, TokenUsage } from './common.js';
+import { literals, ref, shared } from './schema.js';
+
+export const MessageSource = shared(
+  'MessageSource',
+  Type.Object(
+    { kind: literals(MESSAGE_SOURCE_KINDS), senderSessionId: Type.Optional(Type.String()) },
+    { additionalProperties: false, description: 'Provenance of a message, never authority; coordinator and subagent-report name the sender.' },
+  ),
+);
+
+export const ToolCall = shared(
+  'ToolCall',
+  Type.Object(
+    { id: OpaqueId, name: Type.String({ minLength: 1, maxLength: 200 }), input: Type.Unknown({ description: 'The parsed arguments.' }) },
+    { additionalProperties: false, description: 'A tool call of an assistant message.' },
+  ),
+);
+
+/** One variant of the entry union: the fields every entry has, its `type`, and its own fields. */
+function entry<T extends EntryType, P extends Record<string, TSchema>>(type: T, id: string, description: string, fields: P) {
+  return shared(
+    id,
+    Type.Object(
+      { seq: Type.Integer({ minimum: 1 }), at: Type.String({ format: 'date-time' }), type: Type.Literal(type), ...fields },
+      { additionalProperties: false, description },
+    ),
+  );
+}
+
+export const MessageEntry = entry('message', 'MessageEntry', 'A message in the log: a prompt, context, a model answer or a tool result.', {
+  messageId: Type.String(),
+  role: literals(MESSAGE_ROLES),
+  content: Type.Array(ref(TextBlock)),
+  source: ref(MessageSource),
+  toolCalls: Type.Optional(Type.Array(ref(ToolCall))),
+  toolCallId: Type.Optional(Type.String()),
+  isError: Type.Optional(Type.Boolean()),
+  usage: Type.Optional(ref(TokenUsage)),
+});
+
+export const TurnStartEntry = entry('turn-start', 'TurnStartEntry', 'A turn opened; its prompt is the message `messageId`.', {
+  turnId: Type.String(),
+  inboxItemId: Type.String(),
+  messageId: Type.String(),
+});
+
+export const StepStartEntry = entry('step-start', 'StepStartEntry', 'A model request of the turn started.', {
+  turnId: Type.String(),
+  stepId: Type.String(),
+  index: Type.Integer({ minimum: 0 }),
+});
+
+export const TurnEndEntry = entry('turn-end', 'TurnEndEntry', 'A turn ended.', {
+  turnId: Type.String(),
+  reason: literals(TURN_END_REASONS),
+  error: Type.Optional(Type.String({ description: 'reason failed: what went wrong (a model request that failed, a turn past model.maxSteps).' })),
+});
+
+export const ActivationEntry = entry('activation', 'ActivationEntry', "A continuable child's Activation changed.", {
+  activationId: Type.String(),
+  event: literals(ACTIVATION_EVENTS),
+});
+
+const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry] as const;
+
+export const SessionEntry = shared(
+  'SessionEntry',
+  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry)], {
+    description: 'One durable log entry; `type` says which.',
+    discriminator: {
+      propertyName: 'type',
+      mapping: Object.fromEntries(ENTRY_VARIANTS.map((v) => [v.properties.type.const, `#/components/schemas/${v.$id}`])),
+    },
+  }),
+);
+export type SessionEntry = Static<typeof SessionEntry>;
+
+export const SessionHeader = shared(
+  'SessionHeader',
+  Type.Object(
+    {
+      version: Type.Integer(),
+      id: AgentId,
+      createdAt: Type.String({ format: 'date-time' }),
+      kind: Type.String(),
+      parentSession: Type.Union([Type.String(), Type.Null()]),
+      depth: Type.Integer({ minimum: 0 }),
+      rootSession: Type.Optional(Type.String({ description: "Children: the id of the forest's root." })),
+      origin: Type.Optional(Type.Literal('subagent')),
+      mode: Type.Union([Type.String(), Type.Null()]),
+      provider: Type.Union([Type.String(), Type.Null()]),
+      label: Type.Optional(Type.String()),
+      instructions: Type.Optional(Type.String()),
+      metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+      toolFilter: Type.Optional(Type.Object({ allow: Type.Array(Type.String()) }, { additionalProperties: false })),
+      model: Type.Optional(ref(ModelSpec)),
+    },
+    { additionalProperties: false, description: "The session's immutable header." },
+  ),
+);
+
+export const SESSION_SCHEMAS = [MessageSource, ToolCall, ...ENTRY_VARIANTS, SessionEntry, SessionHeader] as const;
