@@ -3,15 +3,12 @@
  * `AGENTFOREST_DATA=:memory:`. Entries are kept as their JSON text, as the SQLite store keeps
  * them: callers cannot mutate what was "persisted" and every read parses a fresh copy.
  *
- * The texts are written as UTF-8 into buffers of a megabyte and more, off the JavaScript heap,
- * and what the lookups need (type, session, seq, forest position) goes into typed arrays.
- * Kept as a string and two small objects per entry, all of it was copied by each
+ * The text is joined into strings of half a megabyte and more, which the garbage collector
+ * never copies, and what the lookups need (type, session, seq, forest position) goes into
+ * typed arrays. Kept as a string and two small objects per entry, all of it was copied by each
  * young-generation collection until it was promoted: the memory store's own cost grew with
- * how much it held, and was a fifth of a report's in-process time. Kept as strings joined into
- * large ones, each text was still copied by a collection or two while its chunk filled, and
- * again by the join.
+ * how much it held, and was a fifth of a report's in-process time.
  */
-import { Worker } from 'node:worker_threads';
 import { ENTRY_TYPES, type EntryType, type SessionEntry, type SessionHeader } from '../../domain/session.js';
 import {
   locationFromEntries,
@@ -51,136 +48,71 @@ class U32List {
   }
 }
 
-/** Texts are written into buffers of this many bytes; a larger text gets a buffer of its own. */
-const CHUNK_BYTES = 1 << 20;
-
-/** Touches every page of a new chunk's memory, then hands the chunk over. */
-const TOUCHER_SOURCE = `
-const { parentPort } = require('node:worker_threads');
-parentPort.on('message', (size) => {
-  const memory = new SharedArrayBuffer(size);
-  const bytes = new Uint8Array(memory);
-  for (let i = 0; i < size; i += 4096) bytes[i] = 0;
-  parentPort.postMessage(memory);
-});
-`;
+/** Texts are joined into strings of about this many UTF-16 code units (512 KiB and more). */
+const CHUNK_UNITS = 1 << 19;
 
 /**
- * Chunks whose pages were touched already, by a helper thread. The first write to a page of
- * fresh memory costs a page fault; on a virtual machine it can cost 10 µs and more per 4 KiB
- * page (the host backs the page then), which on the event loop is 2–3 µs per report. One chunk
- * is prepared ahead, for the process, and only once a store has filled its first chunk: most
- * stores (tests, short runs) never do, and never start the thread. The thread makes the memory
- * and touches it before it posts it, and the store writes to it only after it arrived: no byte
- * is ever written by both. Whenever no prepared chunk is there, a store makes its own.
+ * Texts appended to large strings; a text is its chunk, offset and length. The texts of a
+ * chunk are kept as they come and joined into one string once they reach CHUNK_UNITS: a
+ * string that large lives in the large-object space, which the garbage collector never
+ * copies, and a read is a slice of it. Until then, reads and searches use the open chunk's
+ * texts as they are, so a read of the newest entries (every step reads its agent's log) does
+ * not cut a chunk short. Chunks and offsets only grow, so a text's place orders it among all
+ * the others.
  */
-export class ChunkSupply {
-  private toucher: Worker | undefined;
-  private broken = false;
-  private ready: SharedArrayBuffer | undefined;
-  private asked = false;
-  private waiters: ((prepared: boolean) => void)[] = [];
+class TextArena {
+  private readonly chunks: string[] = [];
+  /** The texts of the open chunk, number `chunks.length`, where each starts, and their length. */
+  private filling: string[] = [];
+  private starts: number[] = [];
+  private filled = 0;
 
-  /** A chunk of `size` bytes, prepared if one is ready; asks for the next when `ahead`. */
-  take(size: number, ahead: boolean): Buffer {
-    let chunk: Buffer;
-    if (size === CHUNK_BYTES && this.ready !== undefined) {
-      chunk = Buffer.from(this.ready);
-      this.ready = undefined;
-    } else chunk = Buffer.allocUnsafeSlow(size);
-    if (ahead) this.ask();
-    return chunk;
+  /** The chunk the next text goes to. */
+  get openChunk(): number {
+    return this.chunks.length;
   }
 
-  /** Ends the helper thread, if it started; later chunks are made by the stores. */
-  async close(): Promise<void> {
-    this.broken = true;
-    this.tell(false);
-    await this.toucher?.terminate();
-  }
-
-  /** Resolves true once a prepared chunk is there, false when none is coming. */
-  prepared(): Promise<boolean> {
-    if (this.ready !== undefined) return Promise.resolve(true);
-    if (!this.asked || this.broken) return Promise.resolve(false);
-    return new Promise((resolve) => this.waiters.push(resolve));
-  }
-
-  private ask(): void {
-    if (this.asked || this.ready !== undefined || this.broken) return;
-    try {
-      this.toucher ??= this.start();
-      this.toucher.postMessage(CHUNK_BYTES);
-      this.asked = true;
-    } catch {
-      this.broken = true;
-    }
-  }
-
-  private start(): Worker {
-    const toucher = new Worker(TOUCHER_SOURCE, { eval: true });
-    // It never keeps the process alive, and a failure only means stores make their own chunks.
-    toucher.unref();
-    toucher.on('message', (memory: SharedArrayBuffer) => {
-      this.ready = memory;
-      this.asked = false;
-      this.tell(true);
-    });
-    const fail = (): void => {
-      this.broken = true;
-      this.tell(false);
-    };
-    toucher.on('error', fail);
-    toucher.on('exit', fail);
-    return toucher;
-  }
-
-  private tell(prepared: boolean): void {
-    for (const resolve of this.waiters.splice(0)) resolve(prepared);
-  }
-}
-
-/** The process's chunk supply, which every store uses unless given its own. */
-const processSupply = new ChunkSupply();
-
-class ByteArena {
-  constructor(private readonly supply: ChunkSupply) {}
-
-  private readonly chunks: Buffer[] = [];
-  /** How many bytes of each chunk hold texts; the rest was never written. */
-  private readonly ends: number[] = [];
-
-  /** Appends a text; returns its chunk, byte offset and byte length. */
-  append(text: string): [chunk: number, offset: number, length: number] {
-    let chunk = this.chunks.length - 1;
-    // A UTF-16 code unit takes at most 3 bytes of UTF-8: a text this short surely fits.
-    if (chunk === -1 || this.ends[chunk]! + 3 * text.length > this.chunks[chunk]!.length) {
-      const bytes = Buffer.byteLength(text);
-      if (chunk === -1 || this.ends[chunk]! + bytes > this.chunks[chunk]!.length) {
-        // A store that fills its first chunk will likely fill more: prepare them from then on.
-        this.chunks.push(this.supply.take(Math.max(CHUNK_BYTES, bytes), chunk >= 0));
-        this.ends.push(0);
-        chunk++;
-      }
-    }
-    const offset = this.ends[chunk]!;
-    const length = this.chunks[chunk]!.write(text, offset, 'utf8');
-    this.ends[chunk] = offset + length;
-    return [chunk, offset, length];
+  /** Appends a text to the open chunk; returns its offset there. */
+  append(text: string): number {
+    const offset = this.filled;
+    this.filling.push(text);
+    this.starts.push(offset);
+    this.filled += text.length;
+    if (this.filled >= CHUNK_UNITS) this.seal();
+    return offset;
   }
 
   text(chunk: number, offset: number, length: number): string {
-    return this.chunks[chunk]!.toString('utf8', offset, offset + length);
+    if (chunk < this.chunks.length) return this.chunks[chunk]!.slice(offset, offset + length);
+    // The open chunk: the text that starts at `offset`, found by binary search.
+    let lo = 0;
+    let hi = this.starts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (this.starts[mid]! <= offset) lo = mid;
+      else hi = mid - 1;
+    }
+    return this.filling[lo]!;
   }
 
-  /** Every place `needle` occurs, as chunk and byte offset, in order. */
+  /** Every place `needle` occurs, as chunk and offset, in order. */
   *find(needle: string): Generator<[chunk: number, offset: number]> {
-    const bytes = Buffer.from(needle);
-    for (let chunk = 0; chunk < this.chunks.length; chunk++) {
-      const written = this.chunks[chunk]!.subarray(0, this.ends[chunk]);
-      for (let at = written.indexOf(bytes); at !== -1; at = written.indexOf(bytes, at + 1)) yield [chunk, at];
-    }
+    for (let chunk = 0; chunk < this.chunks.length; chunk++) yield* occurrences(this.chunks[chunk]!, needle, chunk, 0);
+    for (let i = 0; i < this.filling.length; i++) yield* occurrences(this.filling[i]!, needle, this.chunks.length, this.starts[i]!);
   }
+
+  /** Join the open chunk's texts into one string; later texts start the next chunk. */
+  private seal(): void {
+    this.chunks.push(this.filling.length === 1 ? this.filling[0]! : this.filling.join(''));
+    this.filling = [];
+    this.starts = [];
+    this.filled = 0;
+  }
+}
+
+/** Where `needle` occurs in `text`, which starts at `offset` of `chunk`. */
+function* occurrences(text: string, needle: string, chunk: number, offset: number): Generator<[chunk: number, offset: number]> {
+  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + 1)) yield [chunk, offset + at];
 }
 
 const TYPE_CODE = new Map<EntryType, number>(ENTRY_TYPES.map((type, i) => [type, i]));
@@ -190,23 +122,19 @@ const TYPE_CODE = new Map<EntryType, number>(ENTRY_TYPES.map((type, i) => [type,
  * session and seq, and its forest position.
  */
 class EntryTable {
-  private readonly arena: ByteArena;
+  private readonly arena = new TextArena();
   private readonly place = new U32List(); // chunk, offset, length per entry
   private readonly type = new U32List();
   private readonly session = new U32List();
   private readonly seq = new U32List();
   private readonly forestSeq = new U32List();
 
-  constructor(supply: ChunkSupply) {
-    this.arena = new ByteArena(supply);
-  }
-
   /** Stores an entry; returns its number. */
   add(sessionNumber: number, entry: SessionEntry, forestSeq: number): number {
-    const [chunk, offset, length] = this.arena.append(JSON.stringify(entry));
-    this.place.push(chunk);
-    this.place.push(offset);
-    this.place.push(length);
+    const text = JSON.stringify(entry);
+    this.place.push(this.arena.openChunk);
+    this.place.push(this.arena.append(text));
+    this.place.push(text.length);
     this.type.push(TYPE_CODE.get(entry.type)!);
     this.session.push(sessionNumber);
     this.seq.push(entry.seq);
@@ -280,16 +208,11 @@ export class MemorySessionStore implements SessionStore {
   private readonly sessionList: StoredSession[] = [];
   /** Each parent's child sessions, in the order they were created. */
   private readonly childrenOf = new Map<string, StoredSession[]>();
-  private readonly table: EntryTable;
+  private readonly table = new EntryTable();
   /** Entry numbers per forest, in forest order. */
   private readonly forests = new Map<string, U32List>();
   private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
-
-  /** `chunks`: where the entry text's memory comes from (the process's supply by default). */
-  constructor(options: { chunks?: ChunkSupply } = {}) {
-    this.table = new EntryTable(options.chunks ?? processSupply);
-  }
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
