@@ -15,6 +15,7 @@ export const ERROR_CODES = [
   'ROUTE_NOT_FOUND',
   'AGENT_EXISTS',
   'MISDIRECTED',
+  'FOREST_FENCED',
   'PARENT_UNAVAILABLE',
   'ACTIVATION_CLOSING',
   'ACTIVATION_SETUP_REVOKED',
@@ -50,11 +51,14 @@ export class ServiceError extends Error {
   readonly code: ErrorCode;
   /** MISDIRECTED: the base URL of the instance to send the request to. */
   readonly location: string | undefined;
+  /** FOREST_FENCED: the forests whose writes were refused. */
+  readonly roots: readonly string[] | undefined;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; location?: string }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; location?: string; roots?: readonly string[] }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.location = options?.location;
+    this.roots = options?.roots;
   }
 }
 
