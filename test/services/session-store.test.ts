@@ -21,7 +21,7 @@ interface StoreFixture {
 
 interface StoreFactory {
   name: string;
-  /** Why this store cannot be tested on this machine (its cases then skip, saying so). */
+  /** Why this store's cases skip, saying so: only on a run that opted out (AGENTFOREST_SKIP_POSTGRES=1). */
   unavailable?: string | undefined;
   create(): Promise<StoreFixture>;
 }
@@ -122,7 +122,7 @@ class ForestNumbering {
 }
 
 for (const factory of STORE_FACTORIES) {
-  // Printed, so a run without PostgreSQL says what it did not test and why.
+  // Printed, so a run that opted out of PostgreSQL says what it did not test and why.
   if (factory.unavailable !== undefined) console.warn(`SessionStore contract (${factory.name}) skipped: ${factory.unavailable}`);
 }
 
