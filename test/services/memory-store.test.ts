@@ -1,8 +1,7 @@
 /**
- * The memory store joins entry texts into large strings (chunks) and reads the open chunk from
- * its texts: whatever the sizes and characters, across chunk boundaries and with reads in
- * between, every read gives back exactly what was written, and lookups by type, forest and
- * message id find it.
+ * Memory-store specifics beyond the store contract (session-store.test.ts): large, non-ASCII and
+ * escaped texts among many small ones, with reads in between, come back exactly; and a message
+ * is located by its own entry, not by a tool input or text that quotes its id.
  */
 import { describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
@@ -68,7 +67,7 @@ describe('MemorySessionStore entry text', () => {
     expect(await store.locate('target')).toMatchObject({ state: 'appended', seq: 2 });
   });
 
-  it('gives back every entry exactly, across chunk boundaries, with large and non-ASCII texts among small ones', async () => {
+  it('gives back every entry exactly, with large and non-ASCII texts among many small ones and reads in between', async () => {
     const store = new MemorySessionStore();
     await store.write({ headers: [header('root'), header('child', 'root')], entries: [] });
     const w = new Writer(store, 'root');
@@ -76,12 +75,11 @@ describe('MemorySessionStore entry text', () => {
       'plain',
       'é, ü, ß and 漢字 and 🙂 (a surrogate pair)',
       'quotes " and backslashes \\ and a NUL \u0000 and a newline \n',
-      'x'.repeat(1_500_000), // larger than a chunk: it closes the chunk it lands in
+      'x'.repeat(1_500_000),
       '🙂'.repeat(400_000), // 1.6 MB of four-byte characters
     ];
     const written: Record<string, SessionEntry[]> = { root: [], child: [] };
-    // About 12 million characters in all: many chunks, the large texts in between, and a read
-    // now and then of the chunk being filled.
+    // About 12 million characters in all, the large texts in between, and a read now and then.
     for (let i = 0; i < 12_000; i++) {
       const sessionId = i % 3 === 0 ? 'root' : 'child';
       const text = i % 2500 === 7 ? texts[Math.floor(i / 2500)]! : `${texts[i % 3]!} ${i} ${'y'.repeat(900)}`;
@@ -99,7 +97,7 @@ describe('MemorySessionStore entry text', () => {
     expect(forest.map((e) => e.forestSeq)).toEqual([11_991, 11_992, 11_993, 11_994, 11_995, 11_996, 11_997, 11_998, 11_999, 12_000]);
     expect(forest.at(-1)?.entry.type).toBe('message');
     expect(await store.lastForestSeq('root')).toBe(12_000);
-    // Found by message id in the last chunk, and in between the large texts.
+    // Found by message id among the last entries, and in between the large texts.
     const late = written.child!.find((e) => e.type === 'message' && e.messageId === 'msg-11999')!;
     expect(await store.locate('msg-11999')).toMatchObject({ state: 'appended', sessionId: 'child', seq: late.seq });
     expect(await store.locate('msg-2507')).toMatchObject({ state: 'appended', sessionId: 'child' });
