@@ -19,6 +19,7 @@ export const ERROR_CODES = [
   'ROUTE_NOT_FOUND',
   'AGENT_EXISTS',
   'MISDIRECTED',
+  'FOREST_FENCED',
   'PARENT_UNAVAILABLE',
   'ACTIVATION_CLOSING',
   'ACTIVATION_SETUP_REVOKED',
@@ -57,6 +58,7 @@ export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
   ROUTE_NOT_FOUND: 'No route matches the method and path.',
   AGENT_EXISTS: 'A live agent or a durable session already has this id.',
   MISDIRECTED: 'Another live instance owns this forest; `location` and the `Location` header name where to send the request.',
+  FOREST_FENCED: 'Internal, never sent: the database refused a write because another instance took over the forest; the waiting requests are answered MISDIRECTED.',
   PARENT_UNAVAILABLE: 'The direct parent is not live or is being disposed: `direct parent is not live; report was not delivered`.',
   ACTIVATION_CLOSING: 'An Activation involved is being disposed: a report from a closing child, a message to one, or a new child under a parent being disposed. Nothing was delivered.',
   ACTIVATION_SETUP_REVOKED: 'A setup contribution was revoked while the child was being built; the child was not established.',
@@ -90,11 +92,14 @@ export class ServiceError extends Error {
   readonly code: ErrorCode;
   /** MISDIRECTED: the base URL of the instance to send the request to. */
   readonly location: string | undefined;
+  /** FOREST_FENCED: the forests whose writes were refused. */
+  readonly roots: readonly string[] | undefined;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; location?: string }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; location?: string; roots?: readonly string[] }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.location = options?.location;
+    this.roots = options?.roots;
   }
 }
 

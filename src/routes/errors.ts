@@ -32,16 +32,6 @@ export function errorBody(code: ErrorCode, message: string): ErrorBody {
 /** Maps Fastify's own client errors (parsing, limits, validation) to our codes. */
 function classify(error: FastifyError): { code: ErrorCode; message: string } {
   if (isServiceError(error)) return { code: error.code, message: error.message };
-  if (error.name === 'FencedWriteError') {
-    // Another instance took a forest over while this one held a write for it. Writes for other
-    // forests that shared the commit are retried and may still land, so the text says both.
-    return {
-      code: 'MISDIRECTED',
-      message:
-        'a commit was refused because another instance took over a forest written in it: a request for that forest should be sent again ' +
-        '(it will be redirected); a request for another forest may still have been written, so repeat it only with the same Idempotency-Key',
-    };
-  }
   if (error.validation !== undefined) return { code: 'VALIDATION', message: error.message };
   switch (error.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':

@@ -8,10 +8,11 @@
  * disposed or the instance stops. A lease that expired (its owner died or paused) can be taken
  * over by another instance, which raises the epoch; the store checks the epoch inside every
  * write's transaction, so a paused old owner's writes are refused by the database
- * (FencedWriteError), and it drops the forest when it notices.
+ * (FOREST_FENCED), and it drops the forest when it notices.
  */
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
+import type { ForestLeases } from './stores/postgres-leases.js';
 import type { PostgresSessionStore } from './stores/postgres-store.js';
 
 export interface OwnershipOptions {
@@ -24,6 +25,7 @@ export interface OwnershipOptions {
 
 export class ForestOwnership {
   private readonly epochs = new Map<string, number>();
+  private readonly leases: ForestLeases;
   private timer: NodeJS.Timeout | undefined;
   /** Told about forests whose lease this instance lost: their live agents must go. */
   onLost: (roots: readonly string[]) => void = () => undefined;
@@ -34,16 +36,17 @@ export class ForestOwnership {
   durable: () => Promise<void> = () => Promise.resolve();
 
   constructor(
-    private readonly store: PostgresSessionStore,
+    store: PostgresSessionStore,
     readonly options: OwnershipOptions,
     private readonly logger?: Logger,
   ) {
-    store.fence = { owner: options.instanceId, epochs: this.epochs };
+    this.leases = store.leases;
+    this.leases.fence = { owner: options.instanceId, epochs: this.epochs };
   }
 
   /** Take the forest's lease, or throw 421 MISDIRECTED naming the instance that holds it. */
   async acquire(rootId: string): Promise<void> {
-    const result = await this.store.acquireLease(rootId, this.options.instanceId, this.options.url, this.options.leaseMs);
+    const result = await this.leases.acquire(rootId, this.options.instanceId, this.options.url, this.options.leaseMs);
     if (!result.owned) throw misdirected(rootId, result.ownerUrl);
     this.epochs.set(rootId, result.epoch);
   }
@@ -67,7 +70,7 @@ export class ForestOwnership {
 
   private async release(rootId: string, epoch: number): Promise<void> {
     this.epochs.delete(rootId);
-    await this.store.releaseLease(rootId, this.options.instanceId, epoch).catch((err: unknown) => {
+    await this.leases.release(rootId, this.options.instanceId, epoch).catch((err: unknown) => {
       this.logger?.warn({ err, rootId }, 'releasing a forest lease failed; it will expire');
     });
   }
@@ -75,7 +78,7 @@ export class ForestOwnership {
   /** The base URL of the instance that holds this forest, when that is another live instance. */
   async ownerElsewhere(rootId: string): Promise<string | undefined> {
     if (this.epochs.has(rootId)) return undefined;
-    const holder = await this.store.leaseHolder(rootId);
+    const holder = await this.leases.holder(rootId);
     return holder !== undefined && holder.owner !== this.options.instanceId ? holder.ownerUrl : undefined;
   }
 
@@ -87,7 +90,7 @@ export class ForestOwnership {
 
   async renew(): Promise<void> {
     try {
-      const lost = await this.store.renewLeases(this.options.instanceId, this.epochs, this.options.leaseMs);
+      const lost = await this.leases.renew(this.options.instanceId, this.epochs, this.options.leaseMs);
       if (lost.length > 0) this.lost(lost);
     } catch (err) {
       this.logger?.error({ err }, 'renewing forest leases failed; they expire unless a later renewal succeeds');

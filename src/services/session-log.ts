@@ -13,9 +13,17 @@
  * from the assigned order; callers waiting on it get the error.
  */
 import type { Logger } from 'pino';
+import { isServiceError, ServiceError } from '../domain/errors.js';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
-import { FencedWriteError } from './stores/postgres-store.js';
 import { batchIsEmpty, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
+
+/**
+ * What the waiters of a fenced commit are told. Another instance took over a forest written in
+ * it; writes for other forests that shared the commit are retried and may still land.
+ */
+const FENCED_MESSAGE =
+  'a commit was refused because another instance took over a forest written in it: a request for that forest should be sent again ' +
+  '(it will be redirected); a request for another forest may still have been written, so repeat it only with the same Idempotency-Key';
 
 interface PendingBatch extends WriteBatch {
   done: Promise<void>;
@@ -231,13 +239,16 @@ export class SessionLog {
       },
       (error: unknown) => {
         this.failedBatch = toWrite;
-        if (error instanceof FencedWriteError) {
+        let failure = error;
+        if (isServiceError(error) && error.code === 'FOREST_FENCED') {
           // Refused for good: drop these forests' writes every time, then tell the owner.
-          this.stripFailed(error.roots);
-          this.onFenced(error.roots);
+          const roots = error.roots ?? [];
+          this.stripFailed(roots);
+          this.onFenced(roots);
+          failure = new ServiceError('MISDIRECTED', FENCED_MESSAGE, { cause: error });
         }
         this.logger?.error({ err: error, entries: toWrite.entries.length }, 'session batch commit failed; will retry');
-        batch.settle(error);
+        batch.settle(failure);
       },
     ).finally(() => {
       this.inflight = null;

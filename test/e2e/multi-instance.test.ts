@@ -179,8 +179,8 @@ function expectMisdirected(res: HttpResponse<unknown>, ownerUrl: string, path: s
 
 function isLeaseLossLog(line: LogLine): boolean {
   const msg = line.json?.msg;
-  const err = line.json?.err as { type?: unknown } | undefined;
-  return (typeof msg === 'string' && msg.startsWith('lost the lease')) || err?.type === 'FencedWriteError';
+  const err = line.json?.err as { code?: unknown } | undefined;
+  return (typeof msg === 'string' && msg.startsWith('lost the lease')) || err?.code === 'FOREST_FENCED';
 }
 
 async function report(api: ServerClient, child: AgentRef, output: string, toolCallId: string): Promise<string> {

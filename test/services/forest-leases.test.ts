@@ -1,11 +1,17 @@
 /**
  * Forest leases and write fencing on the PostgreSQL store: one owner at a time, takeover only
  * after expiry with a higher epoch, and the database refusing every write of an owner that lost
- * its lease (a paused process that wakes up too late).
+ * its lease (a paused process that wakes up too late). And what the session log makes of a
+ * fenced write: the waiters are told MISDIRECTED, the owner is told which forests it lost, and
+ * the writes of other forests in the same commit are retried.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
-import { FencedWriteError, PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
+import { SessionLog } from '../../src/services/session-log.js';
+import type { WriteBatch } from '../../src/services/session-store.js';
+import { fencedWrite } from '../../src/services/stores/postgres-leases.js';
+import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
+import { DelegatingStore } from '../fixtures/delegating-store.js';
 import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
 
@@ -25,7 +31,7 @@ function message(seq: number, text: string): SessionEntry {
 /** Poll until the lease of `rootId` has expired (its holder query answers nothing). */
 async function untilExpired(store: PostgresSessionStore, rootId: string): Promise<void> {
   for (let i = 0; i < 400; i++) {
-    if ((await store.leaseHolder(rootId)) === undefined) return;
+    if ((await store.leases.holder(rootId)) === undefined) return;
     await new Promise((r) => setTimeout(r, 10));
   }
   throw new Error(`the lease of ${rootId} never expired`);
@@ -49,43 +55,42 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
   });
 
   it('one instance holds a forest: another is told who owns it, until the lease expires and it takes over with a higher epoch', async () => {
-    const first = await a.acquireLease('r', 'A', 'http://a', 300);
+    const first = await a.leases.acquire('r', 'A', 'http://a', 300);
     expect(first).toEqual({ owned: true, epoch: 1 });
-    expect(await b.acquireLease('r', 'B', 'http://b', 300)).toEqual({ owned: false, ownerUrl: 'http://a' });
-    expect(await b.leaseHolder('r')).toEqual({ owner: 'A', ownerUrl: 'http://a', epoch: 1 });
+    expect(await b.leases.acquire('r', 'B', 'http://b', 300)).toEqual({ owned: false, ownerUrl: 'http://a' });
+    expect(await b.leases.holder('r')).toEqual({ owner: 'A', ownerUrl: 'http://a', epoch: 1 });
 
     await untilExpired(b, 'r');
-    expect(await b.acquireLease('r', 'B', 'http://b', 10_000)).toEqual({ owned: true, epoch: 2 });
-    expect(await a.leaseHolder('r')).toEqual({ owner: 'B', ownerUrl: 'http://b', epoch: 2 });
+    expect(await b.leases.acquire('r', 'B', 'http://b', 10_000)).toEqual({ owned: true, epoch: 2 });
+    expect(await a.leases.holder('r')).toEqual({ owner: 'B', ownerUrl: 'http://b', epoch: 2 });
   });
 
   it('renewal keeps a lease at its epoch and reports the ones taken over', async () => {
-    await a.acquireLease('kept', 'A', 'http://a', 10_000);
-    await a.acquireLease('taken', 'A', 'http://a', 300);
+    await a.leases.acquire('kept', 'A', 'http://a', 10_000);
+    await a.leases.acquire('taken', 'A', 'http://a', 300);
     await untilExpired(b, 'taken');
-    await b.acquireLease('taken', 'B', 'http://b', 10_000);
-    expect(await a.renewLeases('A', new Map([['kept', 1], ['taken', 1]]), 10_000)).toEqual(['taken']);
-    expect((await a.leaseHolder('kept'))?.owner).toBe('A');
+    await b.leases.acquire('taken', 'B', 'http://b', 10_000);
+    expect(await a.leases.renew('A', new Map([['kept', 1], ['taken', 1]]), 10_000)).toEqual(['taken']);
+    expect((await a.leases.holder('kept'))?.owner).toBe('A');
   });
 
   it("a paused owner's write after a takeover is refused by the database and leaves no trace", async () => {
     const epochsA = new Map<string, number>();
-    a.fence = { owner: 'A', epochs: epochsA };
-    const leased = await a.acquireLease('r', 'A', 'http://a', 300);
+    a.leases.fence = { owner: 'A', epochs: epochsA };
+    const leased = await a.leases.acquire('r', 'A', 'http://a', 300);
     if (!leased.owned) throw new Error('A should own r');
     epochsA.set('r', leased.epoch);
     await a.write({ headers: [root('r')], entries: [{ sessionId: 'r', entry: message(1, 'before'), rootId: 'r', forestSeq: 1 }] });
 
     // A pauses; its lease expires and B takes the forest over.
     await untilExpired(b, 'r');
-    const taken = await b.acquireLease('r', 'B', 'http://b', 10_000);
+    const taken = await b.leases.acquire('r', 'B', 'http://b', 10_000);
     expect(taken).toEqual({ owned: true, epoch: 2 });
-    b.fence = { owner: 'B', epochs: new Map([['r', 2]]) };
+    b.leases.fence = { owner: 'B', epochs: new Map([['r', 2]]) };
 
     // A wakes up and writes as if it still owned r.
     const stale = a.write({ headers: [], entries: [{ sessionId: 'r', entry: message(2, 'stale'), rootId: 'r', forestSeq: 2 }] });
-    await expect(stale).rejects.toBeInstanceOf(FencedWriteError);
-    await expect(stale).rejects.toMatchObject({ roots: ['r'] });
+    await expect(stale).rejects.toMatchObject({ code: 'FOREST_FENCED', roots: ['r'] });
     expect((await b.read('r', 0)).map((e) => e.seq)).toEqual([1]);
 
     // The new owner continues the log where the old one stopped.
@@ -95,18 +100,18 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
 
   it('a write touching a forest this instance never leased is refused, and so is one whose pending rows belong to such a forest', async () => {
     await b.write({ headers: [root('other')], entries: [] });
-    a.fence = { owner: 'A', epochs: new Map() };
-    await expect(a.write({ headers: [root('mine')], entries: [] })).rejects.toBeInstanceOf(FencedWriteError);
+    a.leases.fence = { owner: 'A', epochs: new Map() };
+    await expect(a.write({ headers: [root('mine')], entries: [] })).rejects.toMatchObject({ code: 'FOREST_FENCED', roots: ['mine'] });
     const row = { kind: 'queued' as const, position: 0, itemId: 'i', acceptedAt: AT, message: { id: 'm', role: 'user' as const, content: [], source: { kind: 'user' as const } } };
-    await expect(a.write({ headers: [], entries: [], pending: [{ op: 'put', sessionId: 'other', row }] })).rejects.toMatchObject({ roots: ['other'] });
+    await expect(a.write({ headers: [], entries: [], pending: [{ op: 'put', sessionId: 'other', row }] })).rejects.toMatchObject({ code: 'FOREST_FENCED', roots: ['other'] });
     expect(await a.pending('other')).toEqual([]);
   });
 
   it('a released lease is free at once, and the next owner still gets a higher epoch', async () => {
-    await a.acquireLease('r', 'A', 'http://a', 60_000);
-    await a.releaseLease('r', 'A', 1);
-    expect(await b.leaseHolder('r')).toBeUndefined();
-    expect(await b.acquireLease('r', 'B', 'http://b', 60_000)).toEqual({ owned: true, epoch: 2 });
+    await a.leases.acquire('r', 'A', 'http://a', 60_000);
+    await a.leases.release('r', 'A', 1);
+    expect(await b.leases.holder('r')).toBeUndefined();
+    expect(await b.leases.acquire('r', 'B', 'http://b', 60_000)).toEqual({ owned: true, epoch: 2 });
   });
 });
 
@@ -132,13 +137,13 @@ describe.skipIf(unavailable !== undefined)('forest leases held by a running inst
     const child = res.json() as { agent: { id: string }; agentToken: string };
 
     expect((await h.app.inject({ method: 'DELETE', url: '/v1/agents/r?cascade=false' })).statusCode).toBe(202);
-    expect((await store.leaseHolder('r'))?.owner).toBe('A');
+    expect((await store.leases.holder('r'))?.owner).toBe('A');
     // The child still writes: its step claim logs a step start.
     const claim = await h.app.inject({ method: 'POST', url: `/v1/agents/${child.agent.id}/steps/next`, headers: { 'x-agent-token': child.agentToken }, payload: { waitMs: 0 } });
     expect(claim.statusCode).toBe(200);
 
     expect((await h.app.inject({ method: 'DELETE', url: `/v1/agents/${child.agent.id}` })).statusCode).toBe(202);
-    await until(async () => (await store.leaseHolder('r')) === undefined, 'the lease to be given up');
+    await until(async () => (await store.leases.holder('r')) === undefined, 'the lease to be given up');
   });
 
   it('a settled child of a disposed root can still be closed for good, and the instance goes on writing', async () => {
@@ -149,12 +154,52 @@ describe.skipIf(unavailable !== undefined)('forest leases held by a running inst
     await h.app.inject({ method: 'POST', url: `/v1/agents/${child.agent.id}/steps/${claim.step.id}/output`, headers: { 'x-agent-token': child.agentToken }, payload: { content: 'done' } });
     await until(() => h.system.registry.get(child.agent.id) === undefined, 'the child to settle');
     expect((await h.app.inject({ method: 'DELETE', url: '/v1/agents/r?cascade=false' })).statusCode).toBe(202);
-    await until(async () => (await store.leaseHolder('r')) === undefined, 'the lease to be given up');
+    await until(async () => (await store.leases.holder('r')) === undefined, 'the lease to be given up');
 
     const closed = await h.app.inject({ method: 'DELETE', url: `/v1/agents/${child.agent.id}` });
     expect(closed.statusCode).toBe(202);
     expect(closed.json()).toMatchObject({ agent: { status: 'closed' } });
     expect((await store.lastActivation(child.agent.id))?.event).toBe('closed');
     expect((await createRoot(h.app, { id: 'next' })).id).toBe('next');
+  });
+});
+
+/** A store that refuses, as fenced, every write touching one of `lost`. */
+class FencingStore extends DelegatingStore {
+  readonly lost = new Set<string>();
+
+  override async write(batch: WriteBatch): Promise<void> {
+    const refused = [...new Set(batch.entries.map((e) => e.rootId).filter((root) => this.lost.has(root)))];
+    if (refused.length > 0) throw fencedWrite(refused);
+    await this.inner.write(batch);
+  }
+}
+
+describe('a fenced write at the session log', () => {
+  it('tells the waiters MISDIRECTED and the owner which forests it lost, and retries the other forests of the commit without them', async () => {
+    const store = new FencingStore();
+    await store.inner.write({ headers: [root('lost'), root('kept')], entries: [] });
+    const log = new SessionLog(store);
+    const fenced: (readonly string[])[] = [];
+    log.onFenced = (roots) => fenced.push(roots);
+    for (const id of ['lost', 'kept']) {
+      await log.loadForest(id);
+      log.open(id, 0, id);
+    }
+    store.lost.add('lost');
+
+    const { seq: _a, ...lostBody } = message(1, 'lost-1');
+    const { seq: _b, ...keptBody } = message(1, 'kept-1');
+    log.append('lost', lostBody);
+    log.append('kept', keptBody);
+    const refused = log.durable();
+    await expect(refused).rejects.toMatchObject({ code: 'MISDIRECTED', message: expect.stringContaining('another instance took over a forest') });
+    await expect(refused).rejects.toMatchObject({ cause: { code: 'FOREST_FENCED', roots: ['lost'] } });
+    expect(fenced).toEqual([['lost']]);
+
+    // The next commit retries what the fenced one held for the other forest, and only that.
+    await log.durable();
+    expect((await store.inner.read('kept', 0)).map((e) => (e.type === 'message' ? e.messageId : e.type))).toEqual(['msg-kept-1']);
+    expect(await store.inner.read('lost', 0)).toEqual([]);
   });
 });

@@ -1,13 +1,12 @@
 /**
- * The memory store writes entry texts as UTF-8 into large buffers (chunks), a text too large
- * for the open chunk's room starting the next: whatever the sizes and characters, across chunk
- * boundaries and with reads in between, every read gives back exactly what was written, and
- * lookups by type, forest and message id find it, never in bytes no text was written to.
+ * Memory-store specifics beyond the store contract (session-store.test.ts): large, non-ASCII and
+ * escaped texts among many small ones, with reads in between, come back exactly; and a message
+ * is located by its own entry, not by a tool input or text that quotes its id.
  */
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry } from '../../src/services/session-store.js';
-import { ChunkSupply, MemorySessionStore } from '../../src/services/stores/memory-store.js';
+import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 const header = (id: string, root?: string): SessionHeader => ({
@@ -68,7 +67,7 @@ describe('MemorySessionStore entry text', () => {
     expect(await store.locate('target')).toMatchObject({ state: 'appended', seq: 2 });
   });
 
-  it('gives back every entry exactly, across chunk boundaries, with large and non-ASCII texts among small ones', async () => {
+  it('gives back every entry exactly, with large and non-ASCII texts among many small ones and reads in between', async () => {
     const store = new MemorySessionStore();
     await store.write({ headers: [header('root'), header('child', 'root')], entries: [] });
     const w = new Writer(store, 'root');
@@ -76,12 +75,11 @@ describe('MemorySessionStore entry text', () => {
       'plain',
       'é, ü, ß and 漢字 and 🙂 (a surrogate pair)',
       'quotes " and backslashes \\ and a NUL \u0000 and a newline \n',
-      'x'.repeat(1_500_000), // larger than a chunk: it closes the chunk it lands in
+      'x'.repeat(1_500_000),
       '🙂'.repeat(400_000), // 1.6 MB of four-byte characters
     ];
     const written: Record<string, SessionEntry[]> = { root: [], child: [] };
-    // About 12 million characters in all: many chunks, the large texts in between, and a read
-    // now and then of the chunk being filled.
+    // About 12 million characters in all, the large texts in between, and a read now and then.
     for (let i = 0; i < 12_000; i++) {
       const sessionId = i % 3 === 0 ? 'root' : 'child';
       const text = i % 2500 === 7 ? texts[Math.floor(i / 2500)]! : `${texts[i % 3]!} ${i} ${'y'.repeat(900)}`;
@@ -99,59 +97,10 @@ describe('MemorySessionStore entry text', () => {
     expect(forest.map((e) => e.forestSeq)).toEqual([11_991, 11_992, 11_993, 11_994, 11_995, 11_996, 11_997, 11_998, 11_999, 12_000]);
     expect(forest.at(-1)?.entry.type).toBe('message');
     expect(await store.lastForestSeq('root')).toBe(12_000);
-    // Found by message id in the last chunk, and in between the large texts.
+    // Found by message id among the last entries, and in between the large texts.
     const late = written.child!.find((e) => e.type === 'message' && e.messageId === 'msg-11999')!;
     expect(await store.locate('msg-11999')).toMatchObject({ state: 'appended', sessionId: 'child', seq: late.seq });
     expect(await store.locate('msg-2507')).toMatchObject({ state: 'appended', sessionId: 'child' });
-  });
-
-  afterEach(() => {
-    vi.restoreAllMocks();
-  });
-
-  it('never finds a message id in the bytes of a chunk past its last text', async () => {
-    // Fresh chunk memory is not cleared: here it holds what an old text could have left there.
-    const allocate = Buffer.allocUnsafeSlow;
-    vi.spyOn(Buffer, 'allocUnsafeSlow').mockImplementation((size) => allocate(size).fill('{"type":"message","messageId":"ghost"}'));
-    const chunks = new ChunkSupply();
-    const store = new MemorySessionStore({ chunks });
-    await store.write({ headers: [header('s')], entries: [] });
-    const w = new Writer(store, 's');
-    // The second text does not fit in the first chunk's room: the first chunk ends unfilled.
-    await store.write({ headers: [], entries: [w.item('s', message(w.next('s'), 'short', 'real'))] });
-    await store.write({ headers: [], entries: [w.item('s', message(w.next('s'), 'z'.repeat(1_048_500), 'long'))] });
-    expect(Buffer.allocUnsafeSlow).toHaveBeenCalledTimes(2);
-    expect(await store.locate('ghost')).toBeUndefined();
-    expect(await store.locate('real')).toMatchObject({ state: 'appended', seq: 1 });
-    expect(await store.locate('long')).toMatchObject({ state: 'appended', seq: 2 });
-    expect(await store.read('s', 0)).toEqual([message(1, 'short', 'real'), message(2, 'z'.repeat(1_048_500), 'long')]);
-    await chunks.close();
-  });
-
-  it('writes into a chunk a helper thread prepared, once a store filled its first one, and reads it back exactly', async () => {
-    const allocate = vi.spyOn(Buffer, 'allocUnsafeSlow');
-    const chunks = new ChunkSupply();
-    const store = new MemorySessionStore({ chunks });
-    await store.write({ headers: [header('s')], entries: [] });
-    const w = new Writer(store, 's');
-    const written: SessionEntry[] = [];
-    const add = async (count: number): Promise<void> => {
-      for (let i = 0; i < count; i++) {
-        const entry = message(w.next('s'), `${'é'.repeat(20)} ${written.length} ${'p'.repeat(100_000)}`, `m-${written.length}`);
-        written.push(entry);
-        await store.write({ headers: [], entries: [w.item('s', entry)] });
-      }
-    };
-    // Eleven texts of about 100 KB: the second chunk opens, and the store asks for a prepared one.
-    await add(11);
-    expect(allocate).toHaveBeenCalledTimes(2);
-    expect(await chunks.prepared()).toBe(true);
-    // Ten more fill the second chunk; the third is the prepared one, made by no allocation here.
-    await add(10);
-    expect(allocate).toHaveBeenCalledTimes(2);
-    expect(await store.read('s', 0)).toEqual(written);
-    expect(await store.locate('m-20')).toMatchObject({ state: 'appended', seq: 21 });
-    await chunks.close();
   });
 
   it('reads are fresh copies: changing one changes nothing stored', async () => {

@@ -21,7 +21,7 @@ interface StoreFixture {
 
 interface StoreFactory {
   name: string;
-  /** Why this store cannot be tested on this machine (its cases then skip, saying so). */
+  /** Why this store's cases skip, saying so: only on a run that opted out (AGENTFOREST_SKIP_POSTGRES=1). */
   unavailable?: string | undefined;
   create(): Promise<StoreFixture>;
 }
@@ -122,7 +122,7 @@ class ForestNumbering {
 }
 
 for (const factory of STORE_FACTORIES) {
-  // Printed, so a run without PostgreSQL says what it did not test and why.
+  // Printed, so a run that opted out of PostgreSQL says what it did not test and why.
   if (factory.unavailable !== undefined) console.warn(`SessionStore contract (${factory.name}) skipped: ${factory.unavailable}`);
 }
 
@@ -153,6 +153,33 @@ for (const factory of STORE_FACTORIES) describe.skipIf(factory.unavailable !== u
     await store.write({ headers: [header('s1')], entries: forest.entries('s1', entries) });
 
     expect(await store.read('s1', 0)).toEqual(entries);
+  });
+
+  it('reads back every entry type exactly, with every optional field and the characters JSON escapes', async () => {
+    const odd = 'a quote " a backslash \\ a NUL \u0000 a control \u001f a lone surrogate \ud800 U+2028 \u2028 é 漢字 🙂';
+    const entries: SessionEntry[] = [
+      { seq: 1, type: 'turn-start', at: AT, turnId: 't1', inboxItemId: 'inbox-1', messageId: 'msg-prompt' },
+      { seq: 2, type: 'message', at: AT, messageId: 'msg-prompt', role: 'user', content: [{ type: 'text', text: odd }], source: { kind: 'subagent-report', senderSessionId: 'child-1' } },
+      { seq: 3, type: 'step-start', at: AT, turnId: 't1', stepId: 'step-1', index: 0 },
+      {
+        seq: 4,
+        type: 'message',
+        at: AT,
+        messageId: 'msg-answer',
+        role: 'assistant',
+        content: [],
+        source: { kind: 'model' },
+        toolCalls: [{ id: 'call-1', name: 'report', input: { output: odd, nested: [1, -2.5, null, true, { deep: '' }] } }],
+        usage: { promptTokens: 10, completionTokens: 2, totalTokens: 12 },
+      },
+      { seq: 5, type: 'message', at: AT, messageId: 'msg-result', role: 'tool', content: [{ type: 'text', text: 'Error: no' }], source: { kind: 'tool' }, toolCallId: 'call-1', isError: true },
+      { seq: 6, type: 'turn-end', at: AT, turnId: 't1', reason: 'failed', error: odd },
+      { seq: 7, type: 'activation', at: AT, activationId: 'act-1', event: 'settled' },
+    ];
+    await store.write({ headers: [header('s1')], entries: forest.entries('s1', entries) });
+
+    expect(await store.read('s1', 0)).toStrictEqual(entries);
+    expect((await store.readForest('s1', 0, 100)).map((item) => item.entry)).toStrictEqual(entries);
   });
 
   it('appends entries written in later batches after the earlier ones', async () => {

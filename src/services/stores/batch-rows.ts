@@ -3,7 +3,6 @@
  * from: it crosses a thread boundary as strings and numbers, and binds to statements as is.
  */
 import type { WriteBatch } from '../session-store.js';
-import { entryBodyJson } from './entry-json.js';
 
 export type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
 /** One entry; `body` is the entry without `seq`, as JSON. */
@@ -24,9 +23,10 @@ export function encodeRows(batch: WriteBatch): BatchRows {
   return {
     sessions: batch.headers.map((h) => [h.id, h.kind, h.parentSession, h.createdAt, JSON.stringify(h)]),
     entries: batch.entries.map(({ sessionId, entry, rootId, forestSeq }) => {
+      const { seq, ...body } = entry;
       const messageId = 'messageId' in entry ? entry.messageId : null;
       const turnId = 'turnId' in entry ? entry.turnId : null;
-      return [sessionId, entry.seq, entry.type, entryBodyJson(entry), messageId, turnId, rootId, forestSeq];
+      return [sessionId, seq, entry.type, JSON.stringify(body), messageId, turnId, rootId, forestSeq];
     }),
     pending: (batch.pending ?? []).map((change): PendingChangeRow => {
       if (change.op === 'delete') return [change.sessionId, change.messageId];
