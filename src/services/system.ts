@@ -6,7 +6,7 @@
 import type { Logger } from 'pino';
 import type { ReportDelivery } from '../domain/packages.js';
 import type { ModelSpec } from '../domain/model.js';
-import type { Clock, IdSource } from '../domain/ports.js';
+import { clockOf, type Clock, type IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
@@ -73,7 +73,7 @@ export interface SystemOptions {
   modelPolicy?: Omit<Partial<ModelPolicy>, 'env'>;
 }
 
-export const systemClock: Clock = { now: () => Date.now() };
+export const systemClock: Clock = clockOf(() => Date.now());
 
 /** The store the configuration names: PostgreSQL when a database URL is given, else SQLite or memory. */
 export async function openStore(options: { dataPath: string; databaseUrl?: string | undefined; synchronous?: SqliteSyncMode }): Promise<SessionStore> {
