@@ -74,7 +74,6 @@ export class AgentRegistry {
     if (forest === undefined) this.forests.set(agent.rootId, agent);
     else if (forest instanceof Set) forest.add(agent);
     else this.forests.set(agent.rootId, new Set([forest, agent]));
-    this.events?.emit('agent-added', agent);
     const parent = agent.header.parentSession;
     if (parent !== null) {
       let set = this.childrenOf.get(parent);
@@ -84,6 +83,7 @@ export class AgentRegistry {
       }
       set.add(agent.id);
     }
+    this.events?.emit('agent-added', agent);
   }
 
   /** Remove exactly this incarnation (a newer one with the same id stays). */
