@@ -78,14 +78,7 @@ export function messageEntry(message: Message, at: string): EntryBody {
   return entry;
 }
 
-let lastMs = Number.NaN;
-let lastIso = '';
-
-/** `ms` as an ISO-8601 UTC string. Consecutive calls within one millisecond share the string. */
+/** `ms` as an ISO-8601 UTC string. Pure; a Clock's `iso()` caches it per millisecond (see ports.ts). */
 export function isoTime(ms: number): string {
-  if (ms !== lastMs) {
-    lastIso = new Date(ms).toISOString();
-    lastMs = ms;
-  }
-  return lastIso;
+  return new Date(ms).toISOString();
 }

@@ -2,16 +2,16 @@
  * The live registry: at most one LiveAgent per id, plus ids reserved by creations and resumes
  * in flight (so concurrent requests for one id conflict before any await), and the live
  * children of each live agent. Registry presence is what "live" means.
+ *
+ * Entering and leaving are announced on the service events (`agent-added`, `agent-left`) after
+ * the registry's own maps changed, so a listener sees the registry as it now is.
  */
 import { ServiceError } from '../domain/errors.js';
 import { DEFAULT_LIMITS, type Limits } from './limits.js';
 import type { LiveAgent } from './live-agent.js';
-
-export type RegistryListener = (agent: LiveAgent, event: 'added' | 'removed') => void;
+import type { ServiceEvents } from './service-events.js';
 
 export class AgentRegistry {
-  /** Told when an agent enters or leaves (event streams announce it). */
-  listener: RegistryListener | undefined;
   private readonly live = new Map<string, LiveAgent>();
   private readonly reserved = new Set<string>();
   private readonly childrenOf = new Map<string, Set<string>>();
@@ -21,7 +21,11 @@ export class AgentRegistry {
    */
   private readonly forests = new Map<string, LiveAgent | Set<LiveAgent>>();
 
-  constructor(private readonly limits: Pick<Limits, 'liveAgents' | 'childrenPerParent'> = DEFAULT_LIMITS) {}
+  constructor(
+    private readonly limits: Pick<Limits, 'liveAgents' | 'childrenPerParent'> = DEFAULT_LIMITS,
+    /** Where entering and leaving are announced (event streams, forest leases). */
+    private readonly events?: ServiceEvents,
+  ) {}
 
   get size(): number {
     return this.live.size;
@@ -70,7 +74,6 @@ export class AgentRegistry {
     if (forest === undefined) this.forests.set(agent.rootId, agent);
     else if (forest instanceof Set) forest.add(agent);
     else this.forests.set(agent.rootId, new Set([forest, agent]));
-    this.listener?.(agent, 'added');
     const parent = agent.header.parentSession;
     if (parent !== null) {
       let set = this.childrenOf.get(parent);
@@ -80,6 +83,7 @@ export class AgentRegistry {
       }
       set.add(agent.id);
     }
+    this.events?.emit('agent-added', agent);
   }
 
   /** Remove exactly this incarnation (a newer one with the same id stays). */
@@ -98,7 +102,7 @@ export class AgentRegistry {
       set?.delete(agent.id);
       if (set?.size === 0) this.childrenOf.delete(parent);
     }
-    this.listener?.(agent, 'removed');
+    this.events?.emit('agent-left', agent);
   }
 
   /** How many agents of the forest rooted at `rootId` are live. */

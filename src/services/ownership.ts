@@ -23,22 +23,26 @@ export interface OwnershipOptions {
   leaseMs: number;
 }
 
+/** What the ownership asks of the rest of the instance. */
+export interface OwnershipDeps {
+  /** Told about forests whose lease this instance lost: their live agents must go. */
+  onLost: (roots: readonly string[]) => void;
+  /** How many agents of each forest are live here (see releaseIfIdle). */
+  liveInForest: (rootId: string) => number;
+  /** Waits until every write accepted so far committed. */
+  durable: () => Promise<void>;
+  logger?: Logger;
+}
+
 export class ForestOwnership {
   private readonly epochs = new Map<string, number>();
   private readonly leases: ForestLeases;
   private timer: NodeJS.Timeout | undefined;
-  /** Told about forests whose lease this instance lost: their live agents must go. */
-  onLost: (roots: readonly string[]) => void = () => undefined;
-
-  /** How many agents of each forest are live here (see releaseIfIdle). */
-  liveInForest: (rootId: string) => number = () => 0;
-  /** Waits until every write accepted so far committed. */
-  durable: () => Promise<void> = () => Promise.resolve();
 
   constructor(
     store: PostgresSessionStore,
     readonly options: OwnershipOptions,
-    private readonly logger?: Logger,
+    private readonly deps: OwnershipDeps,
   ) {
     this.leases = store.leases;
     this.leases.fence = { owner: options.instanceId, epochs: this.epochs };
@@ -62,16 +66,16 @@ export class ForestOwnership {
    */
   async releaseIfIdle(rootId: string): Promise<void> {
     const epoch = this.epochs.get(rootId);
-    if (epoch === undefined || this.liveInForest(rootId) > 0) return;
-    await this.durable();
-    if (this.epochs.get(rootId) !== epoch || this.liveInForest(rootId) > 0) return;
+    if (epoch === undefined || this.deps.liveInForest(rootId) > 0) return;
+    await this.deps.durable();
+    if (this.epochs.get(rootId) !== epoch || this.deps.liveInForest(rootId) > 0) return;
     await this.release(rootId, epoch);
   }
 
   private async release(rootId: string, epoch: number): Promise<void> {
     this.epochs.delete(rootId);
     await this.leases.release(rootId, this.options.instanceId, epoch).catch((err: unknown) => {
-      this.logger?.warn({ err, rootId }, 'releasing a forest lease failed; it will expire');
+      this.deps.logger?.warn({ err, rootId }, 'releasing a forest lease failed; it will expire');
     });
   }
 
@@ -93,7 +97,7 @@ export class ForestOwnership {
       const lost = await this.leases.renew(this.options.instanceId, this.epochs, this.options.leaseMs);
       if (lost.length > 0) this.lost(lost);
     } catch (err) {
-      this.logger?.error({ err }, 'renewing forest leases failed; they expire unless a later renewal succeeds');
+      this.deps.logger?.error({ err }, 'renewing forest leases failed; they expire unless a later renewal succeeds');
     }
   }
 
@@ -101,8 +105,8 @@ export class ForestOwnership {
   lost(roots: readonly string[]): void {
     const held = roots.filter((r) => this.epochs.delete(r));
     if (held.length === 0) return;
-    this.logger?.error({ roots: held }, 'lost the lease of forests: another instance owns them now; dropping their live agents');
-    this.onLost(held);
+    this.deps.logger?.error({ roots: held }, 'lost the lease of forests: another instance owns them now; dropping their live agents');
+    this.deps.onLost(held);
   }
 
   /** Stop renewing and give every lease up (a graceful stop). */

@@ -51,6 +51,8 @@ export class SessionLog {
   constructor(
     readonly store: SessionStore,
     private readonly logger?: Logger,
+    /** Called with the roots of a write the database refused because their lease was lost. */
+    private readonly onFenced: (roots: readonly string[]) => void = () => undefined,
   ) {}
 
   /** Queue a new session's header; its entries start at seq 1. A child's forest must be open. */
@@ -126,9 +128,6 @@ export class SessionLog {
       });
     }
   }
-
-  /** Called with the roots of a write the database refused because their lease was lost. */
-  onFenced: (roots: readonly string[]) => void = () => undefined;
 
   isOpen(id: string): boolean {
     return this.sessions.has(id);

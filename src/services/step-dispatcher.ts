@@ -3,6 +3,7 @@
  * straight to the oldest matching long-poll waiter or parked in `ready`, a map whose insertion
  * order is the order in which agents became claimable (the worker pool's FIFO). Claiming
  * happens synchronously inside `offer`/`tryClaim`, so two callers can never get one step.
+ * The steps of agents a direct claimant owns (the built-in model driver) bypass both.
  */
 export interface StepSource {
   readonly id: string;
@@ -35,9 +36,12 @@ export interface DirectClaimant<A> {
 export class StepDispatcher<A extends StepSource, C> {
   private readonly ready = new Map<string, A>();
   private waiters: Waiter<A, C>[] = [];
-  direct: DirectClaimant<A> | undefined;
 
-  constructor(private readonly claim: (agent: A) => C) {}
+  constructor(
+    private readonly claim: (agent: A) => C,
+    /** Claims the steps of the agents it owns itself; without one every step goes to the pool. */
+    private readonly direct?: DirectClaimant<A>,
+  ) {}
 
   /** The agent has a claimable step. Keeps its original place if already offered. */
   offer(agent: A): void {

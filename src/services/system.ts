@@ -1,15 +1,23 @@
 /**
- * Wiring of the service layer: store -> session log -> registry, dispatcher, tools, setup
- * registry -> continuation manager -> agent and step services -> packages. Shared by the
- * server, the tests and the benchmarks so they all run the same composition.
+ * Wiring of the service layer, shared by the server, the tests and the benchmarks so they all
+ * run the same composition. It reads top to bottom: every object is built from objects built
+ * above it, and nothing is set on an object after its construction. Where an object built
+ * early must tell one built later what happened, it emits a service event (service-events.ts)
+ * and the later object subscribes right after it is built; listeners of one event run in the
+ * order of the subscriptions below.
  */
 import type { Logger } from 'pino';
 import type { ReportDelivery } from '../domain/packages.js';
 import type { ModelSpec } from '../domain/model.js';
-import type { Clock, IdSource } from '../domain/ports.js';
+import { clockOf, type Clock, type IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
+import { AdmissionGate } from './agents/admission-gate.js';
+import { AgentQueries } from './agents/agent-queries.js';
+import { AgentAuthority } from './agents/authority.js';
+import { AgentDeliveries } from './agents/deliveries.js';
+import { RootLifecycle } from './agents/root-lifecycle.js';
 import { EventHub } from './event-hub.js';
 import { timeOrderedIds } from './ids.js';
 import { DEFAULT_LIMITS, WaiterGate, type Limits } from './limits.js';
@@ -17,12 +25,13 @@ import { ForestOwnership, type OwnershipOptions } from './ownership.js';
 import { EventStreams } from './event-stream.js';
 import { Metrics } from './metrics.js';
 import { IdempotencyKeys } from './idempotency.js';
-import { DEFAULT_DRIVER_OPTIONS, ModelDriver, type DriverOptions } from './driver/model-driver.js';
+import { DEFAULT_DRIVER_OPTIONS, drivenByModel, ModelDriver, type DriverOptions } from './driver/model-driver.js';
 import { checkModel, type ModelPolicy } from './driver/model-policy.js';
-import { ContinuationManager } from './continuation/continuation-manager.js';
+import { ContinuationManager, type ContinuationObserver } from './continuation/continuation-manager.js';
 import { ActivationSetupRegistry } from './continuation/setup-registry.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from './live-agent.js';
 import { PackageManager } from './packages/package-manager.js';
+import { ServiceEvents } from './service-events.js';
 import { SessionLog } from './session-log.js';
 import type { SessionStore } from './session-store.js';
 import { StepDispatcher } from './step-dispatcher.js';
@@ -49,6 +58,12 @@ export interface System {
   metrics: Metrics;
   ownership: ForestOwnership | undefined;
   driver: ModelDriver;
+  /** Whether new work is admitted (draining). */
+  gate: AdmissionGate;
+  /** Views, lists and session pages (what `agents` answers reads with). */
+  queries: AgentQueries;
+  /** The internal events the objects above tell each other about. */
+  events: ServiceEvents;
 }
 
 export interface SystemOptions {
@@ -73,7 +88,7 @@ export interface SystemOptions {
   modelPolicy?: Omit<Partial<ModelPolicy>, 'env'>;
 }
 
-export const systemClock: Clock = { now: () => Date.now() };
+export const systemClock: Clock = clockOf(() => Date.now());
 
 /** The store the configuration names: PostgreSQL when a database URL is given, else SQLite or memory. */
 export async function openStore(options: { dataPath: string; databaseUrl?: string | undefined; synchronous?: SqliteSyncMode }): Promise<SessionStore> {
@@ -84,44 +99,65 @@ export async function openStore(options: { dataPath: string; databaseUrl?: strin
 
 export function createSystem(options: SystemOptions): System {
   const { store, logger } = options;
+  if (options.ownership !== undefined && !(store instanceof PostgresSessionStore)) {
+    throw new Error('forest ownership needs the PostgreSQL store (AGENTFOREST_DATABASE_URL)');
+  }
   const clock = options.clock ?? systemClock;
   const ids = options.ids ?? timeOrderedIds();
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   const waiters = new WaiterGate(limits.waitersPerAgent);
-  const log = new SessionLog(store, logger);
-  if (options.ownership !== undefined && !(store instanceof PostgresSessionStore)) {
-    throw new Error('forest ownership needs the PostgreSQL store (AGENTFOREST_DATABASE_URL)');
+  const env = options.driver?.env ?? process.env;
+  const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { ...options.modelPolicy, env });
+
+  const events = new ServiceEvents();
+  const gate = new AdmissionGate(clock, events);
+  const log = new SessionLog(store, logger, (roots) => events.emit('fenced', roots));
+  const registry = new AgentRegistry(limits, events);
+
+  const ownership = options.ownership === undefined
+    ? undefined
+    : new ForestOwnership(store as PostgresSessionStore, options.ownership, {
+        logger,
+        liveInForest: (root) => registry.liveInForest(root),
+        durable: () => log.durable(),
+        onLost: (roots) => events.emit('forests-lost', roots),
+      });
+  if (ownership !== undefined) {
+    events.on('fenced', (roots) => ownership.lost(roots));
+    // A forest's lease goes with its last live agent: a child may outlive a root disposed with
+    // cascade=false.
+    events.on('agent-left', (agent) => {
+      if (agent.header.kind === 'child') void ownership.releaseIfIdle(agent.rootId);
+    });
   }
-  const ownership = options.ownership === undefined ? undefined : new ForestOwnership(store as PostgresSessionStore, options.ownership, logger);
-  const registry = new AgentRegistry(limits);
-  const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep());
+
+  // The dispatcher hands the steps of model-driven agents to the built-in driver, and the
+  // driver claims them through the dispatcher and answers them through the step service,
+  // which claims through the dispatcher too: a cycle. The dispatcher's direct claimant is
+  // therefore a port over the service events, complete at construction (which agents it owns
+  // is decided from the agent alone); the driver subscribes to it once built, below.
+  const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep(), {
+    owns: drivenByModel,
+    offer: (agent) => events.emit('driven-step', agent),
+    release: (agent) => events.emit('driven-released', agent),
+  });
+  events.on('draining', () => dispatcher.release());
   const tools = new ToolRegistry();
   const setup = new ActivationSetupRegistry<AgentScope>();
   const idempotency = new IdempotencyKeys(log, clock, options.idempotencyTtlMs);
 
-  const env = options.driver?.env ?? process.env;
-  const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { ...options.modelPolicy, env });
-  const metrics: Metrics = new Metrics({
-    log,
-    registry,
-    isDraining: () => agents.draining,
-    openStreams: () => hub.streams,
-  });
   const agentDeps: LiveAgentDeps = {
     log,
     clock,
     ids,
     dispatcher,
     onInbox: (agent, event, item) => {
-      if (event !== 'enqueue') manager.onInboxExit(agent, item.message.id);
+      if (event !== 'enqueue') events.emit('inbox-exit', agent, item.message.id);
     },
-    onChange: (agent) => {
-      manager.onAgentChange(agent);
-      hub.agentChanged(agent);
-    },
+    onChange: (agent) => events.emit('agent-changed', agent),
     maxInbox: limits.inbox,
   };
-  const manager: ContinuationManager = new ContinuationManager({
+  const manager = new ContinuationManager({
     registry,
     log,
     clock,
@@ -129,49 +165,42 @@ export function createSystem(options: SystemOptions): System {
     logger,
     setup,
     makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => new LiveAgent(header, agentDeps, scope, activationId),
-    isDraining: () => agents.draining,
-    observer: metrics.observer,
+    isDraining: () => gate.draining,
+    observer: observerOver(events),
     maxDepth: limits.depth,
     coalesceWakeups: options.coalesceWakeups ?? false,
   });
-  const agents: AgentService = new AgentService({
-    registry,
-    manager,
-    log,
-    clock,
-    ids,
-    logger,
-    makeRoot: (header) => new LiveAgent(header, agentDeps),
-    onDrain: () => {
-      dispatcher.release();
-      hub.closeAll();
-    },
-    idempotency,
-    ...(ownership === undefined ? {} : { ownership }),
-    checkModel: checkModelPolicy,
-  });
-  if (ownership !== undefined) {
-    ownership.onLost = (roots) => agents.dropForests(roots);
-    ownership.liveInForest = (root) => registry.liveInForest(root);
-    ownership.durable = () => log.durable();
-    log.onFenced = (roots) => ownership.lost(roots);
-    ownership.start();
-  }
-  const hub: EventHub = new EventHub({ log, viewOf: (agent) => agents.viewOfLive(agent) });
-  registry.listener = (agent, event) => {
-    if (event === 'added') hub.agentChanged(agent);
-    else hub.agentLeft(agent, leftStatus(agent, manager));
-    // A forest's lease goes with its last live agent: a child may outlive a root disposed with
-    // cascade=false.
-    if (event === 'removed' && agent.header.kind === 'child' && ownership !== undefined) void ownership.releaseIfIdle(agent.rootId);
-  };
-  const streams = new EventStreams({ log, hub, registry, view: (id) => agents.viewIfKnown(id), waiters });
-  const steps = new StepService({ agents, dispatcher, tools, log, logger, idempotency, waiters });
+  events.on('inbox-exit', (agent, messageId) => manager.onInboxExit(agent, messageId));
+  events.on('agent-changed', (agent) => manager.onAgentChange(agent));
+
+  const authority = new AgentAuthority({ registry, log });
+  const queries = new AgentQueries({ registry, manager, log, ownership });
+  const hub = new EventHub({ log, viewOf: (agent) => queries.viewOfLive(agent) });
+  events.on('agent-changed', (agent) => hub.agentChanged(agent));
+  events.on('agent-added', (agent) => hub.agentChanged(agent));
+  events.on('agent-left', (agent) => hub.agentLeft(agent, leftStatus(agent, manager)));
+  events.on('draining', () => hub.closeAll());
+  const streams = new EventStreams({ log, hub, registry, view: (id) => queries.viewIfKnown(id), waiters });
+
+  const metrics = new Metrics({ log, registry, isDraining: () => gate.draining, openStreams: () => hub.streams });
+  events.on('report', metrics.observer.report);
+  events.on('cold-resumed', metrics.observer.coldResumed);
+  events.on('settled', metrics.observer.settled);
+
+  const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
+  const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, ownership, checkModel: checkModelPolicy });
+  events.on('forests-lost', (lost) => roots.dropForests(lost));
+  const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
+  const agents = new AgentService({ gate, authority, queries, roots, deliveries, log });
+
+  const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, waiters });
   const driver = new ModelDriver(
-    { steps, dispatcher, log, logger, isDraining: () => agents.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
+    { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
   );
-  dispatcher.direct = driver;
+  events.on('driven-step', (agent) => driver.offer(agent));
+  events.on('driven-released', (agent) => driver.release(agent));
+
   const packages = new PackageManager(
     {
       tools,
@@ -179,15 +208,25 @@ export function createSystem(options: SystemOptions): System {
       manager,
       control: {
         hasContinuableChildren: (agent) => manager.hasContinuableChildren(agent),
-        listChildren: (agent) => agents.listChildren(agent),
+        listChildren: (agent) => queries.listChildren(agent),
       },
     },
     { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet', maxReportBytes: limits.reportBytes },
   );
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership, driver };
+  ownership?.start();
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership, driver, gate, queries, events };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */
 function leftStatus(agent: LiveAgent, manager: ContinuationManager): 'settled' | 'closed' {
   return agent.header.kind === 'child' && manager.settling(agent) ? 'settled' : 'closed';
+}
+
+/** The continuation manager's observer, as service events (the metrics subscribe to them). */
+function observerOver(events: ServiceEvents): ContinuationObserver {
+  return {
+    report: (delivery, outcome, messageId) => events.emit('report', delivery, outcome, messageId),
+    coldResumed: () => events.emit('cold-resumed'),
+    settled: () => events.emit('settled'),
+  };
 }

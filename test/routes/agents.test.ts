@@ -545,7 +545,7 @@ describe('GET /v1/agents', () => {
   it('builds views only for the page it answers, however many agents are live', async () => {
     const h = await fourRoots();
     for (let i = 0; i < 40; i++) await createRoot(h.app, { id: `more-${i}` });
-    const views = vi.spyOn(h.system.agents, 'viewOfLive');
+    const views = vi.spyOn(h.system.queries, 'viewOfLive');
 
     const body = (await list(h, '?limit=3')).json() as { items: AgentView[] };
     expect(body.items.map((a) => a.id)).toEqual(['zeta', 'alpha', 'beta']);

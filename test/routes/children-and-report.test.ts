@@ -6,7 +6,7 @@
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Clock } from '../../src/domain/ports.js';
+import { clockOf, type Clock } from '../../src/domain/ports.js';
 import {
   claim,
   createRoot,
@@ -78,7 +78,7 @@ const harnesses: Harness[] = [];
 /** A clock that moves one second forward on every reading, so `at` and `createdAt` order every write. */
 function tickingClock(): Clock {
   let t = Date.UTC(2026, 0, 1);
-  return { now: () => (t += 1000) };
+  return clockOf(() => (t += 1000));
 }
 
 async function open(): Promise<Harness> {

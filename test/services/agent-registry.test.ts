@@ -2,13 +2,15 @@
  * The registry keeps each forest's live agents as the agent itself while it is alone and as a
  * set once there are more: whatever the order of arrivals and departures, a forest's members
  * and count are exactly the live agents of that forest, and an agent's newer incarnation is
- * never removed with the older one. Also the agent scope, whose tool map is made on first use.
+ * never removed with the older one. Arrivals and departures are announced once the registry
+ * shows them. Also the agent scope, whose tool map is made on first use.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { SessionHeader } from '../../src/domain/session.js';
 import { AgentRegistry } from '../../src/services/agent-registry.js';
 import { AgentScope, type LiveAgent } from '../../src/services/live-agent.js';
+import { ServiceEvents } from '../../src/services/service-events.js';
 import type { ServiceTool } from '../../src/services/tool-registry.js';
 
 /** Just what the registry reads of an agent. */
@@ -41,6 +43,23 @@ describe('AgentRegistry forests', () => {
     // A forest that emptied starts again with one agent.
     registry.add(a);
     expect(ids(registry.forestMembers('r'))).toEqual(['a']);
+  });
+
+  it('announces an arrival once the agent is live and listed under its parent, and a departure once it is gone', () => {
+    const events = new ServiceEvents();
+    const registry = new AgentRegistry(undefined, events);
+    const seen: string[] = [];
+    events.on('agent-added', (a) => seen.push(`added ${a.id}: live ${registry.get(a.id) === a}, child ${registry.hasLiveChildren('r')}`));
+    events.on('agent-left', (a) => seen.push(`left ${a.id}: live ${registry.get(a.id) !== undefined}, in forest ${registry.liveInForest('r')}`));
+    const root = agent('r', null);
+    const child = agent('a', 'r');
+
+    registry.add(root);
+    registry.add(child);
+    registry.remove(child);
+    registry.remove(child);
+
+    expect(seen).toEqual(['added r: live true, child false', 'added a: live true, child true', 'left a: live false, in forest 1']);
   });
 
   it('does not remove a newer incarnation with the older one', () => {

@@ -179,9 +179,8 @@ describe('a fenced write at the session log', () => {
   it('tells the waiters MISDIRECTED and the owner which forests it lost, and retries the other forests of the commit without them', async () => {
     const store = new FencingStore();
     await store.inner.write({ headers: [root('lost'), root('kept')], entries: [] });
-    const log = new SessionLog(store);
     const fenced: (readonly string[])[] = [];
-    log.onFenced = (roots) => fenced.push(roots);
+    const log = new SessionLog(store, undefined, (roots) => fenced.push(roots));
     for (const id of ['lost', 'kept']) {
       await log.loadForest(id);
       log.open(id, 0, id);

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { ToolCall } from '../../src/domain/message.js';
-import { loggableCall } from '../../src/services/step-service.js';
+import { loggableCall } from '../../src/services/steps/redaction.js';
 import { mintToken } from '../../src/services/tokens.js';
 
 const token = mintToken();

@@ -322,3 +322,51 @@ describe('StepDispatcher', () => {
     expect(dispatcher.tryClaim({})?.agent).toBe(a);
   });
 });
+
+describe('StepDispatcher with a direct claimant', () => {
+  function withClaimant(): { dispatcher: StepDispatcher<FakeAgent, Claim>; offered: FakeAgent[]; released: FakeAgent[] } {
+    const offered: FakeAgent[] = [];
+    const released: FakeAgent[] = [];
+    const dispatcher = new StepDispatcher<FakeAgent, Claim>((a) => ({ agent: a }), {
+      owns: (a) => a.rootId === 'driven',
+      offer: (a) => offered.push(a),
+      release: (a) => released.push(a),
+    });
+    return { dispatcher, offered, released };
+  }
+
+  it('hands the steps of agents the claimant owns to it, never to a waiter or the pool', async () => {
+    const { dispatcher, offered } = withClaimant();
+    const waiting = dispatcher.claimOrWait({}, 0);
+    const driven = agent('d', 'driven');
+
+    dispatcher.offer(driven);
+
+    expect(offered).toEqual([driven]);
+    expect(dispatcher.readyCount).toBe(0);
+    expect(dispatcher.tryClaim({})).toBeNull();
+    expect(await waiting).toBeNull();
+    expect(dispatcher.claimDirect(driven).agent).toBe(driven);
+  });
+
+  it('parks the steps of agents the claimant does not own as usual', () => {
+    const { dispatcher, offered } = withClaimant();
+    const pooled = agent('p');
+
+    dispatcher.offer(pooled);
+
+    expect(offered).toEqual([]);
+    expect(dispatcher.tryClaim({})?.agent).toBe(pooled);
+  });
+
+  it('tells the claimant when an incarnation it owns is released, and only then', () => {
+    const { dispatcher, released } = withClaimant();
+    const driven = agent('d', 'driven');
+
+    dispatcher.release(agent('p'));
+    dispatcher.release();
+    dispatcher.release(driven);
+
+    expect(released).toEqual([driven]);
+  });
+});

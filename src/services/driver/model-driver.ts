@@ -55,6 +55,11 @@ export type DriverEvent =
   | { kind: 'request'; outcome: 'ok' | 'failed'; attempts: number; seconds: number }
   | { kind: 'tokens'; prompt: number; completion: number };
 
+/** Whether the built-in driver runs this agent's steps: its session header names a model. */
+export function drivenByModel(agent: LiveAgent): boolean {
+  return agent.header.model !== undefined;
+}
+
 export class ModelDriver implements DirectClaimant<LiveAgent> {
   private readonly active = new Map<LiveAgent, AbortController>();
   private readonly slots: Slots;
@@ -67,7 +72,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
   }
 
   owns(agent: LiveAgent): boolean {
-    return agent.header.model !== undefined;
+    return drivenByModel(agent);
   }
 
   offer(agent: LiveAgent): void {

@@ -1,0 +1,37 @@
+/**
+ * The admission gate: whether this instance still admits new work. Draining starts once and
+ * never ends; from then on every creation, resume, delivery, child start and step claim is
+ * refused with DRAINING, readiness fails, and the subscribers of the `draining` service event
+ * (the dispatcher's long-polls, the event streams) answer what is open.
+ *
+ * It is the first object the service layer builds: whoever asks `draining` is given this gate.
+ */
+import { MESSAGES, ServiceError } from '../../domain/errors.js';
+import type { Clock } from '../../domain/ports.js';
+import type { ServiceEvents } from '../service-events.js';
+
+export class AdmissionGate {
+  /** When draining started (ms since the epoch), or null while work is admitted. */
+  private drainingSince: number | null = null;
+
+  constructor(
+    private readonly clock: Clock,
+    private readonly events?: ServiceEvents,
+  ) {}
+
+  get draining(): boolean {
+    return this.drainingSince !== null;
+  }
+
+  /** Stop admitting work: readiness fails, open long-polls answer with no step. */
+  startDrain(): void {
+    if (this.drainingSince !== null) return;
+    this.drainingSince = this.clock.now();
+    this.events?.emit('draining');
+  }
+
+  /** Throws DRAINING once draining started. */
+  admitNewWork(): void {
+    if (this.drainingSince !== null) throw new ServiceError('DRAINING', MESSAGES.draining);
+  }
+}

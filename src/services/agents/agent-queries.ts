@@ -1,0 +1,170 @@
+/**
+ * Read-only questions about agents: views (live, or from the durable sessions for a child
+ * that is not resident), lists with cursor paging, session pages, and where a request for an
+ * agent belongs when several instances share a database. Nothing here changes state.
+ *
+ * Lists are ordered by creation time, then id; a cursor is the (createdAt, id) of the last
+ * item, so a page never repeats or skips an agent that existed when the first page was read.
+ */
+import { ServiceError } from '../../domain/errors.js';
+import type { SessionEntry, SessionHeader } from '../../domain/session.js';
+import type { AgentRegistry } from '../agent-registry.js';
+import type { ContinuationManager } from '../continuation/continuation-manager.js';
+import type { LiveAgent } from '../live-agent.js';
+import type { ForestOwnership } from '../ownership.js';
+import type { ChildListing } from '../packages/subagent-control.js';
+import type { SessionLog } from '../session-log.js';
+import { statusOf, storedChildView, viewOf, type AgentView } from '../views.js';
+
+export interface ListFilter {
+  parentId?: string;
+  status?: string;
+  limit: number;
+  cursor?: string;
+}
+
+export interface SessionPage {
+  header: SessionHeader;
+  entries: SessionEntry[];
+  nextAfter: number | null;
+}
+
+export interface AgentQueriesDeps {
+  registry: AgentRegistry;
+  manager: ContinuationManager;
+  log: SessionLog;
+  /** Several instances on one PostgreSQL database: forest leases (see ownership.ts). */
+  ownership?: ForestOwnership | undefined;
+}
+
+export class AgentQueries {
+  constructor(private readonly deps: AgentQueriesDeps) {}
+
+  /** The view of a live agent: a quiescent Activation about to settle shows as waiting until it leaves the registry. */
+  viewOfLive(agent: LiveAgent): AgentView {
+    const activation = this.deps.manager.activationOf(agent);
+    const state = activation === undefined ? null : this.deps.manager.stateOf(activation);
+    return viewOf(agent, state === null ? null : state === 'running' ? 'running' : 'waiting');
+  }
+
+  /** The view of a live agent or of a child that is not resident; undefined for a root that is not live or an unknown id. */
+  async viewIfKnown(id: string): Promise<AgentView | undefined> {
+    const live = this.deps.registry.get(id);
+    if (live !== undefined) return this.viewOfLive(live);
+    const view = await this.storedView(id);
+    return view?.kind === 'root' ? undefined : view;
+  }
+
+  async view(id: string): Promise<AgentView> {
+    const live = this.deps.registry.get(id);
+    if (live !== undefined) return this.viewOfLive(live);
+    const view = await this.storedView(id);
+    if (view === undefined || view.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
+    return view;
+  }
+
+  /**
+   * Without `parentId`: the live agents. With it: every child of that parent, resident or
+   * not (from the durable sessions). Ordered by creation time, then id.
+   *
+   * The live agents are filtered and ordered as they are, and only the page becomes views: a
+   * view costs far more than a comparison, and a page is a small part of what may be live.
+   */
+  async list(filter: ListFilter): Promise<{ items: AgentView[]; nextCursor: string | null }> {
+    const after = filter.cursor === undefined ? undefined : decodeCursor(filter.cursor);
+    const keep = (key: OrderKey, status: string): boolean =>
+      (filter.status === undefined || status === filter.status) && (after === undefined || compareOrder(key, after) > 0);
+    if (filter.parentId !== undefined) {
+      const views = (await this.childViews(filter.parentId)).filter((v) => keep(v, v.status)).sort(compareOrder);
+      return pageOf(views, filter.limit, (v) => v);
+    }
+    // Mostly in creation order already, which the sort takes in about one pass.
+    const agents = [...this.deps.registry.values()].filter((a) => keep(a.header, statusOf(a))).sort((a, b) => compareOrder(a.header, b.header));
+    return pageOf(agents, filter.limit, (a) => this.viewOfLive(a));
+  }
+
+  /** list_agents: the caller's children except one-shot ones. */
+  async listChildren(agent: LiveAgent): Promise<ChildListing[]> {
+    const views = await this.childViews(agent.id);
+    return views
+      .filter((v) => v.mode !== 'one-shot')
+      .map((v) => ({ kind: 'child' as const, id: v.id, label: v.label ?? '', status: v.resident ? ('running' as const) : ('complete' as const) }));
+  }
+
+  async sessionPage(id: string, after: number, limit: number): Promise<SessionPage> {
+    const summary = await this.deps.log.summary(id);
+    if (summary === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    const entries = await this.deps.log.store.read(id, after, limit);
+    const last = entries[entries.length - 1];
+    const more = last !== undefined && last.seq < summary.lastSeq;
+    return { header: summary.header, entries, nextAfter: more ? last.seq : null };
+  }
+
+  /**
+   * Where to send a request for agent `id` when another instance owns its forest (its base
+   * URL), or undefined when this instance may serve it: the agent is live here, the forest is
+   * unowned, or its owner's lease expired (resume it here).
+   */
+  async misdirection(id: string): Promise<string | undefined> {
+    const ownership = this.deps.ownership;
+    if (ownership === undefined || this.deps.registry.get(id) !== undefined) return undefined;
+    const header = (await this.deps.log.store.header(id))?.header;
+    return ownership.ownerElsewhere(header?.rootSession ?? id);
+  }
+
+  /** The view of an agent from its durable session (a root's is shown as not resident). */
+  async storedView(id: string): Promise<AgentView | undefined> {
+    const header = await this.storedHeader(id);
+    if (header === undefined) return undefined;
+    if (header.kind === 'root') return { ...storedChildView(header, undefined), kind: 'root' };
+    return storedChildView(header, await this.deps.log.store.lastActivation(id));
+  }
+
+  async storedHeader(id: string): Promise<SessionHeader | undefined> {
+    return (await this.deps.log.summary(id))?.header;
+  }
+
+  private async childViews(parentId: string): Promise<AgentView[]> {
+    await this.deps.log.durable();
+    const children = await this.deps.log.store.children(parentId);
+    return Promise.all(
+      children.map(async ({ header }) => {
+        const live = this.deps.registry.get(header.id);
+        if (live !== undefined) return this.viewOfLive(live);
+        return storedChildView(header, await this.deps.log.store.lastActivation(header.id));
+      }),
+    );
+  }
+}
+
+/** What lists are ordered by: creation time, then id (a view and a session header both have them). */
+type OrderKey = Pick<AgentView, 'createdAt' | 'id'>;
+
+function compareOrder(a: OrderKey, b: OrderKey): number {
+  if (a.createdAt !== b.createdAt) return a.createdAt < b.createdAt ? -1 : 1;
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+/** The first `limit` of `sorted` as views, and the cursor after them when more follow. */
+function pageOf<T>(sorted: readonly T[], limit: number, view: (item: T) => AgentView): { items: AgentView[]; nextCursor: string | null } {
+  const items = sorted.slice(0, limit).map(view);
+  const last = items[items.length - 1];
+  return { items, nextCursor: sorted.length > limit && last !== undefined ? encodeCursor(last) : null };
+}
+
+function encodeCursor(view: AgentView): string {
+  return Buffer.from(JSON.stringify({ createdAt: view.createdAt, id: view.id })).toString('base64url');
+}
+
+function decodeCursor(cursor: string): { createdAt: string; id: string } {
+  try {
+    const parsed: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (typeof parsed === 'object' && parsed !== null && 'createdAt' in parsed && 'id' in parsed) {
+      const { createdAt, id } = parsed as { createdAt: unknown; id: unknown };
+      if (typeof createdAt === 'string' && typeof id === 'string') return { createdAt, id };
+    }
+  } catch {
+    // fall through: a cursor that does not decode is a client error
+  }
+  throw new ServiceError('VALIDATION', 'cursor is not a cursor this service returned');
+}

@@ -1,0 +1,48 @@
+/**
+ * Message receipts: where a message is, read from durable state only (pending: queued or
+ * staged; in a session's log; as a turn's prompt). Waits for the writes accepted so far to
+ * commit first, so a receipt never lags an acknowledged request.
+ */
+import { ServiceError } from '../../domain/errors.js';
+import type { MessageRole, MessageSource } from '../../domain/message.js';
+import type { SessionLog } from '../session-log.js';
+import type { ReceiptState } from '../session-store.js';
+
+export interface Receipt {
+  messageId: string;
+  state: ReceiptState;
+  recipient: string;
+  /** The sending agent's id, or null for the operator. */
+  sender: string | null;
+  source: MessageSource;
+  role: MessageRole;
+  timestamps: { acceptedAt?: string; appendedAt?: string; turnStartedAt?: string; turnEndedAt?: string };
+  turnId?: string;
+  seq?: number;
+}
+
+/** Where a message is, from durable state: pending (queued, staged), in a log, as a turn's prompt. */
+export async function receiptOf(log: SessionLog, messageId: string): Promise<Receipt> {
+  await log.durable();
+  const location = await log.store.locate(messageId);
+  if (location === undefined) {
+    throw new ServiceError('MESSAGE_NOT_FOUND', `message "${messageId}" is not queued, staged or in any session`);
+  }
+  const source = location.message.source;
+  const receipt: Receipt = {
+    messageId,
+    state: location.state,
+    recipient: location.sessionId,
+    sender: 'senderSessionId' in source ? source.senderSessionId : null,
+    source,
+    role: location.message.role,
+    timestamps: {},
+  };
+  if (location.acceptedAt !== undefined) receipt.timestamps.acceptedAt = location.acceptedAt;
+  if (location.appendedAt !== undefined) receipt.timestamps.appendedAt = location.appendedAt;
+  if (location.turnStartedAt !== undefined) receipt.timestamps.turnStartedAt = location.turnStartedAt;
+  if (location.turnEndedAt !== undefined) receipt.timestamps.turnEndedAt = location.turnEndedAt;
+  if (location.turnId !== undefined) receipt.turnId = location.turnId;
+  if (location.seq !== undefined) receipt.seq = location.seq;
+  return receipt;
+}

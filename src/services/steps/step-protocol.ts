@@ -1,0 +1,194 @@
+/**
+ * The step protocol: claiming model requests (per agent or from the worker pool), recording
+ * the model's output (running its service-owned tool calls at once), recording the backend's
+ * own tool results, and the tools an agent sees.
+ *
+ * Invariants: a step of an agent the built-in model driver owns is never claimed or answered
+ * over HTTP; a claimed step whose caller went away is given back, never lost; a batch of tool
+ * results is validated whole before any of it is written; every write is durable before the
+ * call resolves.
+ */
+import { ServiceError } from '../../domain/errors.js';
+import type { TextBlock, ToolCall } from '../../domain/message.js';
+import type { TokenUsage } from '../../domain/model.js';
+import { renderMessages, renderTools, type ChatMessage, type ChatTool, type ToolSchema } from '../../domain/step-render.js';
+import type { AdmissionGate } from '../agents/admission-gate.js';
+import type { AgentAuthority } from '../agents/authority.js';
+import type { WaiterGate } from '../limits.js';
+import type { LiveAgent, StepClaim } from '../live-agent.js';
+import type { SessionLog } from '../session-log.js';
+import type { StepDispatcher } from '../step-dispatcher.js';
+import type { AgentCredential, ToolRegistry } from '../tool-registry.js';
+import { loggableCall } from './redaction.js';
+import { failedCall, type ToolCalls, type ToolResultView } from './tool-calls.js';
+
+export interface Step {
+  id: string;
+  turnId: string;
+  index: number;
+  messages: ChatMessage[];
+  tools: ChatTool[];
+}
+
+export interface OutputResult {
+  toolResults: ToolResultView[];
+  awaiting: ToolCall[];
+  turn: 'open' | 'ended';
+  spawned?: AgentCredential[];
+  resumed?: AgentCredential[];
+}
+
+/** The model's answer to a step, as a backend or the built-in driver posts it. */
+export interface ModelOutput {
+  content?: string | TextBlock[];
+  toolCalls?: ToolCall[];
+  usage?: TokenUsage;
+}
+
+export interface ToolResultInput {
+  toolCallId: string;
+  content: string | TextBlock[];
+  isError?: boolean;
+}
+
+export interface StepProtocolDeps {
+  authority: AgentAuthority;
+  gate: AdmissionGate;
+  dispatcher: StepDispatcher<LiveAgent, StepClaim>;
+  tools: ToolRegistry;
+  calls: ToolCalls;
+  log: SessionLog;
+  /** Bounds the concurrent long-polls per agent. */
+  waiters?: WaiterGate | undefined;
+}
+
+/** The built-in model driver alone claims and answers the steps of an agent that has a model. */
+function refuseDriven(agent: LiveAgent): void {
+  if (agent.header.model !== undefined) {
+    throw new ServiceError(
+      'STEP_CONFLICT',
+      `agent "${agent.id}" is driven by the service's built-in model driver; its steps are not claimed or answered over HTTP`,
+    );
+  }
+}
+
+export class StepProtocol {
+  constructor(private readonly deps: StepProtocolDeps) {}
+
+  /** Steps claimed whose output has not arrived: model requests in flight. */
+  stepsInFlight(agents: Iterable<LiveAgent>): number {
+    let n = 0;
+    for (const agent of agents) {
+      const turn = agent.state.turn;
+      if (turn.phase === 'running' && turn.turn.step.status === 'claimed') n++;
+    }
+    return n;
+  }
+
+  async toolsFor(id: string, token: string | undefined): Promise<ToolSchema[]> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    return this.deps.tools.listFor(agent);
+  }
+
+  /** Claim this agent's next step, waiting up to `waitMs`. Null when none (204). */
+  async claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal): Promise<Step | null> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    refuseDriven(agent);
+    this.deps.gate.admitNewWork();
+    const leave = waitMs > 0 ? this.deps.waiters?.enter(agent.id, 'step long-polls') : undefined;
+    try {
+      const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
+      return claim === null ? null : await this.handOver(claim, signal);
+    } finally {
+      leave?.();
+    }
+  }
+
+  /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
+  async claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal): Promise<{ agentId: string; agentToken: string; step: Step } | null> {
+    this.deps.gate.admitNewWork();
+    const claim = await this.deps.dispatcher.claimOrWait(rootId === undefined ? {} : { rootId }, waitMs, signal);
+    if (claim === null) return null;
+    const step = await this.handOver(claim, signal);
+    return step === null ? null : { agentId: claim.agent.id, agentToken: claim.agent.token, step };
+  }
+
+  async postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput): Promise<OutputResult> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    refuseDriven(agent);
+    return this.applyOutput(agent, stepId, output);
+  }
+
+  /**
+   * Record a step's output and run its service-owned tool calls. A call listed in `refused`
+   * (the driver could not read its arguments) is recorded with that error as its result
+   * instead of being run.
+   */
+  async applyOutput(agent: LiveAgent, stepId: string, output: ModelOutput, refused?: ReadonlyMap<string, string>): Promise<OutputResult> {
+    const calls = output.toolCalls ?? [];
+    const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
+    if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
+    const { ended } = agent.recordOutput(stepId, output.content, calls.map((c) => loggableCall(c, agent.token)), output.usage);
+    const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
+    const spawned: AgentCredential[] = [];
+    const resumed: AgentCredential[] = [];
+    for (const call of calls) {
+      const refusal = refused?.get(call.id);
+      if (refusal !== undefined) {
+        const failed = failedCall(call, new ServiceError('VALIDATION', refusal)).result;
+        agent.recordToolResult(stepId, call.id, failed.content, true);
+        result.toolResults.push(failed);
+        continue;
+      }
+      const tool = this.deps.tools.find(agent, call.name);
+      if (tool === undefined) {
+        result.awaiting.push(call);
+        continue;
+      }
+      const outcome = await this.deps.calls.run(agent, tool, call);
+      agent.recordToolResult(stepId, call.id, outcome.result.content, outcome.result.isError);
+      result.toolResults.push(outcome.result);
+      spawned.push(...outcome.spawned);
+      resumed.push(...outcome.resumed);
+    }
+    if (spawned.length > 0) result.spawned = spawned;
+    if (resumed.length > 0) result.resumed = resumed;
+    await this.deps.log.durable();
+    return result;
+  }
+
+  async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[]): Promise<{ turn: 'open' | 'ended' }> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    refuseDriven(agent);
+    return this.applyToolResults(agent, stepId, results);
+  }
+
+  async applyToolResults(agent: LiveAgent, stepId: string, results: readonly ToolResultInput[]): Promise<{ turn: 'open' | 'ended' }> {
+    // Validate the whole batch before writing any of it, so a rejected request changes nothing.
+    agent.checkToolResults(stepId, results.map((r) => r.toolCallId));
+    for (const r of results) agent.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true);
+    await this.deps.log.durable();
+    return { turn: 'open' };
+  }
+
+  /** A claimed step as a model request: the log up to its step-start, and the agent's tools. */
+  async renderStep(claim: StepClaim): Promise<Step> {
+    // Seqs are gap-free from 1, so the first `upToSeq` entries are exactly the step's context.
+    const upTo = await this.deps.log.read(claim.agent.id, 0, claim.upToSeq);
+    return {
+      id: claim.stepId,
+      turnId: claim.turnId,
+      index: claim.index,
+      messages: renderMessages(claim.agent.header.instructions, upTo),
+      tools: renderTools(this.deps.tools.listFor(claim.agent)),
+    };
+  }
+
+  /** Render a claimed step; if its caller left meanwhile, give the step back instead. */
+  private async handOver(claim: StepClaim, signal: AbortSignal | undefined): Promise<Step | null> {
+    const step = await this.renderStep(claim);
+    if (signal?.aborted !== true) return step;
+    claim.agent.releaseClaim(claim.stepId);
+    return null;
+  }
+}
