@@ -18,7 +18,7 @@ import { ServiceError } from '../domain/errors.js';
 import { createUserMessage, textBlocks, type Message, type MessageSource, type TextBlock, type ToolCall } from '../domain/message.js';
 import { beginLeaving, isLeaving, RESIDENT, turnAdmitted, type Leaving, type Lifecycle } from '../domain/lifecycle.js';
 import { itemFromRow, placeOf, type RowOp } from '../domain/pending-rows.js';
-import { isoTime, type SessionHeader } from '../domain/session.js';
+import { type SessionHeader } from '../domain/session.js';
 import { admit, cancelTurn, closeTurn, deliver, dispose, initialState, isClaimable, recordOutput, recordToolResult, releaseStep, restore, startStep } from '../domain/turn-machine.js';
 import type { AgentState, DeliveryInput, Effect, InboxEvent, InboxItem, Transition } from '../domain/turn-machine.js';
 import type { SessionLog } from './session-log.js';
@@ -341,6 +341,6 @@ export class LiveAgent {
   }
 
   private now(): string {
-    return isoTime(this.deps.clock.now());
+    return this.deps.clock.iso();
   }
 }

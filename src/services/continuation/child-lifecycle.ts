@@ -15,7 +15,7 @@
 import type { Delivery } from '../../domain/agent.js';
 import { ServiceError } from '../../domain/errors.js';
 import type { MessageSource, TextBlock } from '../../domain/message.js';
-import { isoTime, SESSION_SCHEMA_VERSION, type SessionHeader } from '../../domain/session.js';
+import { SESSION_SCHEMA_VERSION, type SessionHeader } from '../../domain/session.js';
 import { AgentScope, type LiveAgent } from '../live-agent.js';
 import type { PendingRow } from '../session-store.js';
 import type { Activations } from './activations.js';
@@ -270,6 +270,6 @@ export class ChildLifecycle {
   }
 
   private now(): string {
-    return isoTime(this.deps.clock.now());
+    return this.deps.clock.iso();
   }
 }

@@ -14,7 +14,7 @@
  *   state there, so work accepted in between keeps the child resident.
  */
 import { left, queueSettle, settleCheckRuns } from '../../domain/lifecycle.js';
-import { isoTime, type SessionHeader } from '../../domain/session.js';
+import { type SessionHeader } from '../../domain/session.js';
 import { queuedCount } from '../../domain/turn-machine.js';
 import type { AgentScope, LiveAgent } from '../live-agent.js';
 import type { Admission } from './admission.js';
@@ -196,6 +196,6 @@ export class Closing {
   }
 
   private now(): string {
-    return isoTime(this.deps.clock.now());
+    return this.deps.clock.iso();
   }
 }
