@@ -5,7 +5,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { ACTIVATION_STATES, AGENT_ID_PATTERN, AGENT_KINDS, AGENT_STATUSES, CHILD_MODES, PROVIDERS } from '../domain/agent.js';
-import { ERROR_CODES, type ErrorCode } from '../domain/errors.js';
+import { WIRE_ERROR_CODES, type ErrorCode } from '../domain/errors.js';
 import { DEFAULT_MAX_STEPS, MODEL_PROVIDERS } from '../domain/model.js';
 import { literals, ref, shared } from './schema.js';
 
@@ -98,7 +98,7 @@ export const ToolErrorResult = Type.Object(
 
 const ERROR_FIELDS = {
   statusCode: Type.Integer(),
-  code: Type.Unsafe<ErrorCode>({ type: 'string', enum: [...ERROR_CODES] }),
+  code: Type.Unsafe<ErrorCode>({ type: 'string', enum: [...WIRE_ERROR_CODES] }),
   error: Type.String({ description: 'The HTTP reason phrase.' }),
   message: Type.String(),
   location: Type.Optional(Type.String({ description: 'MISDIRECTED: the URL to send this request to (also in the Location header).' })),

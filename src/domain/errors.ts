@@ -43,6 +43,13 @@ export const ERROR_CODES = [
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
 /**
+ * Codes that never reach a client: the layer that catches one answers with another code
+ * (a fenced write's waiters get MISDIRECTED). The wire contract lists the others.
+ */
+export const INTERNAL_ERROR_CODES: readonly ErrorCode[] = ['FOREST_FENCED'];
+export const WIRE_ERROR_CODES: readonly ErrorCode[] = ERROR_CODES.filter((code) => !INTERNAL_ERROR_CODES.includes(code));
+
+/**
  * What each code means to a client, one sentence each; docs/reference/errors.md is generated
  * from this table and a test keeps the two equal.
  */
