@@ -5,7 +5,7 @@
  * closing, and every error code the child and report routes answer with its exact text.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Clock } from '../../src/domain/ports.js';
 import {
   claim,
@@ -73,23 +73,15 @@ const REPORT_DESCRIPTION =
   'final answer. Reporting does not end your turn or finish your work, and only your direct parent receives it. A ' +
   'failed call may still have arrived, so do not blindly repeat it.';
 
-const harnesses: Harness[] = [];
-
 /** A clock that moves one second forward on every reading, so `at` and `createdAt` order every write. */
 function tickingClock(): Clock {
   let t = Date.UTC(2026, 0, 1);
   return { now: () => (t += 1000) };
 }
 
-async function open(): Promise<Harness> {
-  const harness = await startHarness({ clock: tickingClock() });
-  harnesses.push(harness);
-  return harness;
+function open(): Promise<Harness> {
+  return startHarness({ clock: tickingClock() });
 }
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
 
 function postChild(h: Harness, parentId: string, token: string | undefined, body: Record<string, unknown>): Promise<LightMyRequestResponse> {
   return h.app.inject({

@@ -16,7 +16,6 @@ import {
   postResults,
   send,
   session,
-  settle,
   startHarness,
   until,
   waitingClaims,
@@ -24,7 +23,9 @@ import {
   type CreatedRoot,
   type Entry,
   type Harness,
+  untilWaiting,
 } from '../fixtures/harness.js';
+import { closeWithTest } from '../fixtures/cleanup.js';
 
 interface ErrorBody {
   statusCode: number;
@@ -48,22 +49,17 @@ interface AgentView {
 /** `direct parent has too many messages waiting; ...`: MESSAGES.parentBusy, fixed model-visible text. */
 const PARENT_BUSY_MESSAGE = 'direct parent has too many messages waiting; report was not delivered, retry later';
 
-const harnesses: Harness[] = [];
 const streams: http.ClientRequest[] = [];
 
 async function open(limits: Partial<Limits>): Promise<Harness> {
   const harness = await startHarness({ limits });
-  harnesses.push(harness);
+  // Open event streams would keep app.close() waiting; end them the way a drain does.
+  closeWithTest(() => harness.system.hub.closeAll());
   return harness;
 }
 
-afterEach(async () => {
+afterEach(() => {
   for (const request of streams.splice(0)) request.destroy();
-  for (const harness of harnesses.splice(0)) {
-    // Open event streams would keep app.close() waiting; end them the way a drain does.
-    harness.system.hub.closeAll();
-    await harness.close();
-  }
 });
 
 /**
@@ -174,11 +170,6 @@ async function rootMidTurn(h: Harness, id = 'r'): Promise<{ root: CreatedRoot; s
   return { root, step: await nextStep(h, root) };
 }
 
-/** Lets requests in flight park in the dispatcher (bounded), then checks exactly `n` wait. */
-async function untilWaiting(h: Harness, n: number): Promise<void> {
-  for (let i = 0; i < 200 && waitingClaims(h) < n; i++) await settle();
-  expect(waitingClaims(h)).toBe(n);
-}
 
 function utf8Bytes(text: string): number {
   return Buffer.byteLength(text, 'utf8');

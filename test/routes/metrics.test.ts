@@ -5,20 +5,12 @@
  * scrape needs a key while the docs and health routes do not.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { claim, createRoot, postOutput, send, session, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 
-const harnesses: Harness[] = [];
-
-async function open(apiKeys: string[] = []): Promise<Harness> {
-  const harness = await startHarness({ apiKeys });
-  harnesses.push(harness);
-  return harness;
+function open(apiKeys: string[] = []): Promise<Harness> {
+  return startHarness({ apiKeys });
 }
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
 
 interface Sample {
   name: string;

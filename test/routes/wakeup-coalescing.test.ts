@@ -8,10 +8,8 @@
  * coalesced away; the grouping survives a restart on SQLite. With coalescing off (the default)
  * each wakeup report is its own later turn, as spec/API.md says.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import {
   claim,
@@ -25,8 +23,8 @@ import {
   type CreatedRoot,
   type Entry,
   type Harness,
-  type HarnessOptions,
 } from '../fixtures/harness.js';
+import { tempDir } from '../fixtures/cleanup.js';
 
 interface AgentView {
   status: string;
@@ -40,20 +38,6 @@ interface Sent {
   output: string;
   messageId: string;
 }
-
-const harnesses: Harness[] = [];
-const dirs: string[] = [];
-
-async function open(options: HarnessOptions = {}): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0).reverse()) await harness.close();
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
 
 async function useWakeup(h: Harness): Promise<void> {
   const res = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
@@ -149,7 +133,7 @@ function ids(sent: readonly Sent[]): string[] {
 
 describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   it('reports from several children to a running parent join one queued turn whose prompts are the reports in order', async () => {
-    const h = await open({ coalesceWakeups: true });
+    const h = await startHarness({ coalesceWakeups: true });
     await useWakeup(h);
     const { root, step } = await rootMidTurn(h);
     const a = await startChild(h, root);
@@ -181,7 +165,7 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   });
 
   it('a followup queued after reports starts a new group: the reports after it form another turn, and all turns run in FIFO order', async () => {
-    const h = await open({ coalesceWakeups: true });
+    const h = await startHarness({ coalesceWakeups: true });
     await useWakeup(h);
     const { root, step } = await rootMidTurn(h);
     const a = await startChild(h, root);
@@ -212,7 +196,7 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   });
 
   it('a followup queued before the reports stays its own turn, ahead of the reports that follow it as one group', async () => {
-    const h = await open({ coalesceWakeups: true });
+    const h = await startHarness({ coalesceWakeups: true });
     await useWakeup(h);
     const { root, step } = await rootMidTurn(h);
     const a = await startChild(h, root);
@@ -230,7 +214,7 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   });
 
   it('quiet reports are never coalesced away: each is logged once, after the turn end, and the wakeup reports still form one turn', async () => {
-    const h = await open({ coalesceWakeups: true });
+    const h = await startHarness({ coalesceWakeups: true });
     const { root, step } = await rootMidTurn(h);
     // The delivery mode is read when an Activation is set up: `quiet` reports quietly.
     const quiet = await startChild(h, root);
@@ -256,12 +240,10 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   });
 
   it('the grouping survives a restart on SQLite: after resume the queued groups are admitted as one turn each, in order, every message once', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'agentforest-coalesce-'));
-    dirs.push(dir);
+    const dir = tempDir('agentforest-coalesce-');
     const path = join(dir, 'agentforest.db');
 
     const h1 = await startHarness({ store: new SqliteSessionStore({ path }), coalesceWakeups: true });
-    harnesses.push(h1);
     await useWakeup(h1);
     const { root } = await rootMidTurn(h1);
     const a = await startChild(h1, root);
@@ -269,10 +251,9 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
     const group1 = [await report(h1, a, 'a1'), await report(h1, b, 'b1'), await report(h1, a, 'a2')];
     const followup = (await send(h1.app, root.id, 'F')).json() as { messageId: string };
     const group2 = [await report(h1, b, 'b2'), await report(h1, a, 'a3')];
-    harnesses.splice(harnesses.indexOf(h1), 1);
     await h1.close();
 
-    const h2 = await open({ store: new SqliteSessionStore({ path }), coalesceWakeups: true });
+    const h2 = await startHarness({ store: new SqliteSessionStore({ path }), coalesceWakeups: true });
     const stopped = await session(h2.app, root.id);
     for (const s of [...group1, ...group2]) expect(occurrences(stopped, s.messageId)).toBe(0);
     const res = await h2.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/resume` });
@@ -303,7 +284,7 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
 
 describe('without coalescing (the default)', () => {
   it('each wakeup report to a running parent makes its own later turn, in FIFO order', async () => {
-    const h = await open();
+    const h = await startHarness();
     await useWakeup(h);
     const { root, step } = await rootMidTurn(h);
     const a = await startChild(h, root);
