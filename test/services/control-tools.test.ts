@@ -8,7 +8,7 @@
  * without an agent token, which the HTTP service refuses with 403 UNAUTHORIZED and a toolResult.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   claim,
   createRoot,
@@ -47,17 +47,9 @@ interface AgentViewBody {
   staged: number;
 }
 
-const harnesses: Harness[] = [];
-
-async function open(): Promise<Harness> {
-  const harness = await startHarness();
-  harnesses.push(harness);
-  return harness;
+function open(): Promise<Harness> {
+  return startHarness();
 }
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
 
 async function startChild(h: Harness, parent: CreatedRoot, prompt = 'child task'): Promise<CreatedRoot> {
   const res = await h.app.inject({
