@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { lastMessage, type Reply } from '../../demo/scripted-model.js';
 import { tempDir } from '../fixtures/cleanup.js';
+import { deferred } from '../fixtures/races.js';
 import { until } from '../fixtures/until.js';
 import { startModelServer } from '../fixtures/model-server.js';
 import { startServer, type RunningServer } from '../fixtures/server-process.js';
@@ -51,16 +52,10 @@ async function sessionUntil(server: RunningServer, id: string, done: (entries: E
   return entries;
 }
 
-function deferred(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
-}
-
 describe('SIGTERM with driven agents', () => {
   it('records a model answer that arrives during the drain, then exits 0; the resumed root goes on', async () => {
-    const release = deferred();
-    const arrived = deferred();
+    const release = deferred<void>();
+    const arrived = deferred<void>();
     const model = await startModelServer(async (request): Promise<Reply> => {
       const text = lastMessage(request)?.content ?? '';
       if (text === 'slow') {

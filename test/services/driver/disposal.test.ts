@@ -11,7 +11,6 @@ import {
   answer,
   childrenOf,
   completionBody,
-  deferred,
   DRIVER_WAIT,
   followup,
   isChild,
@@ -24,6 +23,7 @@ import {
   view,
 } from '../../fixtures/driver.js';
 import { createRoot, session, until } from '../../fixtures/harness.js';
+import { deferred } from '../../fixtures/races.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 
 describe('the built-in model driver', { timeout: 20_000 }, () => {

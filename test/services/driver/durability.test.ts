@@ -11,9 +11,7 @@ import { tempDir } from '../../fixtures/cleanup.js';
 import {
   accepted,
   answer,
-  deferred,
   DRIVER_WAIT,
-  FaultyStore,
   followup,
   hasAssistantMessage,
   header,
@@ -26,6 +24,7 @@ import {
   type AgentView,
 } from '../../fixtures/driver.js';
 import { createRoot, until } from '../../fixtures/harness.js';
+import { FaultyStore, deferred } from '../../fixtures/races.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 
 describe('the built-in model driver', { timeout: 20_000 }, () => {

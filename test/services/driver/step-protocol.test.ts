@@ -8,7 +8,6 @@ import { type Reply } from '../../../demo/scripted-model.js';
 import {
   accepted,
   answer,
-  deferred,
   DRIVER_WAIT,
   followup,
   picture,
@@ -19,6 +18,7 @@ import {
   type ErrorBody,
 } from '../../fixtures/driver.js';
 import { createRoot, session, until, waitingClaims } from '../../fixtures/harness.js';
+import { deferred } from '../../fixtures/races.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 
 describe('the built-in model driver', { timeout: 20_000 }, () => {

@@ -9,9 +9,7 @@ import {
   accepted,
   answer,
   childrenOf,
-  deferred,
   DRIVER_WAIT,
-  FaultyStore,
   followup,
   isChild,
   picture,
@@ -24,6 +22,7 @@ import {
   type ToolCallView,
 } from '../../fixtures/driver.js';
 import { createRoot, until } from '../../fixtures/harness.js';
+import { FaultyStore, deferred } from '../../fixtures/races.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 
 describe('the built-in model driver', { timeout: 20_000 }, () => {
