@@ -7,7 +7,6 @@ import net, { type AddressInfo } from 'node:net';
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
 import {
-  claim,
   createRoot,
   postOutput,
   postResults,
@@ -16,13 +15,13 @@ import {
   settle,
   shape,
   startHarness,
-  type ClaimedStep,
   type CreatedRoot,
   type Harness,
   until,
   waitingClaims as waiting,
   untilWaiting,
 } from '../fixtures/harness.js';
+import { rootWithClaimedStep } from '../fixtures/forest.js';
 
 const DRAINING_BODY = {
   statusCode: 503,
@@ -42,16 +41,6 @@ function claimRaw(h: Harness, root: CreatedRoot, waitMs = 0): Promise<LightMyReq
 
 function poolClaim(h: Harness, body: Record<string, unknown> = {}): Promise<LightMyRequestResponse> {
   return h.app.inject({ method: 'POST', url: '/v1/steps/next', payload: body });
-}
-
-
-async function rootWithClaimedStep(h: Harness): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id: 'r' });
-  await send(h.app, 'r', 'task');
-  await settle();
-  const step = await claim(h.app, root);
-  if (step === null) throw new Error('expected a claimable step');
-  return { root, step };
 }
 
 describe('draining', () => {
@@ -83,7 +72,7 @@ describe('draining', () => {
   it('while draining, followup, inject and steer answer 503 DRAINING and write nothing', async () => {
     const h = await startHarness();
     await createRoot(h.app, { id: 'idle' });
-    await rootWithClaimedStep(h);
+    await rootWithClaimedStep(h, 'task');
     const idleBefore = await session(h.app, 'idle');
     const busyBefore = await session(h.app, 'r');
     h.system.agents.startDrain();
@@ -148,7 +137,7 @@ describe('draining', () => {
 
   it('output for a step claimed before the drain is still accepted and ends the turn', async () => {
     const h = await startHarness();
-    const { root, step } = await rootWithClaimedStep(h);
+    const { root, step } = await rootWithClaimedStep(h, 'task');
     h.system.agents.startDrain();
 
     const res = await postOutput(h.app, root, step.id, { content: 'finished' });
@@ -159,7 +148,7 @@ describe('draining', () => {
 
   it('tool results for a step claimed before the drain are still accepted, but its next step is not handed out', async () => {
     const h = await startHarness();
-    const { root, step } = await rootWithClaimedStep(h);
+    const { root, step } = await rootWithClaimedStep(h, 'task');
     const output = await postOutput(h.app, root, step.id, { toolCalls: [{ id: 'c1', name: 'lookup', input: {} }] });
     expect(output.statusCode).toBe(200);
     h.system.agents.startDrain();

@@ -10,7 +10,6 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Limits } from '../../src/services/limits.js';
 import {
-  claim,
   createRoot,
   postOutput,
   postResults,
@@ -19,12 +18,12 @@ import {
   startHarness,
   until,
   waitingClaims,
-  type ClaimedStep,
   type CreatedRoot,
   type Entry,
   type Harness,
   untilWaiting,
 } from '../fixtures/harness.js';
+import { startChild, callReport, nextStep, rootMidTurn } from '../fixtures/forest.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 
 interface ErrorBody {
@@ -97,23 +96,6 @@ function postChild(h: Harness, parent: CreatedRoot, body: Record<string, unknown
   });
 }
 
-/** Starts a continuable in-process child of `parent`; its prompt keeps it running (and live). */
-async function startChild(h: Harness, parent: CreatedRoot, body: Record<string, unknown> = {}): Promise<CreatedRoot> {
-  const res = await postChild(h, parent, body);
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as { agent: { id: string }; agentToken: string };
-  return { id: created.agent.id, token: created.agentToken };
-}
-
-function callReport(h: Harness, child: CreatedRoot, output: string): Promise<LightMyRequestResponse> {
-  return h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${child.id}/tool-calls`,
-    headers: { 'x-agent-token': child.token },
-    payload: { name: 'report', input: { output } },
-  });
-}
-
 function messageToChild(h: Harness, parent: CreatedRoot, childId: string, content: string): Promise<LightMyRequestResponse> {
   return h.app.inject({
     method: 'POST',
@@ -155,21 +137,6 @@ async function childrenOf(h: Harness, id: string): Promise<string[]> {
 async function snapshot(h: Harness, id: string): Promise<{ view: AgentView; entries: Entry[] }> {
   return { view: await view(h, id), entries: await session(h.app, id) };
 }
-
-/** Claims the agent's next step, long-polling until it is claimable. */
-async function nextStep(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
-  const step = await claim(h.app, agent, 5000);
-  if (step === null) throw new Error(`no step became claimable for ${agent.id}`);
-  return step;
-}
-
-/** A root that admitted a followup and claimed its first step: its turn is open. */
-async function rootMidTurn(h: Harness, id = 'r'): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id });
-  expect((await send(h.app, root.id, 'go')).statusCode).toBe(202);
-  return { root, step: await nextStep(h, root) };
-}
-
 
 function utf8Bytes(text: string): number {
   return Buffer.byteLength(text, 'utf8');

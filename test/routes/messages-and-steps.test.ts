@@ -21,6 +21,7 @@ import {
   waitingClaims as waiting,
   untilWaiting,
 } from '../fixtures/harness.js';
+import { rootWithClaimedStep } from '../fixtures/forest.js';
 
 interface ErrorBody {
   statusCode: number;
@@ -69,17 +70,6 @@ function poolClaim(h: Harness, body: Record<string, unknown> = {}): Promise<Ligh
 
 async function view(h: Harness, id: string): Promise<AgentView> {
   return (await h.app.inject({ method: 'GET', url: `/v1/agents/${id}` })).json() as AgentView;
-}
-
-
-/** A root with one followup admitted and its first step claimed. */
-async function rootWithClaimedStep(h: Harness, prompt = 'go', body: Record<string, unknown> = {}): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id: 'r', ...body });
-  await send(h.app, root.id, prompt);
-  await settle();
-  const step = await claim(h.app, root);
-  if (step === null) throw new Error('expected a claimable step');
-  return { root, step };
 }
 
 function toolCall(id: string, name = 'search', input: unknown = { q: id }): { id: string; name: string; input: unknown } {

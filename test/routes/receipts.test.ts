@@ -25,6 +25,7 @@ import {
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
+import { report } from '../fixtures/forest.js';
 import { tempDir } from '../fixtures/cleanup.js';
 
 interface Receipt {
@@ -78,17 +79,6 @@ async function childOf(h: Harness, parent: CreatedRoot): Promise<CreatedRoot & {
   if (res.statusCode !== 201) throw new Error(`create child failed: ${res.statusCode} ${res.body}`);
   const body = res.json() as { agent: { id: string }; agentToken: string; messageId: string };
   return { id: body.agent.id, token: body.agentToken, messageId: body.messageId };
-}
-
-async function report(h: Harness, child: CreatedRoot, output: string): Promise<string> {
-  const res = await h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${child.id}/tool-calls`,
-    headers: { 'x-agent-token': child.token },
-    payload: { name: 'report', input: { output } },
-  });
-  if (res.statusCode !== 200) throw new Error(`report failed: ${res.statusCode} ${res.body}`);
-  return (res.json() as { output: { messageId: string } }).output.messageId;
 }
 
 function messageEntry(entries: readonly Entry[], messageId: string): Entry {

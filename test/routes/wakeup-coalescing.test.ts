@@ -13,7 +13,6 @@ import { describe, expect, it } from 'vitest';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import {
   claim,
-  createRoot,
   postOutput,
   send,
   session,
@@ -24,6 +23,7 @@ import {
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
+import { startChild, nextStep, rootMidTurn } from '../fixtures/forest.js';
 import { tempDir } from '../fixtures/cleanup.js';
 
 interface AgentView {
@@ -45,19 +45,6 @@ async function useWakeup(h: Harness): Promise<void> {
   expect(res.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup' } });
 }
 
-/** Starts a continuable in-process child; its own prompt keeps it running, so it never settles here. */
-async function startChild(h: Harness, parent: CreatedRoot): Promise<CreatedRoot> {
-  const res = await h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${parent.id}/children`,
-    headers: { 'x-agent-token': parent.token },
-    payload: { mode: 'continuable', prompt: 'child task' },
-  });
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as { agent: { id: string }; agentToken: string };
-  return { id: created.agent.id, token: created.agentToken };
-}
-
 /** A report through the tool-call route that must succeed. */
 async function report(h: Harness, child: CreatedRoot, output: string): Promise<Sent> {
   const res = await h.app.inject({
@@ -74,24 +61,11 @@ async function view(h: Harness, id: string): Promise<AgentView> {
   return (await h.app.inject({ method: 'GET', url: `/v1/agents/${id}` })).json() as AgentView;
 }
 
-async function nextStep(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
-  const step = await claim(h.app, agent, 5000);
-  if (step === null) throw new Error(`no step became claimable for ${agent.id}`);
-  return step;
-}
-
 /** Claims the next turn's first step and ends the turn; returns the step. */
 async function runTurn(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
   const step = await nextStep(h, agent);
   expect((await postOutput(h.app, agent, step.id, { content: 'handled' })).json()).toMatchObject({ turn: 'ended' });
   return step;
-}
-
-/** A root that admitted a followup and claimed its first step: its turn is open. */
-async function rootMidTurn(h: Harness): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id: 'r' });
-  expect((await send(h.app, root.id, 'go')).statusCode).toBe(202);
-  return { root, step: await nextStep(h, root) };
 }
 
 function rendered(sent: Sent): { role: string; content: string } {

@@ -31,10 +31,7 @@ import {
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
-
-interface Child extends CreatedRoot {
-  messageId: string;
-}
+import { startChild, claimStep } from '../fixtures/forest.js';
 
 interface AgentViewBody {
   id: string;
@@ -83,24 +80,6 @@ function countingIds(): { next: (kind: string) => string; agents: string[] } {
       return id;
     },
   };
-}
-
-async function startChild(h: Harness, parent: CreatedRoot, body: Record<string, unknown> = {}): Promise<Child> {
-  const res = await h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${parent.id}/children`,
-    headers: { 'x-agent-token': parent.token },
-    payload: { mode: 'continuable', prompt: 'child task', ...body },
-  });
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as { agent: { id: string }; agentToken: string; messageId: string };
-  return { id: created.agent.id, token: created.agentToken, messageId: created.messageId };
-}
-
-async function claimStep(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
-  const step = await claim(h.app, agent);
-  if (step === null) throw new Error(`expected a claimable step for ${agent.id}`);
-  return step;
 }
 
 /** A root with an open turn: one followup admitted and its first step claimed. */
