@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runAgent, StaleAgentTokenError, type ChildCredential, type ModelFn, type ModelReply } from '../../client/src/driver.js';
 import {
   AgentforestError,
@@ -25,16 +25,9 @@ import { startHarness, until, type Harness } from '../fixtures/harness.js';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
-let harness: Harness | undefined;
-
-afterEach(async () => {
-  await harness?.close();
-  harness = undefined;
-});
 
 async function serve(apiKeys: string[] = []): Promise<{ h: Harness; baseUrl: string }> {
   const h = await startHarness({ apiKeys });
-  harness = h;
   const baseUrl = await h.app.listen({ host: '127.0.0.1', port: 0 });
   return { h, baseUrl };
 }

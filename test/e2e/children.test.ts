@@ -5,8 +5,8 @@
  * token and the old one is refused; then, in wakeup mode, a report becomes the parent's next
  * pool-claimed turn.
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import { startHarness, until, type Harness } from '../fixtures/harness.js';
+import { describe, expect, it } from 'vitest';
+import { startHarness, until } from '../fixtures/harness.js';
 
 interface Reply<T> {
   status: number;
@@ -42,12 +42,6 @@ interface Credential {
   token: string;
 }
 
-let harness: Harness | undefined;
-
-afterEach(async () => {
-  await harness?.close();
-  harness = undefined;
-});
 
 function client(base: string) {
   async function call<T>(method: string, path: string, body?: unknown, token?: string): Promise<Reply<T>> {
@@ -81,7 +75,6 @@ function client(base: string) {
 describe('children and report over real HTTP', () => {
   it('a root, a continuable child, a quiet report, settlement, cold resume with a new token, then a wakeup report that becomes the parent turn', async () => {
     const h = await startHarness();
-    harness = h;
     const base = await h.app.listen({ host: '127.0.0.1', port: 0 });
     expect(base).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     const api = client(base);

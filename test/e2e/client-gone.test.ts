@@ -7,8 +7,8 @@
  * A poll is known to be parked when the step dispatcher counts it as a waiter.
  */
 import http from 'node:http';
-import { afterEach, describe, expect, it, vi } from 'vitest';
-import { startHarness, waitingClaims, type CreatedRoot, type Harness } from '../fixtures/harness.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startHarness, until, waitingClaims, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 
 interface Reply<T> {
   status: number;
@@ -29,20 +29,16 @@ interface EntryView {
   content?: { type: string; text: string }[];
 }
 
-const WAIT = { timeout: 2000, interval: 10 };
+const WAIT = { timeoutMs: 2000 };
 
-let harness: Harness | undefined;
 const agents: http.Agent[] = [];
 
-afterEach(async () => {
+afterEach(() => {
   for (const agent of agents.splice(0)) agent.destroy();
-  await harness?.close();
-  harness = undefined;
 });
 
 async function listen(): Promise<{ h: Harness; port: number }> {
   const h = await startHarness();
-  harness = h;
   await h.app.listen({ host: '127.0.0.1', port: 0 });
   const address = h.app.server.address();
   if (address === null || typeof address === 'string') throw new Error('the server has no TCP address');
@@ -113,10 +109,10 @@ async function entries(port: number, agent: http.Agent, id: string): Promise<Ent
 /** Park a long-poll, wait until the server counts it, close its socket, and wait until the server let it go. */
 async function pollAndLeave(h: Harness, port: number, path: string, body: unknown, token?: string): Promise<void> {
   const departed = park(port, path, body, token);
-  await vi.waitFor(() => expect(waitingClaims(h)).toBe(1), WAIT);
+  await until(() => waitingClaims(h) === 1, '1 parked claims', WAIT);
   expect(await departed.leave()).toEqual({ answered: false });
   // The server saw the socket close and dropped the waiter, long before its 30 s ran out.
-  await vi.waitFor(() => expect(waitingClaims(h)).toBe(0), WAIT);
+  await until(() => waitingClaims(h) === 0, '0 parked claims', WAIT);
 }
 
 async function sendWork(port: number, agent: http.Agent, root: CreatedRoot): Promise<void> {
@@ -162,11 +158,11 @@ describe('a long-poll whose client left never claims a step', () => {
     const root = await createRoot(port, conn);
 
     const departed = park(port, `/v1/agents/${root.id}/steps/next`, { waitMs: 30_000 }, root.token);
-    await vi.waitFor(() => expect(waitingClaims(h)).toBe(1), WAIT);
+    await until(() => waitingClaims(h) === 1, '1 parked claims', WAIT);
     const live = call<{ step: StepView }>(port, oneConnection(), 'POST', `/v1/agents/${root.id}/steps/next`, { waitMs: 30_000 }, root.token);
-    await vi.waitFor(() => expect(waitingClaims(h)).toBe(2), WAIT);
+    await until(() => waitingClaims(h) === 2, '2 parked claims', WAIT);
     expect(await departed.leave()).toEqual({ answered: false });
-    await vi.waitFor(() => expect(waitingClaims(h)).toBe(1), WAIT);
+    await until(() => waitingClaims(h) === 1, '1 parked claims', WAIT);
 
     await sendWork(port, conn, root);
     const claimed = await live;

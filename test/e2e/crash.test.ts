@@ -7,23 +7,21 @@
  * once, every session is gap-free, each root turn the crash left open ends `failed` exactly
  * once, and the file passes `PRAGMA integrity_check`.
  *
- * Bounded and self-stopping: every request and wait has a timeout, and afterEach kills any
+ * Bounded and self-stopping: every request and wait has a timeout, and the test context kills any
  * server left running. Where the kill lands differs from run to run, so run it repeatedly:
  *
  *   for i in $(seq 20); do npx vitest run test/e2e/crash.test.ts || break; done
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import {
   ServerClient,
   startServer,
-  stopLeftoverServers,
   type AgentRef,
   type EntryView,
 } from '../fixtures/server-process.js';
+import { tempDir } from '../fixtures/cleanup.js';
 
 /** Reports the load would send if the kill never came; the kill lands after KILL_AFTER_ACKS. */
 const PLANNED_REPORTS = 300;
@@ -58,12 +56,7 @@ interface ReceiptView {
 let dir: string;
 
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'agentforest-crash-'));
-});
-
-afterEach(async () => {
-  await stopLeftoverServers();
-  rmSync(dir, { recursive: true, force: true });
+  dir = tempDir('agentforest-crash-');
 });
 
 function gapProblems(id: string, entries: readonly EntryView[]): string[] {

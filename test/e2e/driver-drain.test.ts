@@ -4,25 +4,19 @@
  * aborted once the drain times out. Either way the process exits 0 and, after a restart on
  * the same file, the resumed root's session tells what happened and the driver goes on.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ScriptedModelServer, lastMessage, type Reply } from '../../demo/scripted-model.js';
-import { startServer, stopLeftoverServers, type RunningServer } from '../fixtures/server-process.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { lastMessage, type Reply } from '../../demo/scripted-model.js';
+import { tempDir } from '../fixtures/cleanup.js';
+import { deferred } from '../fixtures/races.js';
+import { until } from '../fixtures/until.js';
+import { startModelServer } from '../fixtures/model-server.js';
+import { startServer, type RunningServer } from '../fixtures/server-process.js';
 
 let dir: string;
-let model: ScriptedModelServer | undefined;
 
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'agentforest-driver-drain-'));
-});
-
-afterEach(async () => {
-  await stopLeftoverServers();
-  await model?.close();
-  model = undefined;
-  rmSync(dir, { recursive: true, force: true });
+  dir = tempDir('agentforest-driver-drain-');
 });
 
 interface Entry {
@@ -51,26 +45,18 @@ async function session(server: RunningServer, id: string): Promise<Entry[]> {
 
 /** Polls the session until `done` holds; bounded. */
 async function sessionUntil(server: RunningServer, id: string, done: (entries: Entry[]) => boolean): Promise<Entry[]> {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    const entries = await session(server, id);
-    if (done(entries)) return entries;
-    if (Date.now() > deadline) throw new Error(`session of ${id} never got there: ${JSON.stringify(picture(entries))}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-function deferred(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
+  let entries: Entry[] = [];
+  await until(async () => done((entries = await session(server, id))), `session of ${id} to get there`, { timeoutMs: 10_000 }).catch((error: unknown) => {
+    throw new Error(`session of ${id} never got there: ${JSON.stringify(picture(entries))}`, { cause: error });
+  });
+  return entries;
 }
 
 describe('SIGTERM with driven agents', () => {
   it('records a model answer that arrives during the drain, then exits 0; the resumed root goes on', async () => {
-    const release = deferred();
-    const arrived = deferred();
-    model = await ScriptedModelServer.start(async (request): Promise<Reply> => {
+    const release = deferred<void>();
+    const arrived = deferred<void>();
+    const model = await startModelServer(async (request): Promise<Reply> => {
       const text = lastMessage(request)?.content ?? '';
       if (text === 'slow') {
         arrived.resolve();
@@ -100,12 +86,12 @@ describe('SIGTERM with driven agents', () => {
   }, 40_000);
 
   it('aborts a model request that outlasts the drain timeout, exits 0, and the turn reads cancelled after a restart', async () => {
-    model = await ScriptedModelServer.start((request): Reply => (lastMessage(request)?.content === 'never' ? { hang: true } : { answer: { content: 'back' } }));
+    const model = await startModelServer((request): Reply => (lastMessage(request)?.content === 'never' ? { hang: true } : { answer: { content: 'back' } }));
     const data = join(dir, 'af.db');
     const first = await startServer({ dataPath: data, env: { AGENTFOREST_DRAIN_TIMEOUT_MS: '300' } });
     await api(first, 'POST', '/v1/agents', { id: 'driven', model: { provider: 'openai-compatible', baseUrl: model.url, model: 'm' } });
     await api(first, 'POST', '/v1/agents/driven/messages', { content: 'never', delivery: 'followup' });
-    await sessionUntil(first, 'driven', () => model!.requests.length === 1);
+    await sessionUntil(first, 'driven', () => model.requests.length === 1);
 
     const started = Date.now();
     const exit = await first.stop('SIGTERM');

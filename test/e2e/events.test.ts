@@ -14,6 +14,7 @@ import { createLogger } from '../../src/logger.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { createSystem, type System } from '../../src/services/system.js';
 import { claim, createRoot, postOutput, postResults, send, session, until, type ClaimedStep, type CreatedRoot, type Entry } from '../fixtures/harness.js';
+import { closeWithTest } from '../fixtures/cleanup.js';
 
 // ---------------------------------------------------------------------------------------------
 // A server on a real port
@@ -32,7 +33,6 @@ interface ServerOptions {
   eventBufferBytes?: number;
 }
 
-const servers: Server[] = [];
 const streams: SseStream[] = [];
 const rawRequests: http.ClientRequest[] = [];
 
@@ -52,20 +52,18 @@ async function startServer(options: ServerOptions = {}): Promise<Server> {
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   if (address === null || typeof address === 'string') throw new Error('the server has no TCP address');
-  const server = { app, system, base: `http://127.0.0.1:${address.port}`, port: address.port, sockets };
-  servers.push(server);
-  return server;
-}
-
-afterEach(async () => {
-  for (const stream of streams.splice(0)) stream.close();
-  for (const request of rawRequests.splice(0)) request.destroy();
-  for (const { app, system } of servers.splice(0)) {
+  closeWithTest(async () => {
     system.hub.closeAll();
     await app.close();
     await system.agents.shutdown();
     await system.store.close();
-  }
+  });
+  return { app, system, base: `http://127.0.0.1:${address.port}`, port: address.port, sockets };
+}
+
+afterEach(() => {
+  for (const stream of streams.splice(0)) stream.close();
+  for (const request of rawRequests.splice(0)) request.destroy();
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -254,18 +252,6 @@ class SseStream {
 
 function eventsUrl(server: Server, id: string, query = ''): string {
   return `${server.base}/v1/agents/${id}/events${query}`;
-}
-
-/**
- * Resolves once `check` holds, re-checking on every turn of the event loop (so network I/O and
- * the service's scheduling run in between); rejects after `timeoutMs`.
- */
-async function eventually(check: () => boolean, what: string, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check()) {
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for: ${what}`);
-    await new Promise((resolve) => setImmediate(resolve));
-  }
 }
 
 function range(from: number, to: number): number[] {
@@ -669,7 +655,7 @@ describe('slow consumers', () => {
     });
     const received = (): string => Buffer.concat(chunks).toString('utf8');
     expect((await send(app, 'r', 'hello', 'inject')).statusCode).toBe(202);
-    await eventually(() => received().includes('id: 1\n'), 'the first entry reached the consumer', 5_000);
+    await until(() => received().includes('id: 1\n'), 'the first entry reached the consumer', { timeoutMs: 5_000 });
     response.pause();
     const serverSocket = server.sockets.find((s) => s.remotePort === request.socket?.localPort);
     expect(serverSocket).toBeDefined();
@@ -714,7 +700,7 @@ describe('slow consumers', () => {
 
     // Once the stuck consumer reads again it finds the end of the response and the resumable note.
     response.resume();
-    await eventually(() => consumer.ended, 'the cut-off response ends', 10_000);
+    await until(() => consumer.ended, 'the cut-off response ends', { timeoutMs: 10_000 });
     const text = received();
     expect(text.endsWith(': slow consumer; resume with Last-Event-ID\n\n')).toBe(true);
     const got = parseSse(text).flatMap((item) => (item.kind === 'event' && item.id !== undefined ? [item.id] : []));
@@ -737,7 +723,7 @@ describe('slow consumers', () => {
     console.log(`slow consumer: resumed from ${lastGot} to ${n} in ${connections} connection(s)`);
     expect(resumed).toEqual(range(lastGot + 1, n));
     reader.close();
-    await eventually(() => system.hub.streams === 0, 'every stream closed', 5_000);
+    await until(() => system.hub.streams === 0, 'every stream closed', { timeoutMs: 5_000 });
   });
 });
 

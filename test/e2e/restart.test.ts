@@ -3,29 +3,22 @@
  * start and root resume; and a SIGKILL with a turn open, whose turn is closed as failed exactly
  * once by resume.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import {
   ServerClient,
   startServer,
-  stopLeftoverServers,
   type EntryView,
   type ErrorView,
   type RunningServer,
 } from '../fixtures/server-process.js';
+import { tempDir } from '../fixtures/cleanup.js';
 
 let dir: string;
 
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'agentforest-restart-'));
-});
-
-afterEach(async () => {
-  await stopLeftoverServers();
-  rmSync(dir, { recursive: true, force: true });
+  dir = tempDir('agentforest-restart-');
 });
 
 function dataFile(): string {

@@ -2,31 +2,24 @@
  * End to end: the real server process (`node --import tsx src/server.ts`) on 127.0.0.1:0 with a
  * SQLite file in a temp dir, driven over real HTTP with global fetch.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import {
   launchServer,
   ServerClient,
   startServer,
-  stopLeftoverServers,
   type ErrorView,
   type LogLine,
   type RunningServer,
   type StepView,
 } from '../fixtures/server-process.js';
+import { tempDir } from '../fixtures/cleanup.js';
 
 let dir: string;
 
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'agentforest-e2e-'));
-});
-
-afterEach(async () => {
-  await stopLeftoverServers();
-  rmSync(dir, { recursive: true, force: true });
+  dir = tempDir('agentforest-e2e-');
 });
 
 function dataFile(): string {

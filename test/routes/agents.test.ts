@@ -3,7 +3,7 @@
  * session paging. Children, packages and the report tool are out of scope here.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { fixedClock, sequentialIds } from '../../src/domain/ports.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import {
@@ -17,7 +17,6 @@ import {
   startHarness,
   type Entry,
   type Harness,
-  type HarnessOptions,
   waitingClaims as waiting,
 } from '../fixtures/harness.js';
 
@@ -52,25 +51,6 @@ interface SessionPage {
 
 const VIEW_KEYS = ['activation', 'createdAt', 'depth', 'id', 'inbox', 'kind', 'mode', 'parentId', 'provider', 'resident', 'staged', 'status'];
 const START = Date.UTC(2026, 0, 1);
-
-const harnesses: Harness[] = [];
-
-async function open(options: HarnessOptions = {}): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-/** Closes one harness now (a process stop), so afterEach does not close it twice. */
-async function stop(harness: Harness): Promise<void> {
-  harnesses.splice(harnesses.indexOf(harness), 1);
-  await harness.close();
-}
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
-
 
 function expectError(res: LightMyRequestResponse, status: number, code: string, phrase: string): ErrorBody {
   expect(res.statusCode).toBe(status);
@@ -114,7 +94,7 @@ function seqs(entries: readonly Entry[]): number[] {
 
 describe('POST /v1/agents', () => {
   it('creating a root answers 201 with an idle root view and a fresh agent token', async () => {
-    const h = await open({ clock: fixedClock(START) });
+    const h = await startHarness({ clock: fixedClock(START) });
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'root-a' } });
 
     expect(res.statusCode).toBe(201);
@@ -140,7 +120,7 @@ describe('POST /v1/agents', () => {
   });
 
   it('a root created without an id gets a service-minted id that GET then finds', async () => {
-    const h = await open({ ids: sequentialIds() });
+    const h = await startHarness({ ids: sequentialIds() });
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents', payload: {} });
 
     expect(res.statusCode).toBe(201);
@@ -150,20 +130,20 @@ describe('POST /v1/agents', () => {
   });
 
   it('each created root gets its own token', async () => {
-    const h = await open();
+    const h = await startHarness();
     const a = await createRoot(h.app, { id: 'a' });
     const b = await createRoot(h.app, { id: 'b' });
     expect(a.token).not.toBe(b.token);
   });
 
   it('a root with neither instructions nor metadata may be created with an empty body', async () => {
-    const h = await open();
+    const h = await startHarness();
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents' });
     expect(res.statusCode).toBe(201);
   });
 
   it('the session header keeps the instructions and metadata given at creation', async () => {
-    const h = await open({ clock: fixedClock(START) });
+    const h = await startHarness({ clock: fixedClock(START) });
     await createRoot(h.app, { id: 'r', instructions: 'be brief', metadata: { team: 'blue', n: 3 } });
 
     const res = await sessionPage(h, 'r', '');
@@ -186,14 +166,14 @@ describe('POST /v1/agents', () => {
   });
 
   it('creating a root with the id of a live root answers 409 AGENT_EXISTS', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'dup' });
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'dup' } });
     expectError(res, 409, 'AGENT_EXISTS', 'Conflict');
   });
 
   it('two concurrent creates of one id: exactly one is created, the other answers 409 AGENT_EXISTS', async () => {
-    const h = await open();
+    const h = await startHarness();
     const [first, second] = await Promise.all([
       h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'race' } }),
       h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'race' } }),
@@ -207,7 +187,7 @@ describe('POST /v1/agents', () => {
   });
 
   it('creating a root with the id of a disposed root answers 409 AGENT_EXISTS, because its durable session remains', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'gone' });
     expect((await dispose(h, 'gone')).statusCode).toBe(202);
 
@@ -218,7 +198,7 @@ describe('POST /v1/agents', () => {
 
 describe('GET /v1/agents/{id}', () => {
   it('answers the agent view of a live root', async () => {
-    const h = await open({ clock: fixedClock(START) });
+    const h = await startHarness({ clock: fixedClock(START) });
     const created = await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'seen' } });
     const res = await getAgent(h, 'seen');
 
@@ -227,7 +207,7 @@ describe('GET /v1/agents/{id}', () => {
   });
 
   it('the view of a root with an open turn is running with its queued followups counted', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'busy' });
     await send(h.app, 'busy', 'first');
     await send(h.app, 'busy', 'second');
@@ -240,12 +220,12 @@ describe('GET /v1/agents/{id}', () => {
   });
 
   it('an unknown id answers 404 AGENT_NOT_FOUND', async () => {
-    const h = await open();
+    const h = await startHarness();
     expectError(await getAgent(h, 'nobody'), 404, 'AGENT_NOT_FOUND', 'Not Found');
   });
 
   it('a root whose id has 128 characters, the longest the id pattern allows, can be read back', async () => {
-    const h = await open();
+    const h = await startHarness();
     const id = 'a'.repeat(128);
     await createRoot(h.app, { id });
     const res = await getAgent(h, id);
@@ -256,7 +236,7 @@ describe('GET /v1/agents/{id}', () => {
 
 describe('DELETE /v1/agents/{id}', () => {
   it('disposing a root answers 202 with its view in status disposing, then GET answers 404', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'd' });
 
     const res = await dispose(h, 'd');
@@ -272,7 +252,7 @@ describe('DELETE /v1/agents/{id}', () => {
   });
 
   it("a disposed root's session stays readable", async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'd' });
     await send(h.app, 'd', 'context', 'inject');
     await dispose(h, 'd');
@@ -281,7 +261,7 @@ describe('DELETE /v1/agents/{id}', () => {
   });
 
   it('disposing a root with an open turn closes the turn as cancelled and discards its queued followups', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'd' });
     await send(h.app, 'd', 'one');
     await settle();
@@ -294,7 +274,7 @@ describe('DELETE /v1/agents/{id}', () => {
   });
 
   it('disposing a root answers its open long-poll with 204', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'd' });
     const pending = claimRaw(h, 'd', root.token, 10_000);
     for (let i = 0; i < 50 && waiting(h) === 0; i++) await settle();
@@ -306,21 +286,21 @@ describe('DELETE /v1/agents/{id}', () => {
   });
 
   it("a disposed root's token no longer works: 403 UNAUTHORIZED", async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'd' });
     await dispose(h, 'd');
     expectError(await claimRaw(h, 'd', root.token), 403, 'UNAUTHORIZED', 'Forbidden');
   });
 
   it('messages to a disposed root answer 404 AGENT_NOT_FOUND', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'd' });
     await dispose(h, 'd');
     expectError(await send(h.app, 'd', 'hello'), 404, 'AGENT_NOT_FOUND', 'Not Found');
   });
 
   it('disposing an unknown or already disposed root answers 404 AGENT_NOT_FOUND', async () => {
-    const h = await open();
+    const h = await startHarness();
     expectError(await dispose(h, 'nobody'), 404, 'AGENT_NOT_FOUND', 'Not Found');
     await createRoot(h.app, { id: 'd' });
     await dispose(h, 'd');
@@ -330,7 +310,7 @@ describe('DELETE /v1/agents/{id}', () => {
 
 describe('POST /v1/agents/{id}/resume', () => {
   it('resuming a disposed root answers 201 with a new token; the old token is then stale', async () => {
-    const h = await open();
+    const h = await startHarness();
     const first = await createRoot(h.app, { id: 'r' });
     await dispose(h, 'r');
 
@@ -347,29 +327,29 @@ describe('POST /v1/agents/{id}/resume', () => {
   });
 
   it('resuming a live root answers 409 AGENT_EXISTS and leaves its token valid', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     expectError(await resume(h, 'r'), 409, 'AGENT_EXISTS', 'Conflict');
     expect((await claimRaw(h, 'r', root.token)).statusCode).toBe(204);
   });
 
   it('resuming an id without a session answers 404 AGENT_NOT_FOUND', async () => {
-    const h = await open();
+    const h = await startHarness();
     expectError(await resume(h, 'nobody'), 404, 'AGENT_NOT_FOUND', 'Not Found');
   });
 
   it('after a restart a root is not live until resumed; its session stays readable and resuming continues the log', async () => {
     const store = new MemorySessionStore();
-    const before = await open({ store });
+    const before = await startHarness({ store });
     const old = await createRoot(before.app, { id: 'r', instructions: 'sys' });
     await send(before.app, 'r', 'one');
     await settle();
     const step = await claim(before.app, old);
     expect(step).not.toBeNull();
     await postOutput(before.app, old, step!.id, { content: 'done' });
-    await stop(before);
+    await before.close();
 
-    const after = await open({ store });
+    const after = await startHarness({ store });
     expectError(await getAgent(after, 'r'), 404, 'AGENT_NOT_FOUND', 'Not Found');
     expect(shape(await session(after.app, 'r'))).toEqual(['turn-start', 'user:one', 'step-start', 'assistant:done', 'turn-end:completed']);
     expectError(await claimRaw(after, 'r', old.token), 403, 'UNAUTHORIZED', 'Forbidden');
@@ -404,7 +384,7 @@ describe('GET /v1/agents/{id}/session', () => {
   }
 
   it('pages are gap-free from seq 1, and nextAfter is the last seq of a full page while more entries exist', async () => {
-    const h = await open();
+    const h = await startHarness();
     await rootWithFiveEntries(h);
 
     const first = (await sessionPage(h, 's', '?limit=2')).json() as SessionPage;
@@ -422,7 +402,7 @@ describe('GET /v1/agents/{id}/session', () => {
   });
 
   it('a full page that reaches the end of the log has nextAfter null', async () => {
-    const h = await open();
+    const h = await startHarness();
     await rootWithFiveEntries(h);
 
     const page = (await sessionPage(h, 's', '?after=3&limit=2')).json() as SessionPage;
@@ -431,7 +411,7 @@ describe('GET /v1/agents/{id}/session', () => {
   });
 
   it('reading after the end answers no entries and nextAfter null', async () => {
-    const h = await open();
+    const h = await startHarness();
     await rootWithFiveEntries(h);
 
     const page = (await sessionPage(h, 's', '?after=5')).json() as SessionPage;
@@ -440,7 +420,7 @@ describe('GET /v1/agents/{id}/session', () => {
   });
 
   it('the page has exactly header, entries and nextAfter, and a message entry carries its ids and source', async () => {
-    const h = await open({ clock: fixedClock(START) });
+    const h = await startHarness({ clock: fixedClock(START) });
     await createRoot(h.app, { id: 's' });
     const sent = (await send(h.app, 's', 'hello', 'inject')).json() as { messageId: string };
 
@@ -460,12 +440,12 @@ describe('GET /v1/agents/{id}/session', () => {
   });
 
   it('the session of an unknown id answers 404 AGENT_NOT_FOUND', async () => {
-    const h = await open();
+    const h = await startHarness();
     expectError(await sessionPage(h, 'nobody', ''), 404, 'AGENT_NOT_FOUND', 'Not Found');
   });
 
   it('a non-numeric after or a zero limit answers 400 VALIDATION', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 's' });
     expectError(await sessionPage(h, 's', '?after=x'), 400, 'VALIDATION', 'Bad Request');
     expectError(await sessionPage(h, 's', '?limit=0'), 400, 'VALIDATION', 'Bad Request');
@@ -476,7 +456,7 @@ describe('GET /v1/agents', () => {
   /** Creates zeta at t0, then beta, alpha and gamma at t0+1s: the list order is zeta, alpha, beta, gamma. */
   async function fourRoots(): Promise<Harness> {
     const clock = fixedClock(START);
-    const h = await open({ clock });
+    const h = await startHarness({ clock });
     await createRoot(h.app, { id: 'zeta' });
     clock.advance(1000);
     for (const id of ['beta', 'alpha', 'gamma']) await createRoot(h.app, { id });

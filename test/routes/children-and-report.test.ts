@@ -5,24 +5,23 @@
  * closing, and every error code the child and report routes answer with its exact text.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { clockOf, type Clock } from '../../src/domain/ports.js';
 import {
   claim,
   createRoot,
   postOutput,
   postResults,
-  send,
   session,
   settle,
   shape,
   startHarness,
-  until,
   type ClaimedStep,
   type CreatedRoot,
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
+import { startChild, report, nextStep, untilStatus, rootMidTurn } from '../fixtures/forest.js';
 
 interface AgentView {
   id: string;
@@ -37,17 +36,6 @@ interface AgentView {
   inbox: { queued: number };
   staged: number;
   createdAt: string;
-}
-
-interface ChildCreatedBody {
-  agent: AgentView;
-  agentToken: string;
-  messageId: string;
-}
-
-interface Child extends CreatedRoot {
-  /** The prompt's message id. */
-  messageId: string;
 }
 
 interface ToolResultView {
@@ -73,23 +61,15 @@ const REPORT_DESCRIPTION =
   'final answer. Reporting does not end your turn or finish your work, and only your direct parent receives it. A ' +
   'failed call may still have arrived, so do not blindly repeat it.';
 
-const harnesses: Harness[] = [];
-
 /** A clock that moves one second forward on every reading, so `at` and `createdAt` order every write. */
 function tickingClock(): Clock {
   let t = Date.UTC(2026, 0, 1);
   return clockOf(() => (t += 1000));
 }
 
-async function open(): Promise<Harness> {
-  const harness = await startHarness({ clock: tickingClock() });
-  harnesses.push(harness);
-  return harness;
+function open(): Promise<Harness> {
+  return startHarness({ clock: tickingClock() });
 }
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
 
 function postChild(h: Harness, parentId: string, token: string | undefined, body: Record<string, unknown>): Promise<LightMyRequestResponse> {
   return h.app.inject({
@@ -100,14 +80,6 @@ function postChild(h: Harness, parentId: string, token: string | undefined, body
   });
 }
 
-/** Starts a child of `parent` (continuable, in-process unless `body` says otherwise). */
-async function startChild(h: Harness, parent: CreatedRoot, body: Record<string, unknown> = {}): Promise<Child> {
-  const res = await postChild(h, parent.id, parent.token, { mode: 'continuable', prompt: 'child task', ...body });
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as ChildCreatedBody;
-  return { id: created.agent.id, token: created.agentToken, messageId: created.messageId };
-}
-
 function callTool(h: Harness, agent: CreatedRoot, name: string, input: unknown): Promise<LightMyRequestResponse> {
   return h.app.inject({
     method: 'POST',
@@ -115,13 +87,6 @@ function callTool(h: Harness, agent: CreatedRoot, name: string, input: unknown):
     headers: { 'x-agent-token': agent.token },
     payload: { name, input },
   });
-}
-
-/** A report through the tool-call route that must succeed; returns the parent's message id. */
-async function report(h: Harness, child: CreatedRoot, output: string): Promise<string> {
-  const res = await callTool(h, child, 'report', { output });
-  if (res.statusCode !== 200) throw new Error(`report failed: ${res.statusCode} ${res.body}`);
-  return (res.json() as { output: { messageId: string } }).output.messageId;
 }
 
 function messageTo(h: Harness, childId: string, token: string | undefined, content: string, delivery = 'followup'): Promise<LightMyRequestResponse> {
@@ -151,31 +116,12 @@ async function toolNames(h: Harness, agent: CreatedRoot): Promise<string[]> {
   return (res.json() as { tools: { name: string }[] }).tools.map((t) => t.name);
 }
 
-/** Claims the agent's next step, long-polling until it is claimable. */
-async function nextStep(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
-  const step = await claim(h.app, agent, 5000);
-  if (step === null) throw new Error(`no step became claimable for ${agent.id}`);
-  return step;
-}
-
 /** Claims the agent's next step and answers it without tool calls, ending the turn. */
 async function finishTurn(h: Harness, agent: CreatedRoot, content = 'done'): Promise<ClaimedStep> {
   const step = await nextStep(h, agent);
   const res = await postOutput(h.app, agent, step.id, { content });
   expect(res.json()).toMatchObject({ turn: 'ended' });
   return step;
-}
-
-async function untilStatus(h: Harness, id: string, status: string): Promise<void> {
-  await until(async () => (await view(h, id)).status === status, `${id} is ${status}`);
-}
-
-/** A root that has admitted a followup and claimed its first step. */
-async function rootMidTurn(h: Harness): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id: 'r' });
-  await send(h.app, root.id, 'go');
-  const step = await nextStep(h, root);
-  return { root, step };
 }
 
 function sourceOf(entry: Entry): { kind?: string; senderSessionId?: string } {

@@ -1,15 +1,9 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { claim, createRoot, postOutput, session, startHarness, until, type Harness } from '../fixtures/harness.js';
+import { describe, expect, it } from 'vitest';
+import { claim, createRoot, postOutput, session, startHarness, until } from '../fixtures/harness.js';
 
 describe('DELETE of a child that is not resident', () => {
-  let h: Harness;
-
-  afterEach(async () => {
-    await h.close();
-  });
-
   it('closes a settled child for good: its log ends with an activation closed entry and a followup is NOT_RESUMABLE', async () => {
-    h = await startHarness();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'root' });
     const created = await h.app.inject({
       method: 'POST',

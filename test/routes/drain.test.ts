@@ -5,9 +5,8 @@
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
-  claim,
   createRoot,
   postOutput,
   postResults,
@@ -16,13 +15,13 @@ import {
   settle,
   shape,
   startHarness,
-  type ClaimedStep,
   type CreatedRoot,
   type Harness,
-  type HarnessOptions,
   until,
   waitingClaims as waiting,
+  untilWaiting,
 } from '../fixtures/harness.js';
+import { rootWithClaimedStep } from '../fixtures/forest.js';
 
 const DRAINING_BODY = {
   statusCode: 503,
@@ -30,19 +29,6 @@ const DRAINING_BODY = {
   error: 'Service Unavailable',
   message: 'continuable subagents are draining; the operation was not admitted',
 };
-
-const harnesses: Harness[] = [];
-
-async function open(options: HarnessOptions = {}): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
-
 
 function expectDraining(res: LightMyRequestResponse): void {
   expect(res.statusCode).toBe(503);
@@ -57,24 +43,9 @@ function poolClaim(h: Harness, body: Record<string, unknown> = {}): Promise<Ligh
   return h.app.inject({ method: 'POST', url: '/v1/steps/next', payload: body });
 }
 
-/** Lets requests in flight reach the dispatcher, one event-loop tick at a time (bounded). */
-async function untilWaiting(h: Harness, n: number): Promise<void> {
-  for (let i = 0; i < 100 && waiting(h) < n; i++) await settle();
-  expect(waiting(h)).toBe(n);
-}
-
-async function rootWithClaimedStep(h: Harness): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id: 'r' });
-  await send(h.app, 'r', 'task');
-  await settle();
-  const step = await claim(h.app, root);
-  if (step === null) throw new Error('expected a claimable step');
-  return { root, step };
-}
-
 describe('draining', () => {
   it('draining makes /readyz answer 503 draining while /healthz stays 200', async () => {
-    const h = await open();
+    const h = await startHarness();
     const before = await h.app.inject({ method: 'GET', url: '/readyz' });
     expect(before.statusCode).toBe(200);
     expect(before.json()).toEqual({ status: 'ready' });
@@ -90,7 +61,7 @@ describe('draining', () => {
   });
 
   it('while draining, creating a root answers 503 DRAINING and creates nothing', async () => {
-    const h = await open();
+    const h = await startHarness();
     h.system.agents.startDrain();
 
     expectDraining(await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'late' } }));
@@ -99,9 +70,9 @@ describe('draining', () => {
   });
 
   it('while draining, followup, inject and steer answer 503 DRAINING and write nothing', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'idle' });
-    await rootWithClaimedStep(h);
+    await rootWithClaimedStep(h, 'task');
     const idleBefore = await session(h.app, 'idle');
     const busyBefore = await session(h.app, 'r');
     h.system.agents.startDrain();
@@ -119,7 +90,7 @@ describe('draining', () => {
   });
 
   it('while draining, resume answers 503 DRAINING and the root stays not live', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     await h.app.inject({ method: 'DELETE', url: '/v1/agents/r' });
     h.system.agents.startDrain();
@@ -129,7 +100,7 @@ describe('draining', () => {
   });
 
   it('while draining, claiming a step answers 503 DRAINING for the agent and for the pool, and the step stays unclaimed', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     await send(h.app, 'r', 'task');
     await settle();
@@ -142,7 +113,7 @@ describe('draining', () => {
   });
 
   it("an agent's open long-poll answers 204 when the drain starts", async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const pending = claimRaw(h, root, 15_000);
     await untilWaiting(h, 1);
@@ -154,7 +125,7 @@ describe('draining', () => {
   });
 
   it('an open pool long-poll answers 204 when the drain starts', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     const pending = poolClaim(h, { waitMs: 15_000 });
     await untilWaiting(h, 1);
@@ -165,8 +136,8 @@ describe('draining', () => {
   });
 
   it('output for a step claimed before the drain is still accepted and ends the turn', async () => {
-    const h = await open();
-    const { root, step } = await rootWithClaimedStep(h);
+    const h = await startHarness();
+    const { root, step } = await rootWithClaimedStep(h, 'task');
     h.system.agents.startDrain();
 
     const res = await postOutput(h.app, root, step.id, { content: 'finished' });
@@ -176,8 +147,8 @@ describe('draining', () => {
   });
 
   it('tool results for a step claimed before the drain are still accepted, but its next step is not handed out', async () => {
-    const h = await open();
-    const { root, step } = await rootWithClaimedStep(h);
+    const h = await startHarness();
+    const { root, step } = await rootWithClaimedStep(h, 'task');
     const output = await postOutput(h.app, root, step.id, { toolCalls: [{ id: 'c1', name: 'lookup', input: {} }] });
     expect(output.statusCode).toBe(200);
     h.system.agents.startDrain();
@@ -190,7 +161,7 @@ describe('draining', () => {
   });
 
   it('reads still work while draining: the view, the list and the session', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     await send(h.app, 'r', 'note', 'inject');
     h.system.agents.startDrain();
@@ -202,7 +173,7 @@ describe('draining', () => {
   });
 
   it('with operator keys, a draining service still answers an unauthenticated request 401, not 503', async () => {
-    const h = await open({ apiKeys: ['k1'] });
+    const h = await startHarness({ apiKeys: ['k1'] });
     h.system.agents.startDrain();
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents', payload: {} });
     expect(res.statusCode).toBe(401);
@@ -226,7 +197,7 @@ describe('closing the server', () => {
   }
 
   it('finishes a request in flight on a keep-alive connection, then closes that connection rather than waiting for its keep-alive timeout', async () => {
-    const h = await open();
+    const h = await startHarness();
     await h.app.listen({ host: '127.0.0.1', port: 0 });
     const { port } = h.app.server.address() as AddressInfo;
     const root = await createRoot(h.app, { id: 'r' });
@@ -250,7 +221,7 @@ describe('closing the server', () => {
   });
 
   it('refuses a request that reaches the router while closing as DRAINING in the service shape, with a toolResult on a tool call', async () => {
-    const h = await open();
+    const h = await startHarness();
     await h.app.listen({ host: '127.0.0.1', port: 0 });
     const { port } = h.app.server.address() as AddressInfo;
     const root = await createRoot(h.app, { id: 'r' });

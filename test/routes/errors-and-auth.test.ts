@@ -4,7 +4,7 @@
  * and media types, request ids, and that no client error becomes a 5xx.
  */
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   claim,
   createRoot,
@@ -16,7 +16,6 @@ import {
   startHarness,
   type CreatedRoot,
   type Harness,
-  type HarnessOptions,
 } from '../fixtures/harness.js';
 
 interface ErrorBody {
@@ -30,18 +29,6 @@ interface ErrorBody {
 const ERROR_KEYS = ['code', 'error', 'message', 'statusCode'];
 const TOOL_ERROR_KEYS = ['code', 'error', 'message', 'statusCode', 'toolResult'];
 const OPERATOR = { authorization: 'Bearer k1' };
-
-const harnesses: Harness[] = [];
-
-async function open(options: HarnessOptions = {}): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
 
 /** Asserts status, code, reason phrase and the exact key set; tool-call errors also carry `toolResult`. */
 function expectError(res: LightMyRequestResponse, status: number, code: string, phrase: string, options: { toolCall?: boolean } = {}): ErrorBody {
@@ -96,7 +83,7 @@ function withHeaders(request: InjectOptions, extra: Record<string, string>): Inj
 
 describe('operator auth', () => {
   it('with keys configured, every /v1 route without a key answers 401 UNAUTHENTICATED and changes nothing', async () => {
-    const h = await open({ apiKeys: ['k1'] });
+    const h = await startHarness({ apiKeys: ['k1'] });
     const root = await createRoot(h.app, { id: 'r' }, OPERATOR);
 
     for (const { name, toolCall, request } of everyV1Route(root)) {
@@ -112,7 +99,7 @@ describe('operator auth', () => {
   });
 
   it('a wrong key or another auth scheme answers 401 UNAUTHENTICATED', async () => {
-    const h = await open({ apiKeys: ['k1'] });
+    const h = await startHarness({ apiKeys: ['k1'] });
     for (const authorization of ['Bearer k2', 'Bearer ', 'Basic k1', 'k1', 'Bearer k1 k1']) {
       const res = await h.app.inject({ method: 'GET', url: '/v1/agents', headers: { authorization } });
       expect(res.statusCode, authorization).toBe(401);
@@ -121,7 +108,7 @@ describe('operator auth', () => {
   });
 
   it('with the key, every /v1 route is served', async () => {
-    const h = await open({ apiKeys: ['k1', 'k2'] });
+    const h = await startHarness({ apiKeys: ['k1', 'k2'] });
     const root = await createRoot(h.app, { id: 'r' }, OPERATOR);
     for (const { name, request } of everyV1Route(root)) {
       if (name === 'dispose' || name === 'resume') continue;
@@ -135,7 +122,7 @@ describe('operator auth', () => {
   });
 
   it('/healthz and /readyz need no key', async () => {
-    const h = await open({ apiKeys: ['k1'] });
+    const h = await startHarness({ apiKeys: ['k1'] });
     const health = await h.app.inject({ method: 'GET', url: '/healthz' });
     expect(health.statusCode).toBe(200);
     expect(health.json()).toEqual({ status: 'ok' });
@@ -145,7 +132,7 @@ describe('operator auth', () => {
   });
 
   it('agent routes need the operator key as well as the agent token', async () => {
-    const h = await open({ apiKeys: ['k1'] });
+    const h = await startHarness({ apiKeys: ['k1'] });
     const root = await createRoot(h.app, { id: 'r' }, OPERATOR);
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents/r/steps/next', headers: { 'x-agent-token': root.token }, payload: {} });
     expectError(res, 401, 'UNAUTHENTICATED', 'Unauthorized');
@@ -154,7 +141,7 @@ describe('operator auth', () => {
   });
 
   it('a percent-encoded spelling of a /v1 path still requires the operator key', async () => {
-    const h = await open({ apiKeys: ['k1'] });
+    const h = await startHarness({ apiKeys: ['k1'] });
     const root = await createRoot(h.app, { id: 'r' }, OPERATOR);
     await h.app.inject({ method: 'POST', url: '/v1/agents/r/messages', headers: OPERATOR, payload: { content: 'task', delivery: 'followup' } });
     await settle();
@@ -169,7 +156,7 @@ describe('operator auth', () => {
 
 describe('agent tokens', () => {
   it('a missing, empty, forged or other agent\'s token answers 403 UNAUTHORIZED on every agent route', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const other = await createRoot(h.app, { id: 'other' });
 
@@ -185,7 +172,7 @@ describe('agent tokens', () => {
   });
 
   it('a token from before a resume is stale: 403 UNAUTHORIZED on every agent route, while the new token works', async () => {
-    const h = await open();
+    const h = await startHarness();
     const old = await createRoot(h.app, { id: 'r' });
     await h.app.inject({ method: 'DELETE', url: '/v1/agents/r' });
     const resumed = (await h.app.inject({ method: 'POST', url: '/v1/agents/r/resume' })).json() as { agentToken: string };
@@ -203,7 +190,7 @@ describe('agent tokens', () => {
   });
 
   it('a stale token cannot act on a step claimed by the live incarnation', async () => {
-    const h = await open();
+    const h = await startHarness();
     const old = await createRoot(h.app, { id: 'r' });
     await h.app.inject({ method: 'DELETE', url: '/v1/agents/r' });
     const resumed = { id: 'r', token: ((await h.app.inject({ method: 'POST', url: '/v1/agents/r/resume' })).json() as { agentToken: string }).agentToken };
@@ -217,7 +204,7 @@ describe('agent tokens', () => {
   });
 
   it('an unknown agent answers 404 AGENT_NOT_FOUND on every agent route, with or without a token', async () => {
-    const h = await open();
+    const h = await startHarness();
     const someone = await createRoot(h.app, { id: 'someone' });
     for (const token of [undefined, someone.token]) {
       for (const { name, toolCall, request } of agentRequests('nobody', token)) {
@@ -230,7 +217,7 @@ describe('agent tokens', () => {
   });
 
   it('the agent token is never echoed in a response header', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const ok = await h.app.inject({ method: 'GET', url: '/v1/agents/r/tools', headers: { 'x-agent-token': root.token } });
     const refused = await h.app.inject({ method: 'GET', url: '/v1/agents/other/tools', headers: { 'x-agent-token': root.token } });
@@ -251,7 +238,7 @@ describe('error codes and their bodies', () => {
   }
 
   it('an unknown tool answers 404 TOOL_NOT_FOUND with the model-visible toolResult', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const res = await h.app.inject({
       method: 'POST',
@@ -270,7 +257,7 @@ describe('error codes and their bodies', () => {
   });
 
   it('a root cannot call report: 404 TOOL_NOT_FOUND, unknown tool "report"', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const res = await h.app.inject({
       method: 'POST',
@@ -284,34 +271,34 @@ describe('error codes and their bodies', () => {
   });
 
   it('a schema failure on the tool-call route also carries the toolResult', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents/r/tool-calls', headers: { 'x-agent-token': root.token }, payload: { input: {} } });
     expectError(res, 400, 'VALIDATION', 'Bad Request', { toolCall: true });
   });
 
   it('STEP_NOT_FOUND is a 404 in the error shape', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root } = await rootWithAwaitingStep(h);
     expectError(await postOutput(h.app, root, 'no-such-step', { content: 'x' }), 404, 'STEP_NOT_FOUND', 'Not Found');
   });
 
   it('STEP_CONFLICT is a 409 in the error shape', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, stepId } = await rootWithAwaitingStep(h);
     expectError(await postOutput(h.app, root, stepId, { content: 'twice' }), 409, 'STEP_CONFLICT', 'Conflict');
     expectError(await postResults(h.app, root, stepId, [{ toolCallId: 'c9', content: 'x' }]), 409, 'STEP_CONFLICT', 'Conflict');
   });
 
   it('AGENT_EXISTS is a 409 in the error shape', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     expectError(await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'r' } }), 409, 'AGENT_EXISTS', 'Conflict');
     expectError(await h.app.inject({ method: 'POST', url: '/v1/agents/r/resume' }), 409, 'AGENT_EXISTS', 'Conflict');
   });
 
   it('AGENT_NOT_FOUND is a 404 in the error shape on the operator routes', async () => {
-    const h = await open();
+    const h = await startHarness();
     const requests: InjectOptions[] = [
       { method: 'GET', url: '/v1/agents/nobody' },
       { method: 'DELETE', url: '/v1/agents/nobody' },
@@ -327,7 +314,7 @@ describe('error codes and their bodies', () => {
   });
 
   it('an unknown route or method answers 404 ROUTE_NOT_FOUND in the error shape', async () => {
-    const h = await open();
+    const h = await startHarness();
     for (const request of [
       { method: 'GET', url: '/v1/nope' },
       { method: 'PUT', url: '/v1/agents', payload: {} },
@@ -338,7 +325,7 @@ describe('error codes and their bodies', () => {
   });
 
   it('a body over the configured limit answers 413 PAYLOAD_TOO_LARGE, and one under it is served', async () => {
-    const h = await open({ bodyLimit: 2048 });
+    const h = await startHarness({ bodyLimit: 2048 });
     await createRoot(h.app, { id: 'r' });
     expectError(
       await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { instructions: 'x'.repeat(3000) } }),
@@ -351,14 +338,14 @@ describe('error codes and their bodies', () => {
   });
 
   it('a body sent as text/plain answers 415 UNSUPPORTED_MEDIA_TYPE', async () => {
-    const h = await open();
+    const h = await startHarness();
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: { 'content-type': 'text/plain' }, payload: '{"id":"r"}' });
     expectError(res, 415, 'UNSUPPORTED_MEDIA_TYPE', 'Unsupported Media Type');
     expect((await h.app.inject({ method: 'GET', url: '/v1/agents/r' })).statusCode).toBe(404);
   });
 
   it('a body of another non-JSON media type answers 415 UNSUPPORTED_MEDIA_TYPE', async () => {
-    const h = await open();
+    const h = await startHarness();
     for (const contentType of ['application/xml', 'application/x-www-form-urlencoded']) {
       const res = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: { 'content-type': contentType }, payload: 'id=r' });
       expect(res.statusCode, contentType).toBe(415);
@@ -369,7 +356,7 @@ describe('error codes and their bodies', () => {
 
 describe('validation', () => {
   it('bodies are validated strictly: unknown properties, wrong types and out-of-range values answer 400 VALIDATION', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     await send(h.app, 'r', 'task');
     await settle();
@@ -418,7 +405,7 @@ describe('validation', () => {
   });
 
   it('a route without fields takes no body or {} and does its work', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'a' });
     await createRoot(h.app, { id: 'b' });
     const json = { 'content-type': 'application/json' };
@@ -432,7 +419,7 @@ describe('validation', () => {
   });
 
   it('malformed JSON answers 400 VALIDATION', async () => {
-    const h = await open();
+    const h = await startHarness();
     for (const payload of ['{bad', '{"id": "r",}', '{"__proto__": {"polluted": true}}']) {
       const res = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: { 'content-type': 'application/json' }, payload });
       expect(res.statusCode, payload).toBe(400);
@@ -441,7 +428,7 @@ describe('validation', () => {
   });
 
   it('querystrings are coerced from text: ?limit=2 is served and ?limit=abc answers 400 VALIDATION', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     for (const text of ['a', 'b', 'c']) await send(h.app, 'r', text, 'inject');
 
@@ -455,7 +442,7 @@ describe('validation', () => {
   });
 
   it('a malformed agent id in the path answers 400 VALIDATION', async () => {
-    const h = await open();
+    const h = await startHarness();
     const requests: InjectOptions[] = [
       { method: 'GET', url: '/v1/agents/%20bad' },
       { method: 'GET', url: '/v1/agents/-leading-dash' },
@@ -470,24 +457,24 @@ describe('validation', () => {
   });
 
   it('a path with broken percent-encoding answers 400 VALIDATION in the error shape', async () => {
-    const h = await open();
+    const h = await startHarness();
     expectError(await h.app.inject({ method: 'GET', url: '/v1/agents/%zz' }), 400, 'VALIDATION', 'Bad Request');
   });
 
   it('an agent id in the path longer than the id pattern allows answers 400 VALIDATION in the error shape', async () => {
-    const h = await open();
+    const h = await startHarness();
     expectError(await h.app.inject({ method: 'GET', url: `/v1/agents/${'a'.repeat(200)}` }), 400, 'VALIDATION', 'Bad Request');
   });
 
   it('a claim with an empty body behaves as waitMs 0', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents/r/steps/next', headers: { 'x-agent-token': root.token, 'content-type': 'application/json' }, payload: '' });
     expect(res.statusCode).toBe(204);
   });
 
   it('no client error ever yields a 5xx', async () => {
-    const h = await open({ bodyLimit: 4096 });
+    const h = await startHarness({ bodyLimit: 4096 });
     const root = await createRoot(h.app, { id: 'r' });
     const agent = { 'x-agent-token': root.token };
     const json = { 'content-type': 'application/json' };
@@ -526,7 +513,7 @@ describe('validation', () => {
 
 describe('request ids', () => {
   it('every response carries an x-request-id, including errors and 204s', async () => {
-    const h = await open({ apiKeys: ['k1'] });
+    const h = await startHarness({ apiKeys: ['k1'] });
     const root = await createRoot(h.app, { id: 'r' }, OPERATOR);
     const responses = [
       await h.app.inject({ method: 'GET', url: '/v1/agents/r', headers: OPERATOR }),
@@ -543,7 +530,7 @@ describe('request ids', () => {
   });
 
   it('a well-formed x-request-id from the client is echoed; a malformed one is replaced', async () => {
-    const h = await open();
+    const h = await startHarness();
     const echoed = await h.app.inject({ method: 'GET', url: '/v1/agents', headers: { 'x-request-id': 'trace-42.a:b' } });
     expect(echoed.headers['x-request-id']).toBe('trace-42.a:b');
 

@@ -5,12 +5,10 @@
  * not recorded, key validation, and durability of keys across a restart on one SQLite file
  * and across a crash (a key and the effect it describes commit together or not at all).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { fixedClock, type Clock } from '../../src/domain/ports.js';
 import { createLogger } from '../../src/logger.js';
@@ -27,8 +25,8 @@ import {
   type CreatedRoot,
   type Entry,
   type Harness,
-  type HarnessOptions,
 } from '../fixtures/harness.js';
+import { closeWithTest, once, tempDir } from '../fixtures/cleanup.js';
 import { CrashingStore } from '../fixtures/crashing-store.js';
 
 interface Accepted {
@@ -58,21 +56,6 @@ interface ErrorBody {
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
-const harnesses: Harness[] = [];
-const dirs: string[] = [];
-
-async function open(options: HarnessOptions = {}): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-/** Closes a harness now (a process stopping) and forgets it. */
-async function stop(h: Harness): Promise<void> {
-  harnesses.splice(harnesses.indexOf(h), 1);
-  await h.close();
-}
-
 /** The app exactly as test/fixtures/harness.ts builds it, with an idempotency TTL of our choosing. */
 async function openWithTtl(idempotencyTtlMs: number, clock: Clock): Promise<Harness> {
   const logger = createLogger('silent');
@@ -80,29 +63,19 @@ async function openWithTtl(idempotencyTtlMs: number, clock: Clock): Promise<Harn
   const system = createSystem({ store, logger, clock, idempotencyTtlMs });
   const app = await buildApp({ system, logger, apiKeys: [] });
   await app.ready();
-  const harness: Harness = {
-    app,
-    system,
-    async close() {
-      await app.close();
-      await system.agents.shutdown();
-      await store.close();
-    },
-  };
-  harnesses.push(harness);
-  return harness;
+  const close = once(async () => {
+    await app.close();
+    await system.agents.shutdown();
+    await store.close();
+  });
+  closeWithTest(close);
+  return { app, system, close };
 }
 
 function tempDb(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'agentforest-idempotency-'));
-  dirs.push(dir);
+  const dir = tempDir('agentforest-idempotency-');
   return join(dir, 'agentforest.db');
 }
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0).reverse()) await harness.close();
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
 
 function headers(key: string | undefined, token?: string): Record<string, string> {
   return { ...(key === undefined ? {} : { 'idempotency-key': key }), ...(token === undefined ? {} : { 'x-agent-token': token }) };
@@ -174,7 +147,7 @@ function reportsIn(entries: readonly Entry[]): Entry[] {
 
 describe('Idempotency-Key on messages to a root', () => {
   it('a retried followup returns the original 202 and messageId, marked replayed, and queues no second turn', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
 
     const first = await message(h, root.id, 'do it once', 'followup', 'k-1');
@@ -191,7 +164,7 @@ describe('Idempotency-Key on messages to a root', () => {
   });
 
   it('the same key with a different body, delivery or recipient is 409 IDEMPOTENCY_CONFLICT and delivers nothing', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const other = await createRoot(h.app, { id: 'other' });
     expect((await message(h, root.id, 'context', 'inject', 'k-1')).statusCode).toBe(202);
@@ -209,7 +182,7 @@ describe('Idempotency-Key on messages to a root', () => {
   });
 
   it('requests without a key are never deduplicated', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const a = await message(h, root.id, 'same', 'inject');
     const b = await message(h, root.id, 'same', 'inject');
@@ -220,7 +193,7 @@ describe('Idempotency-Key on messages to a root', () => {
 
 describe('Idempotency-Key on messages to a child', () => {
   it("a parent's retried followup to its running child replays the messageId and inbox item and queues once", async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const c = await child(h, root);
 
@@ -237,7 +210,7 @@ describe('Idempotency-Key on messages to a child', () => {
   });
 
   it("a replayed message that cold-resumed a child names the child's current token, then '' once it settled, and never resumes it again", async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const c = await child(h, root);
     await finishTurn(h, c);
@@ -264,7 +237,7 @@ describe('Idempotency-Key on messages to a child', () => {
   });
 
   it('a message to a child with the same key but another body is 409 IDEMPOTENCY_CONFLICT', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const c = await child(h, root);
     expect((await message(h, c.id, 'one', 'inject', 'k-1', root.token)).statusCode).toBe(202);
@@ -277,7 +250,7 @@ describe('Idempotency-Key on messages to a child', () => {
 
 describe('Idempotency-Key on child creation', () => {
   it('a retried child creation returns the same 201 body with the child\'s current token and creates no second child', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
 
     const first = await createChild(h, root, 'research', 'k-1');
@@ -293,7 +266,7 @@ describe('Idempotency-Key on child creation', () => {
 
   it('a replayed child creation answers an empty token once the child is no longer resident, and the stored key holds no token', async () => {
     const clock = fixedClock();
-    const h = await open({ clock });
+    const h = await startHarness({ clock });
     const root = await createRoot(h.app, { id: 'r' });
     const first = (await createChild(h, root, 'research', 'k-1')).json() as ChildCreated;
     const stored = await h.system.store.idempotency(root.id, 'k-1', clock.now());
@@ -312,7 +285,7 @@ describe('Idempotency-Key on child creation', () => {
   });
 
   it('the same key with another prompt is 409 IDEMPOTENCY_CONFLICT and creates nothing', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const first = (await createChild(h, root, 'research', 'k-1')).json() as ChildCreated;
     const res = await createChild(h, root, 'something else', 'k-1');
@@ -324,7 +297,7 @@ describe('Idempotency-Key on child creation', () => {
 
 describe('Idempotency-Key on tool calls', () => {
   it("two identical report calls with one key leave exactly one report in the parent's session", async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const c = await child(h, root);
 
@@ -340,7 +313,7 @@ describe('Idempotency-Key on tool calls', () => {
   });
 
   it('a failed report is not recorded: a retry with the same key runs again and delivers once', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const c = await child(h, root);
     const disposed = await h.app.inject({ method: 'DELETE', url: `/v1/agents/${root.id}?cascade=false` });
@@ -359,7 +332,7 @@ describe('Idempotency-Key on tool calls', () => {
   });
 
   it('a report with the same key but another output is 409 IDEMPOTENCY_CONFLICT and is not delivered', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const c = await child(h, root);
     expect((await toolCall(h, c, 'report', { output: 'first' }, 'k-1')).statusCode).toBe(200);
@@ -370,7 +343,7 @@ describe('Idempotency-Key on tool calls', () => {
   });
 
   it('a replayed spawn_subagent call starts no second child and names the resident child\'s current token', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const first = await toolCall(h, root, 'spawn_subagent', { prompt: 'look around' }, 'k-1');
     const retry = await toolCall(h, root, 'spawn_subagent', { prompt: 'look around' }, 'k-1');
@@ -423,7 +396,7 @@ describe('expiry', () => {
 
   it('keys are kept for 24 hours by default', async () => {
     const clock = fixedClock();
-    const h = await open({ clock });
+    const h = await startHarness({ clock });
     const root = await createRoot(h.app, { id: 'r' });
     const first = (await createChild(h, root, 'research', 'k-1')).json() as ChildCreated;
 
@@ -442,7 +415,7 @@ describe('expiry', () => {
 
 describe('keys are scoped by sender', () => {
   it("two roots' child creations with the same key and body each create their own child", async () => {
-    const h = await open();
+    const h = await startHarness();
     const a = await createRoot(h.app, { id: 'a' });
     const b = await createRoot(h.app, { id: 'b' });
 
@@ -459,7 +432,7 @@ describe('keys are scoped by sender', () => {
   });
 
   it('children of two roots reporting with the same key each deliver to their own parent', async () => {
-    const h = await open();
+    const h = await startHarness();
     const a = await createRoot(h.app, { id: 'a' });
     const b = await createRoot(h.app, { id: 'b' });
     const childA = await child(h, a);
@@ -474,7 +447,7 @@ describe('keys are scoped by sender', () => {
   });
 
   it('the operator and an agent using the same key each get their own result, and each replays its own', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
 
     const fromOperator = await message(h, root.id, 'note', 'inject', 'shared');
@@ -491,7 +464,7 @@ describe('keys are scoped by sender', () => {
   });
 
   it('a root whose id is "operator" does not share its keys with the operator', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'operator' });
     expect((await message(h, root.id, 'note', 'inject', 'shared')).statusCode).toBe(202);
 
@@ -505,7 +478,7 @@ describe('keys are scoped by sender', () => {
 
 describe('concurrent requests with one key', () => {
   it('two concurrent messages with one key deliver once and both answer with the same messageId', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
 
     const [a, b] = await Promise.all([message(h, root.id, 'once', 'inject', 'k-1'), message(h, root.id, 'once', 'inject', 'k-1')]);
@@ -517,7 +490,7 @@ describe('concurrent requests with one key', () => {
   });
 
   it('two concurrent child creations with one key create one child', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
 
     const [a, b] = await Promise.all([createChild(h, root, 'research', 'k-1'), createChild(h, root, 'research', 'k-1')]);
@@ -529,7 +502,7 @@ describe('concurrent requests with one key', () => {
   });
 
   it('two concurrent reports with one key deliver one report', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const c = await child(h, root);
 
@@ -543,7 +516,7 @@ describe('concurrent requests with one key', () => {
   });
 
   it('a concurrent request with the same key and another body waits for the first and then conflicts', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
 
     const [a, b] = await Promise.all([message(h, root.id, 'one', 'inject', 'k-1'), message(h, root.id, 'two', 'inject', 'k-1')]);
@@ -563,7 +536,7 @@ describe('key validation', () => {
   ];
 
   it.each(invalid)('a key of %s is 400 VALIDATION on messages, child creation and tool calls, and nothing happens', async (_what, key) => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const c = await child(h, root);
     const rootBefore = await session(h.app, root.id);
@@ -584,7 +557,7 @@ describe('key validation', () => {
   });
 
   it('a key of 128 printable ASCII characters is accepted and replays', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const key = `!~${'a'.repeat(126)}`;
     const first = await message(h, root.id, 'note', 'inject', key);
@@ -598,14 +571,14 @@ describe('key validation', () => {
 describe('durability of keys', () => {
   it('replays and conflicts survive a restart on the same SQLite file, and no token is stored', async () => {
     const path = tempDb();
-    const h1 = await open({ store: new SqliteSessionStore({ path }) });
+    const h1 = await startHarness({ store: new SqliteSessionStore({ path }) });
     const root1 = await createRoot(h1.app, { id: 'r' });
     const sent = await message(h1, root1.id, 'before restart', 'followup', 'msg-key');
     const created = await createChild(h1, root1, 'research', 'child-key');
     const firstChild = created.json() as ChildCreated;
-    await stop(h1);
+    await h1.close();
 
-    const h2 = await open({ store: new SqliteSessionStore({ path }) });
+    const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
     const root2 = await resume(h2, root1.id);
     const sentAgain = await message(h2, root2.id, 'before restart', 'followup', 'msg-key');
     const conflict = await message(h2, root2.id, 'another body', 'followup', 'msg-key');
@@ -622,7 +595,7 @@ describe('durability of keys', () => {
     expect(await childIds(h2, root2.id)).toEqual([firstChild.agent.id]);
     expect(messagesWithId(await session(h2.app, root2.id), (sent.json() as Accepted).messageId)).toHaveLength(1);
     expect(await claim(h2.app, root2)).toBeNull();
-    await stop(h2);
+    await h2.close();
 
     const db = new Database(path, { readonly: true });
     try {
@@ -639,14 +612,14 @@ describe('durability of keys', () => {
   it('a crash cannot separate a report from its key: the retry after the restart delivers exactly once', async () => {
     const store = new MemorySessionStore();
     const crashing = new CrashingStore(store, (batch) => (batch.idempotency?.length ?? 0) > 0);
-    const h1 = await open({ store: crashing });
+    const h1 = await startHarness({ store: crashing });
     const root1 = await createRoot(h1.app, { id: 'r' });
     const c1 = await child(h1, root1);
     await toolCall(h1, c1, 'report', { output: 'finding' }, 'k-1');
     expect(crashing.crashed).toBe(true);
-    await stop(h1);
+    await h1.close();
 
-    const h2 = await open({ store });
+    const h2 = await startHarness({ store });
     const root2 = await resume(h2, root1.id);
     expect(reportsIn(await session(h2.app, root2.id))).toEqual([]);
     const woke = await message(h2, c1.id, 'go on', 'followup', undefined, root2.token);
@@ -660,13 +633,13 @@ describe('durability of keys', () => {
   it('a crash cannot separate a spawn_subagent child from its key: the retry after the restart leaves exactly one child', async () => {
     const store = new MemorySessionStore();
     const crashing = new CrashingStore(store, (batch) => (batch.idempotency?.length ?? 0) > 0);
-    const h1 = await open({ store: crashing });
+    const h1 = await startHarness({ store: crashing });
     const root1 = await createRoot(h1.app, { id: 'r' });
     await toolCall(h1, root1, 'spawn_subagent', { prompt: 'look around' }, 'k-1');
     expect(crashing.crashed).toBe(true);
-    await stop(h1);
+    await h1.close();
 
-    const h2 = await open({ store });
+    const h2 = await startHarness({ store });
     const root2 = await resume(h2, root1.id);
     const retry = await toolCall(h2, root2, 'spawn_subagent', { prompt: 'look around' }, 'k-1');
 
@@ -677,13 +650,13 @@ describe('durability of keys', () => {
   it('a crash cannot separate a created child from its key: the retry after the restart leaves exactly one child', async () => {
     const store = new MemorySessionStore();
     const crashing = new CrashingStore(store, (batch) => (batch.idempotency?.length ?? 0) > 0);
-    const h1 = await open({ store: crashing });
+    const h1 = await startHarness({ store: crashing });
     const root1 = await createRoot(h1.app, { id: 'r' });
     await createChild(h1, root1, 'research', 'k-1');
     expect(crashing.crashed).toBe(true);
-    await stop(h1);
+    await h1.close();
 
-    const h2 = await open({ store });
+    const h2 = await startHarness({ store });
     const root2 = await resume(h2, root1.id);
     expect(await childIds(h2, root2.id)).toEqual([]);
     const retry = await createChild(h2, root2, 'research', 'k-1');

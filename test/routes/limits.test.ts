@@ -10,21 +10,21 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Limits } from '../../src/services/limits.js';
 import {
-  claim,
   createRoot,
   postOutput,
   postResults,
   send,
   session,
-  settle,
   startHarness,
   until,
   waitingClaims,
-  type ClaimedStep,
   type CreatedRoot,
   type Entry,
   type Harness,
+  untilWaiting,
 } from '../fixtures/harness.js';
+import { startChild, callReport, nextStep, rootMidTurn } from '../fixtures/forest.js';
+import { closeWithTest } from '../fixtures/cleanup.js';
 
 interface ErrorBody {
   statusCode: number;
@@ -48,22 +48,17 @@ interface AgentView {
 /** `direct parent has too many messages waiting; ...`: MESSAGES.parentBusy, fixed model-visible text. */
 const PARENT_BUSY_MESSAGE = 'direct parent has too many messages waiting; report was not delivered, retry later';
 
-const harnesses: Harness[] = [];
 const streams: http.ClientRequest[] = [];
 
 async function open(limits: Partial<Limits>): Promise<Harness> {
   const harness = await startHarness({ limits });
-  harnesses.push(harness);
+  // Open event streams would keep app.close() waiting; end them the way a drain does.
+  closeWithTest(() => harness.system.hub.closeAll());
   return harness;
 }
 
-afterEach(async () => {
+afterEach(() => {
   for (const request of streams.splice(0)) request.destroy();
-  for (const harness of harnesses.splice(0)) {
-    // Open event streams would keep app.close() waiting; end them the way a drain does.
-    harness.system.hub.closeAll();
-    await harness.close();
-  }
 });
 
 /**
@@ -98,23 +93,6 @@ function postChild(h: Harness, parent: CreatedRoot, body: Record<string, unknown
     url: `/v1/agents/${parent.id}/children`,
     headers: { 'x-agent-token': parent.token },
     payload: { mode: 'continuable', prompt: 'child task', ...body },
-  });
-}
-
-/** Starts a continuable in-process child of `parent`; its prompt keeps it running (and live). */
-async function startChild(h: Harness, parent: CreatedRoot, body: Record<string, unknown> = {}): Promise<CreatedRoot> {
-  const res = await postChild(h, parent, body);
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as { agent: { id: string }; agentToken: string };
-  return { id: created.agent.id, token: created.agentToken };
-}
-
-function callReport(h: Harness, child: CreatedRoot, output: string): Promise<LightMyRequestResponse> {
-  return h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${child.id}/tool-calls`,
-    headers: { 'x-agent-token': child.token },
-    payload: { name: 'report', input: { output } },
   });
 }
 
@@ -158,26 +136,6 @@ async function childrenOf(h: Harness, id: string): Promise<string[]> {
 /** What a refusal must leave as it was: the agent's view (inbox, staged, status) and its whole log. */
 async function snapshot(h: Harness, id: string): Promise<{ view: AgentView; entries: Entry[] }> {
   return { view: await view(h, id), entries: await session(h.app, id) };
-}
-
-/** Claims the agent's next step, long-polling until it is claimable. */
-async function nextStep(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
-  const step = await claim(h.app, agent, 5000);
-  if (step === null) throw new Error(`no step became claimable for ${agent.id}`);
-  return step;
-}
-
-/** A root that admitted a followup and claimed its first step: its turn is open. */
-async function rootMidTurn(h: Harness, id = 'r'): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id });
-  expect((await send(h.app, root.id, 'go')).statusCode).toBe(202);
-  return { root, step: await nextStep(h, root) };
-}
-
-/** Lets requests in flight park in the dispatcher (bounded), then checks exactly `n` wait. */
-async function untilWaiting(h: Harness, n: number): Promise<void> {
-  for (let i = 0; i < 200 && waitingClaims(h) < n; i++) await settle();
-  expect(waitingClaims(h)).toBe(n);
 }
 
 function utf8Bytes(text: string): number {

@@ -3,7 +3,7 @@
  * (long-poll and worker pool), output, tool results, and where each delivery lands in the log.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   claim,
   createRoot,
@@ -18,9 +18,10 @@ import {
   type CreatedRoot,
   type Entry,
   type Harness,
-  type HarnessOptions,
   waitingClaims as waiting,
+  untilWaiting,
 } from '../fixtures/harness.js';
+import { rootWithClaimedStep } from '../fixtures/forest.js';
 
 interface ErrorBody {
   statusCode: number;
@@ -40,19 +41,6 @@ interface PoolClaim {
   agentToken: string;
   step: ClaimedStep;
 }
-
-const harnesses: Harness[] = [];
-
-async function open(options: HarnessOptions = {}): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
-
 
 function expectError(res: LightMyRequestResponse, status: number, code: string, phrase: string): ErrorBody {
   expect(res.statusCode).toBe(status);
@@ -84,29 +72,13 @@ async function view(h: Harness, id: string): Promise<AgentView> {
   return (await h.app.inject({ method: 'GET', url: `/v1/agents/${id}` })).json() as AgentView;
 }
 
-/** Lets requests in flight reach the dispatcher, one event-loop tick at a time (bounded). */
-async function untilWaiting(h: Harness, n: number): Promise<void> {
-  for (let i = 0; i < 100 && waiting(h) < n; i++) await settle();
-  expect(waiting(h)).toBe(n);
-}
-
-/** A root with one followup admitted and its first step claimed. */
-async function rootWithClaimedStep(h: Harness, prompt = 'go', body: Record<string, unknown> = {}): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id: 'r', ...body });
-  await send(h.app, root.id, prompt);
-  await settle();
-  const step = await claim(h.app, root);
-  if (step === null) throw new Error('expected a claimable step');
-  return { root, step };
-}
-
 function toolCall(id: string, name = 'search', input: unknown = { q: id }): { id: string; name: string; input: unknown } {
   return { id, name, input };
 }
 
 describe('POST /v1/agents/{id}/messages', () => {
   it('a followup answers 202 with a messageId and an inboxItemId', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     const res = await send(h.app, 'r', 'hello');
     expect(res.statusCode).toBe(202);
@@ -117,7 +89,7 @@ describe('POST /v1/agents/{id}/messages', () => {
   });
 
   it('a followup to an idle root is admitted as a turn: turn-start and the prompt are logged and a step is claimable', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const sent = (await send(h.app, 'r', 'hello')).json() as { messageId: string; inboxItemId: string };
     await settle();
@@ -131,7 +103,7 @@ describe('POST /v1/agents/{id}/messages', () => {
   });
 
   it('an inject answers 202 with a messageId and no inboxItemId', async () => {
-    const h = await open();
+    const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     const res = await send(h.app, 'r', 'context', 'inject');
     expect(res.statusCode).toBe(202);
@@ -139,7 +111,7 @@ describe('POST /v1/agents/{id}/messages', () => {
   });
 
   it('an inject to an idle root is appended before the 202 returns, and starts no turn', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const sent = (await send(h.app, 'r', 'context', 'inject')).json() as { messageId: string };
 
@@ -153,7 +125,7 @@ describe('POST /v1/agents/{id}/messages', () => {
   });
 
   it('a steer answers 202 with a messageId and an inboxItemId', async () => {
-    const h = await open();
+    const h = await startHarness();
     await rootWithClaimedStep(h);
     const res = await send(h.app, 'r', 'steer', 'steer');
     expect(res.statusCode).toBe(202);
@@ -161,7 +133,7 @@ describe('POST /v1/agents/{id}/messages', () => {
   });
 
   it('a steer to an idle root starts a turn like a followup', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const sent = (await send(h.app, 'r', 'steer me', 'steer')).json() as { messageId: string; inboxItemId: string };
     await settle();
@@ -173,7 +145,7 @@ describe('POST /v1/agents/{id}/messages', () => {
   });
 
   it('content given as text blocks reaches the model joined with a newline', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const res = await deliver(h, 'r', [{ type: 'text', text: 'line one' }, { type: 'text', text: 'line two' }], 'followup');
     expect(res.statusCode).toBe(202);
@@ -186,14 +158,14 @@ describe('POST /v1/agents/{id}/messages', () => {
   });
 
   it('a message to an unknown agent answers 404 AGENT_NOT_FOUND', async () => {
-    const h = await open();
+    const h = await startHarness();
     expectError(await send(h.app, 'nobody', 'hello'), 404, 'AGENT_NOT_FOUND', 'Not Found');
   });
 });
 
 describe('the step protocol', () => {
   it('a claimed step carries the instructions as system and the prompt as user, in chat-completions shape, and logs step-start', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'hello', { instructions: 'You are terse.' });
 
     expect(Object.keys(step).sort()).toEqual(['id', 'index', 'messages', 'tools', 'turnId']);
@@ -217,13 +189,13 @@ describe('the step protocol', () => {
   });
 
   it('a root without instructions gets no system message', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { step } = await rootWithClaimedStep(h, 'hello');
     expect(step.messages).toEqual([{ role: 'user', content: 'hello' }]);
   });
 
   it('GET tools lists each tool a root sees as {name, description, inputSchema}, and never offers a root the report tool', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     const res = await h.app.inject({ method: 'GET', url: '/v1/agents/r/tools', headers: { 'x-agent-token': root.token } });
     expect(res.statusCode).toBe(200);
@@ -235,7 +207,7 @@ describe('the step protocol', () => {
   });
 
   it('claiming when no step is claimable answers 204 with no body', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const res = await claimRaw(h, root, { waitMs: 0 });
     expect(res.statusCode).toBe(204);
@@ -243,13 +215,13 @@ describe('the step protocol', () => {
   });
 
   it('a claimed step is not handed out a second time', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root } = await rootWithClaimedStep(h);
     expect(await claim(h.app, root)).toBeNull();
   });
 
   it('an output without tool calls ends the turn: the answer and turn-end completed are logged and the root is idle', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'hello');
 
     const res = await postOutput(h.app, root, step.id, { content: 'hi there' });
@@ -265,7 +237,7 @@ describe('the step protocol', () => {
   });
 
   it('an output with tool calls leaves the turn open, lists the calls as awaiting, and the next step is claimable only once every call has a result', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'find things');
     const calls = [toolCall('call-1', 'search', { q: 'a' }), toolCall('call-2', 'fetch', { url: 'b' })];
 
@@ -310,7 +282,7 @@ describe('the step protocol', () => {
   });
 
   it('one tool-results request may answer every call, and an output keeps its text beside its tool calls', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     await postOutput(h.app, root, step.id, { content: 'let me look', toolCalls: [toolCall('c1'), toolCall('c2')] });
 
@@ -329,7 +301,7 @@ describe('the step protocol', () => {
   });
 
   it('posting output twice answers 409 STEP_CONFLICT and logs the answer once', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     await postOutput(h.app, root, step.id, { toolCalls: [toolCall('c1')] });
 
@@ -338,7 +310,7 @@ describe('the step protocol', () => {
   });
 
   it('two concurrent outputs for one step: exactly one is accepted', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     const results = await Promise.all([
       postOutput(h.app, root, step.id, { content: 'first' }),
@@ -351,7 +323,7 @@ describe('the step protocol', () => {
   });
 
   it('tool results naming an unknown call answer 409 STEP_CONFLICT and write nothing of the request', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     await postOutput(h.app, root, step.id, { toolCalls: [toolCall('c1')] });
     const before = await session(h.app, 'r');
@@ -368,7 +340,7 @@ describe('the step protocol', () => {
   });
 
   it('tool results for a call already answered answer 409 STEP_CONFLICT and write nothing of the request', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     await postOutput(h.app, root, step.id, { toolCalls: [toolCall('c1'), toolCall('c2')] });
     await postResults(h.app, root, step.id, [{ toolCallId: 'c1', content: 'one' }]);
@@ -385,7 +357,7 @@ describe('the step protocol', () => {
   });
 
   it('tool results naming one call twice answer 409 STEP_CONFLICT and write nothing', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     await postOutput(h.app, root, step.id, { toolCalls: [toolCall('c1')] });
     const before = await session(h.app, 'r');
@@ -399,27 +371,27 @@ describe('the step protocol', () => {
   });
 
   it('tool results before the step has an output answer 409 STEP_CONFLICT', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     expectError(await postResults(h.app, root, step.id, [{ toolCallId: 'c1', content: 'early' }]), 409, 'STEP_CONFLICT', 'Conflict');
   });
 
   it('a step id never handed out answers 404 STEP_NOT_FOUND for output and tool results', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root } = await rootWithClaimedStep(h);
     expectError(await postOutput(h.app, root, 'step-never', { content: 'x' }), 404, 'STEP_NOT_FOUND', 'Not Found');
     expectError(await postResults(h.app, root, 'step-never', [{ toolCallId: 'c1', content: 'x' }]), 404, 'STEP_NOT_FOUND', 'Not Found');
   });
 
   it("another agent's step id answers 404 STEP_NOT_FOUND", async () => {
-    const h = await open();
+    const h = await startHarness();
     const { step } = await rootWithClaimedStep(h);
     const other = await createRoot(h.app, { id: 'other' });
     expectError(await postOutput(h.app, other, step.id, { content: 'x' }), 404, 'STEP_NOT_FOUND', 'Not Found');
   });
 
   it('a step of an ended turn answers 409 STEP_CONFLICT for output and tool results', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     await postOutput(h.app, root, step.id, { content: 'done' });
 
@@ -428,7 +400,7 @@ describe('the step protocol', () => {
   });
 
   it('an earlier step of a still open turn answers 409 STEP_CONFLICT', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     await postOutput(h.app, root, step.id, { toolCalls: [toolCall('c1')] });
     await postResults(h.app, root, step.id, [{ toolCallId: 'c1', content: 'r' }]);
@@ -438,7 +410,7 @@ describe('the step protocol', () => {
   });
 
   it('an output naming one tool call id twice answers 400 VALIDATION and writes nothing', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     const before = await session(h.app, 'r');
     expectError(await postOutput(h.app, root, step.id, { toolCalls: [toolCall('c1'), toolCall('c1')] }), 400, 'VALIDATION', 'Bad Request');
@@ -448,7 +420,7 @@ describe('the step protocol', () => {
 
 describe('ordering of turns and context', () => {
   it('several followups run as separate turns, in the order they were sent', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     for (const text of ['one', 'two', 'three']) expect((await send(h.app, 'r', text)).statusCode).toBe(202);
     await settle();
@@ -473,7 +445,7 @@ describe('ordering of turns and context', () => {
   });
 
   it('a followup during an open turn never joins it; it becomes the next turn', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'first');
     await send(h.app, 'r', 'later');
     expect(await view(h, 'r')).toMatchObject({ inbox: { queued: 1 } });
@@ -496,7 +468,7 @@ describe('ordering of turns and context', () => {
   });
 
   it('an inject to a running root is staged and lands at the next step start, before step-start, never between a tool call and its result', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'task');
 
     const injected = await send(h.app, 'r', 'ctx-1', 'inject');
@@ -532,7 +504,7 @@ describe('ordering of turns and context', () => {
   });
 
   it('an inject after a turn is admitted but before its first step is claimed lands before the first step-start', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     await send(h.app, 'r', 'task');
     await settle();
@@ -548,7 +520,7 @@ describe('ordering of turns and context', () => {
   });
 
   it('context staged during the last step of a turn is appended right after turn-end', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'task');
     await send(h.app, 'r', 'ctx', 'inject');
 
@@ -559,7 +531,7 @@ describe('ordering of turns and context', () => {
   });
 
   it('a steer during an open turn joins the next step of that turn', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'task');
     const steered = (await send(h.app, 'r', 'go left', 'steer')).json() as { messageId: string; inboxItemId: string };
     expect(await view(h, 'r')).toMatchObject({ inbox: { queued: 1 } });
@@ -577,7 +549,7 @@ describe('ordering of turns and context', () => {
   });
 
   it('a steer that finds no further step in its turn becomes the prompt of the next turn', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'task');
     await send(h.app, 'r', 'go left', 'steer');
 
@@ -594,7 +566,7 @@ describe('ordering of turns and context', () => {
 
 describe('long-poll claims', () => {
   it('a waiting claim is answered at once when a followup arrives', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const pending = claimRaw(h, root, { waitMs: 15_000 });
     await untilWaiting(h, 1);
@@ -609,7 +581,7 @@ describe('long-poll claims', () => {
   });
 
   it('a waiting claim is answered at once when tool results make the next step claimable', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h);
     await postOutput(h.app, root, step.id, { toolCalls: [toolCall('c1')] });
     const pending = claimRaw(h, root, { waitMs: 15_000 });
@@ -623,7 +595,7 @@ describe('long-poll claims', () => {
   });
 
   it('a waiting claim answers 204 when nothing arrives within waitMs', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const res = await claimRaw(h, root, { waitMs: 50 });
     expect(res.statusCode).toBe(204);
@@ -631,7 +603,7 @@ describe('long-poll claims', () => {
   });
 
   it('a claim without a body behaves as waitMs 0', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     expect((await claimRaw(h, root)).statusCode).toBe(204);
     expect(waiting(h)).toBe(0);
@@ -652,7 +624,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
   }
 
   it('hands out steps FIFO by when they became claimable, each with its agent id and token', async () => {
-    const h = await open();
+    const h = await startHarness();
     const created = await roots(h, ['a', 'b', 'c']);
     for (const id of ['b', 'c', 'a']) await send(h.app, id, `for ${id}`);
     await settle();
@@ -672,7 +644,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
   });
 
   it('the token a pool claim returns drives the step protocol', async () => {
-    const h = await open();
+    const h = await startHarness();
     await roots(h, ['a']);
     await send(h.app, 'a', 'task');
     await settle();
@@ -684,7 +656,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
   });
 
   it('a step that becomes claimable again queues behind steps that became claimable before it', async () => {
-    const h = await open();
+    const h = await startHarness();
     const created = await roots(h, ['a', 'b']);
     await send(h.app, 'a', 'task a');
     await send(h.app, 'b', 'task b');
@@ -703,7 +675,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
   });
 
   it('rootId keeps a pool claim within one forest', async () => {
-    const h = await open();
+    const h = await startHarness();
     await roots(h, ['a', 'b', 'c']);
     await send(h.app, 'b', 'task b');
     await send(h.app, 'a', 'task a');
@@ -717,7 +689,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
   });
 
   it('many concurrent pool claims for a few claimable steps: each step is claimed exactly once and the rest answer 204', async () => {
-    const h = await open();
+    const h = await startHarness();
     const ids = ['p1', 'p2', 'p3', 'p4'];
     const created = await roots(h, ids);
     for (const id of ids) await send(h.app, id, `task ${id}`);
@@ -733,7 +705,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
   });
 
   it('a pool long-poll is answered when a step of its forest becomes claimable, and is never handed another forest\'s step', async () => {
-    const h = await open();
+    const h = await startHarness();
     await roots(h, ['a', 'b']);
     const pending = poolClaim(h, { rootId: 'a', waitMs: 15_000 });
     await untilWaiting(h, 1);
@@ -751,7 +723,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
   });
 
   it('a pool claim answers 204 when no agent has a claimable step', async () => {
-    const h = await open();
+    const h = await startHarness();
     await roots(h, ['a']);
     const res = await poolClaim(h, { waitMs: 50 });
     expect(res.statusCode).toBe(204);

@@ -4,21 +4,13 @@
  * exact counter values, the live-state gauges and the drain state; with operator keys the
  * scrape needs a key while the docs and health routes do not.
  */
-import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { claim, createRoot, postOutput, send, session, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
+import { startChild, callReport } from '../fixtures/forest.js';
 
-const harnesses: Harness[] = [];
-
-async function open(apiKeys: string[] = []): Promise<Harness> {
-  const harness = await startHarness({ apiKeys });
-  harnesses.push(harness);
-  return harness;
+function open(apiKeys: string[] = []): Promise<Harness> {
+  return startHarness({ apiKeys });
 }
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
 
 interface Sample {
   name: string;
@@ -67,27 +59,6 @@ async function scrape(h: Harness, headers: Record<string, string> = {}): Promise
   return new Scrape(parseExposition(res.body));
 }
 
-async function startChild(h: Harness, parent: CreatedRoot, prompt: string): Promise<CreatedRoot> {
-  const res = await h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${parent.id}/children`,
-    headers: { 'x-agent-token': parent.token },
-    payload: { mode: 'continuable', prompt },
-  });
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as { agent: { id: string }; agentToken: string };
-  return { id: created.agent.id, token: created.agentToken };
-}
-
-function callReport(h: Harness, child: CreatedRoot, output: string): Promise<LightMyRequestResponse> {
-  return h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${child.id}/tool-calls`,
-    headers: { 'x-agent-token': child.token },
-    payload: { name: 'report', input: { output } },
-  });
-}
-
 async function report(h: Harness, child: CreatedRoot, output: string): Promise<void> {
   const res = await callReport(h, child, output);
   if (res.statusCode !== 200) throw new Error(`report failed: ${res.statusCode} ${res.body}`);
@@ -109,14 +80,14 @@ describe('GET /metrics after a scripted forest', () => {
   it('counts reports by delivery and outcome, settlements, cold resumes, requests by route and committed entries exactly', async () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
-    const a = await startChild(h, root, 'task a');
-    const b = await startChild(h, root, 'task b');
+    const a = await startChild(h, root, { prompt: 'task a' });
+    const b = await startChild(h, root, { prompt: 'task b' });
     await report(h, a, 'quiet one');
     await report(h, b, 'quiet two');
 
     const put = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     expect(put.statusCode).toBe(200);
-    const c = await startChild(h, root, 'task c');
+    const c = await startChild(h, root, { prompt: 'task c' });
     const beforeWakeup = await scrape(h);
     expect(beforeWakeup.value('agentforest_report_to_parent_turn_seconds_count')).toBe(0);
     expect(beforeWakeup.value('agentforest_reports_total', { delivery: 'quiet', outcome: 'accepted' })).toBe(2);

@@ -6,8 +6,8 @@
  * sheds /healthz or /readyz, and recovers by itself once the lag passes.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
-import { createRoot, send, startHarness, type CreatedRoot, type Harness, type HarnessOptions } from '../fixtures/harness.js';
+import { describe, expect, it } from 'vitest';
+import { createRoot, send, startHarness, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 
 interface ErrorBody {
   statusCode: number;
@@ -15,18 +15,6 @@ interface ErrorBody {
   error: string;
   message: string;
 }
-
-const harnesses: Harness[] = [];
-
-async function open(options: HarnessOptions): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
 
 function listAgents(h: Harness, key?: string): Promise<LightMyRequestResponse> {
   return h.app.inject({ method: 'GET', url: '/v1/agents', headers: key === undefined ? {} : { authorization: `Bearer ${key}` } });
@@ -50,7 +38,7 @@ const RATE = { rateLimit: { max: 3, windowMs: 60_000 } };
 
 describe('operator rate limit', () => {
   it('the request past the limit in one window is 429 RATE_LIMITED with Retry-After, and so is every one after it', async () => {
-    const h = await open({ protection: RATE });
+    const h = await startHarness({ protection: RATE });
     for (let i = 0; i < 3; i++) expect((await listAgents(h)).statusCode).toBe(200);
     expectRateLimited(await listAgents(h), 60);
     expectRateLimited(await listAgents(h), 60);
@@ -59,7 +47,7 @@ describe('operator rate limit', () => {
   });
 
   it('a refused operator request changes nothing: a root it would have created does not exist', async () => {
-    const h = await open({ protection: RATE });
+    const h = await startHarness({ protection: RATE });
     for (let i = 0; i < 3; i++) expect((await listAgents(h)).statusCode).toBe(200);
     expectRateLimited(await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'late' } }), 60);
     // Another client (its own bucket) sees that nothing was created.
@@ -69,7 +57,7 @@ describe('operator rate limit', () => {
   });
 
   it('without API keys each client address has its own bucket', async () => {
-    const h = await open({ protection: RATE });
+    const h = await startHarness({ protection: RATE });
     const from = (remoteAddress: string) => h.app.inject({ method: 'GET', url: '/v1/agents', remoteAddress });
     for (let i = 0; i < 3; i++) expect((await from('10.0.0.1')).statusCode).toBe(200);
     expectRateLimited(await from('10.0.0.1'), 60);
@@ -78,7 +66,7 @@ describe('operator rate limit', () => {
   });
 
   it('health routes are not rate limited', async () => {
-    const h = await open({ protection: RATE });
+    const h = await startHarness({ protection: RATE });
     for (let i = 0; i < 4; i++) await listAgents(h);
     for (let i = 0; i < 5; i++) {
       expect((await h.app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
@@ -87,7 +75,7 @@ describe('operator rate limit', () => {
   });
 
   it('routes an agent token may call (steps, tool calls, children, messages) are not rate limited once the operator bucket is spent', async () => {
-    const h = await open({ protection: RATE });
+    const h = await startHarness({ protection: RATE });
     const root = await createRoot(h.app, { id: 'r' });
     const childRes = await h.app.inject({
       method: 'POST',
@@ -132,7 +120,7 @@ describe('operator rate limit', () => {
   });
 
   it('with API keys each operator key has its own bucket', async () => {
-    const h = await open({ protection: RATE, apiKeys: ['key-a', 'key-b'] });
+    const h = await startHarness({ protection: RATE, apiKeys: ['key-a', 'key-b'] });
     for (let i = 0; i < 3; i++) expect((await listAgents(h, 'key-a')).statusCode).toBe(200);
     expectRateLimited(await listAgents(h, 'key-a'), 60);
 
@@ -142,7 +130,7 @@ describe('operator rate limit', () => {
   });
 
   it('with API keys a request without a valid key is 401 UNAUTHENTICATED, not counted against a key', async () => {
-    const h = await open({ protection: RATE, apiKeys: ['key-a'] });
+    const h = await startHarness({ protection: RATE, apiKeys: ['key-a'] });
     for (let i = 0; i < 5; i++) expect((await listAgents(h)).statusCode).toBe(401);
     for (let i = 0; i < 5; i++) expect((await listAgents(h, 'wrong')).statusCode).toBe(401);
     for (let i = 0; i < 3; i++) expect((await listAgents(h, 'key-a')).statusCode).toBe(200);
@@ -176,7 +164,7 @@ describe('overload guard', () => {
   it('at rest nothing is shed: asked to sample every 10 ms (raised to the 100 ms floor), a steady run of operator requests all answer 200', async () => {
     // The limit is far above any lag a busy test machine shows, and far below infinity: only
     // an empty sample read as infinite lag (what a 10 ms interval gives) could shed here.
-    const h = await open({ protection: { maxEventLoopDelayMs: 2_000, sampleIntervalMs: 10 } });
+    const h = await startHarness({ protection: { maxEventLoopDelayMs: 2_000, sampleIntervalMs: 10 } });
     const shed: string[] = [];
     // 300 requests in a row, each yielding to the event loop. Sampled every 10 ms, most samples
     // would hold no delay reading, which the guard counts as infinite lag.
@@ -190,7 +178,7 @@ describe('overload guard', () => {
 
   it('while the event loop lags, operator requests are shed with 503 OVERLOADED and Retry-After while /healthz and /readyz answer; then they answer 200 again', async () => {
     // A 250 ms sample holds enough delay readings to average; the limit is well under the lag made below.
-    const h = await open({ protection: { maxEventLoopDelayMs: 100, sampleIntervalMs: 250 } });
+    const h = await startHarness({ protection: { maxEventLoopDelayMs: 100, sampleIntervalMs: 250 } });
     await untilAgentsAnswer(h, 200);
 
     let shed: LightMyRequestResponse | undefined;

@@ -4,11 +4,9 @@
  * source of operator messages, parent messages and reports, the timestamps and log position,
  * 404 for an unknown id, and the same answers after a restart on the same SQLite file.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fixedClock } from '../../src/domain/ports.js';
 import { isoTime } from '../../src/domain/session.js';
 import type { SessionStore } from '../../src/services/session-store.js';
@@ -27,6 +25,8 @@ import {
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
+import { report } from '../fixtures/forest.js';
+import { tempDir } from '../fixtures/cleanup.js';
 
 interface Receipt {
   messageId: string;
@@ -42,12 +42,8 @@ interface Receipt {
 
 const T0 = Date.UTC(2026, 0, 1);
 
-const harnesses: Harness[] = [];
-const dirs: string[] = [];
-
 function tempDb(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'agentforest-receipts-'));
-  dirs.push(dir);
+  const dir = tempDir('agentforest-receipts-');
   return join(dir, 'agentforest.db');
 }
 
@@ -55,11 +51,6 @@ const STORES: [string, () => SessionStore][] = [
   ['memory', () => new MemorySessionStore()],
   ['sqlite', () => new SqliteSessionStore({ path: tempDb() })],
 ];
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0).reverse()) await harness.close();
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
 
 async function receiptOf(h: Harness, messageId: string): Promise<Receipt> {
   const res = await h.app.inject({ method: 'GET', url: `/v1/messages/${messageId}` });
@@ -90,17 +81,6 @@ async function childOf(h: Harness, parent: CreatedRoot): Promise<CreatedRoot & {
   return { id: body.agent.id, token: body.agentToken, messageId: body.messageId };
 }
 
-async function report(h: Harness, child: CreatedRoot, output: string): Promise<string> {
-  const res = await h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${child.id}/tool-calls`,
-    headers: { 'x-agent-token': child.token },
-    payload: { name: 'report', input: { output } },
-  });
-  if (res.statusCode !== 200) throw new Error(`report failed: ${res.statusCode} ${res.body}`);
-  return (res.json() as { output: { messageId: string } }).output.messageId;
-}
-
 function messageEntry(entries: readonly Entry[], messageId: string): Entry {
   const found = entries.find((e) => e.type === 'message' && e.messageId === messageId);
   if (found === undefined) throw new Error(`message ${messageId} is not in the log`);
@@ -117,7 +97,6 @@ describe.each(STORES)('delivery receipts on the %s store', (_kind, makeStore) =>
   async function open(): Promise<{ h: Harness; clock: ReturnType<typeof fixedClock> }> {
     const clock = fixedClock(T0);
     const h = await startHarness({ store: makeStore(), clock });
-    harnesses.push(h);
     return { h, clock };
   }
 
@@ -319,7 +298,6 @@ describe('delivery receipts across a restart', () => {
     const path = tempDb();
     const clock = fixedClock(T0);
     const h1 = await startHarness({ store: new SqliteSessionStore({ path }), clock });
-    harnesses.push(h1);
     const root = await createRoot(h1.app, { id: 'r' });
     const note = idOf(await send(h1.app, root.id, 'a note', 'inject'));
     clock.advance(1000);
@@ -332,12 +310,10 @@ describe('delivery receipts across a restart', () => {
     const queued = idOf(await send(h1.app, root.id, 'third question'));
     const before = await Promise.all([note, done, open, queued].map((id) => receiptOf(h1, id)));
     expect(before.map((r) => r.state)).toEqual(['appended', 'turn-ended', 'turn-started', 'queued']);
-    harnesses.splice(harnesses.indexOf(h1), 1);
     clock.advance(1000);
     await h1.close();
 
     const h2 = await startHarness({ store: new SqliteSessionStore({ path }), clock });
-    harnesses.push(h2);
     const after = await Promise.all([note, done, open, queued].map((id) => receiptOf(h2, id)));
 
     expect(after[0]).toEqual(before[0]);

@@ -8,14 +8,11 @@
  * coalesced away; the grouping survives a restart on SQLite. With coalescing off (the default)
  * each wakeup report is its own later turn, as spec/API.md says.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import {
   claim,
-  createRoot,
   postOutput,
   send,
   session,
@@ -25,8 +22,9 @@ import {
   type CreatedRoot,
   type Entry,
   type Harness,
-  type HarnessOptions,
 } from '../fixtures/harness.js';
+import { startChild, nextStep, rootMidTurn } from '../fixtures/forest.js';
+import { tempDir } from '../fixtures/cleanup.js';
 
 interface AgentView {
   status: string;
@@ -41,37 +39,10 @@ interface Sent {
   messageId: string;
 }
 
-const harnesses: Harness[] = [];
-const dirs: string[] = [];
-
-async function open(options: HarnessOptions = {}): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0).reverse()) await harness.close();
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
 async function useWakeup(h: Harness): Promise<void> {
   const res = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
   expect(res.statusCode).toBe(200);
   expect(res.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup' } });
-}
-
-/** Starts a continuable in-process child; its own prompt keeps it running, so it never settles here. */
-async function startChild(h: Harness, parent: CreatedRoot): Promise<CreatedRoot> {
-  const res = await h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${parent.id}/children`,
-    headers: { 'x-agent-token': parent.token },
-    payload: { mode: 'continuable', prompt: 'child task' },
-  });
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as { agent: { id: string }; agentToken: string };
-  return { id: created.agent.id, token: created.agentToken };
 }
 
 /** A report through the tool-call route that must succeed. */
@@ -90,24 +61,11 @@ async function view(h: Harness, id: string): Promise<AgentView> {
   return (await h.app.inject({ method: 'GET', url: `/v1/agents/${id}` })).json() as AgentView;
 }
 
-async function nextStep(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
-  const step = await claim(h.app, agent, 5000);
-  if (step === null) throw new Error(`no step became claimable for ${agent.id}`);
-  return step;
-}
-
 /** Claims the next turn's first step and ends the turn; returns the step. */
 async function runTurn(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
   const step = await nextStep(h, agent);
   expect((await postOutput(h.app, agent, step.id, { content: 'handled' })).json()).toMatchObject({ turn: 'ended' });
   return step;
-}
-
-/** A root that admitted a followup and claimed its first step: its turn is open. */
-async function rootMidTurn(h: Harness): Promise<{ root: CreatedRoot; step: ClaimedStep }> {
-  const root = await createRoot(h.app, { id: 'r' });
-  expect((await send(h.app, root.id, 'go')).statusCode).toBe(202);
-  return { root, step: await nextStep(h, root) };
 }
 
 function rendered(sent: Sent): { role: string; content: string } {
@@ -149,7 +107,7 @@ function ids(sent: readonly Sent[]): string[] {
 
 describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   it('reports from several children to a running parent join one queued turn whose prompts are the reports in order', async () => {
-    const h = await open({ coalesceWakeups: true });
+    const h = await startHarness({ coalesceWakeups: true });
     await useWakeup(h);
     const { root, step } = await rootMidTurn(h);
     const a = await startChild(h, root);
@@ -181,7 +139,7 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   });
 
   it('a followup queued after reports starts a new group: the reports after it form another turn, and all turns run in FIFO order', async () => {
-    const h = await open({ coalesceWakeups: true });
+    const h = await startHarness({ coalesceWakeups: true });
     await useWakeup(h);
     const { root, step } = await rootMidTurn(h);
     const a = await startChild(h, root);
@@ -212,7 +170,7 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   });
 
   it('a followup queued before the reports stays its own turn, ahead of the reports that follow it as one group', async () => {
-    const h = await open({ coalesceWakeups: true });
+    const h = await startHarness({ coalesceWakeups: true });
     await useWakeup(h);
     const { root, step } = await rootMidTurn(h);
     const a = await startChild(h, root);
@@ -230,7 +188,7 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   });
 
   it('quiet reports are never coalesced away: each is logged once, after the turn end, and the wakeup reports still form one turn', async () => {
-    const h = await open({ coalesceWakeups: true });
+    const h = await startHarness({ coalesceWakeups: true });
     const { root, step } = await rootMidTurn(h);
     // The delivery mode is read when an Activation is set up: `quiet` reports quietly.
     const quiet = await startChild(h, root);
@@ -256,12 +214,10 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
   });
 
   it('the grouping survives a restart on SQLite: after resume the queued groups are admitted as one turn each, in order, every message once', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'agentforest-coalesce-'));
-    dirs.push(dir);
+    const dir = tempDir('agentforest-coalesce-');
     const path = join(dir, 'agentforest.db');
 
     const h1 = await startHarness({ store: new SqliteSessionStore({ path }), coalesceWakeups: true });
-    harnesses.push(h1);
     await useWakeup(h1);
     const { root } = await rootMidTurn(h1);
     const a = await startChild(h1, root);
@@ -269,10 +225,9 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
     const group1 = [await report(h1, a, 'a1'), await report(h1, b, 'b1'), await report(h1, a, 'a2')];
     const followup = (await send(h1.app, root.id, 'F')).json() as { messageId: string };
     const group2 = [await report(h1, b, 'b2'), await report(h1, a, 'a3')];
-    harnesses.splice(harnesses.indexOf(h1), 1);
     await h1.close();
 
-    const h2 = await open({ store: new SqliteSessionStore({ path }), coalesceWakeups: true });
+    const h2 = await startHarness({ store: new SqliteSessionStore({ path }), coalesceWakeups: true });
     const stopped = await session(h2.app, root.id);
     for (const s of [...group1, ...group2]) expect(occurrences(stopped, s.messageId)).toBe(0);
     const res = await h2.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/resume` });
@@ -303,7 +258,7 @@ describe('coalescing wakeup reports (coalesceWakeups on)', () => {
 
 describe('without coalescing (the default)', () => {
   it('each wakeup report to a running parent makes its own later turn, in FIFO order', async () => {
-    const h = await open();
+    const h = await startHarness();
     await useWakeup(h);
     const { root, step } = await rootMidTurn(h);
     const a = await startChild(h, root);

@@ -8,9 +8,8 @@
  * without an agent token, which the HTTP service refuses with 403 UNAUTHORIZED and a toolResult.
  */
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
-  claim,
   createRoot,
   postOutput,
   postResults,
@@ -24,6 +23,7 @@ import {
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
+import { startChild, claimStep } from '../fixtures/forest.js';
 
 interface ToolResultBody {
   toolCallId: string;
@@ -47,34 +47,8 @@ interface AgentViewBody {
   staged: number;
 }
 
-const harnesses: Harness[] = [];
-
-async function open(): Promise<Harness> {
-  const harness = await startHarness();
-  harnesses.push(harness);
-  return harness;
-}
-
-afterEach(async () => {
-  for (const harness of harnesses.splice(0)) await harness.close();
-});
-
-async function startChild(h: Harness, parent: CreatedRoot, prompt = 'child task'): Promise<CreatedRoot> {
-  const res = await h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${parent.id}/children`,
-    headers: { 'x-agent-token': parent.token },
-    payload: { mode: 'continuable', prompt },
-  });
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as { agent: { id: string }; agentToken: string };
-  return { id: created.agent.id, token: created.agentToken };
-}
-
-async function claimStep(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
-  const step = await claim(h.app, agent);
-  if (step === null) throw new Error(`expected a claimable step for ${agent.id}`);
-  return step;
+function open(): Promise<Harness> {
+  return startHarness();
 }
 
 async function output(h: Harness, agent: CreatedRoot, stepId: string, body: Record<string, unknown>): Promise<OutputBody> {

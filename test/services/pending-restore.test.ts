@@ -5,11 +5,9 @@
  * stores; a disposed agent's queued items are discarded for good. Two harnesses over one store
  * stand for two processes.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { LightMyRequestResponse } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { SessionStore } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
@@ -26,6 +24,7 @@ import {
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
+import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
 import { CrashingStore } from '../fixtures/crashing-store.js';
 
 interface Accepted {
@@ -39,9 +38,6 @@ interface Disk {
   open(): SessionStore;
 }
 
-const harnesses: Harness[] = [];
-const dirs: string[] = [];
-const stores: SessionStore[] = [];
 
 function memoryDisk(): Disk {
   const store = new MemorySessionStore();
@@ -49,13 +45,12 @@ function memoryDisk(): Disk {
 }
 
 function sqliteDisk(): Disk {
-  const dir = mkdtempSync(join(tmpdir(), 'agentforest-restore-'));
-  dirs.push(dir);
+  const dir = tempDir('agentforest-restore-');
   const path = join(dir, 'agentforest.db');
   return {
     open: () => {
       const store = new SqliteSessionStore({ path });
-      stores.push(store);
+      closeWithTest(() => store.close());
       return store;
     },
   };
@@ -66,28 +61,15 @@ const DISKS: [string, () => Disk][] = [
   ['sqlite', sqliteDisk],
 ];
 
-afterEach(async () => {
-  for (const harness of harnesses.splice(0).reverse()) await harness.close();
-  for (const store of stores.splice(0)) await store.close();
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
 
-async function start(store: SessionStore): Promise<Harness> {
-  const harness = await startHarness({ store });
-  harnesses.push(harness);
-  return harness;
-}
-
-/** A clean stop: drain, open turns end as cancelled, the store is flushed and closed. */
-async function stop(h: Harness): Promise<void> {
-  harnesses.splice(harnesses.indexOf(h), 1);
-  await h.close();
+function start(store: SessionStore): Promise<Harness> {
+  return startHarness({ store });
 }
 
 /** A crash: from now on nothing this process writes reaches the store. */
 async function crash(h: Harness, crashing: CrashingStore): Promise<void> {
   crashing.crash();
-  await stop(h);
+  await h.close();
   await crashing.inner.close();
 }
 
@@ -165,7 +147,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     await step(h1, root);
     const f1 = accepted(await send(h1.app, root.id, 'F1'));
     const f2 = accepted(await send(h1.app, root.id, 'F2'));
-    await stop(h1);
+    await h1.close();
 
     const h2 = await start(disk.open());
     expect([await receiptState(h2, f1.messageId), await receiptState(h2, f2.messageId)]).toEqual(['queued', 'queued']);
@@ -197,7 +179,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     const staged = accepted(await send(h1.app, root.id, 'S', 'inject'));
     const f1 = accepted(await send(h1.app, root.id, 'F1'));
     expect(await receiptState(h1, staged.messageId)).toBe('staged');
-    await stop(h1);
+    await h1.close();
 
     const h2 = await start(disk.open());
     expect(await receiptState(h2, staged.messageId)).toBe('appended');
@@ -219,7 +201,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     await postOutput(h1.app, root, first.id, { toolCalls: [{ id: 'call-1', name: 'lookup', input: {} }] });
     const f1 = accepted(await send(h1.app, root.id, 'F1'));
     const steer = accepted(await send(h1.app, root.id, 'ST', 'steer'));
-    await stop(h1);
+    await h1.close();
 
     const h2 = await start(disk.open());
     const resumed = await resume(h2, root.id);
@@ -279,7 +261,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     await resume(h2, root.id);
     expect(withId(await session(h2.app, root.id), staged.messageId)).toHaveLength(1);
     expect(await receiptState(h2, staged.messageId)).toBe('appended');
-    await stop(h2);
+    await h2.close();
 
     const h3 = await start(disk.open());
     await resume(h3, root.id);
@@ -295,7 +277,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     const staged = accepted(await messageTo(h1, child.id, root, 'S', 'inject'));
     const f1 = accepted(await messageTo(h1, child.id, root, 'F1'));
     const f2 = accepted(await messageTo(h1, child.id, root, 'F2'));
-    await stop(h1);
+    await h1.close();
 
     const h2 = await start(disk.open());
     expect(await Promise.all([staged, f1, f2].map((m) => receiptState(h2, m.messageId)))).toEqual(['appended', 'queued', 'queued']);
@@ -360,7 +342,7 @@ describe('disposal discards queued work', () => {
     expect(await receiptState(h1, staged.messageId)).toBe('appended');
     const again = await resume(h1, root.id);
     expect(await claim(h1.app, again)).toBeNull();
-    await stop(h1);
+    await h1.close();
 
     const h2 = await start(disk.open());
     expect(await receiptState(h2, queued.messageId)).toBe(404);

@@ -30,12 +30,8 @@ import {
   type CreatedRoot,
   type Entry,
   type Harness,
-  type HarnessOptions,
 } from '../fixtures/harness.js';
-
-interface Child extends CreatedRoot {
-  messageId: string;
-}
+import { startChild, claimStep } from '../fixtures/forest.js';
 
 interface AgentViewBody {
   id: string;
@@ -68,17 +64,8 @@ interface OutputBody {
 
 const PARENT_UNAVAILABLE = 'direct parent is not live; report was not delivered';
 
-const harnesses: Harness[] = [];
-
-async function open(options: HarnessOptions = {}): Promise<Harness> {
-  const harness = await startHarness(options);
-  harnesses.push(harness);
-  return harness;
-}
-
-afterEach(async () => {
+afterEach(() => {
   vi.restoreAllMocks();
-  for (const harness of harnesses.splice(0)) await harness.close();
 });
 
 /** Ids `agent-1`, `message-2`, …, and the agent ids minted so far (to name a child that never came to be). */
@@ -93,24 +80,6 @@ function countingIds(): { next: (kind: string) => string; agents: string[] } {
       return id;
     },
   };
-}
-
-async function startChild(h: Harness, parent: CreatedRoot, body: Record<string, unknown> = {}): Promise<Child> {
-  const res = await h.app.inject({
-    method: 'POST',
-    url: `/v1/agents/${parent.id}/children`,
-    headers: { 'x-agent-token': parent.token },
-    payload: { mode: 'continuable', prompt: 'child task', ...body },
-  });
-  if (res.statusCode !== 201) throw new Error(`start child failed: ${res.statusCode} ${res.body}`);
-  const created = res.json() as { agent: { id: string }; agentToken: string; messageId: string };
-  return { id: created.agent.id, token: created.agentToken, messageId: created.messageId };
-}
-
-async function claimStep(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
-  const step = await claim(h.app, agent);
-  if (step === null) throw new Error(`expected a claimable step for ${agent.id}`);
-  return step;
 }
 
 /** A root with an open turn: one followup admitted and its first step claimed. */
@@ -220,7 +189,7 @@ function lastUser(step: ClaimedStep): string | null | undefined {
 
 describe('report: visibility and scope', () => {
   it('scenario 1: roots never list report; a continuable child lists exactly one report whose only parameter is output', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     expect(await toolNames(h, root)).not.toContain('report');
 
@@ -249,7 +218,7 @@ describe('report: visibility and scope', () => {
   });
 
   it('scenario 1: one-shot and remote children never have report (listing and call: 404 TOOL_NOT_FOUND)', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const oneShot = await startChild(h, root, { mode: 'one-shot' });
     const remote = await startChild(h, root, { provider: 'remote' });
@@ -262,7 +231,7 @@ describe('report: visibility and scope', () => {
   });
 
   it('scenario 2: with the report package uninstalled a new child lacks report and a call is an error', async () => {
-    const h = await open();
+    const h = await startHarness();
     expect((await h.app.inject({ method: 'DELETE', url: '/v1/packages/subagent-report' })).statusCode).toBe(200);
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -282,7 +251,7 @@ describe('report: visibility and scope', () => {
   });
 
   it('scenario 3: a child with toolFilter {allow: []} keeps report and lacks send_message even with a child of its own', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const filtered = await startChild(h, root, { toolFilter: { allow: [] } });
     const unfiltered = await startChild(h, root);
@@ -302,7 +271,7 @@ describe('report: visibility and scope', () => {
 
 describe('report: delivery', () => {
   it('scenario 4: quiet report to an idle parent appends one framed message before returning, starts no parent turn', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     const step = await claimStep(h, child);
@@ -340,7 +309,7 @@ describe('report: delivery', () => {
   });
 
   it('scenario 4: at the service level the quiet report is in the idle parent\'s log, not staged, when reportFrom returns', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     await claimStep(h, child);
@@ -354,7 +323,7 @@ describe('report: delivery', () => {
   });
 
   it('scenario 5: a wakeup report queues one parent inbox item and becomes one later parent turn, never joining the open one', async () => {
-    const h = await open();
+    const h = await startHarness();
     const put = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     expect(put.statusCode).toBe(200);
     const { root, step: rootStep0 } = await rootInTurn(h);
@@ -393,7 +362,7 @@ describe('report: delivery', () => {
   });
 
   it('scenario 5: a wakeup report to an idle parent is followed by a parent model request', async () => {
-    const h = await open();
+    const h = await startHarness();
     await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -408,7 +377,7 @@ describe('report: delivery', () => {
   });
 
   it('scenario 6: two quiet reports reach the parent in the order they were made', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     const step = await claimStep(h, child);
@@ -424,7 +393,7 @@ describe('report: delivery', () => {
   });
 
   it('scenario 6: quiet reports staged for a running parent keep their order when they are written', async () => {
-    const h = await open();
+    const h = await startHarness();
     const { root, step: rootStep0 } = await rootInTurn(h);
     const child = await startChild(h, root);
     const childStep = await claimStep(h, child);
@@ -438,7 +407,7 @@ describe('report: delivery', () => {
   });
 
   it('scenario 7: the parent keeps a report after the child settles and leaves the live registry', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     const messageId = await reportInStep(h, child, (await claimStep(h, child)).id, 'KEEP');
@@ -453,7 +422,7 @@ describe('report: delivery', () => {
   });
 
   it('scenario 8: a grandchild report crosses one edge: staged at the running child, never at the root, logged at the child\'s next step start', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     const childStep0 = await claimStep(h, child);
@@ -485,7 +454,7 @@ describe('report: delivery', () => {
   });
 
   it('scenario 9: a wakeup report to a waiting continuable parent keeps it registered and lands later as its turn', async () => {
-    const h = await open();
+    const h = await startHarness();
     await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -514,7 +483,7 @@ describe('report: delivery', () => {
 
 describe('report: rejections', () => {
   it('scenario 10: a parent whose send throws once: PARENT_UNAVAILABLE and nothing recorded; the next report is delivered', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     await claimStep(h, child);
@@ -545,7 +514,7 @@ describe('report: rejections', () => {
   });
 
   it('scenario 10: at the service level the send failure is the PARENT_UNAVAILABLE cause', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     await claimStep(h, child);
@@ -562,7 +531,7 @@ describe('report: rejections', () => {
   });
 
   it('scenario 11: a root, a one-shot child, a remote child and a forged copy of a child are UNAUTHORIZED senders', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     const oneShot = await startChild(h, root, { mode: 'one-shot' });
@@ -583,7 +552,7 @@ describe('report: rejections', () => {
   });
 
   it('scenario 11: a stale incarnation cannot report after its child settled and was cold-resumed', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     const firstAgent = live(h, child.id);
@@ -617,7 +586,7 @@ describe('report: rejections', () => {
   });
 
   it('scenario 11: a pre-aborted signal rejects the report before anything is delivered', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     await claimStep(h, child);
@@ -629,7 +598,7 @@ describe('report: rejections', () => {
   });
 
   it('scenario 11: a report to a host-owned parent that was already disposed is PARENT_UNAVAILABLE', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     await claimStep(h, child);
@@ -644,7 +613,7 @@ describe('report: rejections', () => {
   });
 
   it('scenario 11: a report while the forest is being drained (root disposal with cascade) is DRAINING', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     await claimStep(h, child);
@@ -661,7 +630,7 @@ describe('report: rejections', () => {
   });
 
   it('scenario 11: a child whose Activation is being disposed gets ACTIVATION_CLOSING', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     await claimStep(h, child);
@@ -684,7 +653,7 @@ describe('report: rejections', () => {
 
 describe('report: package lifecycle and setup revocation', () => {
   it('scenario 12: uninstalling the package revokes report from a resident child at once; re-installing does not re-grant it to that child', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     const step0 = await claimStep(h, child);
@@ -714,7 +683,7 @@ describe('report: package lifecycle and setup revocation', () => {
 
   it('scenario 13: a contribution that revokes itself inside its installer fails the child with ACTIVATION_SETUP_REVOKED; nothing is published', async () => {
     const ids = countingIds();
-    const h = await open({ ids });
+    const h = await startHarness({ ids });
     const root = await createRoot(h.app, { id: 'r' });
     let disposed = 0;
     let remove = (): void => undefined;
@@ -750,7 +719,7 @@ describe('report: package lifecycle and setup revocation', () => {
 
   it('scenario 14: a revocation from a microtask during setup fails the child with ACTIVATION_SETUP_REVOKED; the disposer ran, nothing is published', async () => {
     const ids = countingIds();
-    const h = await open({ ids });
+    const h = await startHarness({ ids });
     const root = await createRoot(h.app, { id: 'r' });
     let disposed = 0;
     const remove: () => void = h.system.setup.register(() => {
@@ -785,7 +754,7 @@ describe('report: package lifecycle and setup revocation', () => {
   // whole forest under a scoped drain, where reports fail with DRAINING: see scenario 11; so
   // the window is shown with a continuable child parent being closed.)
   it('scenario 15: once the parent\'s disposal has started (still registered), a report to it fails with PARENT_UNAVAILABLE', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const parent = await startChild(h, root);
     await claimStep(h, parent);
@@ -808,7 +777,7 @@ describe('report: package lifecycle and setup revocation', () => {
   });
 
   it('scenario 15: after the parent\'s disposal completed, a report over HTTP fails with PARENT_UNAVAILABLE', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     await claimStep(h, child);
@@ -823,7 +792,7 @@ describe('report: package lifecycle and setup revocation', () => {
   // Adaptation: the reference pins the plugin's shape (name, inject, Config); over HTTP the
   // package resource and the environment loader carry the same configuration contract.
   it('scenario 16: the report package defaults to quiet, accepts wakeup and rejects any other delivery mode', async () => {
-    const h = await open();
+    const h = await startHarness();
     const listed = await h.app.inject({ method: 'GET', url: '/v1/packages' });
     expect(listed.statusCode).toBe(200);
     expect((listed.json() as { packages: unknown[] }).packages).toContainEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'quiet' } });
@@ -855,7 +824,7 @@ describe('report: package lifecycle and setup revocation', () => {
   });
 
   it('scenario 17: a child that ends with a final answer and no report reports nothing; its user messages are exactly its task', async () => {
-    const h = await open();
+    const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     expect((await output(h, child, (await claimStep(h, child)).id, { content: 'final answer' })).turn).toBe('ended');

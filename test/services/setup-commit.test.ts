@@ -40,11 +40,8 @@ const PROBE_TOOL = defineTool({
   execute: () => ({ output: {}, content: 'probed' }),
 });
 
-const harnesses: Harness[] = [];
-
-afterEach(async () => {
+afterEach(() => {
   vi.restoreAllMocks();
-  for (const harness of harnesses.splice(0)) await harness.close();
 });
 
 interface Fixture {
@@ -65,7 +62,6 @@ async function open(): Promise<Fixture> {
     },
   };
   const h = await startHarness({ ids });
-  harnesses.push(h);
   await createRoot(h.app, { id: 'root' });
   const parent = h.system.registry.get('root');
   if (parent === undefined) throw new Error('the root is not live');
