@@ -1,6 +1,6 @@
 # agentforest container image. Build: docker build -t agentforest .   (or: podman build --format docker ...)
 # Run:   docker run -d -p 3000:3000 -v agentforest-data:/data -e AGENTFOREST_API_KEYS=<key> agentforest
-# `npm run test:container` builds this file, runs it and checks it end to end (see README "Deploying").
+# `npm run test:container` builds this file, runs it and checks it end to end (see docs/guides/deploying.md, "Checking the image").
 
 # ---- build: compile the native module (better-sqlite3) and TypeScript, then keep only
 # production dependencies.
@@ -55,5 +55,5 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
 # the same under `--init` (tini/catatonit forward the signal). Give the stop timeout at least
 # AGENTFOREST_DRAIN_TIMEOUT_MS + 5 s.
 STOPSIGNAL SIGTERM
-# The same command as `npm start`, young-generation size included (see "Performance" in the README).
+# The same command as `npm start`, young-generation size included (see docs/performance.md).
 CMD ["node", "--max-semi-space-size=32", "dist/server.js"]

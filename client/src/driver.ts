@@ -71,7 +71,7 @@ export interface RunAgentOptions {
   tools?: Record<string, ToolHandler>;
   /** Chat-completions definitions of `tools`, appended to each step's tools for the model. */
   toolSchemas?: ChatTool[];
-  /** Stops the loop: cancels an open long-poll at once; see the README for a claimed step. */
+  /** Stops the loop: cancels an open long-poll at once; see client/README.md for a claimed step. */
   signal?: AbortSignal;
   /** Long-poll of each claim, 0..60000 ms (default 30000). */
   waitMs?: number;

@@ -1,7 +1,7 @@
 /**
  * The service's limits over HTTP (`app.inject()`, and real HTTP for event streams): for each
  * limit in src/services/limits.ts, a request at the limit is allowed and the next one is refused
- * with the documented status, code, message and `Retry-After` (README "Limits and load
+ * with the documented status, code, message and `Retry-After` (docs/operations.md, "Limits and load
  * protection"), and the refusal changes nothing: no new session, no new live agent, the inbox
  * and the log as they were. Small limits are set per test through startHarness({ limits }).
  */
