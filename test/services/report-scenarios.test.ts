@@ -618,19 +618,37 @@ describe('report: rejections', () => {
     expect(await view(h, root.id)).toMatchObject({ status: 'idle', inbox: { queued: 0 }, staged: 0 });
   });
 
-  it('scenario 11: a report to a host-owned parent that was already disposed is PARENT_UNAVAILABLE', async () => {
+  it('scenarios 11 and 15: once a host-owned parent\'s disposal completed the child stays live and its reports, by route or step output, are PARENT_UNAVAILABLE; earlier ones stay', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
-    await claimStep(h, child);
+    const step = await claimStep(h, child);
+    const before = await report(h, child, 'BEFORE');
 
     const disposed = await h.app.inject({ method: 'DELETE', url: `/v1/agents/${root.id}?cascade=false` });
     expect(disposed.statusCode).toBe(202);
     expect(h.system.registry.get(root.id)).toBeUndefined();
     expect(h.system.registry.get(child.id)).toBeDefined();
+    expect(await view(h, child.id)).toMatchObject({ resident: true });
+    const rootLog = await session(h.app, root.id);
 
-    expectToolError(await callTool(h, child, 'report', { output: 'ORPHAN' }), 409, 'PARENT_UNAVAILABLE', PARENT_UNAVAILABLE);
-    expect(await reportsAt(h, root.id)).toHaveLength(0);
+    const res = await callTool(h, child, 'report', { output: 'ORPHAN' });
+    expect(res.statusCode).toBe(409);
+    expect(res.json()).toEqual({
+      statusCode: 409,
+      code: 'PARENT_UNAVAILABLE',
+      error: 'Conflict',
+      message: PARENT_UNAVAILABLE,
+      toolResult: { isError: true, content: `Error: ${PARENT_UNAVAILABLE}` },
+    });
+    expect(await output(h, child, step.id, { toolCalls: [reportCall('c1', 'STILL')] })).toEqual({
+      toolResults: [{ toolCallId: 'c1', name: 'report', isError: true, content: `Error: ${PARENT_UNAVAILABLE}` }],
+      awaiting: [],
+      turn: 'open',
+    });
+
+    expect(await session(h.app, root.id)).toEqual(rootLog);
+    expect((await reportsAt(h, root.id)).map((e) => e.messageId)).toEqual([before]);
   });
 
   it('scenario 11: a report while the forest is being drained (root disposal with cascade) is DRAINING', async () => {
@@ -799,19 +817,6 @@ describe('report: package lifecycle and setup revocation', () => {
     expect(error.code).toBe('PARENT_UNAVAILABLE');
     expect(error.message).toBe(PARENT_UNAVAILABLE);
     expect(await reportsAt(h, parent.id)).toHaveLength(0);
-  });
-
-  it('scenario 15: after the parent\'s disposal completed, a report over HTTP fails with PARENT_UNAVAILABLE', async () => {
-    const h = await startHarness();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    await claimStep(h, child);
-    const accepted = await callTool(h, child, 'report', { output: 'BEFORE' });
-    expect(accepted.statusCode).toBe(200);
-
-    expect((await h.app.inject({ method: 'DELETE', url: `/v1/agents/${root.id}?cascade=false` })).statusCode).toBe(202);
-    expectToolError(await callTool(h, child, 'report', { output: 'AFTER' }), 409, 'PARENT_UNAVAILABLE', PARENT_UNAVAILABLE);
-    expect((await reportsAt(h, root.id)).map((e) => e.content?.[1]?.text)).toEqual(['BEFORE']);
   });
 
   // Adaptation: the reference pins the plugin's shape (name, inject, Config); over HTTP the
