@@ -1,7 +1,7 @@
 /**
  * Children and the child-scoped `report` tool over HTTP (`app.inject()`): the report tool's
  * description and the exact acknowledgement of a report, quiet reports staged for a running
- * parent, wakeup reports in FIFO order and the delivery mode per Activation, settlement and cold
+ * parent, the wakeup delivery mode taking effect per Activation, settlement and cold
  * resume with a new token, listing, closing, and the error codes of the child routes with their
  * exact text. The report rule itself (delivery, ordering, one-edge routing, settled children,
  * stale incarnations, PARENT_UNAVAILABLE, setup revocation) is asserted once, with its exact
@@ -255,24 +255,6 @@ describe('wakeup reports', () => {
     expect(res.statusCode).toBe(200);
     expect(res.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup' } });
   }
-
-  it('three wakeup reports to an idle parent become three parent turns in FIFO order', async () => {
-    const h = await open();
-    await useWakeup(h);
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    const ids = [await report(h, child, 'ONE'), await report(h, child, 'TWO'), await report(h, child, 'THREE')];
-
-    for (const output of ['ONE', 'TWO', 'THREE']) {
-      const step = await finishTurn(h, root, `saw ${output}`);
-      expect(step.index).toBe(0);
-      expect(step.messages.at(-1)).toEqual({ role: 'user', content: rendered(child.id, output) });
-    }
-    await settle();
-    expect(await claim(h.app, root, 0)).toBeNull();
-    const turnStarts = (await session(h.app, root.id)).filter((e) => e.type === 'turn-start');
-    expect(turnStarts.map((e) => e.messageId)).toEqual(ids);
-  });
 
   it('the delivery mode applies to the next Activation: a child started before the change still reports quietly', async () => {
     const h = await open();

@@ -32,7 +32,7 @@ import {
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
-import { startChild, claimStep, report } from '../fixtures/forest.js';
+import { startChild, claimStep, nextStep, report } from '../fixtures/forest.js';
 
 interface AgentViewBody {
   id: string;
@@ -354,19 +354,27 @@ describe('report: delivery', () => {
     expect((await session(h.app, root.id)).filter((e) => e.type === 'turn-start')).toHaveLength(2);
   });
 
-  it('scenario 5: a wakeup report to an idle parent is followed by a parent model request', async () => {
+  it('scenario 5: wakeup reports to an idle parent each become one later parent turn, in the order they were made', async () => {
     const h = await startHarness();
     await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
-    const messageId = await reportInStep(h, child, (await claimStep(h, child)).id, 'WAKE_IDLE');
-    await settle();
+    const ids = [await reportInStep(h, child, (await claimStep(h, child)).id, 'ONE')];
+    ids.push(await report(h, child, 'TWO'), await report(h, child, 'THREE'));
 
-    const step = await claimStep(h, root);
-    expect(lastUser(step)).toBe(`Background subagent ${child.id} reported:\nWAKE_IDLE`);
+    const turnIds: string[] = [];
+    for (const text of ['ONE', 'TWO', 'THREE']) {
+      const step = await nextStep(h, root);
+      expect(step.index).toBe(0);
+      expect(step.messages.at(-1)).toEqual({ role: 'user', content: `Background subagent ${child.id} reported:\n${text}` });
+      turnIds.push(step.turnId);
+      expect((await output(h, root, step.id, { content: `saw ${text}` })).turn).toBe('ended');
+    }
+    await settle();
+    expect(await claim(h.app, root)).toBeNull();
     const turnStarts = (await session(h.app, root.id)).filter((e) => e.type === 'turn-start');
-    expect(turnStarts).toHaveLength(1);
-    expect(turnStarts[0]).toMatchObject({ messageId, turnId: step.turnId });
+    expect(turnStarts.map((e) => e.messageId)).toEqual(ids);
+    expect(turnStarts.map((e) => e['turnId'])).toEqual(turnIds);
   });
 
   it('scenario 6: quiet reports to an idle parent, two in one step output and one by the tool-call route, reach it in the order they were made', async () => {
