@@ -156,9 +156,7 @@ describe('the report tool over HTTP', () => {
     const tool = (res.json() as { tools: { name: string; description: string }[] }).tools.find((t) => t.name === 'report');
     expect(tool?.description).toBe(REPORT_DESCRIPTION);
   });
-});
 
-describe('quiet reports', () => {
   it('a report answers with exactly the API fields, in a step output\'s toolResults and from the tool-call route, and the step\'s turn goes on', async () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
@@ -201,7 +199,9 @@ describe('quiet reports', () => {
     });
     expect(reportsIn(await session(h.app, root.id)).map((e) => e.messageId)).toEqual([messageId, directId]);
   });
+});
 
+describe('quiet reports', () => {
   it('a quiet report to a running parent is staged and written at its next step start, after the tool result, never between call and result', async () => {
     const h = await open();
     const { root, step } = await rootMidTurn(h);
