@@ -1,8 +1,11 @@
 /**
- * Children and the child-scoped `report` tool over HTTP (`app.inject()`): which scopes see
- * `report`, where quiet and waking reports land in the parent's log, FIFO order, nested
- * routing across exactly one edge, settlement and cold resume with a new token, listing,
- * closing, and every error code the child and report routes answer with its exact text.
+ * Children and the child-scoped `report` tool over HTTP (`app.inject()`): the report tool's
+ * description and the exact acknowledgement of a report, quiet reports staged for a running
+ * parent, the wakeup delivery mode taking effect per Activation, settlement and cold
+ * resume with a new token, listing, closing, and the error codes of the child routes with their
+ * exact text. The report rule itself (delivery, ordering, one-edge routing, settled children,
+ * stale incarnations, PARENT_UNAVAILABLE, setup revocation) is asserted once, with its exact
+ * error bodies, in test/services/report-scenarios.test.ts.
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
@@ -53,9 +56,6 @@ interface OutputBody {
 }
 
 const DRAINING_MESSAGE = 'continuable subagents are draining; the operation was not admitted';
-const PARENT_UNAVAILABLE_MESSAGE = 'direct parent is not live; report was not delivered';
-const REVOKED_MESSAGE =
-  'a continuable-subagent setup contribution was revoked while this child was being built; the child was not established';
 const REPORT_DESCRIPTION =
   'Report selected content to the agent that started you. Call this zero or more times for progress, findings, or a ' +
   'final answer. Reporting does not end your turn or finish your work, and only your direct parent receives it. A ' +
@@ -147,95 +147,17 @@ function errorOf(res: LightMyRequestResponse): { statusCode: number; code: strin
   return res.json() as { statusCode: number; code: string; error: string; message: string };
 }
 
-describe('which agents see the report tool', () => {
-  it('report is listed and runnable only for continuable in-process children, never for roots, one-shot or remote children', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const continuable = await startChild(h, root);
-    const oneShot = await startChild(h, root, { mode: 'one-shot' });
-    const remote = await startChild(h, root, { provider: 'remote' });
-
-    expect(await toolNames(h, root)).not.toContain('report');
-    expect(await toolNames(h, oneShot)).not.toContain('report');
-    expect(await toolNames(h, remote)).not.toContain('report');
-    expect((await toolNames(h, continuable)).filter((n) => n === 'report')).toHaveLength(1);
-
-    for (const agent of [root, oneShot, remote]) {
-      const res = await callTool(h, agent, 'report', { output: 'x' });
-      expect(res.statusCode).toBe(404);
-      expect(res.json()).toEqual({
-        statusCode: 404,
-        code: 'TOOL_NOT_FOUND',
-        error: 'Not Found',
-        message: 'unknown tool "report"',
-        toolResult: { isError: true, content: 'Error: unknown tool "report"' },
-      });
-    }
-    expect(reportsIn(await session(h.app, root.id))).toEqual([]);
-  });
-
-  it('the report schema takes exactly {output: string} and carries the contract description', async () => {
+describe('the report tool over HTTP', () => {
+  it('the report tool is listed with the contract description', async () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
     const res = await h.app.inject({ method: 'GET', url: `/v1/agents/${child.id}/tools`, headers: { 'x-agent-token': child.token } });
-    const tool = (res.json() as { tools: { name: string; description: string; inputSchema: { properties: Record<string, { type: string }>; required: string[] } }[] }).tools.find(
-      (t) => t.name === 'report',
-    );
+    const tool = (res.json() as { tools: { name: string; description: string }[] }).tools.find((t) => t.name === 'report');
     expect(tool?.description).toBe(REPORT_DESCRIPTION);
-    expect(Object.keys(tool?.inputSchema.properties ?? {})).toEqual(['output']);
-    expect(tool?.inputSchema.properties['output']?.type).toBe('string');
-    expect(tool?.inputSchema.required).toEqual(['output']);
   });
 
-  it('a continuable child with toolFilter {allow: []} still sees and runs report, and nothing else', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root, { toolFilter: { allow: [] } });
-    expect(await toolNames(h, child)).toEqual(['report']);
-
-    const step = await nextStep(h, child);
-    expect(step.tools).toEqual([expect.objectContaining({ type: 'function', function: expect.objectContaining({ name: 'report' }) })]);
-    const messageId = await report(h, child, 'filtered but reporting');
-    expect(reportsIn(await session(h.app, root.id)).map((e) => e.messageId)).toEqual([messageId]);
-  });
-});
-
-describe('quiet reports', () => {
-  it('a quiet report to an idle parent is appended before the 200 and starts no parent turn', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-
-    const res = await callTool(h, child, 'report', { output: 'CHILD_FINDING' });
-    expect(res.statusCode).toBe(200);
-    const body = res.json() as ToolResultView & { output: { messageId: string } };
-    const messageId = body.output.messageId;
-    // Exactly spec/API.md's fields.
-    expect(body).toEqual({
-      toolCallId: expect.any(String),
-      isError: false,
-      output: { messageId },
-      content: `report accepted by the agent that started you as message ${messageId}`,
-    });
-
-    const entries = await session(h.app, root.id);
-    expect(entries).toHaveLength(1);
-    expect(entries[0]).toMatchObject({
-      type: 'message',
-      role: 'user',
-      messageId,
-      content: framed(child.id, 'CHILD_FINDING'),
-      source: { kind: 'subagent-report', senderSessionId: child.id },
-    });
-
-    await settle();
-    expect(shape(await session(h.app, root.id))).toEqual([`user:${rendered(child.id, 'CHILD_FINDING')}`]);
-    expect(await view(h, root.id)).toMatchObject({ status: 'idle', inbox: { queued: 0 }, staged: 0 });
-    expect(await claim(h.app, root, 0)).toBeNull();
-  });
-
-  it('a report in a step output runs at once and its acknowledgement comes back in toolResults', async () => {
+  it('a report answers with exactly the API fields, in a step output\'s toolResults and from the tool-call route, and the step\'s turn goes on', async () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -264,8 +186,22 @@ describe('quiet reports', () => {
     // The child's own log keeps the call and its result, and its turn goes on.
     expect(shape(await session(h.app, child.id)).slice(-2)).toEqual(['assistant:', `tool:report accepted by the agent that started you as message ${messageId}`]);
     expect(await nextStep(h, child)).toMatchObject({ index: 1 });
-  });
 
+    // The tool-call route answers with the result itself: no name, a toolCallId of its own.
+    const direct = await callTool(h, child, 'report', { output: 'from the route' });
+    expect(direct.statusCode).toBe(200);
+    const directId = (direct.json() as { output: { messageId: string } }).output.messageId;
+    expect(direct.json()).toEqual({
+      toolCallId: expect.any(String),
+      isError: false,
+      output: { messageId: directId },
+      content: `report accepted by the agent that started you as message ${directId}`,
+    });
+    expect(reportsIn(await session(h.app, root.id)).map((e) => e.messageId)).toEqual([messageId, directId]);
+  });
+});
+
+describe('quiet reports', () => {
   it('a quiet report to a running parent is staged and written at its next step start, after the tool result, never between call and result', async () => {
     const h = await open();
     const { root, step } = await rootMidTurn(h);
@@ -311,28 +247,6 @@ describe('quiet reports', () => {
     expect(shape(await session(h.app, root.id))).toEqual(['turn-start', 'user:go', 'step-start', 'assistant:final', 'turn-end:completed', `user:${rendered(child.id, 'late news')}`]);
     expect(await claim(h.app, root, 0)).toBeNull();
   });
-
-  it('several quiet reports to an idle parent are appended in the order they were accepted', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    const ids = [await report(h, child, 'FIRST'), await report(h, child, 'SECOND'), await report(h, child, 'THIRD')];
-
-    const reports = reportsIn(await session(h.app, root.id));
-    expect(reports.map((e) => e.messageId)).toEqual(ids);
-    expect(reports.map((e) => e.content?.[1]?.text)).toEqual(['FIRST', 'SECOND', 'THIRD']);
-    expect(new Set(ids).size).toBe(3);
-  });
-
-  it('a report survives the child settling: the parent keeps it after the child left the live registry', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    const messageId = await report(h, child, 'kept');
-    await finishTurn(h, child);
-    await untilStatus(h, child.id, 'settled');
-    expect(reportsIn(await session(h.app, root.id)).map((e) => e.messageId)).toEqual([messageId]);
-  });
 });
 
 describe('wakeup reports', () => {
@@ -341,61 +255,6 @@ describe('wakeup reports', () => {
     expect(res.statusCode).toBe(200);
     expect(res.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup' } });
   }
-
-  it('a wakeup report makes exactly one later parent turn and never joins the open turn', async () => {
-    const h = await open();
-    await useWakeup(h);
-    const { root, step } = await rootMidTurn(h);
-    await postOutput(h.app, root, step.id, { toolCalls: [{ id: 'call-1', name: 'search', input: {} }] });
-    const child = await startChild(h, root);
-
-    const messageId = await report(h, child, 'WAKE');
-    expect(await view(h, root.id)).toMatchObject({ status: 'running', inbox: { queued: 1 }, staged: 0 });
-    expect(reportsIn(await session(h.app, root.id))).toEqual([]);
-
-    await postResults(h.app, root, step.id, [{ toolCallId: 'call-1', content: 'r1' }]);
-    const second = await nextStep(h, root);
-    expect(second.turnId).toBe(step.turnId);
-    expect(second.messages.map((m) => m.content)).not.toContain(rendered(child.id, 'WAKE'));
-    expect((await postOutput(h.app, root, second.id, { content: 'first turn done' })).json()).toMatchObject({ turn: 'ended' });
-
-    const woken = await nextStep(h, root);
-    expect(woken.turnId).not.toBe(step.turnId);
-    expect(woken.messages.at(-1)).toEqual({ role: 'user', content: rendered(child.id, 'WAKE') });
-
-    const entries = await session(h.app, root.id);
-    const turnStarts = entries.filter((e) => e.type === 'turn-start');
-    expect(turnStarts).toHaveLength(2);
-    expect(turnStarts[1]).toMatchObject({ turnId: woken.turnId, messageId });
-    const firstTurnEnd = entries.findIndex((e) => e.type === 'turn-end');
-    const reportAt = entries.findIndex((e) => e.type === 'message' && e.messageId === messageId);
-    expect(reportAt).toBeGreaterThan(firstTurnEnd);
-    expect(entries[reportAt - 1]).toMatchObject({ type: 'turn-start', messageId });
-    expect(entries[reportAt]).toMatchObject({ role: 'user', content: framed(child.id, 'WAKE'), source: { kind: 'subagent-report', senderSessionId: child.id } });
-
-    await postOutput(h.app, root, woken.id, { content: 'handled' });
-    await settle();
-    expect(await claim(h.app, root, 0)).toBeNull();
-    expect((await session(h.app, root.id)).filter((e) => e.type === 'turn-start')).toHaveLength(2);
-  });
-
-  it('three wakeup reports to an idle parent become three parent turns in FIFO order', async () => {
-    const h = await open();
-    await useWakeup(h);
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    const ids = [await report(h, child, 'ONE'), await report(h, child, 'TWO'), await report(h, child, 'THREE')];
-
-    for (const output of ['ONE', 'TWO', 'THREE']) {
-      const step = await finishTurn(h, root, `saw ${output}`);
-      expect(step.index).toBe(0);
-      expect(step.messages.at(-1)).toEqual({ role: 'user', content: rendered(child.id, output) });
-    }
-    await settle();
-    expect(await claim(h.app, root, 0)).toBeNull();
-    const turnStarts = (await session(h.app, root.id)).filter((e) => e.type === 'turn-start');
-    expect(turnStarts.map((e) => e.messageId)).toEqual(ids);
-  });
 
   it('the delivery mode applies to the next Activation: a child started before the change still reports quietly', async () => {
     const h = await open();
@@ -413,53 +272,6 @@ describe('wakeup reports', () => {
     const step = await nextStep(h, root);
     expect(step.messages.at(-1)).toEqual({ role: 'user', content: rendered(after.id, 'loud one') });
     expect((await session(h.app, root.id)).filter((e) => e.type === 'turn-start').map((e) => e.messageId)).toEqual([woke]);
-  });
-});
-
-describe('nested reporting', () => {
-  it('a grandchild reports to its direct parent only; the root sees nothing until that child reports itself', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    const grandchild = await startChild(h, child, { prompt: 'grandchild task' });
-    await finishTurn(h, child);
-    expect(await view(h, child.id)).toMatchObject({ status: 'idle', resident: true, activation: { state: 'waiting' } });
-
-    const fromGrandchild = await report(h, grandchild, 'DEEP');
-    const childReports = reportsIn(await session(h.app, child.id));
-    expect(childReports).toHaveLength(1);
-    expect(childReports[0]).toMatchObject({
-      messageId: fromGrandchild,
-      content: framed(grandchild.id, 'DEEP'),
-      source: { kind: 'subagent-report', senderSessionId: grandchild.id },
-    });
-    expect(reportsIn(await session(h.app, root.id))).toEqual([]);
-
-    const fromChild = await report(h, child, 'derived from DEEP');
-    const rootReports = reportsIn(await session(h.app, root.id));
-    expect(rootReports).toHaveLength(1);
-    expect(rootReports[0]).toMatchObject({
-      messageId: fromChild,
-      content: framed(child.id, 'derived from DEEP'),
-      source: { kind: 'subagent-report', senderSessionId: child.id },
-    });
-  });
-
-  it("a grandchild's report to a child in the middle of a turn is staged in the child, not delivered to the root", async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    const step = await nextStep(h, child);
-    const grandchild = await startChild(h, child);
-
-    await report(h, grandchild, 'DEEP');
-    expect(await view(h, child.id)).toMatchObject({ staged: 1 });
-    expect(reportsIn(await session(h.app, child.id))).toEqual([]);
-    expect(reportsIn(await session(h.app, root.id))).toEqual([]);
-
-    await postOutput(h.app, child, step.id, { content: 'child done' });
-    expect(reportsIn(await session(h.app, child.id)).map((e) => sourceOf(e).senderSessionId)).toEqual([grandchild.id]);
-    expect(reportsIn(await session(h.app, root.id))).toEqual([]);
   });
 });
 
@@ -483,8 +295,12 @@ describe('settlement, cold resume and tokens', () => {
     const resumed = { id: child.id, token: accepted.resumed.agentToken };
     const step = await nextStep(h, resumed);
     expect(step.messages.at(-1)).toEqual({ role: 'user', content: 'more work' });
-    const activations = (await session(h.app, child.id)).filter((e) => e.type === 'activation').map((e) => e['event']);
-    expect(activations).toEqual(['created', 'settled', 'resumed']);
+    const childLog = await session(h.app, child.id);
+    expect(childLog.filter((e) => e.type === 'activation').map((e) => e['event'])).toEqual(['created', 'settled', 'resumed']);
+    // The followup is the parent's message, as a send_message would be.
+    expect(childLog.find((e) => e.type === 'message' && e.messageId === accepted.messageId)).toMatchObject({
+      source: { kind: 'coordinator', senderSessionId: root.id },
+    });
   });
 
   it('after a cold resume the old child token is refused with 403 UNAUTHORIZED and the new one works', async () => {
@@ -507,26 +323,6 @@ describe('settlement, cold resume and tokens', () => {
     }
     expect(reportsIn(await session(h.app, root.id))).toEqual([]);
     expect(await toolNames(h, { id: child.id, token: resumedToken })).toContain('report');
-  });
-
-  it('a report sent with a stale child token is refused with the report authority message and reaches nobody', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    await finishTurn(h, child);
-    await untilStatus(h, child.id, 'settled');
-    await messageTo(h, child.id, root.token, 'again');
-
-    const res = await callTool(h, child, 'report', { output: 'stale' });
-    const message = `agent "${child.id}" is not a live continuable subagent and cannot report`;
-    expect(res.json()).toEqual({
-      statusCode: 403,
-      code: 'UNAUTHORIZED',
-      error: 'Forbidden',
-      message,
-      toolResult: { isError: true, content: `Error: ${message}` },
-    });
-    expect(reportsIn(await session(h.app, root.id))).toEqual([]);
   });
 });
 
@@ -662,59 +458,6 @@ describe('errors on the child and report routes', () => {
     expect(await list(h, `?parentId=${root.id}`)).toEqual([]);
   });
 
-  it('PARENT_UNAVAILABLE: after DELETE root?cascade=false the child stays live and its reports fail, by route and by step output', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-
-    expect((await h.app.inject({ method: 'DELETE', url: `/v1/agents/${root.id}?cascade=false` })).statusCode).toBe(202);
-    expect(await view(h, child.id)).toMatchObject({ resident: true });
-    const rootLog = await session(h.app, root.id);
-
-    const res = await callTool(h, child, 'report', { output: 'anyone there?' });
-    expect(res.statusCode).toBe(409);
-    expect(res.json()).toEqual({
-      statusCode: 409,
-      code: 'PARENT_UNAVAILABLE',
-      error: 'Conflict',
-      message: PARENT_UNAVAILABLE_MESSAGE,
-      toolResult: { isError: true, content: `Error: ${PARENT_UNAVAILABLE_MESSAGE}` },
-    });
-
-    const step = await nextStep(h, child);
-    const out = await postOutput(h.app, child, step.id, { toolCalls: [{ id: 'call-r', name: 'report', input: { output: 'still?' } }] });
-    expect(out.json()).toEqual({
-      toolResults: [{ toolCallId: 'call-r', name: 'report', isError: true, content: `Error: ${PARENT_UNAVAILABLE_MESSAGE}` }],
-      awaiting: [],
-      turn: 'open',
-    });
-    expect(await session(h.app, root.id)).toEqual(rootLog);
-  });
-
-  it('ACTIVATION_SETUP_REVOKED: a contribution revoked while the child is built leaves only the parent', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    let disposed = 0;
-    let remove: () => void = () => undefined;
-    remove = h.system.setup.register(() => {
-      queueMicrotask(() => remove());
-      return () => {
-        disposed++;
-      };
-    });
-
-    const res = await postChild(h, root.id, root.token, { mode: 'continuable', prompt: 'never' });
-    expect(res.statusCode).toBe(409);
-    expect(res.json()).toEqual({ statusCode: 409, code: 'ACTIVATION_SETUP_REVOKED', error: 'Conflict', message: REVOKED_MESSAGE });
-    expect(disposed).toBe(1);
-    expect(await list(h, `?parentId=${root.id}`)).toEqual([]);
-    expect((await list(h)).map((v) => v.id)).toEqual([root.id]);
-
-    // The registration is gone, so the next child is established normally.
-    const next = await startChild(h, root);
-    expect((await list(h, `?parentId=${root.id}`)).map((v) => v.id)).toEqual([next.id]);
-  });
-
   it('NOT_RESUMABLE: a followup to a one-shot child, live or finished', async () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
@@ -779,7 +522,7 @@ describe('errors on the child and report routes', () => {
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
 
-    for (const input of [{}, { output: 42 }, { output: 'x', to: root.id }, { output: 'x', delivery: 'wakeup' }]) {
+    for (const input of [{}, { output: 42 }, { output: 'x', to: root.id }, { output: 'x', recipient: root.id }, { output: 'x', delivery: 'wakeup' }]) {
       const res = await callTool(h, child, 'report', input);
       expect(res.statusCode).toBe(400);
       const body = res.json() as { code: string; message: string; toolResult: { isError: boolean; content: string } };

@@ -136,33 +136,6 @@ describe('send_message', () => {
     expect(userTexts(childLog)).toEqual(['child task', 'more work']);
   });
 
-  it('scenario 31: a followup over HTTP with the parent\'s token cold-resumes a settled child; the old token is then 403', async () => {
-    const h = await open();
-    const root = await createRoot(h.app, { id: 'r' });
-    const child = await startChild(h, root);
-    await output(h, child, (await claimStep(h, child)).id, { content: 'first answer' });
-    await settled(h, child.id);
-
-    const res = await h.app.inject({
-      method: 'POST',
-      url: `/v1/agents/${child.id}/messages`,
-      headers: { 'x-agent-token': root.token },
-      payload: { content: 'more work', delivery: 'followup' },
-    });
-    expect(res.statusCode).toBe(202);
-    const accepted = res.json() as { messageId: string; inboxItemId: string; resumed: { agentToken: string } };
-    expect(accepted.resumed.agentToken).toEqual(expect.any(String));
-    expect(accepted.resumed.agentToken).not.toBe(child.token);
-
-    const oldTools = await h.app.inject({ method: 'GET', url: `/v1/agents/${child.id}/tools`, headers: { 'x-agent-token': child.token } });
-    expect(oldTools.statusCode).toBe(403);
-    const step = await claimStep(h, { id: child.id, token: accepted.resumed.agentToken });
-    expect(step.messages.filter((m) => m.role === 'user').at(-1)?.content).toBe('more work');
-    expect((await session(h.app, child.id)).find((e) => e.type === 'message' && e.messageId === accepted.messageId)).toMatchObject({
-      source: { kind: 'coordinator', senderSessionId: root.id },
-    });
-  });
-
   it('scenario 32: send_message during an open child turn becomes a later turn and never joins the open one', async () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
