@@ -86,6 +86,7 @@ export const Credential = shared(
   'Credential',
   Type.Object({ agentId: AgentId, agentToken: Type.String() }, { additionalProperties: false, description: "A live incarnation's agent id and token." }),
 );
+export type AgentCredential = Static<typeof Credential>;
 
 /** The model-visible result of a failed tool call, on the errors of tool-call routes. */
 export const ToolErrorResult = Type.Object(

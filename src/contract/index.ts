@@ -15,6 +15,7 @@ import { STEP_SCHEMAS } from './steps.js';
 
 export * from './common.js';
 export * from './packages.js';
+export * from './receipts.js';
 export * from './sessions.js';
 export * from './steps.js';
 export { literals, ref } from './schema.js';

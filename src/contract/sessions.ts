@@ -107,4 +107,16 @@ export const SessionHeader = shared(
   ),
 );
 
+export const SessionPage = Type.Object(
+  {
+    header: ref(SessionHeader),
+    entries: Type.Array(ref(SessionEntry)),
+    nextAfter: Type.Union([Type.Integer(), Type.Null()], {
+      description: 'Pass as `after` for the next page; null when this page reached the end of the log.',
+    }),
+  },
+  { additionalProperties: false },
+);
+export type SessionPage = Static<typeof SessionPage>;
+
 export const SESSION_SCHEMAS = [MessageSource, ToolCall, ...ENTRY_VARIANTS, SessionEntry, SessionHeader] as const;

@@ -17,20 +17,18 @@ import type { Delivery } from '../domain/agent.js';
 import type { TextBlock } from '../domain/message.js';
 import type { ModelSpec } from '../domain/model.js';
 import type { AdmissionGate } from './agents/admission-gate.js';
-import type { AgentQueries, ListFilter, SessionPage } from './agents/agent-queries.js';
+import type { AgentQueries, ListFilter } from './agents/agent-queries.js';
 import type { AgentAuthority } from './agents/authority.js';
 import type { AgentDeliveries, Delivered } from './agents/deliveries.js';
-import { receiptOf, type Receipt } from './agents/receipts.js';
+import { receiptOf } from './agents/receipts.js';
 import type { Created, RootLifecycle } from './agents/root-lifecycle.js';
 import type { ChildSpec } from './continuation/continuation-manager.js';
 import type { IdempotencyRequest } from './idempotency.js';
 import type { LiveAgent } from './live-agent.js';
-import type { ChildListing } from './packages/subagent-control.js';
 import type { SessionLog } from './session-log.js';
-import type { AgentView } from './views.js';
+import type { AgentView, ChildListing, Receipt, SessionPage } from '../contract/index.js';
 
-export type { ListFilter, SessionPage } from './agents/agent-queries.js';
-export type { Receipt } from './agents/receipts.js';
+export type { ListFilter } from './agents/agent-queries.js';
 export type { Created } from './agents/root-lifecycle.js';
 export { OPERATOR_SENDER } from './agents/deliveries.js';
 

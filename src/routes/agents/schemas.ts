@@ -4,7 +4,9 @@
  */
 import { Type } from '@sinclair/typebox';
 import { AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
-import { AgentId, AgentView, Content, Credential, literals, ModelSpec, OpaqueId, ref, SessionEntry, SessionHeader } from '../../contract/index.js';
+import { AgentId, AgentView, Content, Credential, literals, ModelSpec, ref } from '../../contract/index.js';
+
+export { SessionPage, ToolCallBody } from '../../contract/index.js';
 
 export const CreateRootBody = Type.Object(
   {
@@ -78,17 +80,6 @@ export const SessionQuery = Type.Object(
   { additionalProperties: false },
 );
 
-export const SessionPage = Type.Object(
-  {
-    header: ref(SessionHeader),
-    entries: Type.Array(ref(SessionEntry)),
-    nextAfter: Type.Union([Type.Integer(), Type.Null()], {
-      description: 'Pass as `after` for the next page; null when this page reached the end of the log.',
-    }),
-  },
-  { additionalProperties: false },
-);
-
 export const ToolList = Type.Object(
   {
     tools: Type.Array(
@@ -97,15 +88,6 @@ export const ToolList = Type.Object(
         { additionalProperties: false },
       ),
     ),
-  },
-  { additionalProperties: false },
-);
-
-export const ToolCallBody = Type.Object(
-  {
-    name: Type.String({ minLength: 1, maxLength: 200 }),
-    input: Type.Unknown({ description: 'The tool input; validated by the tool.' }),
-    toolCallId: Type.Optional(OpaqueId),
   },
   { additionalProperties: false },
 );

@@ -14,7 +14,7 @@ import type { AgentRegistry } from '../agent-registry.js';
 import type { ChildDelivery, ChildSpec, ContinuationManager } from '../continuation/continuation-manager.js';
 import type { IdempotencyKeys, IdempotencyRequest, IdempotentResult } from '../idempotency.js';
 import type { SessionLog } from '../session-log.js';
-import type { AgentView } from '../views.js';
+import type { AgentView } from '../../contract/index.js';
 import type { AdmissionGate } from './admission-gate.js';
 import type { AgentQueries } from './agent-queries.js';
 import type { AgentAuthority } from './authority.js';

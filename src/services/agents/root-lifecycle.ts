@@ -18,7 +18,7 @@ import type { ContinuationManager } from '../continuation/continuation-manager.j
 import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwnership } from '../ownership.js';
 import type { SessionLog } from '../session-log.js';
-import type { AgentView } from '../views.js';
+import type { AgentView } from '../../contract/index.js';
 import type { AdmissionGate } from './admission-gate.js';
 import type { AgentQueries } from './agent-queries.js';
 
