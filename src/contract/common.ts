@@ -13,6 +13,7 @@ export const AgentId = Type.String({ pattern: AGENT_ID_PATTERN, description: 'An
 export const OpaqueId = Type.String({ minLength: 1, maxLength: 200 });
 
 export const TextBlock = shared('TextBlock', Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: false }));
+export type TextBlock = Static<typeof TextBlock>;
 
 export const Content = shared(
   'Content',
@@ -20,6 +21,7 @@ export const Content = shared(
     description: 'A string, or text blocks; a model reads the blocks joined with a newline.',
   }),
 );
+export type Content = Static<typeof Content>;
 
 const MODEL_SPEC_FIELDS = {
   provider: literals(MODEL_PROVIDERS, { description: 'An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).' }),
@@ -43,6 +45,7 @@ export const ModelSpec = shared(
     description: 'The service drives this agent itself against this model: no backend claims its steps.',
   }),
 );
+export type ModelSpec = Static<typeof ModelSpec>;
 
 export const TokenUsage = shared(
   'TokenUsage',
@@ -55,6 +58,7 @@ export const TokenUsage = shared(
     { additionalProperties: false, description: 'Tokens the model request that produced this assistant message used.' },
   ),
 );
+export type TokenUsage = Static<typeof TokenUsage>;
 
 export const AgentView = shared(
   'AgentView',

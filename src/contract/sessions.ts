@@ -15,6 +15,7 @@ export const MessageSource = shared(
     { additionalProperties: false, description: 'Provenance of a message, never authority; coordinator and subagent-report name the sender.' },
   ),
 );
+export type MessageSource = Static<typeof MessageSource>;
 
 export const ToolCall = shared(
   'ToolCall',
@@ -23,6 +24,7 @@ export const ToolCall = shared(
     { additionalProperties: false, description: 'A tool call of an assistant message.' },
   ),
 );
+export type ToolCall = Static<typeof ToolCall>;
 
 /** One variant of the entry union: the fields every entry has, its `type`, and its own fields. */
 function entry<T extends EntryType, P extends Record<string, TSchema>>(type: T, id: string, description: string, fields: P) {
@@ -106,6 +108,7 @@ export const SessionHeader = shared(
     { additionalProperties: false, description: "The session's immutable header." },
   ),
 );
+export type SessionHeader = Static<typeof SessionHeader>;
 
 export const SessionPage = Type.Object(
   {

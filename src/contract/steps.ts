@@ -30,6 +30,7 @@ export const ChatMessage = shared(
     { description: 'An OpenAI chat-completions message.' },
   ),
 );
+export type ChatMessage = Static<typeof ChatMessage>;
 
 export const ChatTool = shared(
   'ChatTool',
@@ -41,6 +42,7 @@ export const ChatTool = shared(
     { description: 'A service-owned tool in the chat-completions function shape.' },
   ),
 );
+export type ChatTool = Static<typeof ChatTool>;
 
 export const Step = shared(
   'Step',

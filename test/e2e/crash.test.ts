@@ -19,8 +19,8 @@ import {
   ServerClient,
   startServer,
   type AgentRef,
-  type EntryView,
 } from '../fixtures/server-process.js';
+import type { Entry } from '../fixtures/wire.js';
 import { tempDir } from '../fixtures/cleanup.js';
 
 /** Reports the load would send if the kill never came; the kill lands after KILL_AFTER_ACKS. */
@@ -59,14 +59,14 @@ beforeEach(() => {
   dir = tempDir('agentforest-crash-');
 });
 
-function gapProblems(id: string, entries: readonly EntryView[]): string[] {
+function gapProblems(id: string, entries: readonly Entry[]): string[] {
   const seqs = entries.map((e) => e.seq);
   const expected = entries.map((_, i) => i + 1);
   return seqs.every((seq, i) => seq === expected[i]) ? [] : [`session ${id} has seqs ${JSON.stringify(seqs)}`];
 }
 
 /** Turns started and not ended in a session. */
-function openTurns(entries: readonly EntryView[]): string[] {
+function openTurns(entries: readonly Entry[]): string[] {
   const ended = new Set(entries.filter((e) => e.type === 'turn-end').map((e) => e.turnId));
   return entries.filter((e) => e.type === 'turn-start' && !ended.has(e.turnId)).map((e) => e.turnId ?? '');
 }
@@ -158,7 +158,7 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
     const sessionIds = [...roots.map((r) => r.id), ...children.map((c) => c.id)];
 
     // The log as the crash left it, before any resume writes to it.
-    const atCrash = new Map<string, EntryView[]>();
+    const atCrash = new Map<string, Entry[]>();
     for (const id of sessionIds) atCrash.set(id, await api2.session(id));
     const openAtCrash = new Map(roots.map((r) => [r.id, openTurns(atCrash.get(r.id)!)]));
     expect(openAtCrash.get(running.id)).toEqual([held!.turnId]);
@@ -167,7 +167,7 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
 
     for (const root of roots) await api2.resume(root.id);
 
-    const sessions = new Map<string, EntryView[]>();
+    const sessions = new Map<string, Entry[]>();
     for (const id of sessionIds) sessions.set(id, await api2.session(id));
     const problems: string[] = [];
     for (const [id, entries] of sessions) problems.push(...gapProblems(id, entries));

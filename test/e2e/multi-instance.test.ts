@@ -19,14 +19,14 @@
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { ErrorBody } from '../../src/contract/index.js';
+import type { Entry } from '../fixtures/wire.js';
 import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
 import {
   ServerClient,
   startServer,
   stopLeftoverServers,
   type AgentRef,
-  type EntryView,
-  type ErrorView,
   type HttpResponse,
   type LogLine,
   type RunningServer,
@@ -144,12 +144,12 @@ async function pollUntil<T>(what: string, probe: () => Promise<T | undefined>, t
   }
 }
 
-function expectGapFree(id: string, entries: readonly EntryView[]): void {
+function expectGapFree(id: string, entries: readonly Entry[]): void {
   expect(entries.map((e) => e.seq), `seqs of ${id}`).toEqual(entries.map((_, i) => i + 1));
 }
 
 /** How many times each acknowledged message is logged as a message in `entries`, keyed by its description. */
-function loggedCounts(entries: readonly EntryView[], acknowledged: readonly Acknowledged[]): Record<string, number> {
+function loggedCounts(entries: readonly Entry[], acknowledged: readonly Acknowledged[]): Record<string, number> {
   const counts: Record<string, number> = {};
   for (const ack of acknowledged) {
     counts[`${ack.what} ${ack.messageId}`] = entries.filter((e) => e.type === 'message' && e.messageId === ack.messageId).length;
@@ -279,7 +279,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expect(await apiA.session(root.id)).toEqual(rootBefore);
     expect(await apiA.session(child.id)).toEqual(childBefore);
     // An agent the other instance has never heard of is not misdirected: it is unknown.
-    const unknown = await apiB.request<ErrorView>('GET', '/v1/agents/no-such-agent');
+    const unknown = await apiB.request<ErrorBody>('GET', '/v1/agents/no-such-agent');
     expect(unknown.status).toBe(404);
     expect(unknown.body).toMatchObject({ code: 'AGENT_NOT_FOUND' });
   });
@@ -352,7 +352,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     }
 
     // The child reports again, to its parent on B; the token of its incarnation on A is stale.
-    const stale = await apiB.request<ErrorView>('POST', `/v1/agents/${child.id}/tool-calls`, {
+    const stale = await apiB.request<ErrorBody>('POST', `/v1/agents/${child.id}/tool-calls`, {
       token: child.token,
       body: { name: 'report', input: { output: 'from the old incarnation' } },
     });
