@@ -92,6 +92,16 @@ export const Credential = shared(
 );
 export type AgentCredential = Static<typeof Credential>;
 
+export const ChildCreated = Type.Object(
+  {
+    agent: ref(AgentView),
+    agentToken: Type.String({ description: "The child's credential for this incarnation." }),
+    messageId: Type.String({ description: "The prompt's message id: the child's first queued turn." }),
+  },
+  { additionalProperties: false },
+);
+export type ChildCreated = Static<typeof ChildCreated>;
+
 /** The model-visible result of a failed tool call, on the errors of tool-call routes. */
 export const ToolErrorResult = Type.Object(
   {
@@ -122,3 +132,4 @@ export const ToolCallErrorBody = shared(
     { additionalProperties: false, description: 'An error of a tool-call route: the error body plus the `toolResult` a model should be shown.' },
   ),
 );
+export type ToolCallErrorBody = Static<typeof ToolCallErrorBody>;

@@ -1,11 +1,22 @@
 /**
- * A message's delivery receipt: where the message is, read from durable state.
+ * A message's acknowledgement (its stable id, and for a followup or steer the inbox item) and
+ * its delivery receipt: where the message is, read from durable state.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { MESSAGE_ROLES, RECEIPT_STATES } from '../domain/message.js';
 import { AgentId } from './common.js';
 import { literals, ref } from './schema.js';
 import { MessageSource } from './sessions.js';
+
+export const MessageAccepted = Type.Object(
+  {
+    messageId: Type.String({ description: 'The stable id of the message; the same id appears in the session.' }),
+    inboxItemId: Type.Optional(Type.String({ description: 'The id of this followup/steer occurrence; absent for inject.' })),
+    resumed: Type.Optional(Type.Object({ agentToken: Type.String() }, { additionalProperties: false })),
+  },
+  { additionalProperties: false },
+);
+export type MessageAccepted = Static<typeof MessageAccepted>;
 
 export const Receipt = Type.Object(
   {

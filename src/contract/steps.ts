@@ -4,7 +4,7 @@
  * service-owned tool calls.
  */
 import { Type, type Static } from '@sinclair/typebox';
-import { Content, Credential, OpaqueId, TokenUsage } from './common.js';
+import { AgentId, Content, Credential, OpaqueId, TokenUsage } from './common.js';
 import { ref, shared } from './schema.js';
 import { ToolCall } from './sessions.js';
 
@@ -119,5 +119,24 @@ export const ToolCallBody = Type.Object(
   { additionalProperties: false },
 );
 export type ToolCallBody = Static<typeof ToolCallBody>;
+
+export const PoolClaimResult = Type.Object(
+  { agentId: AgentId, agentToken: Type.String(), step: ref(Step) },
+  { additionalProperties: false },
+);
+export type PoolClaimResult = Static<typeof PoolClaimResult>;
+
+export const ToolCallResult = Type.Object(
+  {
+    toolCallId: Type.String(),
+    isError: Type.Literal(false),
+    output: Type.Unknown({ description: 'The canonical value.' }),
+    content: Type.String({ description: 'The rendered text the model reads.' }),
+    spawned: Type.Optional(Type.Array(ref(Credential), { description: 'Children started by this call (spawn_subagent), with their tokens.' })),
+    resumed: Type.Optional(Type.Array(ref(Credential), { description: 'Children cold-resumed by this call (send_message), with their new tokens.' })),
+  },
+  { additionalProperties: false },
+);
+export type ToolCallResult = Static<typeof ToolCallResult>;
 
 export const STEP_SCHEMAS = [ChatMessage, ChatTool, Step, ToolResult] as const;

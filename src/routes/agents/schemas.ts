@@ -4,9 +4,9 @@
  */
 import { Type } from '@sinclair/typebox';
 import { AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
-import { AgentId, AgentView, Content, Credential, literals, ModelSpec, ref } from '../../contract/index.js';
+import { AgentId, AgentView, Content, literals, ModelSpec, ref } from '../../contract/index.js';
 
-export { SessionPage, ToolCallBody } from '../../contract/index.js';
+export { MessageAccepted, SessionPage, ToolCallBody, ToolCallResult } from '../../contract/index.js';
 
 export const CreateRootBody = Type.Object(
   {
@@ -63,15 +63,6 @@ export const MessageBody = Type.Object(
   { additionalProperties: false },
 );
 
-export const MessageAccepted = Type.Object(
-  {
-    messageId: Type.String({ description: 'The stable id of the message; the same id appears in the session.' }),
-    inboxItemId: Type.Optional(Type.String({ description: 'The id of this followup/steer occurrence; absent for inject.' })),
-    resumed: Type.Optional(Type.Object({ agentToken: Type.String() }, { additionalProperties: false })),
-  },
-  { additionalProperties: false },
-);
-
 export const SessionQuery = Type.Object(
   {
     after: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Return entries with seq greater than this.' })),
@@ -92,14 +83,3 @@ export const ToolList = Type.Object(
   { additionalProperties: false },
 );
 
-export const ToolCallResult = Type.Object(
-  {
-    toolCallId: Type.String(),
-    isError: Type.Literal(false),
-    output: Type.Unknown({ description: 'The canonical value.' }),
-    content: Type.String({ description: 'The rendered text the model reads.' }),
-    spawned: Type.Optional(Type.Array(ref(Credential), { description: 'Children started by this call (spawn_subagent), with their tokens.' })),
-    resumed: Type.Optional(Type.Array(ref(Credential), { description: 'Children cold-resumed by this call (send_message), with their new tokens.' })),
-  },
-  { additionalProperties: false },
-);

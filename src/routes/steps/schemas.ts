@@ -6,7 +6,7 @@
 import { Type } from '@sinclair/typebox';
 import { AgentId, OpaqueId, ref, Step } from '../../contract/index.js';
 
-export { OutputBody, OutputResult, ToolResultsBody } from '../../contract/index.js';
+export { OutputBody, OutputResult, PoolClaimResult, ToolResultsBody } from '../../contract/index.js';
 
 export const MAX_WAIT_MS = 60_000;
 
@@ -22,11 +22,6 @@ export const PoolClaimBody = Type.Object(
 export const StepParams = Type.Object({ id: AgentId, stepId: OpaqueId });
 
 export const ClaimResult = Type.Object({ step: ref(Step) }, { additionalProperties: false });
-
-export const PoolClaimResult = Type.Object(
-  { agentId: AgentId, agentToken: Type.String(), step: ref(Step) },
-  { additionalProperties: false },
-);
 
 export const ToolResultsResult = Type.Object(
   { turn: Type.Union([Type.Literal('open'), Type.Literal('ended')]) },
