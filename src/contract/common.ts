@@ -86,6 +86,16 @@ export const AgentView = shared(
 );
 export type AgentView = Static<typeof AgentView>;
 
+/** A root created or resumed: its view and the credential of this live incarnation. */
+export const AgentWithToken = Type.Object(
+  {
+    agent: ref(AgentView),
+    agentToken: Type.String({ description: 'The credential of this live incarnation (X-Agent-Token).' }),
+  },
+  { additionalProperties: false },
+);
+export type AgentWithToken = Static<typeof AgentWithToken>;
+
 export const Credential = shared(
   'Credential',
   Type.Object({ agentId: AgentId, agentToken: Type.String() }, { additionalProperties: false, description: "A live incarnation's agent id and token." }),

@@ -15,6 +15,7 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { beforeEach, describe, expect, it } from 'vitest';
+import type { Receipt } from '../../src/contract/index.js';
 import {
   ServerClient,
   startServer,
@@ -43,14 +44,6 @@ interface Acknowledged {
   recipient: string;
   sender: string;
   what: string;
-}
-
-interface ReceiptView {
-  messageId: string;
-  state: string;
-  recipient: string;
-  sender: string | null;
-  seq?: number;
 }
 
 let dir: string;
@@ -201,7 +194,7 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
     expect(new Set(acknowledged.map((a) => a.messageId)).size).toBe(acknowledged.length);
     for (const ack of acknowledged) {
       const places = logged.get(ack.messageId) ?? [];
-      const res = await api2.request<ReceiptView>('GET', `/v1/messages/${ack.messageId}`);
+      const res = await api2.request<Receipt>('GET', `/v1/messages/${ack.messageId}`);
       if (res.status !== 200) {
         problems.push(`${ack.what} ${ack.messageId} to ${ack.recipient}: lost (receipt ${res.status}, logged ${JSON.stringify(places)})`);
         continue;

@@ -12,7 +12,7 @@ import {
   type LogLine,
   type RunningServer,
 } from '../fixtures/server-process.js';
-import type { Step, ErrorBody } from '../../src/contract/index.js';
+import type { ErrorBody, Step } from '../../src/contract/index.js';
 import { tempDir } from '../fixtures/cleanup.js';
 
 let dir: string;

@@ -6,7 +6,7 @@ import { Type } from '@sinclair/typebox';
 import { AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
 import { AgentId, AgentView, Content, literals, ModelSpec, ref } from '../../contract/index.js';
 
-export { MessageAccepted, SessionPage, ToolCallBody, ToolCallResult } from '../../contract/index.js';
+export { AgentWithToken, MessageAccepted, SessionPage, ToolCallBody, ToolCallResult } from '../../contract/index.js';
 
 export const CreateRootBody = Type.Object(
   {
@@ -14,14 +14,6 @@ export const CreateRootBody = Type.Object(
     instructions: Type.Optional(Type.String({ description: 'The system prompt of every step.' })),
     metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'Free-form, kept in the session header.' })),
     model: Type.Optional(ref(ModelSpec)),
-  },
-  { additionalProperties: false },
-);
-
-export const AgentWithToken = Type.Object(
-  {
-    agent: ref(AgentView),
-    agentToken: Type.String({ description: 'The credential of this live incarnation (X-Agent-Token).' }),
   },
   { additionalProperties: false },
 );
