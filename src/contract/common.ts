@@ -1,7 +1,8 @@
 /**
  * The shapes most of the API shares: ids, message content, the model spec, token usage, the
- * agent view, agent credentials and the error body. Each shared shape has an `$id` and is an
- * OpenAPI component (see ./index.ts).
+ * agent view and the answers that carry one, agent credentials and the error body. A shape
+ * with an `$id` is an OpenAPI component (see ./index.ts); one without is written inline in the
+ * operations that use it.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { ACTIVATION_STATES, AGENT_ID_PATTERN, AGENT_KINDS, AGENT_STATUSES, CHILD_MODES, PROVIDERS } from '../domain/agent.js';
