@@ -1,7 +1,8 @@
 /**
  * The shapes most of the API shares: ids, message content, the model spec, token usage, the
- * agent view, agent credentials and the error body. Each shared shape has an `$id` and is an
- * OpenAPI component (see ./index.ts).
+ * agent view and the answers that carry one, agent credentials and the error body. A shape
+ * with an `$id` is an OpenAPI component (see ./index.ts); one without is written inline in the
+ * operations that use it.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { ACTIVATION_STATES, AGENT_ID_PATTERN, AGENT_KINDS, AGENT_STATUSES, CHILD_MODES, PROVIDERS } from '../domain/agent.js';
@@ -13,6 +14,7 @@ export const AgentId = Type.String({ pattern: AGENT_ID_PATTERN, description: 'An
 export const OpaqueId = Type.String({ minLength: 1, maxLength: 200 });
 
 export const TextBlock = shared('TextBlock', Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: false }));
+export type TextBlock = Static<typeof TextBlock>;
 
 export const Content = shared(
   'Content',
@@ -20,6 +22,7 @@ export const Content = shared(
     description: 'A string, or text blocks; a model reads the blocks joined with a newline.',
   }),
 );
+export type Content = Static<typeof Content>;
 
 const MODEL_SPEC_FIELDS = {
   provider: literals(MODEL_PROVIDERS, { description: 'An OpenAI-compatible chat-completions API (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama, ...).' }),
@@ -43,6 +46,7 @@ export const ModelSpec = shared(
     description: 'The service drives this agent itself against this model: no backend claims its steps.',
   }),
 );
+export type ModelSpec = Static<typeof ModelSpec>;
 
 export const TokenUsage = shared(
   'TokenUsage',
@@ -55,6 +59,7 @@ export const TokenUsage = shared(
     { additionalProperties: false, description: 'Tokens the model request that produced this assistant message used.' },
   ),
 );
+export type TokenUsage = Static<typeof TokenUsage>;
 
 export const AgentView = shared(
   'AgentView',
@@ -82,10 +87,31 @@ export const AgentView = shared(
 );
 export type AgentView = Static<typeof AgentView>;
 
+/** A root created or resumed: its view and the credential of this live incarnation. */
+export const AgentWithToken = Type.Object(
+  {
+    agent: ref(AgentView),
+    agentToken: Type.String({ description: 'The credential of this live incarnation (X-Agent-Token).' }),
+  },
+  { additionalProperties: false },
+);
+export type AgentWithToken = Static<typeof AgentWithToken>;
+
 export const Credential = shared(
   'Credential',
   Type.Object({ agentId: AgentId, agentToken: Type.String() }, { additionalProperties: false, description: "A live incarnation's agent id and token." }),
 );
+export type AgentCredential = Static<typeof Credential>;
+
+export const ChildCreated = Type.Object(
+  {
+    agent: ref(AgentView),
+    agentToken: Type.String({ description: "The child's credential for this incarnation." }),
+    messageId: Type.String({ description: "The prompt's message id: the child's first queued turn." }),
+  },
+  { additionalProperties: false },
+);
+export type ChildCreated = Static<typeof ChildCreated>;
 
 /** The model-visible result of a failed tool call, on the errors of tool-call routes. */
 export const ToolErrorResult = Type.Object(
@@ -117,3 +143,4 @@ export const ToolCallErrorBody = shared(
     { additionalProperties: false, description: 'An error of a tool-call route: the error body plus the `toolResult` a model should be shown.' },
   ),
 );
+export type ToolCallErrorBody = Static<typeof ToolCallErrorBody>;

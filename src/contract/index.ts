@@ -1,11 +1,13 @@
 /**
- * The wire contract: every shape the API shares between its operations, written once in
- * TypeBox. Routes validate and document with these schemas; the rest of the service may use
- * their `Static<>` types. Each schema here has an `$id`: the app adds them all with
- * `addSchema`, operations refer to them with `$ref`, and the OpenAPI document lists them under
- * `components.schemas` by that name.
+ * The wire contract: every shape the API shows that more than one place uses, written once in
+ * TypeBox. Routes validate and document with these schemas; the services and the tests use
+ * their `Static<>` types instead of restating them. A schema shared between operations has an
+ * `$id`: the app adds those with `addSchema`, operations refer to them with `$ref`, and the
+ * OpenAPI document lists them under `components.schemas` by that name. A schema one operation
+ * answers with (a receipt, a session page) has no `$id` and stays inline in the document.
+ * ./checks.ts fails the build when a schema drifts from the domain type it shows.
  *
- * This layer imports only TypeBox and the domain's literal tuples.
+ * This layer imports only TypeBox and the domain (its literal tuples; its types in ./checks.ts).
  */
 import type { TSchema } from '@sinclair/typebox';
 import { AgentView, Content, Credential, ErrorBody, ModelSpec, TextBlock, TokenUsage, ToolCallErrorBody } from './common.js';
@@ -15,6 +17,7 @@ import { STEP_SCHEMAS } from './steps.js';
 
 export * from './common.js';
 export * from './packages.js';
+export * from './receipts.js';
 export * from './sessions.js';
 export * from './steps.js';
 export { literals, ref } from './schema.js';

@@ -1,5 +1,6 @@
 /**
- * Tool packages as the API shows them: a package's name, whether it is installed, its config.
+ * Tool packages as the API shows them: a package's name, whether it is installed, its config;
+ * and what the packages' tools return as a tool result's `output`.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { PACKAGE_NAMES, REPORT_DELIVERIES } from '../domain/packages.js';
@@ -12,6 +13,7 @@ export const PackageConfig = shared(
     { additionalProperties: false, description: "A package's configuration." },
   ),
 );
+export type PackageConfig = Static<typeof PackageConfig>;
 
 export const PackageView = shared(
   'PackageView',
@@ -21,5 +23,17 @@ export const PackageView = shared(
   ),
 );
 export type PackageView = Static<typeof PackageView>;
+
+/** One item of the `list_agents` tool's output (subagent-control): a background subagent the caller started. */
+export const ChildListing = Type.Object(
+  {
+    kind: Type.Literal('child'),
+    id: Type.String(),
+    label: Type.String(),
+    status: Type.Union([Type.Literal('running'), Type.Literal('complete')]),
+  },
+  { additionalProperties: false },
+);
+export type ChildListing = Static<typeof ChildListing>;
 
 export const PACKAGE_SCHEMAS = [PackageConfig, PackageView] as const;

@@ -15,6 +15,7 @@ export const MessageSource = shared(
     { additionalProperties: false, description: 'Provenance of a message, never authority; coordinator and subagent-report name the sender.' },
   ),
 );
+export type MessageSource = Static<typeof MessageSource>;
 
 export const ToolCall = shared(
   'ToolCall',
@@ -23,6 +24,7 @@ export const ToolCall = shared(
     { additionalProperties: false, description: 'A tool call of an assistant message.' },
   ),
 );
+export type ToolCall = Static<typeof ToolCall>;
 
 /** One variant of the entry union: the fields every entry has, its `type`, and its own fields. */
 function entry<T extends EntryType, P extends Record<string, TSchema>>(type: T, id: string, description: string, fields: P) {
@@ -106,5 +108,18 @@ export const SessionHeader = shared(
     { additionalProperties: false, description: "The session's immutable header." },
   ),
 );
+export type SessionHeader = Static<typeof SessionHeader>;
+
+export const SessionPage = Type.Object(
+  {
+    header: ref(SessionHeader),
+    entries: Type.Array(ref(SessionEntry)),
+    nextAfter: Type.Union([Type.Integer(), Type.Null()], {
+      description: 'Pass as `after` for the next page; null when this page reached the end of the log.',
+    }),
+  },
+  { additionalProperties: false },
+);
+export type SessionPage = Static<typeof SessionPage>;
 
 export const SESSION_SCHEMAS = [MessageSource, ToolCall, ...ENTRY_VARIANTS, SessionEntry, SessionHeader] as const;

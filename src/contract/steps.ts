@@ -1,9 +1,12 @@
 /**
- * The step protocol's shapes: a claimed step (an OpenAI chat-completions request) and the
- * results of tool calls.
+ * The step protocol's shapes: a claimed step (an OpenAI chat-completions request), the model's
+ * output a backend posts for it, the backend's own tool results, and the results of
+ * service-owned tool calls.
  */
 import { Type, type Static } from '@sinclair/typebox';
+import { AgentId, Content, Credential, OpaqueId, TokenUsage } from './common.js';
 import { ref, shared } from './schema.js';
+import { ToolCall } from './sessions.js';
 
 const ChatToolCall = Type.Object({
   id: Type.String(),
@@ -27,6 +30,7 @@ export const ChatMessage = shared(
     { description: 'An OpenAI chat-completions message.' },
   ),
 );
+export type ChatMessage = Static<typeof ChatMessage>;
 
 export const ChatTool = shared(
   'ChatTool',
@@ -38,6 +42,7 @@ export const ChatTool = shared(
     { description: 'A service-owned tool in the chat-completions function shape.' },
   ),
 );
+export type ChatTool = Static<typeof ChatTool>;
 
 export const Step = shared(
   'Step',
@@ -68,5 +73,70 @@ export const ToolResult = shared(
   ),
 );
 export type ToolResult = Static<typeof ToolResult>;
+
+/** The model's answer to a step, as a backend or the built-in model driver posts it. */
+export const OutputBody = Type.Object(
+  {
+    content: Type.Optional(Type.Union([Type.String(), ref(Content)])),
+    toolCalls: Type.Optional(Type.Array(ref(ToolCall), { maxItems: 128 })),
+    usage: Type.Optional(ref(TokenUsage)),
+  },
+  { additionalProperties: false },
+);
+export type ModelOutput = Static<typeof OutputBody>;
+
+export const OutputResult = Type.Object(
+  {
+    toolResults: Type.Array(ref(ToolResult), { description: 'Results of the service-owned tools, already run.' }),
+    awaiting: Type.Array(ref(ToolCall), { description: "The backend's own calls; post their results to tool-results." }),
+    turn: Type.Union([Type.Literal('open'), Type.Literal('ended')]),
+    spawned: Type.Optional(Type.Array(ref(Credential), { description: 'Children started by spawn_subagent calls, with their tokens.' })),
+    resumed: Type.Optional(Type.Array(ref(Credential), { description: 'Children cold-resumed by send_message calls, with their new tokens.' })),
+  },
+  { additionalProperties: false },
+);
+export type OutputResult = Static<typeof OutputResult>;
+
+/** The result of one of the backend's own tool calls. */
+export const ToolResultInput = Type.Object(
+  { toolCallId: OpaqueId, content: Type.Union([Type.String(), ref(Content)]), isError: Type.Optional(Type.Boolean()) },
+  { additionalProperties: false },
+);
+export type ToolResultInput = Static<typeof ToolResultInput>;
+
+export const ToolResultsBody = Type.Object(
+  { results: Type.Array(ToolResultInput, { minItems: 1, maxItems: 128 }) },
+  { additionalProperties: false },
+);
+
+/** A service-owned tool call outside a step's output; `toolCallId` names the open step's call it answers. */
+export const ToolCallBody = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 200 }),
+    input: Type.Unknown({ description: 'The tool input; validated by the tool.' }),
+    toolCallId: Type.Optional(OpaqueId),
+  },
+  { additionalProperties: false },
+);
+export type ToolCallBody = Static<typeof ToolCallBody>;
+
+export const PoolClaimResult = Type.Object(
+  { agentId: AgentId, agentToken: Type.String(), step: ref(Step) },
+  { additionalProperties: false },
+);
+export type PoolClaimResult = Static<typeof PoolClaimResult>;
+
+export const ToolCallResult = Type.Object(
+  {
+    toolCallId: Type.String(),
+    isError: Type.Literal(false),
+    output: Type.Unknown({ description: 'The canonical value.' }),
+    content: Type.String({ description: 'The rendered text the model reads.' }),
+    spawned: Type.Optional(Type.Array(ref(Credential), { description: 'Children started by this call (spawn_subagent), with their tokens.' })),
+    resumed: Type.Optional(Type.Array(ref(Credential), { description: 'Children cold-resumed by this call (send_message), with their new tokens.' })),
+  },
+  { additionalProperties: false },
+);
+export type ToolCallResult = Static<typeof ToolCallResult>;
 
 export const STEP_SCHEMAS = [ChatMessage, ChatTool, Step, ToolResult] as const;

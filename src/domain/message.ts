@@ -11,6 +11,10 @@ export type MessageRole = (typeof MESSAGE_ROLES)[number];
 export const MESSAGE_SOURCE_KINDS = ['user', 'coordinator', 'subagent-report', 'model', 'tool'] as const;
 export type MessageSourceKind = (typeof MESSAGE_SOURCE_KINDS)[number];
 
+/** Where a message is: queued or staged (pending), in a log, or the prompt of an open or ended turn. */
+export const RECEIPT_STATES = ['appended', 'staged', 'queued', 'turn-started', 'turn-ended'] as const;
+export type ReceiptState = (typeof RECEIPT_STATES)[number];
+
 export type MessageSource =
   | { kind: 'user' }
   | { kind: 'model' }

@@ -4,8 +4,8 @@
  * has seen; everything else about an agent can be rebuilt from it or is process-local.
  */
 import type { AgentKind, ChildMode, Provider } from './agent.js';
-import type { Message } from './message.js';
-import type { ModelSpec } from './model.js';
+import type { Message, ToolCall } from './message.js';
+import type { ModelSpec, TokenUsage } from './model.js';
 
 /** Schema version of the persisted header and entries. Bump with a migration. */
 export const SESSION_SCHEMA_VERSION = 1;
@@ -56,10 +56,10 @@ export interface MessageEntryFields {
   role: Message['role'];
   content: Message['content'];
   source: Message['source'];
-  toolCalls?: Message['toolCalls'];
+  toolCalls?: ToolCall[];
   toolCallId?: string;
   isError?: boolean;
-  usage?: Message['usage'];
+  usage?: TokenUsage;
 }
 
 export function messageEntry(message: Message, at: string): EntryBody {

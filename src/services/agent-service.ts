@@ -17,21 +17,18 @@ import type { Delivery } from '../domain/agent.js';
 import type { TextBlock } from '../domain/message.js';
 import type { ModelSpec } from '../domain/model.js';
 import type { AdmissionGate } from './agents/admission-gate.js';
-import type { AgentQueries, ListFilter, SessionPage } from './agents/agent-queries.js';
+import type { AgentQueries, ListFilter } from './agents/agent-queries.js';
 import type { AgentAuthority } from './agents/authority.js';
 import type { AgentDeliveries, Delivered } from './agents/deliveries.js';
-import { receiptOf, type Receipt } from './agents/receipts.js';
-import type { Created, RootLifecycle } from './agents/root-lifecycle.js';
+import { receiptOf } from './agents/receipts.js';
+import type { RootLifecycle } from './agents/root-lifecycle.js';
 import type { ChildSpec } from './continuation/continuation-manager.js';
 import type { IdempotencyRequest } from './idempotency.js';
 import type { LiveAgent } from './live-agent.js';
-import type { ChildListing } from './packages/subagent-control.js';
 import type { SessionLog } from './session-log.js';
-import type { AgentView } from './views.js';
+import type { AgentView, AgentWithToken, ChildListing, Receipt, SessionPage } from '../contract/index.js';
 
-export type { ListFilter, SessionPage } from './agents/agent-queries.js';
-export type { Receipt } from './agents/receipts.js';
-export type { Created } from './agents/root-lifecycle.js';
+export type { ListFilter } from './agents/agent-queries.js';
 export { OPERATOR_SENDER } from './agents/deliveries.js';
 
 export interface AgentServiceDeps {
@@ -50,17 +47,17 @@ export class AgentService {
     return this.deps.gate.draining;
   }
 
-  createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<Created> {
+  createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<AgentWithToken> {
     return this.deps.roots.createRoot(input);
   }
 
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
-  resumeRoot(id: string): Promise<Created> {
+  resumeRoot(id: string): Promise<AgentWithToken> {
     return this.deps.roots.resumeRoot(id);
   }
 
   /** Start a child of the agent whose token this is (see AgentDeliveries.startChild). */
-  startChild(parentId: string, token: string | undefined, spec: ChildSpec, idem?: IdempotencyRequest): Promise<Created & { messageId: string; replayed: boolean }> {
+  startChild(parentId: string, token: string | undefined, spec: ChildSpec, idem?: IdempotencyRequest): Promise<AgentWithToken & { messageId: string; replayed: boolean }> {
     return this.deps.deliveries.startChild(parentId, token, spec, idem);
   }
 

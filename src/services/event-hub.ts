@@ -13,7 +13,7 @@ import { isClaimable } from '../domain/turn-machine.js';
 import type { LiveAgent } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
 import type { BatchEntry } from './session-store.js';
-import type { AgentView } from './views.js';
+import type { AgentView } from '../contract/index.js';
 
 export interface StatusEvent {
   agentId: string;

@@ -12,7 +12,7 @@ import type { AgentRegistry } from './agent-registry.js';
 import { statusEvent, type EventHub, type HubEvent, type StatusEvent } from './event-hub.js';
 import type { SessionLog } from './session-log.js';
 import type { WaiterGate } from './limits.js';
-import type { AgentView } from './views.js';
+import type { AgentView } from '../contract/index.js';
 
 export interface StreamEvent {
   /** The durable position (seq, or forestSeq for a forest stream); absent for status snapshots. */

@@ -4,7 +4,7 @@
  * decides seq numbers (the session log does) but rejects a batch that would leave a gap or a
  * duplicate, so the log on disk is always gap-free.
  */
-import type { Message } from '../domain/message.js';
+import type { Message, ReceiptState } from '../domain/message.js';
 import type { PendingRowKind as PendingKind } from '../domain/pending-rows.js';
 import type { SessionEntry, SessionHeader } from '../domain/session.js';
 
@@ -55,9 +55,6 @@ export interface WriteBatch {
   pending?: PendingOp[];
   idempotency?: IdempotencyRecord[];
 }
-
-export const RECEIPT_STATES = ['appended', 'staged', 'queued', 'turn-started', 'turn-ended'] as const;
-export type ReceiptState = (typeof RECEIPT_STATES)[number];
 
 /** Where a message is, from durable state. */
 export interface MessageLocation {

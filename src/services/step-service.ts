@@ -17,12 +17,12 @@ import type { WaiterGate } from './limits.js';
 import type { LiveAgent, StepClaim } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
 import type { StepDispatcher } from './step-dispatcher.js';
-import { StepProtocol, type ModelOutput, type OutputResult, type Step, type ToolResultInput } from './steps/step-protocol.js';
-import { ToolCalls, type CallResult, type ToolCallBody } from './steps/tool-calls.js';
+import type { ModelOutput, OutputResult, Step, ToolCallBody, ToolResultInput } from '../contract/index.js';
+import { StepProtocol } from './steps/step-protocol.js';
+import { ToolCalls, type CallResult } from './steps/tool-calls.js';
 import type { ToolRegistry } from './tool-registry.js';
 
-export type { ModelOutput, OutputResult, Step, ToolResultInput } from './steps/step-protocol.js';
-export type { CallResult, ToolCallBody, ToolResultView } from './steps/tool-calls.js';
+export type { CallResult } from './steps/tool-calls.js';
 
 export interface StepServiceDeps {
   authority: AgentAuthority;

@@ -4,6 +4,7 @@
  * which agents have it in scope; the same predicate decides what is listed and what may run,
  * so a schema is never shown to an agent that cannot execute it.
  */
+import type { AgentCredential } from '../contract/index.js';
 import type { ToolSchema } from '../domain/step-render.js';
 import type { LiveAgent } from './live-agent.js';
 
@@ -26,11 +27,6 @@ export interface ToolOutcome {
   /** Children this call started or cold-resumed, with their new tokens, for the backend. */
   spawned?: AgentCredential[];
   resumed?: AgentCredential[];
-}
-
-export interface AgentCredential {
-  agentId: string;
-  agentToken: string;
 }
 
 export interface ServiceTool extends ToolSchema {

@@ -2,30 +2,12 @@
  * The agent view the HTTP API returns, derived from a live agent or, for a child that is not
  * resident, from its durable session (never stored twice).
  */
-import type { ActivationState, AgentKind, AgentStatus, ChildMode, Provider } from '../domain/agent.js';
-import type { ModelSpec } from '../domain/model.js';
+import type { AgentView } from '../contract/index.js';
+import type { ActivationState, AgentStatus } from '../domain/agent.js';
 import type { SessionHeader } from '../domain/session.js';
 import { queuedCount, stagedCount } from '../domain/turn-machine.js';
 import type { LiveAgent } from './live-agent.js';
 import type { ActivationMark } from './session-store.js';
-
-export interface AgentView {
-  id: string;
-  kind: AgentKind;
-  parentId: string | null;
-  mode: ChildMode | null;
-  provider: Provider | null;
-  depth: number;
-  label?: string;
-  status: AgentStatus;
-  resident: boolean;
-  activation: { state: ActivationState } | null;
-  inbox: { queued: number };
-  staged: number;
-  createdAt: string;
-  /** Driven by the built-in model driver: the model (the key only by its variable's name). */
-  model?: ModelSpec;
-}
 
 export function statusOf(agent: LiveAgent): AgentStatus {
   if (agent.disposing) return agent.header.kind === 'root' ? 'disposing' : 'closed';

@@ -6,6 +6,8 @@
  * pool-claimed turn.
  */
 import { describe, expect, it } from 'vitest';
+import type { PoolClaimResult, Step } from '../../src/contract/index.js';
+import type { Entry } from '../fixtures/wire.js';
 import { startHarness, until } from '../fixtures/harness.js';
 
 interface Reply<T> {
@@ -13,35 +15,10 @@ interface Reply<T> {
   body: T;
 }
 
-interface StepView {
-  id: string;
-  turnId: string;
-  index: number;
-  messages: { role: string; content?: string | null; tool_calls?: unknown[]; tool_call_id?: string }[];
-  tools: { type: string; function: { name: string } }[];
-}
-
-interface PoolClaim {
-  agentId: string;
-  agentToken: string;
-  step: StepView;
-}
-
-interface EntryView {
-  seq: number;
-  type: string;
-  role?: string;
-  messageId?: string;
-  content?: { type: string; text: string }[];
-  source?: { kind: string; senderSessionId?: string };
-  event?: string;
-}
-
 interface Credential {
   id: string;
   token: string;
 }
-
 
 function client(base: string) {
   async function call<T>(method: string, path: string, body?: unknown, token?: string): Promise<Reply<T>> {
@@ -56,13 +33,13 @@ function client(base: string) {
   return {
     call,
     /** The worker-pool claim; fails the test on anything but a step. */
-    async poolClaim(waitMs = 5000): Promise<PoolClaim> {
-      const res = await call<PoolClaim>('POST', '/v1/steps/next', { waitMs });
+    async poolClaim(waitMs = 5000): Promise<PoolClaimResult> {
+      const res = await call<PoolClaimResult>('POST', '/v1/steps/next', { waitMs });
       if (res.status !== 200) throw new Error(`pool claim answered ${res.status}`);
       return res.body;
     },
-    async session(id: string): Promise<EntryView[]> {
-      const res = await call<{ entries: EntryView[] }>('GET', `/v1/agents/${id}/session?limit=1000`);
+    async session(id: string): Promise<Entry[]> {
+      const res = await call<{ entries: Entry[] }>('GET', `/v1/agents/${id}/session?limit=1000`);
       expect(res.status).toBe(200);
       return res.body.entries;
     },
@@ -193,7 +170,7 @@ describe('children and report over real HTTP', () => {
     const wakeId = wake.body.toolResults[0]?.output.messageId ?? '';
     expect(wake.body.toolResults[0]?.isError).toBe(false);
     // The waker's own next step is taken by its driver, so the pool's next step is the parent's.
-    const wakerNext = await api.call<{ step: StepView }>('POST', `/v1/agents/${waker.id}/steps/next`, { waitMs: 5000 }, waker.token);
+    const wakerNext = await api.call<{ step: Step }>('POST', `/v1/agents/${waker.id}/steps/next`, { waitMs: 5000 }, waker.token);
     expect(wakerNext.status).toBe(200);
 
     const parentStep = await api.poolClaim();

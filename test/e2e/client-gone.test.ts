@@ -8,6 +8,8 @@
  */
 import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { Step } from '../../src/contract/index.js';
+import type { Entry } from '../fixtures/wire.js';
 import { startHarness, until, waitingClaims, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 
 interface Reply<T> {
@@ -16,17 +18,6 @@ interface Reply<T> {
   /** The client side of the connection that carried the exchange. */
   localPort: number;
   reusedSocket: boolean;
-}
-
-interface StepView {
-  id: string;
-}
-
-interface EntryView {
-  type: string;
-  stepId?: string;
-  role?: string;
-  content?: { type: string; text: string }[];
 }
 
 const WAIT = { timeoutMs: 2000 };
@@ -100,8 +91,8 @@ async function createRoot(port: number, agent: http.Agent): Promise<CreatedRoot>
   return { id: res.body.agent.id, token: res.body.agentToken };
 }
 
-async function entries(port: number, agent: http.Agent, id: string): Promise<EntryView[]> {
-  const res = await call<{ entries: EntryView[] }>(port, agent, 'GET', `/v1/agents/${id}/session?limit=1000`);
+async function entries(port: number, agent: http.Agent, id: string): Promise<Entry[]> {
+  const res = await call<{ entries: Entry[] }>(port, agent, 'GET', `/v1/agents/${id}/session?limit=1000`);
   expect(res.status).toBe(200);
   return res.body.entries;
 }
@@ -119,7 +110,7 @@ async function sendWork(port: number, agent: http.Agent, root: CreatedRoot): Pro
   expect((await call(port, agent, 'POST', `/v1/agents/${root.id}/messages`, { content: 'work', delivery: 'followup' })).status).toBe(202);
 }
 
-function stepStarts(log: EntryView[]): (string | undefined)[] {
+function stepStarts(log: Entry[]): (string | undefined)[] {
   return log.filter((e) => e.type === 'step-start').map((e) => e.stepId);
 }
 
@@ -132,7 +123,7 @@ describe('a long-poll whose client left never claims a step', () => {
     await pollAndLeave(h, port, `/v1/agents/${root.id}/steps/next`, { waitMs: 30_000 }, root.token);
 
     await sendWork(port, conn, root);
-    const fresh = await call<{ step: StepView }>(port, conn, 'POST', `/v1/agents/${root.id}/steps/next`, { waitMs: 0 }, root.token);
+    const fresh = await call<{ step: Step }>(port, conn, 'POST', `/v1/agents/${root.id}/steps/next`, { waitMs: 0 }, root.token);
     expect(fresh.status).toBe(200);
     expect(stepStarts(await entries(port, conn, root.id))).toEqual([fresh.body.step.id]);
     expect((await call<{ status: string }>(port, conn, 'GET', `/v1/agents/${root.id}`)).body.status).toBe('running');
@@ -146,7 +137,7 @@ describe('a long-poll whose client left never claims a step', () => {
     await pollAndLeave(h, port, '/v1/steps/next', { waitMs: 30_000, rootId: root.id });
 
     await sendWork(port, conn, root);
-    const fresh = await call<{ agentId: string; step: StepView }>(port, conn, 'POST', '/v1/steps/next', { waitMs: 0, rootId: root.id });
+    const fresh = await call<{ agentId: string; step: Step }>(port, conn, 'POST', '/v1/steps/next', { waitMs: 0, rootId: root.id });
     expect(fresh.status).toBe(200);
     expect(fresh.body.agentId).toBe(root.id);
     expect(stepStarts(await entries(port, conn, root.id))).toEqual([fresh.body.step.id]);
@@ -159,7 +150,7 @@ describe('a long-poll whose client left never claims a step', () => {
 
     const departed = park(port, `/v1/agents/${root.id}/steps/next`, { waitMs: 30_000 }, root.token);
     await until(() => waitingClaims(h) === 1, '1 parked claims', WAIT);
-    const live = call<{ step: StepView }>(port, oneConnection(), 'POST', `/v1/agents/${root.id}/steps/next`, { waitMs: 30_000 }, root.token);
+    const live = call<{ step: Step }>(port, oneConnection(), 'POST', `/v1/agents/${root.id}/steps/next`, { waitMs: 30_000 }, root.token);
     await until(() => waitingClaims(h) === 2, '2 parked claims', WAIT);
     expect(await departed.leave()).toEqual({ answered: false });
     await until(() => waitingClaims(h) === 1, '1 parked claims', WAIT);
@@ -188,7 +179,7 @@ describe('one kept-alive connection carries many requests that take the signal',
     const child = { id: started.body.agent.id, token: started.body.agentToken };
 
     expect((await send('POST', `/v1/agents/${root.id}/steps/next`, { waitMs: 0 }, root.token)).status).toBe(204);
-    const pooled = await send<{ agentId: string; step: StepView }>('POST', '/v1/steps/next', { waitMs: 0 });
+    const pooled = await send<{ agentId: string; step: Step }>('POST', '/v1/steps/next', { waitMs: 0 });
     expect(pooled.status).toBe(200);
     expect(pooled.body.agentId).toBe(child.id);
     expect((await send('POST', `/v1/agents/${child.id}/steps/next`, { waitMs: 0 }, child.token)).status).toBe(204);

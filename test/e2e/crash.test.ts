@@ -15,12 +15,13 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { beforeEach, describe, expect, it } from 'vitest';
+import type { Receipt } from '../../src/contract/index.js';
 import {
   ServerClient,
   startServer,
   type AgentRef,
-  type EntryView,
 } from '../fixtures/server-process.js';
+import type { Entry } from '../fixtures/wire.js';
 import { tempDir } from '../fixtures/cleanup.js';
 
 /** Reports the load would send if the kill never came; the kill lands after KILL_AFTER_ACKS. */
@@ -45,28 +46,20 @@ interface Acknowledged {
   what: string;
 }
 
-interface ReceiptView {
-  messageId: string;
-  state: string;
-  recipient: string;
-  sender: string | null;
-  seq?: number;
-}
-
 let dir: string;
 
 beforeEach(() => {
   dir = tempDir('agentforest-crash-');
 });
 
-function gapProblems(id: string, entries: readonly EntryView[]): string[] {
+function gapProblems(id: string, entries: readonly Entry[]): string[] {
   const seqs = entries.map((e) => e.seq);
   const expected = entries.map((_, i) => i + 1);
   return seqs.every((seq, i) => seq === expected[i]) ? [] : [`session ${id} has seqs ${JSON.stringify(seqs)}`];
 }
 
 /** Turns started and not ended in a session. */
-function openTurns(entries: readonly EntryView[]): string[] {
+function openTurns(entries: readonly Entry[]): string[] {
   const ended = new Set(entries.filter((e) => e.type === 'turn-end').map((e) => e.turnId));
   return entries.filter((e) => e.type === 'turn-start' && !ended.has(e.turnId)).map((e) => e.turnId ?? '');
 }
@@ -158,7 +151,7 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
     const sessionIds = [...roots.map((r) => r.id), ...children.map((c) => c.id)];
 
     // The log as the crash left it, before any resume writes to it.
-    const atCrash = new Map<string, EntryView[]>();
+    const atCrash = new Map<string, Entry[]>();
     for (const id of sessionIds) atCrash.set(id, await api2.session(id));
     const openAtCrash = new Map(roots.map((r) => [r.id, openTurns(atCrash.get(r.id)!)]));
     expect(openAtCrash.get(running.id)).toEqual([held!.turnId]);
@@ -167,7 +160,7 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
 
     for (const root of roots) await api2.resume(root.id);
 
-    const sessions = new Map<string, EntryView[]>();
+    const sessions = new Map<string, Entry[]>();
     for (const id of sessionIds) sessions.set(id, await api2.session(id));
     const problems: string[] = [];
     for (const [id, entries] of sessions) problems.push(...gapProblems(id, entries));
@@ -201,7 +194,7 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
     expect(new Set(acknowledged.map((a) => a.messageId)).size).toBe(acknowledged.length);
     for (const ack of acknowledged) {
       const places = logged.get(ack.messageId) ?? [];
-      const res = await api2.request<ReceiptView>('GET', `/v1/messages/${ack.messageId}`);
+      const res = await api2.request<Receipt>('GET', `/v1/messages/${ack.messageId}`);
       if (res.status !== 200) {
         problems.push(`${ack.what} ${ack.messageId} to ${ack.recipient}: lost (receipt ${res.status}, logged ${JSON.stringify(places)})`);
         continue;

@@ -6,6 +6,7 @@
  */
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
+import type { Entry } from '../fixtures/wire.js';
 import { lastMessage, type Reply } from '../../demo/scripted-model.js';
 import { tempDir } from '../fixtures/cleanup.js';
 import { deferred } from '../fixtures/races.js';
@@ -18,13 +19,6 @@ let dir: string;
 beforeEach(() => {
   dir = tempDir('agentforest-driver-drain-');
 });
-
-interface Entry {
-  type: string;
-  role?: string;
-  reason?: string;
-  content?: { text: string }[];
-}
 
 async function api<T>(server: RunningServer, method: string, path: string, body?: unknown): Promise<T> {
   const res = await fetch(`${server.url}${path}`, {

@@ -19,14 +19,14 @@
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { AgentView, AgentWithToken, ChildCreated, ErrorBody, MessageAccepted, ToolCallResult } from '../../src/contract/index.js';
+import type { Entry } from '../fixtures/wire.js';
 import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
 import {
   ServerClient,
   startServer,
   stopLeftoverServers,
   type AgentRef,
-  type EntryView,
-  type ErrorView,
   type HttpResponse,
   type LogLine,
   type RunningServer,
@@ -43,34 +43,9 @@ const LONG_LEASE_MS = 60_000;
 const TAKEOVER_TIMEOUT_MS = 8 * LEASE_MS;
 const POLL_INTERVAL_MS = 50;
 
-interface CreatedView {
-  agent: { id: string };
-  agentToken: string;
-}
 
-interface ChildCreated extends CreatedView {
-  messageId: string;
-}
-
-interface ToolCallView {
-  toolCallId: string;
-  isError: boolean;
-  output: { messageId: string };
-  content: string;
-}
-
-interface DeliveryView {
-  messageId: string;
-  inboxItemId?: string;
-  resumed?: { agentToken: string };
-}
-
-interface AgentViewBody {
-  id: string;
-  kind: string;
-  status: string;
-  resident: boolean;
-}
+/** A tool call's answer, its `output` (unknown on the wire) read as send_message returns it. */
+type ToolCallView = Omit<ToolCallResult, 'output'> & { output: { messageId: string } };
 
 /** A message an instance answered with its id: it must be in its recipient's session exactly once. */
 interface Acknowledged {
@@ -144,12 +119,12 @@ async function pollUntil<T>(what: string, probe: () => Promise<T | undefined>, t
   }
 }
 
-function expectGapFree(id: string, entries: readonly EntryView[]): void {
+function expectGapFree(id: string, entries: readonly Entry[]): void {
   expect(entries.map((e) => e.seq), `seqs of ${id}`).toEqual(entries.map((_, i) => i + 1));
 }
 
 /** How many times each acknowledged message is logged as a message in `entries`, keyed by its description. */
-function loggedCounts(entries: readonly EntryView[], acknowledged: readonly Acknowledged[]): Record<string, number> {
+function loggedCounts(entries: readonly Entry[], acknowledged: readonly Acknowledged[]): Record<string, number> {
   const counts: Record<string, number> = {};
   for (const ack of acknowledged) {
     counts[`${ack.what} ${ack.messageId}`] = entries.filter((e) => e.type === 'message' && e.messageId === ack.messageId).length;
@@ -241,7 +216,7 @@ async function buildForest(api: ServerClient): Promise<{
   toRoot.push({ messageId: f3.messageId, what: 'followup 3' });
   await reportFromChild(4);
 
-  const view = await api.expect<AgentViewBody>(200, 'GET', `/v1/agents/${root.id}`);
+  const view = await api.expect<AgentView>(200, 'GET', `/v1/agents/${root.id}`);
   expect(view).toMatchObject({ status: 'running', resident: true });
   return { root, child, toRoot, toChild, reportCallIds };
 }
@@ -275,11 +250,11 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     );
 
     // The owner still serves the forest, and none of the misdirected requests reached it.
-    expect(await apiA.expect<AgentViewBody>(200, 'GET', `/v1/agents/${root.id}`)).toMatchObject({ id: root.id, resident: true });
+    expect(await apiA.expect<AgentView>(200, 'GET', `/v1/agents/${root.id}`)).toMatchObject({ id: root.id, resident: true });
     expect(await apiA.session(root.id)).toEqual(rootBefore);
     expect(await apiA.session(child.id)).toEqual(childBefore);
     // An agent the other instance has never heard of is not misdirected: it is unknown.
-    const unknown = await apiB.request<ErrorView>('GET', '/v1/agents/no-such-agent');
+    const unknown = await apiB.request<ErrorBody>('GET', '/v1/agents/no-such-agent');
     expect(unknown.status).toBe(404);
     expect(unknown.body).toMatchObject({ code: 'AGENT_NOT_FOUND' });
   });
@@ -302,7 +277,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     const resumed = await pollUntil(
       'B to resume the root after the lease expired',
       async () => {
-        const res = await apiB.request<CreatedView>('POST', resumePath);
+        const res = await apiB.request<AgentWithToken>('POST', resumePath);
         if (res.status === 201) return res.body;
         refusals.push(res);
         return undefined;
@@ -330,8 +305,8 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expect(rootOnB.filter((e) => e.type === 'turn-end' && e.turnId === openTurnId).map((e) => e.reason)).toEqual(['failed']);
 
     // The child is not resident on B until its parent's followup cold-resumes it.
-    expect(await apiB.expect<AgentViewBody>(200, 'GET', `/v1/agents/${child.id}`)).toMatchObject({ id: child.id, status: 'settled', resident: false });
-    const wake = await apiB.expect<DeliveryView>(202, 'POST', `/v1/agents/${child.id}/messages`, {
+    expect(await apiB.expect<AgentView>(200, 'GET', `/v1/agents/${child.id}`)).toMatchObject({ id: child.id, status: 'settled', resident: false });
+    const wake = await apiB.expect<MessageAccepted>(202, 'POST', `/v1/agents/${child.id}/messages`, {
       token: rootB.token,
       body: { content: 'Go on from where you were.', delivery: 'followup' },
     });
@@ -339,7 +314,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     const childB: AgentRef = { id: child.id, token: wake.resumed!.agentToken };
     expect(childB.token).not.toBe(child.token);
     toChild.push({ messageId: wake.messageId, what: 'followup after the takeover' });
-    expect(await apiB.expect<AgentViewBody>(200, 'GET', `/v1/agents/${child.id}`)).toMatchObject({ status: 'running', resident: true });
+    expect(await apiB.expect<AgentView>(200, 'GET', `/v1/agents/${child.id}`)).toMatchObject({ status: 'running', resident: true });
 
     const childOnB = await apiB.session(child.id);
     expectGapFree(child.id, childOnB);
@@ -352,7 +327,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     }
 
     // The child reports again, to its parent on B; the token of its incarnation on A is stale.
-    const stale = await apiB.request<ErrorView>('POST', `/v1/agents/${child.id}/tool-calls`, {
+    const stale = await apiB.request<ErrorBody>('POST', `/v1/agents/${child.id}/tool-calls`, {
       token: child.token,
       body: { name: 'report', input: { output: 'from the old incarnation' } },
     });
@@ -392,7 +367,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     const resumed = await pollUntil(
       'B to resume the forest of the paused instance',
       async () => {
-        const res = await apiB.request<CreatedView>('POST', resumePath);
+        const res = await apiB.request<AgentWithToken>('POST', resumePath);
         if (res.status === 201) return res.body;
         refusals.push(res);
         return undefined;
@@ -453,11 +428,11 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     // A2 did not crash, and it still writes its other forest and a forest it creates now.
     expect(a2.child.exitCode).toBeNull();
     expect((await apiA2.request('GET', '/healthz')).status).toBe(200);
-    const keptMessage = await apiA2.request<DeliveryView>('POST', `/v1/agents/${kept.id}/messages`, { body: { content: 'still mine', delivery: 'inject' } });
+    const keptMessage = await apiA2.request<MessageAccepted>('POST', `/v1/agents/${kept.id}/messages`, { body: { content: 'still mine', delivery: 'inject' } });
     expect(keptMessage.status, `A2 writing the forest it still owns: ${JSON.stringify(keptMessage.body)}`).toBe(202);
     const keptSession = await apiA2.session(kept.id);
     expect(keptSession.filter((e) => e.type === 'message' && e.messageId === keptMessage.body.messageId)).toHaveLength(1);
-    const created = await apiA2.request<CreatedView>('POST', '/v1/agents', { body: { id: 'forest-h' } });
+    const created = await apiA2.request<AgentWithToken>('POST', '/v1/agents', { body: { id: 'forest-h' } });
     expect(created.status, `A2 creating a new forest: ${JSON.stringify(created.body)}`).toBe(201);
   });
 
@@ -480,7 +455,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expectMisdirected(await apiB.request('POST', resumePath), a.url, resumePath);
 
     expect(await a.stop('SIGTERM')).toEqual({ code: 0, signal: null });
-    const resumed = await apiB.request<CreatedView>('POST', resumePath);
+    const resumed = await apiB.request<AgentWithToken>('POST', resumePath);
     expect(resumed.status, JSON.stringify(resumed.body)).toBe(201);
     const rootB: AgentRef = { id: root.id, token: resumed.body.agentToken };
     const entries = await apiB.session(root.id);

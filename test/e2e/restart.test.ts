@@ -6,11 +6,11 @@
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { beforeEach, describe, expect, it } from 'vitest';
+import type { ErrorBody } from '../../src/contract/index.js';
+import type { Entry } from '../fixtures/wire.js';
 import {
   ServerClient,
   startServer,
-  type EntryView,
-  type ErrorView,
   type RunningServer,
 } from '../fixtures/server-process.js';
 import { tempDir } from '../fixtures/cleanup.js';
@@ -29,11 +29,11 @@ function logIndex(server: RunningServer, prefix: string): number {
   return server.logs.findIndex((l) => typeof l.json?.msg === 'string' && l.json.msg.startsWith(prefix));
 }
 
-function expectGapFree(entries: readonly EntryView[]): void {
+function expectGapFree(entries: readonly Entry[]): void {
   expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i + 1));
 }
 
-function failedTurnEnds(entries: readonly EntryView[], turnId: string): EntryView[] {
+function failedTurnEnds(entries: readonly Entry[], turnId: string): Entry[] {
   return entries.filter((e) => e.type === 'turn-end' && e.turnId === turnId && e.reason === 'failed');
 }
 
@@ -77,7 +77,7 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
     const readyz = await api.request<{ status: string }>('GET', '/readyz');
     expect(readyz.status).toBe(503);
     expect(readyz.body).toEqual({ status: 'draining' });
-    const refused = await api.request<ErrorView>('POST', '/v1/agents', { body: {} });
+    const refused = await api.request<ErrorBody>('POST', '/v1/agents', { body: {} });
     expect(refused.status).toBe(503);
     expect(refused.body).toMatchObject({ code: 'DRAINING' });
 
@@ -93,7 +93,7 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
 
     const second = await startServer({ dataPath: dataFile() });
     const api2 = new ServerClient(second);
-    const notLive = await api2.request<ErrorView>('GET', `/v1/agents/${root.id}`);
+    const notLive = await api2.request<ErrorBody>('GET', `/v1/agents/${root.id}`);
     expect(notLive.status).toBe(404);
     expect(notLive.body).toMatchObject({ code: 'AGENT_NOT_FOUND' });
     expect(await api2.session(root.id)).toEqual(before);
@@ -105,7 +105,7 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
     expect(live.status).toBe(200);
     expect(live.body).toMatchObject({ id: root.id, status: 'idle' });
 
-    const stale = await api2.request<ErrorView>('POST', `/v1/agents/${root.id}/steps/next`, { token: root.token, body: { waitMs: 0 } });
+    const stale = await api2.request<ErrorBody>('POST', `/v1/agents/${root.id}/steps/next`, { token: root.token, body: { waitMs: 0 } });
     expect(stale.status).toBe(403);
     expect(stale.body).toMatchObject({ code: 'UNAUTHORIZED' });
 

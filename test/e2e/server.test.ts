@@ -9,11 +9,10 @@ import {
   launchServer,
   ServerClient,
   startServer,
-  type ErrorView,
   type LogLine,
   type RunningServer,
-  type StepView,
 } from '../fixtures/server-process.js';
+import type { ErrorBody, Step } from '../../src/contract/index.js';
 import { tempDir } from '../fixtures/cleanup.js';
 
 let dir: string;
@@ -41,7 +40,7 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
 
     const first = await api.claim(root, 10_000);
     expect(first).not.toBeNull();
-    const step1 = first as StepView;
+    const step1 = first as Step;
     expect(step1.index).toBe(0);
     expect(step1.messages).toEqual([
       { role: 'system', content: 'You are a careful assistant.' },
@@ -57,7 +56,7 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
 
     const second = await api.claim(root, 10_000);
     expect(second).not.toBeNull();
-    const step2 = second as StepView;
+    const step2 = second as Step;
     expect(step2.index).toBe(1);
     expect(step2.turnId).toBe(step1.turnId);
     expect(step2.messages).toEqual([
@@ -115,7 +114,7 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
 
     expect(step).not.toBe('not woken');
     expect(step).not.toBeNull();
-    const claimed = step as StepView;
+    const claimed = step as Step;
     expect(claimed.index).toBe(0);
     expect(claimed.messages).toEqual([{ role: 'user', content: 'wake up' }]);
     const entries = await api.session(root.id);
@@ -130,7 +129,7 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
 
     const claims = await Promise.all(
       Array.from({ length: 20 }, () =>
-        api.request<{ agentId: string; agentToken: string; step: StepView } | null>('POST', '/v1/steps/next', { body: { waitMs: 200 } }),
+        api.request<{ agentId: string; agentToken: string; step: Step } | null>('POST', '/v1/steps/next', { body: { waitMs: 200 } }),
       ),
     );
 
@@ -154,11 +153,11 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
     const anonymous = new ServerClient(server);
     const api = new ServerClient(server, 'k2');
 
-    const noKey = await anonymous.request<ErrorView>('GET', '/v1/agents');
+    const noKey = await anonymous.request<ErrorBody>('GET', '/v1/agents');
     expect(noKey.status).toBe(401);
     expect(noKey.body).toMatchObject({ statusCode: 401, code: 'UNAUTHENTICATED' });
 
-    const wrongKey = await anonymous.request<ErrorView>('POST', '/v1/agents', { key: 'k3', body: {} });
+    const wrongKey = await anonymous.request<ErrorBody>('POST', '/v1/agents', { key: 'k3', body: {} });
     expect(wrongKey.status).toBe(401);
     expect(wrongKey.body).toMatchObject({ statusCode: 401, code: 'UNAUTHENTICATED' });
 
@@ -172,7 +171,7 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
     expect(list.items.map((a) => a.id)).toEqual([root.id]);
 
     const forged = randomBytes(32).toString('base64url');
-    const forgedClaim = await api.request<ErrorView>('POST', `/v1/agents/${root.id}/steps/next`, { token: forged, body: { waitMs: 0 } });
+    const forgedClaim = await api.request<ErrorBody>('POST', `/v1/agents/${root.id}/steps/next`, { token: forged, body: { waitMs: 0 } });
     expect(forgedClaim.status).toBe(403);
     expect(forgedClaim.body).toMatchObject({ statusCode: 403, code: 'UNAUTHORIZED' });
 

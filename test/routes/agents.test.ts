@@ -4,6 +4,7 @@
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it, vi } from 'vitest';
+import type { AgentView, ErrorBody, SessionPage } from '../../src/contract/index.js';
 import { fixedClock, sequentialIds } from '../../src/domain/ports.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import {
@@ -19,35 +20,6 @@ import {
   type Harness,
   waitingClaims as waiting,
 } from '../fixtures/harness.js';
-
-interface AgentView {
-  id: string;
-  kind: string;
-  parentId: string | null;
-  mode: string | null;
-  provider: string | null;
-  depth: number;
-  status: string;
-  resident: boolean;
-  activation: unknown;
-  inbox: { queued: number };
-  staged: number;
-  createdAt: string;
-  label?: string;
-}
-
-interface ErrorBody {
-  statusCode: number;
-  code: string;
-  error: string;
-  message: string;
-}
-
-interface SessionPage {
-  header: Record<string, unknown>;
-  entries: Entry[];
-  nextAfter: number | null;
-}
 
 const VIEW_KEYS = ['activation', 'createdAt', 'depth', 'id', 'inbox', 'kind', 'mode', 'parentId', 'provider', 'resident', 'staged', 'status'];
 const START = Date.UTC(2026, 0, 1);

@@ -5,6 +5,7 @@
  */
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import type { ToolCallErrorBody as ErrorBody } from '../../src/contract/index.js';
 import {
   claim,
   createRoot,
@@ -17,14 +18,6 @@ import {
   type CreatedRoot,
   type Harness,
 } from '../fixtures/harness.js';
-
-interface ErrorBody {
-  statusCode: number;
-  code: string;
-  error: string;
-  message: string;
-  toolResult?: { isError: boolean; content: string };
-}
 
 const ERROR_KEYS = ['code', 'error', 'message', 'statusCode'];
 const TOOL_ERROR_KEYS = ['code', 'error', 'message', 'statusCode', 'toolResult'];

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import type { ChildCreated, ErrorBody, MessageAccepted, ToolCallResult } from '../../src/contract/index.js';
 import { buildApp } from '../../src/app.js';
 import { fixedClock, type Clock } from '../../src/domain/ports.js';
 import { createLogger } from '../../src/logger.js';
@@ -29,30 +30,8 @@ import {
 import { closeWithTest, once, tempDir } from '../fixtures/cleanup.js';
 import { CrashingStore } from '../fixtures/crashing-store.js';
 
-interface Accepted {
-  messageId: string;
-  inboxItemId?: string;
-  resumed?: { agentToken: string };
-}
-
-interface ChildCreated {
-  agent: { id: string; resident: boolean; status: string };
-  agentToken: string;
-  messageId: string;
-}
-
-interface ToolCallBody {
-  toolCallId: string;
-  name: string;
-  output: { messageId?: string; subagent_id?: string };
-  content: string;
-  spawned?: { agentId: string; agentToken: string }[];
-}
-
-interface ErrorBody {
-  statusCode: number;
-  code: string;
-}
+/** A tool call's answer, its `output` (unknown on the wire) read as the tools these tests call return it. */
+type ToolCallAnswer = Omit<ToolCallResult, 'output'> & { output: { messageId?: string; subagent_id?: string } };
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -186,7 +165,7 @@ describe('Idempotency-Key on messages to a root', () => {
     const root = await createRoot(h.app, { id: 'r' });
     const a = await message(h, root.id, 'same', 'inject');
     const b = await message(h, root.id, 'same', 'inject');
-    expect((a.json() as Accepted).messageId).not.toBe((b.json() as Accepted).messageId);
+    expect((a.json() as MessageAccepted).messageId).not.toBe((b.json() as MessageAccepted).messageId);
     expect(userMessages(await session(h.app, root.id), 'same')).toHaveLength(2);
   });
 });
@@ -204,7 +183,7 @@ describe('Idempotency-Key on messages to a child', () => {
     expect(retry.statusCode).toBe(202);
     expect(replayed(retry)).toBe(true);
     expect(retry.json()).toEqual(first.json());
-    expect((first.json() as Accepted).inboxItemId).toEqual(expect.any(String));
+    expect((first.json() as MessageAccepted).inboxItemId).toEqual(expect.any(String));
     const view = await h.app.inject({ method: 'GET', url: `/v1/agents/${c.id}` });
     expect((view.json() as { inbox: { queued: number } }).inbox.queued).toBe(1);
   });
@@ -217,7 +196,7 @@ describe('Idempotency-Key on messages to a child', () => {
     await until(async () => !(await resident(h, c.id)), 'the child settles');
 
     const first = await message(h, c.id, 'wake up', 'followup', 'k-1', root.token);
-    const token = (first.json() as Accepted).resumed?.agentToken;
+    const token = (first.json() as MessageAccepted).resumed?.agentToken;
     expect(token).toEqual(expect.stringMatching(/.+/));
     const whileResident = await message(h, c.id, 'wake up', 'followup', 'k-1', root.token);
     expect(replayed(whileResident)).toBe(true);
@@ -230,7 +209,7 @@ describe('Idempotency-Key on messages to a child', () => {
 
     expect(afterSettling.statusCode).toBe(202);
     expect(replayed(afterSettling)).toBe(true);
-    expect(afterSettling.json()).toEqual({ ...(first.json() as Accepted), resumed: { agentToken: '' } });
+    expect(afterSettling.json()).toEqual({ ...(first.json() as MessageAccepted), resumed: { agentToken: '' } });
     expect(await resident(h, c.id)).toBe(false);
     expect((await session(h.app, c.id)).filter((e) => e.type === 'activation')).toHaveLength(activationsBefore);
     expect(userMessages(await session(h.app, c.id), 'wake up')).toHaveLength(1);
@@ -309,7 +288,7 @@ describe('Idempotency-Key on tool calls', () => {
     expect(replayed(retry)).toBe(true);
     expect(retry.json()).toEqual(first.json());
     const reports = reportsIn(await session(h.app, root.id));
-    expect(reports.map((e) => e.messageId)).toEqual([(first.json() as ToolCallBody).output.messageId]);
+    expect(reports.map((e) => e.messageId)).toEqual([(first.json() as ToolCallAnswer).output.messageId]);
   });
 
   it('a failed report is not recorded: a retry with the same key runs again and delivers once', async () => {
@@ -328,7 +307,7 @@ describe('Idempotency-Key on tool calls', () => {
 
     expect(retry.statusCode).toBe(200);
     expect(replayed(retry)).toBe(false);
-    expect(reportsIn(await session(h.app, root.id)).map((e) => e.messageId)).toEqual([(retry.json() as ToolCallBody).output.messageId]);
+    expect(reportsIn(await session(h.app, root.id)).map((e) => e.messageId)).toEqual([(retry.json() as ToolCallAnswer).output.messageId]);
   });
 
   it('a report with the same key but another output is 409 IDEMPOTENCY_CONFLICT and is not delivered', async () => {
@@ -347,14 +326,14 @@ describe('Idempotency-Key on tool calls', () => {
     const root = await createRoot(h.app, { id: 'r' });
     const first = await toolCall(h, root, 'spawn_subagent', { prompt: 'look around' }, 'k-1');
     const retry = await toolCall(h, root, 'spawn_subagent', { prompt: 'look around' }, 'k-1');
-    const spawned = (first.json() as ToolCallBody).output.subagent_id ?? '';
+    const spawned = (first.json() as ToolCallAnswer).output.subagent_id ?? '';
 
     expect(first.statusCode).toBe(200);
     expect(replayed(retry)).toBe(true);
-    expect((retry.json() as ToolCallBody).output).toEqual({ subagent_id: spawned });
-    const firstToken = (first.json() as ToolCallBody).spawned?.[0]?.agentToken;
+    expect((retry.json() as ToolCallAnswer).output).toEqual({ subagent_id: spawned });
+    const firstToken = (first.json() as ToolCallAnswer).spawned?.[0]?.agentToken;
     expect(firstToken).toEqual(expect.any(String));
-    expect((retry.json() as ToolCallBody).spawned).toEqual([{ agentId: spawned, agentToken: firstToken }]);
+    expect((retry.json() as ToolCallAnswer).spawned).toEqual([{ agentId: spawned, agentToken: firstToken }]);
     expect(await childIds(h, root.id)).toEqual([spawned]);
   });
 });
@@ -364,18 +343,18 @@ describe('expiry', () => {
     const clock = fixedClock();
     const h = await openWithTtl(60_000, clock);
     const root = await createRoot(h.app, { id: 'r' });
-    const first = (await message(h, root.id, 'note', 'inject', 'k-1')).json() as Accepted;
+    const first = (await message(h, root.id, 'note', 'inject', 'k-1')).json() as MessageAccepted;
 
     clock.advance(59_999);
     const within = await message(h, root.id, 'note', 'inject', 'k-1');
     expect(replayed(within)).toBe(true);
-    expect((within.json() as Accepted).messageId).toBe(first.messageId);
+    expect((within.json() as MessageAccepted).messageId).toBe(first.messageId);
 
     clock.advance(2);
     const after = await message(h, root.id, 'note', 'inject', 'k-1');
     expect(after.statusCode).toBe(202);
     expect(replayed(after)).toBe(false);
-    const second = (after.json() as Accepted).messageId;
+    const second = (after.json() as MessageAccepted).messageId;
     expect(second).not.toBe(first.messageId);
     expect(userMessages(await session(h.app, root.id), 'note').map((e) => e.messageId)).toEqual([first.messageId, second]);
   });
@@ -442,8 +421,8 @@ describe('keys are scoped by sender', () => {
     const fromB = await toolCall(h, childB, 'report', { output: 'same' }, 'shared');
 
     expect([replayed(fromA), replayed(fromB)]).toEqual([false, false]);
-    expect(reportsIn(await session(h.app, a.id)).map((e) => e.messageId)).toEqual([(fromA.json() as ToolCallBody).output.messageId]);
-    expect(reportsIn(await session(h.app, b.id)).map((e) => e.messageId)).toEqual([(fromB.json() as ToolCallBody).output.messageId]);
+    expect(reportsIn(await session(h.app, a.id)).map((e) => e.messageId)).toEqual([(fromA.json() as ToolCallAnswer).output.messageId]);
+    expect(reportsIn(await session(h.app, b.id)).map((e) => e.messageId)).toEqual([(fromB.json() as ToolCallAnswer).output.messageId]);
   });
 
   it('the operator and an agent using the same key each get their own result, and each replays its own', async () => {
@@ -484,7 +463,7 @@ describe('concurrent requests with one key', () => {
     const [a, b] = await Promise.all([message(h, root.id, 'once', 'inject', 'k-1'), message(h, root.id, 'once', 'inject', 'k-1')]);
 
     expect([a.statusCode, b.statusCode]).toEqual([202, 202]);
-    expect((a.json() as Accepted).messageId).toBe((b.json() as Accepted).messageId);
+    expect((a.json() as MessageAccepted).messageId).toBe((b.json() as MessageAccepted).messageId);
     expect([a, b].filter(replayed)).toHaveLength(1);
     expect(userMessages(await session(h.app, root.id), 'once')).toHaveLength(1);
   });
@@ -509,8 +488,8 @@ describe('concurrent requests with one key', () => {
     const [a, b] = await Promise.all([toolCall(h, c, 'report', { output: 'x' }, 'k-1'), toolCall(h, c, 'report', { output: 'x' }, 'k-1')]);
 
     expect([a.statusCode, b.statusCode]).toEqual([200, 200]);
-    const messageId = (a.json() as ToolCallBody).output.messageId;
-    expect((b.json() as ToolCallBody).output.messageId).toBe(messageId);
+    const messageId = (a.json() as ToolCallAnswer).output.messageId;
+    expect((b.json() as ToolCallAnswer).output.messageId).toBe(messageId);
     expect([a, b].filter(replayed)).toHaveLength(1);
     expect(reportsIn(await session(h.app, root.id)).map((e) => e.messageId)).toEqual([messageId]);
   });
@@ -593,7 +572,7 @@ describe('durability of keys', () => {
     expect(replayed(createdAgain)).toBe(true);
     expect(createdAgain.json()).toEqual({ ...firstChild, agentToken: '' });
     expect(await childIds(h2, root2.id)).toEqual([firstChild.agent.id]);
-    expect(messagesWithId(await session(h2.app, root2.id), (sent.json() as Accepted).messageId)).toHaveLength(1);
+    expect(messagesWithId(await session(h2.app, root2.id), (sent.json() as MessageAccepted).messageId)).toHaveLength(1);
     expect(await claim(h2.app, root2)).toBeNull();
     await h2.close();
 
@@ -623,7 +602,7 @@ describe('durability of keys', () => {
     const root2 = await resume(h2, root1.id);
     expect(reportsIn(await session(h2.app, root2.id))).toEqual([]);
     const woke = await message(h2, c1.id, 'go on', 'followup', undefined, root2.token);
-    const c2 = { id: c1.id, token: (woke.json() as Accepted).resumed?.agentToken ?? '' };
+    const c2 = { id: c1.id, token: (woke.json() as MessageAccepted).resumed?.agentToken ?? '' };
     const retry = await toolCall(h2, c2, 'report', { output: 'finding' }, 'k-1');
 
     expect(retry.statusCode).toBe(200);

@@ -8,6 +8,7 @@
 import http from 'node:http';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { AgentView, ToolCallErrorBody as ErrorBody } from '../../src/contract/index.js';
 import type { Limits } from '../../src/services/limits.js';
 import {
   createRoot,
@@ -25,25 +26,6 @@ import {
 } from '../fixtures/harness.js';
 import { startChild, callReport, nextStep, rootMidTurn } from '../fixtures/forest.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
-
-interface ErrorBody {
-  statusCode: number;
-  code: string;
-  error: string;
-  message: string;
-  toolResult?: { isError: boolean; content: string };
-}
-
-interface AgentView {
-  id: string;
-  kind: string;
-  parentId: string | null;
-  depth: number;
-  status: string;
-  resident: boolean;
-  inbox: { queued: number };
-  staged: number;
-}
 
 /** `direct parent has too many messages waiting; ...`: MESSAGES.parentBusy, fixed model-visible text. */
 const PARENT_BUSY_MESSAGE = 'direct parent has too many messages waiting; report was not delivered, retry later';

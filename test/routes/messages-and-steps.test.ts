@@ -4,6 +4,7 @@
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import type { AgentView, ErrorBody, PoolClaimResult } from '../../src/contract/index.js';
 import {
   claim,
   createRoot,
@@ -22,25 +23,6 @@ import {
   untilWaiting,
 } from '../fixtures/harness.js';
 import { rootWithClaimedStep } from '../fixtures/forest.js';
-
-interface ErrorBody {
-  statusCode: number;
-  code: string;
-  error: string;
-  message: string;
-}
-
-interface AgentView {
-  status: string;
-  inbox: { queued: number };
-  staged: number;
-}
-
-interface PoolClaim {
-  agentId: string;
-  agentToken: string;
-  step: ClaimedStep;
-}
 
 function expectError(res: LightMyRequestResponse, status: number, code: string, phrase: string): ErrorBody {
   expect(res.statusCode).toBe(status);
@@ -633,7 +615,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
     for (let i = 0; i < 3; i++) {
       const res = await poolClaim(h);
       expect(res.statusCode).toBe(200);
-      const body = res.json() as PoolClaim;
+      const body = res.json() as PoolClaimResult;
       expect(Object.keys(body).sort()).toEqual(['agentId', 'agentToken', 'step']);
       expect(body.agentToken).toBe(created.get(body.agentId)?.token);
       expect(body.step.messages).toEqual([{ role: 'user', content: `for ${body.agentId}` }]);
@@ -649,7 +631,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
     await send(h.app, 'a', 'task');
     await settle();
 
-    const claimed = (await poolClaim(h)).json() as PoolClaim;
+    const claimed = (await poolClaim(h)).json() as PoolClaimResult;
     const res = await postOutput(h.app, { id: claimed.agentId, token: claimed.agentToken }, claimed.step.id, { content: 'done' });
     expect(res.statusCode).toBe(200);
     expect(res.json()).toMatchObject({ turn: 'ended' });
@@ -662,14 +644,14 @@ describe('POST /v1/steps/next (worker pool)', () => {
     await send(h.app, 'b', 'task b');
     await settle();
 
-    const first = (await poolClaim(h)).json() as PoolClaim;
+    const first = (await poolClaim(h)).json() as PoolClaimResult;
     expect(first.agentId).toBe('a');
     const a = created.get('a')!;
     await postOutput(h.app, a, first.step.id, { toolCalls: [toolCall('c1')] });
     await postResults(h.app, a, first.step.id, [{ toolCallId: 'c1', content: 'r' }]);
 
-    const second = (await poolClaim(h)).json() as PoolClaim;
-    const third = (await poolClaim(h)).json() as PoolClaim;
+    const second = (await poolClaim(h)).json() as PoolClaimResult;
+    const third = (await poolClaim(h)).json() as PoolClaimResult;
     expect([second.agentId, third.agentId]).toEqual(['b', 'a']);
     expect(third.step.index).toBe(1);
   });
@@ -683,9 +665,9 @@ describe('POST /v1/steps/next (worker pool)', () => {
 
     const res = await poolClaim(h, { rootId: 'a' });
     expect(res.statusCode).toBe(200);
-    expect((res.json() as PoolClaim).agentId).toBe('a');
+    expect((res.json() as PoolClaimResult).agentId).toBe('a');
     expect((await poolClaim(h, { rootId: 'c' })).statusCode).toBe(204);
-    expect(((await poolClaim(h)).json() as PoolClaim).agentId).toBe('b');
+    expect(((await poolClaim(h)).json() as PoolClaimResult).agentId).toBe('b');
   });
 
   it('many concurrent pool claims for a few claimable steps: each step is claimed exactly once and the rest answer 204', async () => {
@@ -696,7 +678,7 @@ describe('POST /v1/steps/next (worker pool)', () => {
     await settle();
 
     const responses = await Promise.all(Array.from({ length: 16 }, () => poolClaim(h, { waitMs: 50 })));
-    const won = responses.filter((r) => r.statusCode === 200).map((r) => r.json() as PoolClaim);
+    const won = responses.filter((r) => r.statusCode === 200).map((r) => r.json() as PoolClaimResult);
     const empty = responses.filter((r) => r.statusCode === 204);
     expect(won.map((c) => c.agentId).sort()).toEqual(ids);
     expect(new Set(won.map((c) => c.step.id)).size).toBe(4);
@@ -718,8 +700,8 @@ describe('POST /v1/steps/next (worker pool)', () => {
     expect(waiting(h)).toBe(0);
     const res = await pending;
     expect(res.statusCode).toBe(200);
-    expect((res.json() as PoolClaim).agentId).toBe('a');
-    expect(((await poolClaim(h)).json() as PoolClaim).agentId).toBe('b');
+    expect((res.json() as PoolClaimResult).agentId).toBe('a');
+    expect(((await poolClaim(h)).json() as PoolClaimResult).agentId).toBe('b');
   });
 
   it('a pool claim answers 204 when no agent has a claimable step', async () => {

@@ -7,14 +7,8 @@
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import type { ErrorBody } from '../../src/contract/index.js';
 import { createRoot, send, startHarness, type CreatedRoot, type Harness } from '../fixtures/harness.js';
-
-interface ErrorBody {
-  statusCode: number;
-  code: string;
-  error: string;
-  message: string;
-}
 
 function listAgents(h: Harness, key?: string): Promise<LightMyRequestResponse> {
   return h.app.inject({ method: 'GET', url: '/v1/agents', headers: key === undefined ? {} : { authorization: `Bearer ${key}` } });

@@ -7,6 +7,7 @@
 import { join } from 'node:path';
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import type { Receipt } from '../../src/contract/index.js';
 import { fixedClock } from '../../src/domain/ports.js';
 import { isoTime } from '../../src/domain/session.js';
 import type { SessionStore } from '../../src/services/session-store.js';
@@ -27,18 +28,6 @@ import {
 } from '../fixtures/harness.js';
 import { report } from '../fixtures/forest.js';
 import { tempDir } from '../fixtures/cleanup.js';
-
-interface Receipt {
-  messageId: string;
-  state: string;
-  recipient: string;
-  sender: string | null;
-  source: { kind: string; senderSessionId?: string };
-  role: string;
-  timestamps: { acceptedAt?: string; appendedAt?: string; turnStartedAt?: string; turnEndedAt?: string };
-  turnId?: string;
-  seq?: number;
-}
 
 const T0 = Date.UTC(2026, 0, 1);
 

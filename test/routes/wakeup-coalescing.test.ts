@@ -10,6 +10,7 @@
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import type { AgentView } from '../../src/contract/index.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import {
   claim,
@@ -25,12 +26,6 @@ import {
 } from '../fixtures/harness.js';
 import { startChild, nextStep, rootMidTurn } from '../fixtures/forest.js';
 import { tempDir } from '../fixtures/cleanup.js';
-
-interface AgentView {
-  status: string;
-  inbox: { queued: number };
-  staged: number;
-}
 
 /** One report as sent: who sent it, what it said, and the parent's message id for it. */
 interface Sent {

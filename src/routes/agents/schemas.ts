@@ -4,7 +4,9 @@
  */
 import { Type } from '@sinclair/typebox';
 import { AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
-import { AgentId, AgentView, Content, Credential, literals, ModelSpec, OpaqueId, ref, SessionEntry, SessionHeader } from '../../contract/index.js';
+import { AgentId, AgentView, Content, literals, ModelSpec, ref } from '../../contract/index.js';
+
+export { AgentWithToken, MessageAccepted, SessionPage, ToolCallBody, ToolCallResult } from '../../contract/index.js';
 
 export const CreateRootBody = Type.Object(
   {
@@ -12,14 +14,6 @@ export const CreateRootBody = Type.Object(
     instructions: Type.Optional(Type.String({ description: 'The system prompt of every step.' })),
     metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'Free-form, kept in the session header.' })),
     model: Type.Optional(ref(ModelSpec)),
-  },
-  { additionalProperties: false },
-);
-
-export const AgentWithToken = Type.Object(
-  {
-    agent: ref(AgentView),
-    agentToken: Type.String({ description: 'The credential of this live incarnation (X-Agent-Token).' }),
   },
   { additionalProperties: false },
 );
@@ -61,30 +55,10 @@ export const MessageBody = Type.Object(
   { additionalProperties: false },
 );
 
-export const MessageAccepted = Type.Object(
-  {
-    messageId: Type.String({ description: 'The stable id of the message; the same id appears in the session.' }),
-    inboxItemId: Type.Optional(Type.String({ description: 'The id of this followup/steer occurrence; absent for inject.' })),
-    resumed: Type.Optional(Type.Object({ agentToken: Type.String() }, { additionalProperties: false })),
-  },
-  { additionalProperties: false },
-);
-
 export const SessionQuery = Type.Object(
   {
     after: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Return entries with seq greater than this.' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
-  },
-  { additionalProperties: false },
-);
-
-export const SessionPage = Type.Object(
-  {
-    header: ref(SessionHeader),
-    entries: Type.Array(ref(SessionEntry)),
-    nextAfter: Type.Union([Type.Integer(), Type.Null()], {
-      description: 'Pass as `after` for the next page; null when this page reached the end of the log.',
-    }),
   },
   { additionalProperties: false },
 );
@@ -101,23 +75,3 @@ export const ToolList = Type.Object(
   { additionalProperties: false },
 );
 
-export const ToolCallBody = Type.Object(
-  {
-    name: Type.String({ minLength: 1, maxLength: 200 }),
-    input: Type.Unknown({ description: 'The tool input; validated by the tool.' }),
-    toolCallId: Type.Optional(OpaqueId),
-  },
-  { additionalProperties: false },
-);
-
-export const ToolCallResult = Type.Object(
-  {
-    toolCallId: Type.String(),
-    isError: Type.Literal(false),
-    output: Type.Unknown({ description: 'The canonical value.' }),
-    content: Type.String({ description: 'The rendered text the model reads.' }),
-    spawned: Type.Optional(Type.Array(ref(Credential), { description: 'Children started by this call (spawn_subagent), with their tokens.' })),
-    resumed: Type.Optional(Type.Array(ref(Credential), { description: 'Children cold-resumed by this call (send_message), with their new tokens.' })),
-  },
-  { additionalProperties: false },
-);

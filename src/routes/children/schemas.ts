@@ -3,7 +3,9 @@
  */
 import { Type } from '@sinclair/typebox';
 import { CHILD_MODES, PROVIDERS } from '../../domain/agent.js';
-import { AgentView, Content, literals, ModelSpec, ref } from '../../contract/index.js';
+import { Content, literals, ModelSpec, ref } from '../../contract/index.js';
+
+export { ChildCreated } from '../../contract/index.js';
 
 export const CreateChildBody = Type.Object(
   {
@@ -25,11 +27,3 @@ export const CreateChildBody = Type.Object(
   { additionalProperties: false },
 );
 
-export const ChildCreated = Type.Object(
-  {
-    agent: ref(AgentView),
-    agentToken: Type.String({ description: "The child's credential for this incarnation." }),
-    messageId: Type.String({ description: "The prompt's message id: the child's first queued turn." }),
-  },
-  { additionalProperties: false },
-);

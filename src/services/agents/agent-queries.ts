@@ -6,27 +6,21 @@
  * Lists are ordered by creation time, then id; a cursor is the (createdAt, id) of the last
  * item, so a page never repeats or skips an agent that existed when the first page was read.
  */
+import type { AgentView, ChildListing, SessionPage } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
-import type { SessionEntry, SessionHeader } from '../../domain/session.js';
+import type { SessionHeader } from '../../domain/session.js';
 import type { AgentRegistry } from '../agent-registry.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwnership } from '../ownership.js';
-import type { ChildListing } from '../packages/subagent-control.js';
 import type { SessionLog } from '../session-log.js';
-import { statusOf, storedChildView, viewOf, type AgentView } from '../views.js';
+import { statusOf, storedChildView, viewOf } from '../views.js';
 
 export interface ListFilter {
   parentId?: string;
   status?: string;
   limit: number;
   cursor?: string;
-}
-
-export interface SessionPage {
-  header: SessionHeader;
-  entries: SessionEntry[];
-  nextAfter: number | null;
 }
 
 export interface AgentQueriesDeps {

@@ -14,32 +14,22 @@ import type { AgentRegistry } from '../agent-registry.js';
 import type { ChildDelivery, ChildSpec, ContinuationManager } from '../continuation/continuation-manager.js';
 import type { IdempotencyKeys, IdempotencyRequest, IdempotentResult } from '../idempotency.js';
 import type { SessionLog } from '../session-log.js';
-import type { AgentView } from '../views.js';
+import type { AgentWithToken, ChildCreated, MessageAccepted } from '../../contract/index.js';
 import type { AdmissionGate } from './admission-gate.js';
 import type { AgentQueries } from './agent-queries.js';
 import type { AgentAuthority } from './authority.js';
-import type { Created } from './root-lifecycle.js';
 
 /** The operator as an idempotency sender: no agent id can be spelled this way (ids start with a letter or digit). */
 export const OPERATOR_SENDER = '@operator';
 
-export interface Delivered {
-  messageId: string;
-  inboxItemId?: string;
-  resumed?: { agentToken: string };
-  replayed: boolean;
-}
+/** A message accepted, and whether an idempotency key replayed it (wider than the wire's answer, which omits `replayed`). */
+export type Delivered = MessageAccepted & { replayed: boolean };
 
-interface StoredDelivery {
-  messageId: string;
-  inboxItemId?: string;
-  resumed?: { agentToken: string };
-}
+/** What an idempotency key keeps of a delivery: the wire's answer, a resumed child's token blanked. */
+type StoredDelivery = MessageAccepted;
 
-interface StoredChild {
-  agent: AgentView;
-  messageId: string;
-}
+/** What an idempotency key keeps of a child creation: the wire's answer without the token. */
+type StoredChild = Omit<ChildCreated, 'agentToken'>;
 
 export interface DeliveriesDeps {
   registry: AgentRegistry;
@@ -65,7 +55,7 @@ export class AgentDeliveries {
     token: string | undefined,
     spec: ChildSpec,
     idem?: IdempotencyRequest,
-  ): Promise<Created & { messageId: string; replayed: boolean }> {
+  ): Promise<AgentWithToken & { messageId: string; replayed: boolean }> {
     this.deps.gate.admitNewWork();
     const { authority, queries } = this.deps;
     const parent = authority.liveWithToken(parentId, token) ?? (await authority.rejectCredential(parentId));

@@ -3,23 +3,9 @@
  * staged; in a session's log; as a turn's prompt). Waits for the writes accepted so far to
  * commit first, so a receipt never lags an acknowledged request.
  */
+import type { Receipt } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
-import type { MessageRole, MessageSource } from '../../domain/message.js';
 import type { SessionLog } from '../session-log.js';
-import type { ReceiptState } from '../session-store.js';
-
-export interface Receipt {
-  messageId: string;
-  state: ReceiptState;
-  recipient: string;
-  /** The sending agent's id, or null for the operator. */
-  sender: string | null;
-  source: MessageSource;
-  role: MessageRole;
-  timestamps: { acceptedAt?: string; appendedAt?: string; turnStartedAt?: string; turnEndedAt?: string };
-  turnId?: string;
-  seq?: number;
-}
 
 /** Where a message is, from durable state: pending (queued, staged), in a log, as a turn's prompt. */
 export async function receiptOf(log: SessionLog, messageId: string): Promise<Receipt> {

@@ -18,14 +18,9 @@ import type { ContinuationManager } from '../continuation/continuation-manager.j
 import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwnership } from '../ownership.js';
 import type { SessionLog } from '../session-log.js';
-import type { AgentView } from '../views.js';
+import type { AgentView, AgentWithToken } from '../../contract/index.js';
 import type { AdmissionGate } from './admission-gate.js';
 import type { AgentQueries } from './agent-queries.js';
-
-export interface Created {
-  agent: AgentView;
-  agentToken: string;
-}
 
 export interface RootLifecycleDeps {
   registry: AgentRegistry;
@@ -46,7 +41,7 @@ export interface RootLifecycleDeps {
 export class RootLifecycle {
   constructor(private readonly deps: RootLifecycleDeps) {}
 
-  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<Created> {
+  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<AgentWithToken> {
     this.deps.gate.admitNewWork();
     const model = input.model === undefined ? undefined : (this.deps.checkModel?.(input.model) ?? input.model);
     const id = input.id ?? this.deps.ids.next('agent');
@@ -83,7 +78,7 @@ export class RootLifecycle {
   }
 
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
-  async resumeRoot(id: string): Promise<Created> {
+  async resumeRoot(id: string): Promise<AgentWithToken> {
     this.deps.gate.admitNewWork();
     this.deps.registry.reserve(id);
     try {
@@ -208,7 +203,7 @@ export class RootLifecycle {
     return agent;
   }
 
-  private created(agent: LiveAgent): Created {
+  private created(agent: LiveAgent): AgentWithToken {
     return { agent: this.deps.queries.viewOfLive(agent), agentToken: agent.token };
   }
 }

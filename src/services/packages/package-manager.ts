@@ -4,6 +4,7 @@
  * contribution follows the setup registry's rules (grants wait for the next Activation,
  * revocation is immediate).
  */
+import type { PackageConfig, PackageView } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
 import { PACKAGE_NAMES, type PackageName, type ReportDelivery } from '../../domain/packages.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
@@ -13,16 +14,6 @@ import type { ToolRegistry } from '../tool-registry.js';
 import { controlTools, type ControlDeps } from './subagent-control.js';
 import { reportTool } from './subagent-report.js';
 import { spawnSubagentTool } from './subagent.js';
-
-export interface PackageConfig {
-  reportDelivery?: ReportDelivery;
-}
-
-export interface PackageView {
-  name: PackageName;
-  installed: boolean;
-  config: PackageConfig;
-}
 
 export interface PackageManagerDeps {
   tools: ToolRegistry;

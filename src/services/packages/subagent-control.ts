@@ -4,6 +4,7 @@
  * cold-resuming a settled child; only the exact live direct parent may send.
  */
 import { Type } from '@sinclair/typebox';
+import type { ChildListing } from '../../contract/index.js';
 import type { ChildDelivery, ContinuationManager } from '../continuation/continuation-manager.js';
 import { defineTool } from '../define-tool.js';
 import type { LiveAgent } from '../live-agent.js';
@@ -17,13 +18,6 @@ export const SEND_MESSAGE_DESCRIPTION =
 
 export const LIST_AGENTS_DESCRIPTION =
   'List the background subagents you started, with their status: running while they work, complete when they have nothing left to do.';
-
-export interface ChildListing {
-  kind: 'child';
-  id: string;
-  label: string;
-  status: 'running' | 'complete';
-}
 
 export interface ControlDeps {
   manager: ContinuationManager;

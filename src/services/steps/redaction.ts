@@ -4,7 +4,7 @@
  * append-only session or a stored result.
  */
 import type { ToolCall } from '../../domain/message.js';
-import type { AgentCredential } from '../tool-registry.js';
+import type { AgentCredential } from '../../contract/index.js';
 
 /** Anything that names child credentials (a tool call's result). */
 interface WithCredentials {

@@ -8,48 +8,18 @@
  * results is validated whole before any of it is written; every write is durable before the
  * call resolves.
  */
+import type { AgentCredential, ModelOutput, OutputResult, Step, ToolResultInput } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
-import type { TextBlock, ToolCall } from '../../domain/message.js';
-import type { TokenUsage } from '../../domain/model.js';
-import { renderMessages, renderTools, type ChatMessage, type ChatTool, type ToolSchema } from '../../domain/step-render.js';
+import { renderMessages, renderTools, type ToolSchema } from '../../domain/step-render.js';
 import type { AdmissionGate } from '../agents/admission-gate.js';
 import type { AgentAuthority } from '../agents/authority.js';
 import type { WaiterGate } from '../limits.js';
 import type { LiveAgent, StepClaim } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 import type { StepDispatcher } from '../step-dispatcher.js';
-import type { AgentCredential, ToolRegistry } from '../tool-registry.js';
+import type { ToolRegistry } from '../tool-registry.js';
 import { loggableCall } from './redaction.js';
-import { failedCall, type ToolCalls, type ToolResultView } from './tool-calls.js';
-
-export interface Step {
-  id: string;
-  turnId: string;
-  index: number;
-  messages: ChatMessage[];
-  tools: ChatTool[];
-}
-
-export interface OutputResult {
-  toolResults: ToolResultView[];
-  awaiting: ToolCall[];
-  turn: 'open' | 'ended';
-  spawned?: AgentCredential[];
-  resumed?: AgentCredential[];
-}
-
-/** The model's answer to a step, as a backend or the built-in driver posts it. */
-export interface ModelOutput {
-  content?: string | TextBlock[];
-  toolCalls?: ToolCall[];
-  usage?: TokenUsage;
-}
-
-export interface ToolResultInput {
-  toolCallId: string;
-  content: string | TextBlock[];
-  isError?: boolean;
-}
+import { failedCall, type ToolCalls } from './tool-calls.js';
 
 export interface StepProtocolDeps {
   authority: AgentAuthority;

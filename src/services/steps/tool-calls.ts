@@ -9,36 +9,22 @@
  * without tokens, recorded in the synchronous span of the tool's effect.
  */
 import type { Logger } from 'pino';
+import type { AgentCredential, ToolCallBody, ToolResult } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
 import type { Message, ToolCall } from '../../domain/message.js';
 import type { AgentAuthority } from '../agents/authority.js';
 import type { IdempotencyKeys, IdempotencyRequest } from '../idempotency.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
-import type { AgentCredential, ServiceTool, ToolExecution, ToolOutcome, ToolRegistry } from '../tool-registry.js';
+import type { ServiceTool, ToolExecution, ToolOutcome, ToolRegistry } from '../tool-registry.js';
 import { loggableCall, withoutTokens } from './redaction.js';
 
-export interface ToolResultView {
-  toolCallId: string;
-  name: string;
-  isError: boolean;
-  /** The canonical value; absent for errors. */
-  output?: unknown;
-  content: string;
-}
-
-export type CallResult = ToolResultView & { spawned?: AgentCredential[]; resumed?: AgentCredential[] };
-
-/** A call outside a step's output: the tool, its input, and optionally the open step's call id it answers. */
-export interface ToolCallBody {
-  name: string;
-  input: unknown;
-  toolCallId?: string;
-}
+/** A call's result as the route sees it: the contract's tool result plus the credentials it returns (the route's wire shape drops `name`). */
+export type CallResult = ToolResult & { spawned?: AgentCredential[]; resumed?: AgentCredential[] };
 
 /** What running one tool call came to; `error` is set when it failed. */
 export interface RunOutcome {
-  result: ToolResultView;
+  result: ToolResult;
   spawned: AgentCredential[];
   resumed: AgentCredential[];
   error?: ServiceError;
@@ -194,7 +180,7 @@ export class ToolCalls {
   }
 
   /** Log a call and its result: the open step's awaited result, or a call/result pair as context. */
-  private record(agent: LiveAgent, call: ToolCall, result: ToolResultView): void {
+  private record(agent: LiveAgent, call: ToolCall, result: ToolResult): void {
     const turn = agent.state.turn;
     if (turn.phase === 'running' && awaitedByStep(agent, call.id)) {
       agent.recordToolResult(turn.turn.step.id, call.id, result.content, result.isError);

@@ -5,6 +5,7 @@
  * driven child.
  */
 import { describe, expect, it } from 'vitest';
+import type { TokenUsage } from '../../../src/contract/index.js';
 import { call, lastMessage } from '../../../demo/scripted-model.js';
 import {
   accepted,
@@ -25,7 +26,6 @@ import {
   turnEnds,
   view,
   type AgentView,
-  type Usage,
 } from '../../fixtures/driver.js';
 import { createRoot, session, until, type Entry } from '../../fixtures/harness.js';
 import { startModelServer } from '../../fixtures/model-server.js';
@@ -138,7 +138,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     ]);
 
     // Usage is recorded on every assistant message, as the endpoint reported it.
-    const assistantUsage = (log: Entry[]): Usage[] => messagesOf(log, 'assistant').map((e) => e.usage as Usage);
+    const assistantUsage = (log: Entry[]): TokenUsage[] => messagesOf(log, 'assistant').map((e) => e.usage as TokenUsage);
     for (const [log, requests] of [[rootLog, rootRequests], [childLog, childRequests]] as const) {
       const usages = assistantUsage(log);
       expect(usages).toHaveLength(requests.length);

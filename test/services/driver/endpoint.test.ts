@@ -3,6 +3,7 @@
  * What a model endpoint may answer: the answer size and tool-call count limits, and redirects.
  */
 import { describe, expect, it } from 'vitest';
+import type { ToolCall } from '../../../src/contract/index.js';
 import { call, lastMessage } from '../../../demo/scripted-model.js';
 import {
   accepted,
@@ -15,7 +16,6 @@ import {
   start,
   text,
   turnEnded,
-  type ToolCallView,
 } from '../../fixtures/driver.js';
 import { createRoot } from '../../fixtures/harness.js';
 import { startModelServer } from '../../fixtures/model-server.js';
@@ -54,7 +54,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       const root = await createRoot(h.app, { model: spec(model) });
       accepted(await followup(h, root.id, 'many'));
       const log = await turnEnded(h, root.id);
-      expect(log[3]!.toolCalls as ToolCallView[]).toHaveLength(128);
+      expect(log[3]!.toolCalls as ToolCall[]).toHaveLength(128);
       const results = messagesOf(log, 'tool');
       expect(results.map((e) => e.toolCallId)).toEqual(calls(128).map((c) => c.id));
       expect(new Set(results.map(text))).toEqual(new Set(['Error: unknown tool "probe"']));

@@ -5,6 +5,7 @@
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import type { ModelSpec } from '../../../src/contract/index.js';
 import { call, lastMessage } from '../../../demo/scripted-model.js';
 import {
   accepted,
@@ -21,7 +22,6 @@ import {
   view,
   type AgentView,
   type ErrorBody,
-  type ModelSpecBody,
 } from '../../fixtures/driver.js';
 import { createRoot, session, until, type Harness } from '../../fixtures/harness.js';
 import { startModelServer } from '../../fixtures/model-server.js';
@@ -180,7 +180,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       expect(child.statusCode).toBe(201);
       const childId = (child.json() as { agent: AgentView }).agent.id;
       expect((child.json() as { agent: AgentView }).agent.model!.baseUrl).toBe(model.url);
-      expect(((await header(h, childId)).model as ModelSpecBody).baseUrl).toBe(model.url);
+      expect(((await header(h, childId)).model as ModelSpec).baseUrl).toBe(model.url);
       await until(async () => (await view(h, childId)).status === 'settled', 'the child to settle', DRIVER_WAIT);
       expect(picture(await session(h.app, childId)).slice(-3)).toEqual(['assistant:ok', 'turn-end:completed', 'activation:settled']);
       expect(model.requests).toHaveLength(1);

@@ -4,6 +4,7 @@
  * ids), calls a backend answers meanwhile, and model.maxSteps.
  */
 import { describe, expect, it } from 'vitest';
+import type { ToolCall } from '../../../src/contract/index.js';
 import { call, lastMessage } from '../../../demo/scripted-model.js';
 import {
   accepted,
@@ -19,7 +20,6 @@ import {
   text,
   turnEnded,
   view,
-  type ToolCallView,
 } from '../../fixtures/driver.js';
 import { createRoot, until } from '../../fixtures/harness.js';
 import { FaultyStore, deferred } from '../../fixtures/races.js';
@@ -104,7 +104,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       const root = await createRoot(h.app, { model: spec(model) });
       accepted(await followup(h, root.id, 'go'));
       const log = await turnEnded(h, root.id);
-      const calls = log[3]!.toolCalls as ToolCallView[];
+      const calls = log[3]!.toolCalls as ToolCall[];
       expect(calls).toHaveLength(1);
       const id = calls[0]!.id;
       expect(typeof id).toBe('string');
@@ -126,7 +126,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       const root = await createRoot(h.app, { model: spec(model) });
       accepted(await followup(h, root.id, 'go'));
       const log = await turnEnded(h, root.id);
-      const calls = log[3]!.toolCalls as ToolCallView[];
+      const calls = log[3]!.toolCalls as ToolCall[];
       expect(calls.map((c) => c.name)).toEqual(['alpha', 'beta']);
       expect(calls[0]!.id).toBe('dup');
       expect(calls[1]!.id).not.toBe('dup');
@@ -162,7 +162,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
         'assistant:enough',
         'turn-end:completed',
       ]);
-      expect(log[7]!.toolCallId).toBe((log[6]!.toolCalls as ToolCallView[])[0]!.id);
+      expect(log[7]!.toolCallId).toBe((log[6]!.toolCalls as ToolCall[])[0]!.id);
     });
   });
 
