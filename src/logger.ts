@@ -56,8 +56,8 @@ export function loggerOptions(level: string): LoggerOptions {
  * Standard output, written asynchronously as pino's default is, but in chunks of at most 4 KiB
  * rather than 16 KiB. While a write is in flight, each new line is appended to the last pending
  * chunk, and the chunk's byte length is measured again first, which copies the whole chunk
- * into one flat string. Under load every request's two lines paid for copying up to 16 KiB;
- * with 4 KiB chunks a line costs 25-45% less CPU (`npx tsx bench/log-lines.ts`).
+ * into one flat string: the smaller the chunk, the less each line copies under load
+ * (`npx tsx bench/log-lines.ts` measures it).
  */
 export const LOG_CHUNK_BYTES = 4096;
 

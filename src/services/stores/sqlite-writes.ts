@@ -24,9 +24,8 @@ export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
  * WAL pages after which a commit checkpoints them into the database file (SQLite's default is
  * 1,000, about 4 MiB). Appends dirty the same few tail pages of each B-tree over and over: a
  * checkpoint copies each page once however often it changed, so four times fewer checkpoints
- * copy far fewer pages. With a 25-report batch per commit, the writer's CPU time per report
- * fell from 37-39 µs to 32-33 µs (raw better-sqlite3, this schema, FULL sync). The WAL file
- * grows to about 16 MiB before it is reused.
+ * copy far fewer pages (docs/performance.md has the measured effect). The WAL file grows to
+ * about 16 MiB before it is reused.
  */
 export const WAL_AUTOCHECKPOINT_PAGES = 4_000;
 
