@@ -5,22 +5,14 @@
  * duplicate, so the log on disk is always gap-free.
  */
 import type { Message, ReceiptState } from '../domain/message.js';
-import type { PendingRowKind as PendingKind } from '../domain/pending-rows.js';
+import type { PendingRowValue } from '../domain/pending-rows.js';
 import type { SessionEntry, SessionHeader } from '../domain/session.js';
 
 /** The kinds of pending rows, defined once in the domain (domain/pending-rows.ts). */
 export { PENDING_ROW_KINDS as PENDING_KINDS, type PendingRowKind as PendingKind } from '../domain/pending-rows.js';
 
 /** An accepted message not yet in the log: a queued or steering inbox item, or staged context. */
-export interface PendingRow {
-  kind: PendingKind;
-  /** Restore order within the session. */
-  position: number;
-  /** The inbox item id (every kind but staged); null for staged context. */
-  itemId: string | null;
-  message: Message;
-  acceptedAt: string;
-}
+export type PendingRow = PendingRowValue;
 
 /** A change to a pending row; `rootId` names the session's forest (set by the runtime). */
 export type PendingOp =
