@@ -22,7 +22,7 @@ export interface ServiceEventMap {
   /** An agent left the live registry (settled, closed, disposed, dropped or stopped). */
   'agent-left': [agent: LiveAgent];
   /** A message left an agent's inbox without being enqueued again (dequeued or discarded). */
-  'inbox-exit': [agent: LiveAgent, messageId: string];
+  'inbox-exit': [agent: LiveAgent];
   /** This instance lost the leases of these forests: their live agents must go. */
   'forests-lost': [roots: readonly string[]];
   /** The database refused a batch of these forests' writes: another instance holds their lease. */

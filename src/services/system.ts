@@ -110,7 +110,7 @@ export function createSystem(options: SystemOptions): System {
   const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { ...options.modelPolicy, env });
 
   const events = new ServiceEvents();
-  const gate = new AdmissionGate(clock, events);
+  const gate = new AdmissionGate(events);
   const log = new SessionLog(store, logger, (roots) => events.emit('fenced', roots));
   const registry = new AgentRegistry(limits, events);
 
@@ -151,8 +151,8 @@ export function createSystem(options: SystemOptions): System {
     clock,
     ids,
     dispatcher,
-    onInbox: (agent, event, item) => {
-      if (event !== 'enqueue') events.emit('inbox-exit', agent, item.message.id);
+    onInbox: (agent, event) => {
+      if (event !== 'enqueue') events.emit('inbox-exit', agent);
     },
     onChange: (agent) => events.emit('agent-changed', agent),
     maxInbox: limits.inbox,
@@ -170,7 +170,7 @@ export function createSystem(options: SystemOptions): System {
     maxDepth: limits.depth,
     coalesceWakeups: options.coalesceWakeups ?? false,
   });
-  events.on('inbox-exit', (agent, messageId) => manager.onInboxExit(agent, messageId));
+  events.on('inbox-exit', (agent) => manager.onInboxExit(agent));
   events.on('agent-changed', (agent) => manager.onAgentChange(agent));
 
   const authority = new AgentAuthority({ registry, log });

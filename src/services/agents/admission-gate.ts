@@ -7,31 +7,26 @@
  * It is the first object the service layer builds: whoever asks `draining` is given this gate.
  */
 import { MESSAGES, ServiceError } from '../../domain/errors.js';
-import type { Clock } from '../../domain/ports.js';
 import type { ServiceEvents } from '../service-events.js';
 
 export class AdmissionGate {
-  /** When draining started (ms since the epoch), or null while work is admitted. */
-  private drainingSince: number | null = null;
+  private drainStarted = false;
 
-  constructor(
-    private readonly clock: Clock,
-    private readonly events?: ServiceEvents,
-  ) {}
+  constructor(private readonly events?: ServiceEvents) {}
 
   get draining(): boolean {
-    return this.drainingSince !== null;
+    return this.drainStarted;
   }
 
   /** Stop admitting work: readiness fails, open long-polls answer with no step. */
   startDrain(): void {
-    if (this.drainingSince !== null) return;
-    this.drainingSince = this.clock.now();
+    if (this.drainStarted) return;
+    this.drainStarted = true;
     this.events?.emit('draining');
   }
 
   /** Throws DRAINING once draining started. */
   admitNewWork(): void {
-    if (this.drainingSince !== null) throw new ServiceError('DRAINING', MESSAGES.draining);
+    if (this.drainStarted) throw new ServiceError('DRAINING', MESSAGES.draining);
   }
 }

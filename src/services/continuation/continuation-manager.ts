@@ -125,7 +125,7 @@ export class ContinuationManager {
   }
 
   /** LiveAgent hook: a waking message left the inbox (admitted or discarded). */
-  onInboxExit(agent: LiveAgent, _messageId: string): void {
+  onInboxExit(agent: LiveAgent): void {
     const activation = this.activations.of(agent);
     if (activation !== undefined) this.closing.scheduleSettle(activation);
   }
