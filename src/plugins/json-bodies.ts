@@ -25,15 +25,14 @@ function configureValidation(app: FastifyInstance): void {
   const strict = new Ajv({ coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false, strict: false });
   const lenient = new Ajv({ coerceTypes: true, removeAdditional: false, useDefaults: true, allErrors: false, strict: false });
   // Routes compile when the app is ready, after every shared schema was added.
-  const added = new WeakSet<Ajv>();
-  const withShared = (ajv: Ajv): Ajv => {
-    if (!added.has(ajv)) {
-      for (const schema of Object.values(app.getSchemas())) ajv.addSchema(schema as object);
-      added.add(ajv);
+  let shared = false;
+  app.setValidatorCompiler(({ schema, httpPart }) => {
+    if (!shared) {
+      for (const added of Object.values(app.getSchemas())) for (const ajv of [strict, lenient]) ajv.addSchema(added as object);
+      shared = true;
     }
-    return ajv;
-  };
-  app.setValidatorCompiler(({ schema, httpPart }) => withShared(httpPart === 'body' ? strict : lenient).compile(schema));
+    return (httpPart === 'body' ? strict : lenient).compile(schema);
+  });
 }
 
 /** True when `value` has arrays or objects nested deeper than `limit` (checked without recursion). */
