@@ -11,6 +11,7 @@ import { checkInvariants } from '../../src/domain/invariants.js';
 import { createUserMessage, joinText, type Message, type ToolCall } from '../../src/domain/message.js';
 import { fixedClock, sequentialIds } from '../../src/domain/ports.js';
 import { isoTime, type EntryBody } from '../../src/domain/session.js';
+import { mulberry32 } from '../fixtures/random.js';
 import {
   admit,
   cancelTurn,
@@ -754,17 +755,6 @@ describe('dispose', () => {
 
 // ---------------------------------------------------------------------------------------------
 // Seeded random walk
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface WalkStats {
   dequeues: number;

@@ -185,6 +185,18 @@ function expectToolError(res: LightMyRequestResponse, status: number, code: stri
   expect(res.json()).toMatchObject({ statusCode: status, code, message, toolResult: { isError: true, content: `Error: ${message}` } });
 }
 
+/** A report call where the agent has no report tool: exactly 404 TOOL_NOT_FOUND, with its toolResult. */
+function expectNoReportTool(res: LightMyRequestResponse): void {
+  expect(res.statusCode).toBe(404);
+  expect(res.json()).toEqual({
+    statusCode: 404,
+    code: 'TOOL_NOT_FOUND',
+    error: 'Not Found',
+    message: 'unknown tool "report"',
+    toolResult: { isError: true, content: 'Error: unknown tool "report"' },
+  });
+}
+
 function lastUser(step: ClaimedStep): string | null | undefined {
   return step.messages.filter((m) => m.role === 'user').at(-1)?.content;
 }
@@ -221,15 +233,7 @@ describe('report: visibility and scope', () => {
 
     for (const agent of [root, oneShot, remote]) {
       expect(await toolNames(h, agent)).not.toContain('report');
-      const res = await callTool(h, agent, 'report', { output: 'x' });
-      expect(res.statusCode).toBe(404);
-      expect(res.json()).toEqual({
-        statusCode: 404,
-        code: 'TOOL_NOT_FOUND',
-        error: 'Not Found',
-        message: 'unknown tool "report"',
-        toolResult: { isError: true, content: 'Error: unknown tool "report"' },
-      });
+      expectNoReportTool(await callTool(h, agent, 'report', { output: 'x' }));
     }
     expect(await reportsAt(h, root.id)).toHaveLength(0);
   });
@@ -242,15 +246,7 @@ describe('report: visibility and scope', () => {
 
     expect(await toolNames(h, child)).not.toContain('report');
     expect(stepToolNames(await claimStep(h, child))).not.toContain('report');
-    const res = await callTool(h, child, 'report', { output: 'x' });
-    expect(res.statusCode).toBe(404);
-    expect(res.json()).toEqual({
-      statusCode: 404,
-      code: 'TOOL_NOT_FOUND',
-      error: 'Not Found',
-      message: 'unknown tool "report"',
-      toolResult: { isError: true, content: 'Error: unknown tool "report"' },
-    });
+    expectNoReportTool(await callTool(h, child, 'report', { output: 'x' }));
     expect(await reportsAt(h, root.id)).toHaveLength(0);
   });
 
