@@ -18,7 +18,7 @@ import { ServiceError } from '../domain/errors.js';
 import { createUserMessage, textBlocks, type Message, type MessageSource, type TextBlock, type ToolCall } from '../domain/message.js';
 import { beginLeaving, isLeaving, RESIDENT, turnAdmitted, type Leaving, type Lifecycle } from '../domain/lifecycle.js';
 import { itemFromRow, placeOf, type RowOp } from '../domain/pending-rows.js';
-import { type SessionHeader } from '../domain/session.js';
+import { type EntryBody, type SessionHeader } from '../domain/session.js';
 import { admit, cancelTurn, closeTurn, deliver, dispose, initialState, isClaimable, recordOutput, recordToolResult, releaseStep, restore, startStep } from '../domain/turn-machine.js';
 import type { AgentState, DeliveryInput, Effect, InboxEvent, InboxItem, Transition } from '../domain/turn-machine.js';
 import type { SessionLog } from './session-log.js';
@@ -41,6 +41,9 @@ export interface StepClaim {
 
 export { AgentScope } from './agent-scope.js';
 
+/** A turn-end entry as written. */
+export type TurnEndBody = Extract<EntryBody, { type: 'turn-end' }>;
+
 export interface LiveAgentDeps {
   log: SessionLog;
   clock: Clock;
@@ -49,6 +52,8 @@ export interface LiveAgentDeps {
   onInbox?: (agent: LiveAgent, event: InboxEvent, item: InboxItem) => void;
   /** Called after every transition, e.g. to check whether a child Activation can settle. */
   onChange?: (agent: LiveAgent) => void;
+  /** Called once a turn-end entry was appended, in the transition that wrote it (before `onChange`). */
+  onTurnEnd?: (agent: LiveAgent, end: TurnEndBody) => void;
   /** Messages this agent may hold accepted and not yet logged (see limits.ts). */
   maxInbox?: number;
 }
@@ -312,10 +317,12 @@ export class LiveAgent {
   private apply(transition: Transition): number[] {
     this.turnState = transition.state;
     const seqs: number[] = [];
+    let ended: TurnEndBody | undefined;
     for (const effect of transition.effects) {
       switch (effect.kind) {
         case 'append':
           seqs.push(this.deps.log.append(this.id, effect.entry).seq);
+          if (effect.entry.type === 'turn-end') ended = effect.entry;
           break;
         case 'inbox':
           this.deps.onInbox?.(this, effect.event, effect.item);
@@ -330,6 +337,7 @@ export class LiveAgent {
     if (transition.rows !== undefined && transition.rows.length > 0) this.deps.log.changePending(transition.rows.map((op) => this.pendingOp(op)));
     if (isClaimable(this.turnState) && !this.disposing) this.deps.dispatcher.offer(this);
     else this.deps.dispatcher.withdraw(this);
+    if (ended !== undefined) this.deps.onTurnEnd?.(this, ended);
     this.deps.onChange?.(this);
     return seqs;
   }

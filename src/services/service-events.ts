@@ -11,12 +11,14 @@
  * reaches the emitter, exactly as a direct call would.
  */
 import type { ReportDelivery } from '../domain/packages.js';
-import type { LiveAgent } from './live-agent.js';
+import type { LiveAgent, TurnEndBody } from './live-agent.js';
 
 /** Every event with the arguments its listeners take. */
 export interface ServiceEventMap {
   /** A live agent made a transition (after every one). */
   'agent-changed': [agent: LiveAgent];
+  /** A live agent's turn ended: its turn-end entry was just appended (before `agent-changed`). */
+  'turn-ended': [agent: LiveAgent, end: TurnEndBody];
   /** An agent entered the live registry. */
   'agent-added': [agent: LiveAgent];
   /** An agent left the live registry (settled, closed, disposed, dropped or stopped). */

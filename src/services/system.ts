@@ -155,6 +155,7 @@ export function createSystem(options: SystemOptions): System {
       if (event !== 'enqueue') events.emit('inbox-exit', agent);
     },
     onChange: (agent) => events.emit('agent-changed', agent),
+    onTurnEnd: (agent, end) => events.emit('turn-ended', agent, end),
     maxInbox: limits.inbox,
   };
   const manager = new ContinuationManager({
