@@ -5,6 +5,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES } from './domain/packages.js';
+import { DEFAULT_LEASE } from './services/step-lease.js';
 import { DEFAULT_DRIVER_OPTIONS } from './services/driver/model-driver.js';
 import { parseBaseUrl } from './services/driver/model-policy.js';
 import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
@@ -41,6 +42,8 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_RATE_LIMIT_WINDOW_MS: Type.Integer({ default: 10_000, minimum: 100, description: 'The rate-limit window.' }),
   AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 1_000, minimum: 0, description: 'Mean event-loop delay above which requests are shed (503 OVERLOADED); 0 turns shedding off.' }),
   AGENTFOREST_WAKEUP_COALESCING: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off', description: '`on`: a wakeup report joins the parent\'s queued wakeup turn instead of queueing a turn of its own.' }),
+  AGENTFOREST_STEP_LEASE_MS: Type.Integer({ default: DEFAULT_LEASE.leaseMs, minimum: 100, maximum: 86_400_000, description: 'How long a claimed step is held without a heartbeat or an output; then it is claimable again as the next attempt.' }),
+  AGENTFOREST_STEP_MAX_ATTEMPTS: Type.Integer({ default: DEFAULT_LEASE.maxAttempts, minimum: 1, maximum: 100, description: 'Claims a step may have; when the lease of the last one expires too, its turn ends `failed`.' }),
   AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100, maximum: 3_600_000, description: 'Built-in model driver: the deadline of one step, retries and backoff included.' }),
   AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20, description: 'Built-in model driver: retries after a 429, a 5xx or a connection failure.' }),
   AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1, description: 'Built-in model driver: model requests in flight at once, over all agents.' }),
@@ -84,6 +87,8 @@ export interface Config {
   maxEventLoopDelayMs: Env['AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS'];
   /** Wakeup reports join the parent's queued wakeup turn instead of queueing one each. */
   coalesceWakeups: boolean;
+  /** Step leases: their length and how many claims a step may have. */
+  lease: { leaseMs: Env['AGENTFOREST_STEP_LEASE_MS']; maxAttempts: Env['AGENTFOREST_STEP_MAX_ATTEMPTS'] };
   /** The built-in model driver: per-step timeout (retries included), retries, requests in flight. */
   driver: {
     timeoutMs: Env['AGENTFOREST_MODEL_TIMEOUT_MS'];
@@ -175,6 +180,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     rateLimit: { max: converted.AGENTFOREST_RATE_LIMIT, windowMs: converted.AGENTFOREST_RATE_LIMIT_WINDOW_MS },
     maxEventLoopDelayMs: converted.AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS,
     coalesceWakeups: converted.AGENTFOREST_WAKEUP_COALESCING === 'on',
+    lease: { leaseMs: converted.AGENTFOREST_STEP_LEASE_MS, maxAttempts: converted.AGENTFOREST_STEP_MAX_ATTEMPTS },
     driver: {
       timeoutMs: converted.AGENTFOREST_MODEL_TIMEOUT_MS,
       retries: converted.AGENTFOREST_MODEL_RETRIES,

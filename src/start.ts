@@ -41,6 +41,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     idempotencyTtlMs: config.idempotencyTtlMs,
     limits: config.limits,
     coalesceWakeups: config.coalesceWakeups,
+    lease: config.lease,
     driver: config.driver,
     modelPolicy: config.modelPolicy,
     ...(config.databaseUrl === undefined

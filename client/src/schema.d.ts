@@ -83,6 +83,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/interrupt": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Interrupt an agent's open turn
+         * @description Cancels the open turn at once (its turn-end is `cancelled`); a step claimed meanwhile is refused later with STEP_CONFLICT, a built-in-driver request in flight is aborted. With `keepInbox` (default) queued messages stay queued and none starts until the next waking message; `subtree` interrupts every live descendant first, child-first. Answers once the turn-ends are durable; an agent that is not live has nothing to interrupt.
+         */
+        post: operations["interruptAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{id}/resume": {
         parameters: {
             query?: never;
@@ -254,6 +274,26 @@ export interface paths {
          * @description Service-owned tool calls run at once (`toolResults`); the backend's own calls are listed as `awaiting`. An output without tool calls ends the turn.
          */
         post: operations["postStepOutput"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{id}/steps/{stepId}/heartbeat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew a claimed step's lease
+         * @description Extends the lease of the claim named by X-Step-Attempt (absent: 1) by the lease length. A claim whose lease expired gets STEP_CONFLICT: the step was (or will be) claimed again as the next attempt.
+         */
+        post: operations["heartbeatStep"];
         delete?: never;
         options?: never;
         head?: never;
@@ -521,6 +561,8 @@ export interface components {
             turnId: string;
             stepId: string;
             index: number;
+            /** @description Present when the step is claimed again after the lease of an earlier attempt expired (the same stepId). */
+            attempt?: number;
         };
         /** @description A turn ended. */
         TurnEndEntry: {
@@ -613,6 +655,16 @@ export interface components {
                 };
             };
         };
+        /** @description The lease a claim holds its step under. */
+        StepLease: {
+            /** @description The claim that holds the step, counted from 1: send it as X-Step-Attempt. */
+            attempt: number;
+            /**
+             * Format: date-time
+             * @description When the step becomes claimable again unless a heartbeat or an output renews the lease.
+             */
+            expiresAt: string;
+        };
         /** @description One model request of a turn. */
         Step: {
             id: string;
@@ -622,6 +674,7 @@ export interface components {
             messages: components["schemas"]["ChatMessage"][];
             /** @description The service-owned tools, in the chat-completions function shape. */
             tools: components["schemas"]["ChatTool"][];
+            lease: components["schemas"]["StepLease"];
         };
         /** @description The result of a service-owned tool call, already run. */
         ToolResult: {
@@ -1258,6 +1311,56 @@ export interface operations {
             503: components["responses"]["Overloaded"];
         };
     };
+    interruptAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Keep queued messages queued (they wait for the next waking message); false discards them.
+                     * @default true
+                     */
+                    keepInbox?: boolean;
+                    /**
+                     * @description Interrupt every live descendant first, child-first, then the agent.
+                     * @default false
+                     */
+                    subtree?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The agents interrupted, in the order they were interrupted. */
+                        interrupted: string[];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
     resumeAgent: {
         parameters: {
             query?: never;
@@ -1659,7 +1762,10 @@ export interface operations {
     postStepOutput: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The lease's attempt from the claim (step.lease.attempt); absent means 1. */
+                "x-step-attempt"?: number;
+            };
             path: {
                 /** @description An agent (and session) id. */
                 id: string;
@@ -1709,10 +1815,58 @@ export interface operations {
             503: components["responses"]["Overloaded"];
         };
     };
+    heartbeatStep: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The lease's attempt from the claim (step.lease.attempt); absent means 1. */
+                "x-step-attempt"?: number;
+            };
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+                stepId: string;
+            };
+            cookie?: never;
+        };
+        /** @description No fields: send no body or `{}`. */
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        lease: components["schemas"]["StepLease"];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFoundOrStepNotFound"];
+            409: components["responses"]["StepConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
     postToolResults: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The lease's attempt from the claim (step.lease.attempt); absent means 1. */
+                "x-step-attempt"?: number;
+            };
             path: {
                 /** @description An agent (and session) id. */
                 id: string;

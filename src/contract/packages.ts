@@ -31,6 +31,8 @@ export const ChildListing = Type.Object(
     id: Type.String(),
     label: Type.String(),
     status: Type.Union([Type.Literal('running'), Type.Literal('complete')]),
+    parentId: Type.String(),
+    depth: Type.Integer({ minimum: 1 }),
   },
   { additionalProperties: false },
 );

@@ -58,6 +58,9 @@ export const StepStartEntry = entry('step-start', 'StepStartEntry', 'A model req
   turnId: Type.String(),
   stepId: Type.String(),
   index: Type.Integer({ minimum: 0 }),
+  attempt: Type.Optional(
+    Type.Integer({ minimum: 2, description: 'Present when the step is claimed again after the lease of an earlier attempt expired (the same stepId).' }),
+  ),
 });
 
 export const TurnEndEntry = entry('turn-end', 'TurnEndEntry', 'A turn ended.', {

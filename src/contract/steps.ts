@@ -44,6 +44,18 @@ export const ChatTool = shared(
 );
 export type ChatTool = Static<typeof ChatTool>;
 
+export const StepLease = shared(
+  'StepLease',
+  Type.Object(
+    {
+      attempt: Type.Integer({ minimum: 1, description: 'The claim that holds the step, counted from 1: send it as X-Step-Attempt.' }),
+      expiresAt: Type.String({ format: 'date-time', description: 'When the step becomes claimable again unless a heartbeat or an output renews the lease.' }),
+    },
+    { additionalProperties: false, description: 'The lease a claim holds its step under.' },
+  ),
+);
+export type StepLease = Static<typeof StepLease>;
+
 export const Step = shared(
   'Step',
   Type.Object(
@@ -53,6 +65,7 @@ export const Step = shared(
       index: Type.Integer({ minimum: 0 }),
       messages: Type.Array(ref(ChatMessage), { description: 'OpenAI chat-completions messages.' }),
       tools: Type.Array(ref(ChatTool), { description: 'The service-owned tools, in the chat-completions function shape.' }),
+      lease: ref(StepLease),
     },
     { additionalProperties: false, description: 'One model request of a turn.' },
   ),
@@ -139,4 +152,4 @@ export const ToolCallResult = Type.Object(
 );
 export type ToolCallResult = Static<typeof ToolCallResult>;
 
-export const STEP_SCHEMAS = [ChatMessage, ChatTool, Step, ToolResult] as const;
+export const STEP_SCHEMAS = [ChatMessage, ChatTool, StepLease, Step, ToolResult] as const;

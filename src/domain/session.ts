@@ -45,7 +45,8 @@ export type EntryType = (typeof ENTRY_TYPES)[number];
 export type EntryBody =
   | ({ type: 'message'; at: string } & MessageEntryFields)
   | { type: 'turn-start'; at: string; turnId: string; inboxItemId: string; messageId: string }
-  | { type: 'step-start'; at: string; turnId: string; stepId: string; index: number }
+  /** `attempt`: present from the second claim of a step whose lease expired (the same `stepId`). */
+  | { type: 'step-start'; at: string; turnId: string; stepId: string; index: number; attempt?: number }
   | { type: 'turn-end'; at: string; turnId: string; reason: TurnEndReason; error?: string }
   | { type: 'activation'; at: string; activationId: string; event: ActivationEvent };
 

@@ -3,13 +3,8 @@
  * each returning the effects (log appends, inbox events, wake-ups) the runtime must carry out
  * in order. Nothing here reads a clock, mints an id or performs I/O: callers pass them in.
  *
- * Phases:
- * - `idle`: no open turn. Queued work makes the runtime schedule an admission (`wake`).
- * - `admitting`: a turn was admitted from the inbox (turn-start and prompt written); its first
- *   step has not been claimed yet.
- * - `running`: a step of the open turn is claimed, awaiting tool results, or ready to claim.
- * - `closing`: the model ended the turn (or it was cancelled); the turn-end is being written.
- * - `disposed`: terminal; every delivery is refused.
+ * The state it moves, its phases and effects are in agent-state.ts; the transitions of one
+ * step (claim, lapse, output, results) in step-machine.ts. Both are re-exported here.
  *
  * Deliveries (reference-semantics.md §1):
  * - `inject`: idle/closing append at once; admitting/running stage it for the next safe log
@@ -25,107 +20,15 @@
  * copy of what was accepted and not yet logged follows the state exactly.
  */
 import type { Delivery } from './agent.js';
+import { messageOf, type AgentState, type Effect, type InboxItem, type OpenTurn, type PendingContext, type TurnState, type Transition } from './agent-state.js';
 import { ServiceError } from './errors.js';
 import type { Message } from './message.js';
-import { deleteRow, moveToFront, nextPlace, NO_ROWS, putRow, rowKindOf, boundsAfter, type RowBounds, type RowOp, type RowPlace } from './pending-rows.js';
+import { deleteRow, moveToFront, nextPlace, putRow, rowKindOf, boundsAfter, type RowOp, type RowPlace } from './pending-rows.js';
 import { Queue } from './queue.js';
 import { messageEntry, type EntryBody, type TurnEndReason } from './session.js';
 
-export const TURN_PHASES = ['idle', 'admitting', 'running', 'closing', 'disposed'] as const;
-export type TurnPhase = (typeof TURN_PHASES)[number];
-
-export const INBOX_PLACEMENTS = ['queued', 'steering'] as const;
-export type InboxPlacement = (typeof INBOX_PLACEMENTS)[number];
-
-/** One accepted followup/steer occurrence. Re-sending a message makes a new item. */
-export interface InboxItem {
-  id: string;
-  placement: InboxPlacement;
-  message: Message;
-  /** Delivered with `coalesce` (a wakeup report): later coalescing deliveries may join it. */
-  coalescing?: true;
-  /** Joins the item ahead of it: both are prompts of one turn, in order. */
-  joinsPrevious?: true;
-  row: RowPlace;
-}
-
-/** Context waiting for the next safe log position, in acceptance order. */
-export type PendingContext = { kind: 'staged'; message: Message; row: RowPlace } | { kind: 'steering'; item: InboxItem };
-
-export const STEP_STATUSES = ['claimed', 'awaiting', 'ready'] as const;
-export type StepStatus = (typeof STEP_STATUSES)[number];
-
-/**
- * The latest step of an open turn. `claimed`: the model request is out; `awaiting`: its output
- * had tool calls and `awaiting` lists the ids still without a result; `ready`: every call has a
- * result and the next step may be claimed.
- */
-export interface StepState {
-  id: string;
-  index: number;
-  status: StepStatus;
-  awaiting: readonly string[];
-}
-
-export interface OpenTurn {
-  id: string;
-  inboxItemId: string;
-  messageId: string;
-  /** null until the first step is claimed. */
-  step: StepState | null;
-}
-
-export type TurnState =
-  | { phase: 'idle' }
-  | { phase: 'admitting'; turn: OpenTurn }
-  | { phase: 'running'; turn: OpenTurn & { step: StepState } }
-  | { phase: 'closing'; turn: OpenTurn; reason: TurnEndReason; error?: string }
-  | { phase: 'disposed' };
-
-export interface AgentState {
-  turn: TurnState;
-  /** FIFO of queued inbox items not yet admitted as turns. */
-  inbox: Queue<InboxItem>;
-  /** Staged injects and steering items waiting for the next safe log position. */
-  pending: Queue<PendingContext>;
-  rows: RowBounds; // the pending-row positions handed out so far
-}
-
-export type InboxEvent = 'enqueue' | 'dequeue' | 'discard';
-
-export type Effect =
-  | { kind: 'append'; entry: EntryBody }
-  | { kind: 'inbox'; event: InboxEvent; item: InboxItem }
-  /** Idle with queued work: the runtime schedules an admission. */
-  | { kind: 'wake' }
-  /** A step can be claimed now. */
-  | { kind: 'claimable' };
-
-export interface Transition {
-  state: AgentState;
-  effects: Effect[];
-  /** The pending-row changes, in order (absent: none). */
-  rows?: RowOp[];
-}
-
-export function initialState(): AgentState {
-  return { turn: { phase: 'idle' }, inbox: Queue.empty(), pending: Queue.empty(), rows: NO_ROWS };
-}
-
-/** A step can be claimed: an admitted turn's first step, or the next step once results are in. */
-export function isClaimable(state: AgentState): boolean {
-  const turn = state.turn;
-  return turn.phase === 'admitting' || (turn.phase === 'running' && turn.turn.step.status === 'ready');
-}
-
-export function stagedCount(state: AgentState): number {
-  return state.pending.count((p) => p.kind === 'staged');
-}
-
-/** Inbox items accepted and not yet dequeued: queued prompts plus waiting steering items. */
-export function queuedCount(state: AgentState): number {
-  return state.inbox.length + state.pending.count((p) => p.kind === 'steering');
-}
+export * from './agent-state.js';
+export * from './step-machine.js';
 
 export interface DeliveryInput {
   delivery: Delivery;
@@ -177,35 +80,45 @@ export function deliver(state: AgentState, input: DeliveryInput, at: string): Tr
     item.coalescing = true;
     if (state.inbox.at(state.inbox.length - 1)?.coalescing === true) item.joinsPrevious = true;
   }
+  // A queued item is a waking delivery: it ends a parking (see interrupt).
   const effects: Effect[] = [{ kind: 'inbox', event: 'enqueue', item }];
   if (phase === 'idle') effects.push({ kind: 'wake' });
-  return { state: { ...state, inbox: state.inbox.push(item), rows: bounds }, effects, rows: [putRow(rowKindOf(item), item.id, item.message, row)] };
+  return {
+    state: { ...state, inbox: state.inbox.push(item), rows: bounds, parked: false },
+    effects,
+    rows: [putRow(rowKindOf(item), item.id, item.message, row)],
+  };
 }
 
 /**
  * Restore what an agent had accepted but not yet logged when its process stopped: queued
- * items back in the inbox (a wake follows; their rows are durable already), staged context
- * written now, since an idle agent's next safe position is the present (its rows go). Only
- * from a fresh idle state. New rows go after every restored one.
+ * items back in the inbox (their rows are durable already), staged context written now when
+ * idle, since an idle agent's next safe position is the present (its rows go), or staged again
+ * when a turn the process left open was re-opened (reopenTurn), for its next step. Only from a
+ * fresh state (nothing queued or staged). New rows go after every restored one.
  */
 export function restore(state: AgentState, queued: readonly InboxItem[], staged: readonly { message: Message; row: RowPlace }[], at: string): Transition {
-  if (state.turn.phase !== 'idle' || state.inbox.length > 0 || state.pending.length > 0) {
-    throw new Error('restore needs a fresh idle state');
+  if (state.turn.phase === 'closing' || state.turn.phase === 'disposed' || state.inbox.length > 0 || state.pending.length > 0) {
+    throw new Error('restore needs a fresh state');
+  }
+  const inbox = Queue.of(queued.map((item) => ({ ...item, placement: 'queued' as const })));
+  const rows = boundsAfter(state.rows, [...staged.map((s) => s.row), ...queued.map((item) => item.row)]);
+  if (state.turn.phase !== 'idle') {
+    const pending = Queue.of(staged.map(({ message, row }): PendingContext => ({ kind: 'staged', message, row })));
+    return { state: { ...state, inbox, pending, rows, parked: false }, effects: [] };
   }
   const effects: Effect[] = staged.map(({ message }) => ({ kind: 'append', entry: messageEntry(message, at) }));
-  const inbox = Queue.of(queued.map((item) => ({ ...item, placement: 'queued' as const })));
   if (inbox.length > 0) effects.push({ kind: 'wake' });
-  const rows = boundsAfter(state.rows, [...staged.map((s) => s.row), ...queued.map((item) => item.row)]);
-  return { state: { ...state, inbox, rows }, effects, rows: staged.map(({ message }) => deleteRow(message)) };
+  return { state: { ...state, inbox, rows, parked: false }, effects, rows: staged.map(({ message }) => deleteRow(message)) };
 }
 
 /**
  * Admit the first queued item as a new turn, together with the items that join it (coalesced
  * wakeups): turn-start names the first, then each prompt is logged in order. A no-op unless
- * idle with queued work.
+ * idle with queued work, and while parked.
  */
 export function admit(state: AgentState, turnId: string, at: string): Transition {
-  if (state.turn.phase !== 'idle' || state.inbox.length === 0) return { state, effects: [] };
+  if (state.turn.phase !== 'idle' || state.inbox.length === 0 || state.parked) return { state, effects: [] };
   const first = state.inbox.at(0)!;
   const group: InboxItem[] = [first];
   let rest = state.inbox.shift();
@@ -221,67 +134,25 @@ export function admit(state: AgentState, turnId: string, at: string): Transition
   return { state: { ...state, turn: { phase: 'admitting', turn }, inbox: rest }, effects, rows: group.map((item) => deleteRow(item.message)) };
 }
 
-/** Claim the next step: write pending context, then the step-start header. */
-export function startStep(state: AgentState, stepId: string, at: string): Transition {
-  if (!isClaimable(state)) throw new ServiceError('STEP_CONFLICT', 'no step is ready to be claimed');
-  const turn = (state.turn as { turn: OpenTurn }).turn;
-  const index = turn.step === null ? 0 : turn.step.index + 1;
-  const effects = flushPending(state.pending, at);
-  effects.push({ kind: 'append', entry: { type: 'step-start', at, turnId: turn.id, stepId, index } });
-  const step: StepState = { id: stepId, index, status: 'claimed', awaiting: [] };
-  const rows = state.pending.map((p) => deleteRow(messageOf(p)));
-  return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } }, pending: Queue.empty() }, effects, rows };
-}
-
-/**
- * Give back a claimed step whose caller went away before it received it: the step becomes
- * claimable again (the next claim starts a new step; the log keeps the abandoned step-start).
- */
-export function releaseStep(state: AgentState, stepId: string): Transition {
-  const turn = state.turn;
-  if (turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.status !== 'claimed') return { state, effects: [] };
-  const step: StepState = { ...turn.turn.step, status: 'ready', awaiting: [] };
-  return { state: { ...state, turn: { phase: 'running', turn: { ...turn.turn, step } } }, effects: [{ kind: 'claimable' }] };
-}
-
-/**
- * Record the model's answer to the claimed step. With tool calls the step awaits their
- * results; without, the turn moves to `closing` (finish it with `closeTurn`).
- */
-export function recordOutput(state: AgentState, stepId: string, message: Message, at: string): Transition {
-  const turn = requireStep(state, stepId, 'claimed', 'output was already posted for step');
-  const effects: Effect[] = [{ kind: 'append', entry: messageEntry(message, at) }];
-  const calls = message.toolCalls ?? [];
-  if (calls.length === 0) {
-    return { state: { ...state, turn: { phase: 'closing', turn, reason: 'completed' } }, effects };
-  }
-  const step: StepState = { ...turn.step, status: 'awaiting', awaiting: calls.map((c) => c.id) };
-  return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } } }, effects };
-}
-
-/** Record one tool result. When the last awaited call is answered the next step is claimable. */
-export function recordToolResult(state: AgentState, stepId: string, result: Message, at: string): Transition {
-  const turn = requireStep(state, stepId, 'awaiting', 'step is not awaiting tool results');
-  const callId = result.toolCallId;
-  if (callId === undefined || !turn.step.awaiting.includes(callId)) {
-    throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not awaiting a result for tool call "${callId ?? ''}"`);
-  }
-  const awaiting = turn.step.awaiting.filter((id) => id !== callId);
-  const step: StepState = { ...turn.step, awaiting, status: awaiting.length === 0 ? 'ready' : 'awaiting' };
-  const effects: Effect[] = [{ kind: 'append', entry: messageEntry(result, at) }];
-  if (step.status === 'ready') effects.push({ kind: 'claimable' });
-  return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } } }, effects };
-}
-
 /**
  * End an open or admitted turn early (`cancelled` or `failed`, with what went wrong); finish it
- * with `closeTurn`.
+ * with `closeTurn`. `results` stand in for the results of the calls the step still awaits
+ * (one per awaited call, built by the caller), so the log never keeps a tool call without a
+ * result: closeTurn writes them before the turn-end.
  */
-export function cancelTurn(state: AgentState, reason: Exclude<TurnEndReason, 'completed'>, error?: string): Transition {
+export function cancelTurn(state: AgentState, reason: Exclude<TurnEndReason, 'completed'>, error?: string, results?: readonly Message[]): Transition {
   const turn = state.turn;
   if (turn.phase !== 'admitting' && turn.phase !== 'running') return { state, effects: [] };
-  const closing: TurnState = error === undefined ? { phase: 'closing', turn: turn.turn, reason } : { phase: 'closing', turn: turn.turn, reason, error };
+  const closing: TurnState & { phase: 'closing' } = { phase: 'closing', turn: turn.turn, reason };
+  if (error !== undefined) closing.error = error;
+  if (results !== undefined && results.length > 0) closing.results = results;
   return { state: { ...state, turn: closing }, effects: [] };
+}
+
+/** The ids of the tool calls the open step still awaits a result for (none unless it awaits). */
+export function unansweredCalls(state: AgentState): readonly string[] {
+  const turn = state.turn;
+  return turn.phase === 'running' && turn.turn.step.status === 'awaiting' ? turn.turn.step.awaiting : [];
 }
 
 /**
@@ -294,7 +165,8 @@ export function closeTurn(state: AgentState, at: string): Transition {
   if (turn.phase !== 'closing') return { state, effects: [] };
   const end: EntryBody = { type: 'turn-end', at, turnId: turn.turn.id, reason: turn.reason };
   if (turn.error !== undefined) end.error = turn.error;
-  const effects: Effect[] = [{ kind: 'append', entry: end }];
+  const effects: Effect[] = (turn.results ?? []).map((result) => ({ kind: 'append', entry: messageEntry(result, at) }));
+  effects.push({ kind: 'append', entry: end });
   const rows: RowOp[] = [];
   const leftoverSteering: InboxItem[] = [];
   for (const pending of state.pending) {
@@ -308,43 +180,44 @@ export function closeTurn(state: AgentState, at: string): Transition {
   const moved = moveToFront(state.rows, leftoverSteering);
   rows.push(...moved.ops);
   const inbox = state.inbox.prepend(moved.items);
-  if (inbox.length > 0) effects.push({ kind: 'wake' });
-  return { state: { turn: { phase: 'idle' }, inbox, pending: Queue.empty(), rows: moved.bounds }, effects, rows };
+  if (inbox.length > 0 && !state.parked) effects.push({ kind: 'wake' });
+  return { state: { turn: { phase: 'idle' }, inbox, pending: Queue.empty(), rows: moved.bounds, parked: state.parked && inbox.length > 0 }, effects, rows };
+}
+
+/**
+ * Interrupt: cancel the open turn (if any) at once. With `keepInbox` every queued item stays
+ * queued, and the agent is parked: it starts none of them until a waking delivery (a followup,
+ * or a steer that queues) arrives. Without, every queued and steering item is discarded.
+ * Staged context is kept (written after the turn-end), as at any turn end. `results` as for
+ * cancelTurn.
+ */
+export function interrupt(state: AgentState, keepInbox: boolean, at: string, results?: readonly Message[]): Transition {
+  if (state.turn.phase === 'disposed') return { state, effects: [] };
+  const cancelled = cancelTurn(state, 'cancelled', undefined, results).state;
+  // Parked while closing, so that the turn's end schedules no admission.
+  const closed = closeTurn({ ...cancelled, parked: true }, at);
+  const after = closed.state;
+  if (keepInbox) return { state: { ...after, parked: after.inbox.length > 0 }, effects: closed.effects, rows: closed.rows ?? [] };
+  const effects: Effect[] = [...closed.effects];
+  const rows: RowOp[] = [...(closed.rows ?? [])];
+  for (const item of after.inbox) {
+    effects.push({ kind: 'inbox', event: 'discard', item });
+    rows.push(deleteRow(item.message));
+  }
+  return { state: { ...after, inbox: Queue.empty(), parked: false }, effects, rows };
 }
 
 /**
  * Dispose: cancel an open turn, keep every staged (already acknowledged) message by writing
  * it, and discard every inbox item. Idempotent.
  */
-export function dispose(state: AgentState, at: string): Transition {
+export function dispose(state: AgentState, at: string, results?: readonly Message[]): Transition {
   if (state.turn.phase === 'disposed') return { state, effects: [] };
-  const closed = closeTurn(cancelTurn(state, 'cancelled').state, at);
+  const closed = closeTurn(cancelTurn(state, 'cancelled', undefined, results).state, at);
   const effects: Effect[] = closed.effects.filter((e) => e.kind === 'append');
   // closeTurn left idle state with every undelivered occurrence back in the inbox.
   for (const item of closed.state.inbox) effects.push({ kind: 'inbox', event: 'discard', item });
   // Every row goes: queued items are discarded and staged context was just written.
   const rows = [...state.inbox.map((item) => deleteRow(item.message)), ...state.pending.map((p) => deleteRow(messageOf(p)))];
-  return { state: { turn: { phase: 'disposed' }, inbox: Queue.empty(), pending: Queue.empty(), rows: closed.state.rows }, effects, rows };
-}
-
-function messageOf(pending: PendingContext): Message {
-  return pending.kind === 'staged' ? pending.message : pending.item.message;
-}
-
-function flushPending(pending: Queue<PendingContext>, at: string): Effect[] {
-  const effects: Effect[] = [];
-  for (const p of pending) {
-    if (p.kind === 'steering') effects.push({ kind: 'inbox', event: 'dequeue', item: p.item });
-    effects.push({ kind: 'append', entry: messageEntry(messageOf(p), at) });
-  }
-  return effects;
-}
-
-function requireStep(state: AgentState, stepId: string, status: StepStatus, conflict: string): OpenTurn & { step: StepState } {
-  const turn = state.turn;
-  if (turn.phase !== 'running' || turn.turn.step.id !== stepId) {
-    throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not the open step of a running turn`);
-  }
-  if (turn.turn.step.status !== status) throw new ServiceError('STEP_CONFLICT', `${conflict} "${stepId}"`);
-  return turn.turn;
+  return { state: { turn: { phase: 'disposed' }, inbox: Queue.empty(), pending: Queue.empty(), rows: closed.state.rows, parked: false }, effects, rows };
 }

@@ -8,7 +8,8 @@
  * - agents/agent-queries.ts and agents/receipts.ts: views, lists, session pages, receipts,
  *   misdirection;
  * - agents/authority.ts: tokens of live incarnations;
- * - agents/admission-gate.ts: draining.
+ * - agents/admission-gate.ts: draining;
+ * - continuation/interrupts.ts: the operator's interrupt.
  *
  * Authority is checked in the same synchronous span as the action it guards; only failure
  * paths await (to tell a missing agent from a wrong token).
@@ -23,10 +24,12 @@ import type { AgentDeliveries, Delivered } from './agents/deliveries.js';
 import { receiptOf } from './agents/receipts.js';
 import type { RootLifecycle } from './agents/root-lifecycle.js';
 import type { ChildSpec } from './continuation/continuation-manager.js';
+import type { Interrupts } from './continuation/interrupts.js';
+import { ServiceError } from '../domain/errors.js';
 import type { IdempotencyRequest } from './idempotency.js';
 import type { LiveAgent } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
-import type { AgentView, AgentWithToken, ChildListing, Receipt, SessionPage } from '../contract/index.js';
+import type { AgentView, AgentWithToken, Receipt, SessionPage } from '../contract/index.js';
 
 export type { ListFilter } from './agents/agent-queries.js';
 export { OPERATOR_SENDER } from './agents/deliveries.js';
@@ -38,6 +41,7 @@ export interface AgentServiceDeps {
   roots: RootLifecycle;
   deliveries: AgentDeliveries;
   log: SessionLog;
+  interrupts: Interrupts;
 }
 
 export class AgentService {
@@ -49,6 +53,22 @@ export class AgentService {
 
   createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<AgentWithToken> {
     return this.deps.roots.createRoot(input);
+  }
+
+  /**
+   * Interrupt a live agent (with `subtree`, its live descendants child-first, then it); the
+   * ids interrupted, once their turn-ends are durable. An agent that exists but is not live
+   * has nothing to interrupt.
+   */
+  async interrupt(id: string, options: { keepInbox: boolean; subtree: boolean }): Promise<{ interrupted: string[] }> {
+    const agent = this.deps.authority.live(id);
+    if (agent === undefined) {
+      if ((await this.deps.queries.storedHeader(id)) === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+      return { interrupted: [] };
+    }
+    const interrupted = this.deps.interrupts.byOperator(agent, options);
+    await this.deps.log.durable();
+    return { interrupted };
   }
 
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
@@ -83,11 +103,6 @@ export class AgentService {
   /** Live agents, or every child of `parentId`; ordered by creation time, then id. */
   list(filter: ListFilter): Promise<{ items: AgentView[]; nextCursor: string | null }> {
     return this.deps.queries.list(filter);
-  }
-
-  /** list_agents: the caller's children except one-shot ones. */
-  listChildren(agent: LiveAgent): Promise<ChildListing[]> {
-    return this.deps.queries.listChildren(agent);
   }
 
   sessionPage(id: string, after: number, limit: number): Promise<SessionPage> {

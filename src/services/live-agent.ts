@@ -13,32 +13,23 @@
  */
 import type { Clock, IdSource } from '../domain/ports.js';
 import type { Delivery } from '../domain/agent.js';
-import type { TokenUsage } from '../domain/model.js';
 import { ServiceError } from '../domain/errors.js';
-import { createUserMessage, textBlocks, type Message, type MessageSource, type TextBlock, type ToolCall } from '../domain/message.js';
+import { createUserMessage, type Message, type MessageSource, type TextBlock } from '../domain/message.js';
 import { beginLeaving, isLeaving, RESIDENT, turnAdmitted, type Leaving, type Lifecycle } from '../domain/lifecycle.js';
 import { itemFromRow, placeOf, type RowOp } from '../domain/pending-rows.js';
 import { type EntryBody, type SessionHeader } from '../domain/session.js';
-import { admit, cancelTurn, closeTurn, deliver, dispose, initialState, isClaimable, recordOutput, recordToolResult, releaseStep, restore, startStep } from '../domain/turn-machine.js';
+import { admit, cancelTurn, closeTurn, deliver, dispose, initialState, interrupt, isClaimable, restore } from '../domain/turn-machine.js';
 import type { AgentState, DeliveryInput, Effect, InboxEvent, InboxItem, Transition } from '../domain/turn-machine.js';
 import type { SessionLog } from './session-log.js';
 import type { PendingOp, PendingRow } from './session-store.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import { DEFAULT_LIMITS } from './limits.js';
 import { AgentScope } from './agent-scope.js';
-import { RecentSteps } from './recent-steps.js';
+import { AgentSteps, type LeaseEvent, type StepClaim, type StepHost } from './agent-steps.js';
+import { DEFAULT_LEASE, type LeaseOptions } from './step-lease.js';
 import { matchesToken, mintToken } from './tokens.js';
 
-/** What a claim hands the caller: the step's identity and the log position it was cut at. */
-export interface StepClaim {
-  agent: LiveAgent;
-  stepId: string;
-  turnId: string;
-  index: number;
-  /** The seq of the step-start entry: the step's messages are the log up to here. */
-  upToSeq: number;
-}
-
+export type { LeaseEvent, StepClaim } from './agent-steps.js';
 export { AgentScope } from './agent-scope.js';
 
 /** A turn-end entry as written. */
@@ -56,6 +47,9 @@ export interface LiveAgentDeps {
   onTurnEnd?: (agent: LiveAgent, end: TurnEndBody) => void;
   /** Messages this agent may hold accepted and not yet logged (see limits.ts). */
   maxInbox?: number;
+  /** Step leases (default DEFAULT_LEASE). */
+  lease?: LeaseOptions;
+  onLease?: (agent: LiveAgent, event: LeaseEvent) => void;
 }
 
 export class LiveAgent {
@@ -66,8 +60,10 @@ export class LiveAgent {
   private phase: Lifecycle = RESIDENT;
   /** Room held for messages that tool calls in flight will record (see reserveRoom). */
   private reservedRoom = 0;
-  /** Step ids this incarnation handed out, to tell STEP_CONFLICT from STEP_NOT_FOUND. */
-  private readonly recentSteps = new RecentSteps();
+  /** Its steps: claims under leases, the fence, outputs and results (agent-steps.ts). */
+  readonly steps: AgentSteps;
+  /** Aborted when the open turn is cancelled: service tools of that turn stop before their effect. */
+  private turnAbort = new AbortController();
 
   constructor(
     readonly header: SessionHeader,
@@ -76,9 +72,32 @@ export class LiveAgent {
     /** The id of this incarnation's activation (children), logged in activation entries. */
     readonly activationId: string | null = null,
   ) {
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the host port's getters read this agent's state
+    const agent = this;
     this.id = header.id;
     this.rootId = header.rootSession ?? header.id;
     this.token = mintToken();
+    const host: StepHost = {
+      agent: this,
+      id: this.id,
+      get state() {
+        return agent.turnState;
+      },
+      get disposing() {
+        return agent.disposing;
+      },
+      ids: deps.ids,
+      apply: (transition) => this.apply(transition),
+      failTurn: (error) => this.failTurn(error),
+      now: () => this.now(),
+      onLease: deps.onLease === undefined ? undefined : (event) => deps.onLease?.(this, event),
+    };
+    this.steps = new AgentSteps(host, deps.clock, deps.lease ?? DEFAULT_LEASE);
+  }
+
+  /** Aborted once the open turn is cancelled (interrupt, failure, disposal). */
+  get turnSignal(): AbortSignal {
+    return this.turnAbort.signal;
   }
 
   get state(): AgentState {
@@ -202,7 +221,8 @@ export class LiveAgent {
   suspend(): void {
     if (this.disposing) return;
     this.beginDisposal();
-    this.apply(cancelTurn(this.turnState, 'cancelled'));
+    this.endTurnSignal();
+    this.apply(cancelTurn(this.turnState, 'cancelled', undefined, this.steps.standIns('the turn was cancelled (the service stopped)')));
     this.apply(closeTurn(this.turnState, this.now()));
     this.leaveDispatcher();
   }
@@ -229,40 +249,6 @@ export class LiveAgent {
     if (this.turnState !== before) this.advance(turnAdmitted);
   }
 
-  /** Claim the claimable step. Only the dispatcher calls this, so a step is claimed once. */
-  claimStep(): StepClaim {
-    const stepId = this.deps.ids.next('step');
-    const entries = this.apply(startStep(this.turnState, stepId, this.now()));
-    const running = this.turnState.turn;
-    if (running.phase !== 'running') throw new Error('a claimed step leaves its turn running');
-    this.recentSteps.remember(stepId);
-    return { agent: this, stepId, turnId: running.turn.id, index: running.turn.step.index, upToSeq: entries[entries.length - 1]! };
-  }
-
-  /** The caller of a claim went away before receiving the step: make it claimable again. */
-  releaseClaim(stepId: string): void {
-    this.apply(releaseStep(this.turnState, stepId));
-  }
-
-  /** Record the model's output; returns the tool calls now awaiting results and whether the turn ended. */
-  recordOutput(stepId: string, content: string | readonly TextBlock[] | undefined, toolCalls: ToolCall[], usage?: TokenUsage): { ended: boolean } {
-    this.recentSteps.require(stepId, this.id);
-    const message: Message = {
-      id: this.deps.ids.next('message'),
-      role: 'assistant',
-      content: content === undefined ? [] : textBlocks(content),
-      source: { kind: 'model' },
-    };
-    if (toolCalls.length > 0) message.toolCalls = toolCalls;
-    if (usage !== undefined) message.usage = usage;
-    this.apply(recordOutput(this.turnState, stepId, message, this.now()));
-    if (this.turnState.turn.phase === 'closing') {
-      this.apply(closeTurn(this.turnState, this.now()));
-      return { ended: true };
-    }
-    return { ended: false };
-  }
-
   /**
    * End the open (or admitted) turn as failed, with what went wrong in its turn-end entry: the
    * model could not be asked or its answer could not be used. Staged context is written, and
@@ -270,37 +256,33 @@ export class LiveAgent {
    */
   failTurn(error: string): void {
     if (this.disposing) return;
-    this.apply(cancelTurn(this.turnState, 'failed', error));
+    this.endTurnSignal();
+    this.apply(cancelTurn(this.turnState, 'failed', error, this.steps.standIns('the turn failed')));
     this.apply(closeTurn(this.turnState, this.now()));
   }
 
-  /** Record one tool result (service-owned or the backend's). */
-  recordToolResult(stepId: string, toolCallId: string, content: string | readonly TextBlock[], isError: boolean): void {
-    this.recentSteps.require(stepId, this.id);
-    const message: Message = { id: this.deps.ids.next('message'), role: 'tool', content: textBlocks(content), source: { kind: 'tool' }, toolCallId };
-    if (isError) message.isError = true;
-    this.apply(recordToolResult(this.turnState, stepId, message, this.now()));
+  /**
+   * Interrupt the open turn (turn-end `cancelled`) without waiting for anything: a step in
+   * flight is refused later, service tools of the turn stop before their effect. `keepInbox`
+   * keeps queued work queued, and none of it starts until the next waking delivery; otherwise
+   * it is discarded. False (nothing done) once the incarnation is being disposed.
+   */
+  interrupt(keepInbox: boolean): boolean {
+    if (this.disposing) return false;
+    const turn = this.turnState.turn;
+    if (turn.phase === 'running') this.steps.endEarly(turn.turn.step.id, `step "${turn.turn.step.id}" was cancelled: its turn was interrupted`);
+    this.endTurnSignal();
+    this.apply(interrupt(this.turnState, keepInbox, this.now(), this.steps.standIns('the turn was interrupted')));
+    return true;
   }
 
-  /** Throws unless the step awaits a result for each id, each named once. Changes nothing. */
-  checkToolResults(stepId: string, toolCallIds: readonly string[]): void {
-    this.recentSteps.require(stepId, this.id);
-    const turn = this.turnState.turn;
-    if (turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.status !== 'awaiting') {
-      throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not awaiting tool results`);
-    }
-    const awaiting = turn.turn.step.awaiting;
-    toolCallIds.forEach((callId, i) => {
-      if (!awaiting.includes(callId) || toolCallIds.indexOf(callId) !== i) {
-        throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not awaiting a result for tool call "${callId}"`);
-      }
-    });
-  }
+  /** Record one tool result (service-owned or the backend's). */
 
   /** Start disposal: a synchronous cutoff; cancels the open turn and discards queued work. */
   dispose(): void {
     this.beginDisposal();
-    this.apply(dispose(this.turnState, this.now()));
+    this.endTurnSignal();
+    this.apply(dispose(this.turnState, this.now(), this.steps.standIns('the turn was cancelled (the agent was closed)')));
     this.leaveDispatcher();
   }
 
@@ -335,11 +317,18 @@ export class LiveAgent {
       }
     }
     if (transition.rows !== undefined && transition.rows.length > 0) this.deps.log.changePending(transition.rows.map((op) => this.pendingOp(op)));
+    this.steps.afterTransition(this.turnState);
     if (isClaimable(this.turnState) && !this.disposing) this.deps.dispatcher.offer(this);
     else this.deps.dispatcher.withdraw(this);
     if (ended !== undefined) this.deps.onTurnEnd?.(this, ended);
     this.deps.onChange?.(this);
     return seqs;
+  }
+
+  private endTurnSignal(): void {
+    if (this.turnState.turn.phase !== 'admitting' && this.turnState.turn.phase !== 'running') return;
+    this.turnAbort.abort();
+    this.turnAbort = new AbortController();
   }
 
   private pendingOp(op: RowOp): PendingOp {

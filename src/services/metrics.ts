@@ -56,6 +56,8 @@ export class Metrics {
   private readonly modelRetries: client.Counter;
   private readonly modelDuration: client.Histogram<'outcome'>;
   private readonly modelTokens: client.Counter<'kind'>;
+  private readonly interrupts: client.Counter<'origin'>;
+  private readonly leaseEvents: client.Counter<'event'>;
 
   constructor(deps: MetricsDeps) {
     const registers = [this.registry];
@@ -86,6 +88,13 @@ export class Metrics {
     });
     this.coldResumes = new client.Counter({ name: 'agentforest_cold_resumes_total', help: 'Settled children cold-resumed from their sessions.', registers });
     this.settlements = new client.Counter({ name: 'agentforest_settlements_total', help: 'Child Activations that settled.', registers });
+    this.interrupts = new client.Counter({ name: 'agentforest_interrupts_total', help: 'Agents interrupted, by who asked (tool: interrupt_agent; operator: HTTP).', labelNames: ['origin'], registers });
+    this.leaseEvents = new client.Counter({
+      name: 'agentforest_step_leases_total',
+      help: 'Step lease events: expired (a claim held its step past its lease) and reclaimed (a lapsed step claimed again).',
+      labelNames: ['event'],
+      registers,
+    });
     this.storeCommit = new client.Histogram({
       name: 'agentforest_store_commit_seconds',
       help: 'Session store write latency per group-committed batch.',
@@ -183,6 +192,16 @@ export class Metrics {
     },
     coldResumed: () => this.coldResumes.inc(),
     settled: () => this.settlements.inc(),
+  };
+
+  /** Interrupts, as the interrupt rule reports them. */
+  readonly interruptObserver = (origin: 'tool' | 'operator', interrupted: number): void => {
+    if (interrupted > 0) this.interrupts.inc({ origin }, interrupted);
+  };
+
+  /** Step lease events of the live agents. */
+  readonly leaseObserver = (event: 'expired' | 'reclaimed'): void => {
+    this.leaseEvents.inc({ event });
   };
 
   /** The built-in model driver's observer. */

@@ -11,7 +11,7 @@
  * reaches the emitter, exactly as a direct call would.
  */
 import type { ReportDelivery } from '../domain/packages.js';
-import type { LiveAgent, TurnEndBody } from './live-agent.js';
+import type { LeaseEvent, LiveAgent, TurnEndBody } from './live-agent.js';
 
 /** Every event with the arguments its listeners take. */
 export interface ServiceEventMap {
@@ -37,6 +37,8 @@ export interface ServiceEventMap {
   'driven-released': [agent: LiveAgent];
   /** A report call ended (accepted or an error code); wakeups name the message they queued. */
   report: [delivery: ReportDelivery, outcome: string, messageId: string | undefined];
+  /** A step lease ran out, or a lapsed step was claimed again. */
+  'step-lease': [event: LeaseEvent];
   /** A settled child was cold-resumed from its session. */
   'cold-resumed': [];
   /** A child Activation settled. */

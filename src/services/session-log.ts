@@ -183,6 +183,16 @@ export class SessionLog {
     return this.store.header(id);
   }
 
+  /**
+   * The entries of the turn a session left open, from its turn-start on (empty when its last
+   * turn was closed): what a process that stopped without closing it left behind.
+   */
+  async openTurnEntries(id: string): Promise<SessionEntry[]> {
+    await this.durable();
+    const boundary = await this.store.lastTurnBoundary(id);
+    return boundary?.type === 'turn-start' ? this.store.read(id, boundary.seq - 1) : [];
+  }
+
   /** Entries after `after` (committed first, so reads see every acknowledged write). */
   async read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
     await this.durable();

@@ -16,6 +16,7 @@ import type { IdempotencyKeys, IdempotencyRequest } from './idempotency.js';
 import type { WaiterGate } from './limits.js';
 import type { LiveAgent, StepClaim } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
+import type { LeaseView } from './step-lease.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { ModelOutput, OutputResult, Step, ToolCallBody, ToolResultInput } from '../contract/index.js';
 import { StepProtocol } from './steps/step-protocol.js';
@@ -65,21 +66,27 @@ export class StepService {
     return this.protocol.claimAny(waitMs, rootId, signal);
   }
 
-  postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput): Promise<OutputResult> {
-    return this.protocol.postOutput(id, token, stepId, output);
+  /** `attempt`: the fence (X-Step-Attempt, absent 1). */
+  postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput, attempt?: number): Promise<OutputResult> {
+    return this.protocol.postOutput(id, token, stepId, output, attempt);
+  }
+
+  /** Renew the lease the claim `attempt` holds on a step. */
+  heartbeat(id: string, token: string | undefined, stepId: string, attempt?: number): Promise<{ lease: LeaseView }> {
+    return this.protocol.heartbeat(id, token, stepId, attempt);
   }
 
   /** Record a step's output and run its service-owned tool calls (see StepProtocol.applyOutput). */
-  applyOutput(agent: LiveAgent, stepId: string, output: ModelOutput, refused?: ReadonlyMap<string, string>): Promise<OutputResult> {
-    return this.protocol.applyOutput(agent, stepId, output, refused);
+  applyOutput(agent: LiveAgent, stepId: string, output: ModelOutput, attempt: number, refused?: ReadonlyMap<string, string>): Promise<OutputResult> {
+    return this.protocol.applyOutput(agent, stepId, output, attempt, refused);
   }
 
-  postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[]): Promise<{ turn: 'open' | 'ended' }> {
-    return this.protocol.postToolResults(id, token, stepId, results);
+  postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt?: number): Promise<{ turn: 'open' | 'ended' }> {
+    return this.protocol.postToolResults(id, token, stepId, results, attempt);
   }
 
-  applyToolResults(agent: LiveAgent, stepId: string, results: readonly ToolResultInput[]): Promise<{ turn: 'open' | 'ended' }> {
-    return this.protocol.applyToolResults(agent, stepId, results);
+  applyToolResults(agent: LiveAgent, stepId: string, results: readonly ToolResultInput[], attempt: number): Promise<{ turn: 'open' | 'ended' }> {
+    return this.protocol.applyToolResults(agent, stepId, results, attempt);
   }
 
   /** Run one service-owned tool as this agent, outside a step's output (see ToolCalls.callTool). */

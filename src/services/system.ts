@@ -35,6 +35,8 @@ import { ServiceEvents } from './service-events.js';
 import { SessionLog } from './session-log.js';
 import type { SessionStore } from './session-store.js';
 import { StepDispatcher } from './step-dispatcher.js';
+import { DEFAULT_LEASE, type LeaseOptions } from './step-lease.js';
+import { Interrupts } from './continuation/interrupts.js';
 import { StepService } from './step-service.js';
 import { MemorySessionStore } from './stores/memory-store.js';
 import { PostgresSessionStore } from './stores/postgres-store.js';
@@ -80,6 +82,8 @@ export interface SystemOptions {
   limits?: Partial<Limits>;
   /** Wakeup reports join the parent's queued wakeup turn (see ContinuationDeps). */
   coalesceWakeups?: boolean;
+  /** Step leases (default DEFAULT_LEASE: 5 minutes, 3 attempts). */
+  lease?: Partial<LeaseOptions>;
   /** Forest leases, for several instances on one PostgreSQL database (PostgreSQL store only). */
   ownership?: OwnershipOptions;
   /** The built-in model driver: retry policy, timeout, concurrency, key lookup (default: process.env). */
@@ -136,7 +140,7 @@ export function createSystem(options: SystemOptions): System {
   // which claims through the dispatcher too: a cycle. The dispatcher's direct claimant is
   // therefore a port over the service events, complete at construction (which agents it owns
   // is decided from the agent alone); the driver subscribes to it once built, below.
-  const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.claimStep(), {
+  const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.steps.claim(), {
     owns: drivenByModel,
     offer: (agent) => events.emit('driven-step', agent),
     release: (agent) => events.emit('driven-released', agent),
@@ -156,7 +160,9 @@ export function createSystem(options: SystemOptions): System {
     },
     onChange: (agent) => events.emit('agent-changed', agent),
     onTurnEnd: (agent, end) => events.emit('turn-ended', agent, end),
+    onLease: (_agent, event) => events.emit('step-lease', event),
     maxInbox: limits.inbox,
+    lease: { ...DEFAULT_LEASE, ...options.lease },
   };
   const manager = new ContinuationManager({
     registry,
@@ -187,12 +193,20 @@ export function createSystem(options: SystemOptions): System {
   events.on('report', metrics.observer.report);
   events.on('cold-resumed', metrics.observer.coldResumed);
   events.on('settled', metrics.observer.settled);
+  events.on('step-lease', metrics.leaseObserver);
+  const interrupts = new Interrupts({
+    registry,
+    abortDriven: (agent) => {
+      if (drivenByModel(agent)) events.emit('driven-released', agent);
+    },
+    observe: metrics.interruptObserver,
+  });
 
   const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
   const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, ownership, checkModel: checkModelPolicy });
   events.on('forests-lost', (lost) => roots.dropForests(lost));
   const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
-  const agents = new AgentService({ gate, authority, queries, roots, deliveries, log });
+  const agents = new AgentService({ gate, authority, queries, roots, deliveries, log, interrupts });
 
   const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, waiters });
   const driver = new ModelDriver(
@@ -209,7 +223,8 @@ export function createSystem(options: SystemOptions): System {
       manager,
       control: {
         hasContinuableChildren: (agent) => manager.hasContinuableChildren(agent),
-        listChildren: (agent) => queries.listChildren(agent),
+        listChildren: (agent, scope) => queries.listChildren(agent, scope),
+        interrupt: (caller, targetId) => interrupts.fromAncestor(caller, targetId),
       },
     },
     { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet', maxReportBytes: limits.reportBytes },

@@ -65,7 +65,7 @@ function openTurns(entries: readonly Entry[]): string[] {
 }
 
 describe('a SQLite server killed with SIGKILL under concurrent report load', { timeout: 60_000 }, () => {
-  it('keeps every acknowledged message exactly once, gap-free sessions, one failed end per open root turn and an intact file', async () => {
+  it('keeps every acknowledged message exactly once, gap-free sessions, each open root turn going on after resume and an intact file', async () => {
     const dataPath = join(dir, 'agentforest.db');
     const first = await startServer({ dataPath });
     const api = new ServerClient(first);
@@ -169,14 +169,13 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
       const entries = sessions.get(root.id)!;
       const before = atCrash.get(root.id)!;
       expect(entries.slice(0, before.length)).toEqual(before);
+      // A turn the crash left open goes on: resume writes no end for it, and nothing failed.
       for (const turnId of openAtCrash.get(root.id)!) {
         const ends = entries.filter((e) => e.type === 'turn-end' && e.turnId === turnId).map((e) => e.reason);
-        if (JSON.stringify(ends) !== '["failed"]') problems.push(`root ${root.id} turn ${turnId} open at the crash ended ${JSON.stringify(ends)}`);
+        if (ends.length !== 0) problems.push(`root ${root.id} turn ${turnId} open at the crash ended ${JSON.stringify(ends)} at resume`);
       }
       const failed = entries.filter((e) => e.type === 'turn-end' && e.reason === 'failed').map((e) => e.turnId);
-      if (JSON.stringify(failed) !== JSON.stringify(openAtCrash.get(root.id))) {
-        problems.push(`root ${root.id} has failed turn ends ${JSON.stringify(failed)}, expected ${JSON.stringify(openAtCrash.get(root.id))}`);
-      }
+      if (failed.length !== 0) problems.push(`root ${root.id} has failed turn ends ${JSON.stringify(failed)}`);
     }
 
     // Where each message id is logged, across every session.

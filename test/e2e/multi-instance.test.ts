@@ -290,6 +290,16 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expect(rootB.id).toBe(root.id);
     expect(rootB.token).not.toBe(root.token);
 
+    // The turn the kill left open goes on: its step is claimable again on B, as attempt 2.
+    const reclaimed = await apiB.claim(rootB, 5_000);
+    expect(reclaimed).toMatchObject({ turnId: rootAtKill.filter((e) => e.type === 'turn-start').pop()?.turnId, lease: { attempt: 2 } });
+    const answered = await apiB.request('POST', `/v1/agents/${root.id}/steps/${reclaimed!.id}/output`, {
+      token: rootB.token,
+      headers: { 'x-step-attempt': '2' },
+      body: { content: 'answer 2' },
+    });
+    expect(answered.status).toBe(200);
+
     // The queued followup is the root's next turn on B; run it to its end.
     const queued = await apiB.claim(rootB, 5_000);
     expect(queued).not.toBeNull();
@@ -300,9 +310,9 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expectGapFree(root.id, rootOnB);
     expect(rootOnB.slice(0, rootAtKill.length)).toEqual(rootAtKill);
     expect(loggedCounts(rootOnB, toRoot)).toEqual(onceEach(toRoot));
-    // The turn the kill left open ends once, as failed.
+    // The turn the kill left open ends once, completed on B.
     const openTurnId = rootAtKill.filter((e) => e.type === 'turn-start').pop()?.turnId;
-    expect(rootOnB.filter((e) => e.type === 'turn-end' && e.turnId === openTurnId).map((e) => e.reason)).toEqual(['failed']);
+    expect(rootOnB.filter((e) => e.type === 'turn-end' && e.turnId === openTurnId).map((e) => e.reason)).toEqual(['completed']);
 
     // The child is not resident on B until its parent's followup cold-resumes it.
     expect(await apiB.expect<AgentView>(200, 'GET', `/v1/agents/${child.id}`)).toMatchObject({ id: child.id, status: 'settled', resident: false });
@@ -313,8 +323,11 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expect(wake.resumed?.agentToken).toEqual(expect.any(String));
     const childB: AgentRef = { id: child.id, token: wake.resumed!.agentToken };
     expect(childB.token).not.toBe(child.token);
-    toChild.push({ messageId: wake.messageId, what: 'followup after the takeover' });
-    expect(await apiB.expect<AgentView>(200, 'GET', `/v1/agents/${child.id}`)).toMatchObject({ status: 'running', resident: true });
+    // Its first turn, open when A died, goes on; the followup queues behind it.
+    expect(await apiB.expect<AgentView>(200, 'GET', `/v1/agents/${child.id}`)).toMatchObject({ status: 'running', resident: true, inbox: { queued: 1 } });
+    // The report calls it made on A wait, as context, for the first step of that turn.
+    const childStep = await apiB.claim(childB, 5_000);
+    expect(childStep).toMatchObject({ index: 0, lease: { attempt: 1 } });
 
     const childOnB = await apiB.session(child.id);
     expectGapFree(child.id, childOnB);

@@ -130,7 +130,7 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
     expect(await second.stop('SIGTERM')).toEqual({ code: 0, signal: null });
   });
 
-  it('closes a turn left open by SIGKILL as failed exactly once, across repeated resumes', async () => {
+  it('goes on with a turn left open by SIGKILL: its step is claimable again as attempt 2 under the same id, and ends once, across repeated resumes', async () => {
     const first = await startServer({ dataPath: dataFile() });
     const api = new ServerClient(first);
     const root = await api.createRoot({ id: 'killed-root' });
@@ -148,21 +148,34 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
     const api2 = new ServerClient(second);
     expect(await api2.session(root.id)).toEqual(atKill);
     expect((await api2.request('GET', `/v1/agents/${root.id}`)).status).toBe(404);
-    await api2.resume(root.id);
-
+    const resumedRoot = await api2.resume(root.id);
+    // Resuming writes nothing: the open step is claimable again, one attempt later.
+    expect(await api2.session(root.id)).toEqual(atKill);
+    const again = await api2.claim(resumedRoot, 5_000);
+    expect(again).toMatchObject({ id: open!.id, turnId: open!.turnId, index: open!.index, lease: { attempt: 2 } });
+    expect(again!.messages).toEqual(open!.messages);
+    const answered = await api2.request('POST', `/v1/agents/${root.id}/steps/${open!.id}/output`, {
+      token: resumedRoot.token,
+      headers: { 'x-step-attempt': '2' },
+      body: { content: 'answered after the crash' },
+    });
+    expect(answered.status).toBe(200);
     const resumed = await api2.session(root.id);
     expectGapFree(resumed);
     expect(resumed.slice(0, atKill.length)).toEqual(atKill);
-    expect(resumed.slice(atKill.length)).toMatchObject([{ type: 'turn-end', turnId: open!.turnId, reason: 'failed' }]);
-    expect(failedTurnEnds(resumed, open!.turnId)).toHaveLength(1);
+    expect(resumed.slice(atKill.length)).toMatchObject([
+      { type: 'step-start', stepId: open!.id, attempt: 2 },
+      { type: 'message', role: 'assistant' },
+      { type: 'turn-end', turnId: open!.turnId, reason: 'completed' },
+    ]);
+    expect(failedTurnEnds(resumed, open!.turnId)).toHaveLength(0);
     expect(await second.stop('SIGTERM')).toEqual({ code: 0, signal: null });
 
     const third = await startServer({ dataPath: dataFile() });
     const api3 = new ServerClient(third);
-    await api3.resume(root.id);
-    const again = await api3.session(root.id);
-    expect(again).toEqual(resumed);
-    expect(failedTurnEnds(again, open!.turnId)).toHaveLength(1);
+    const thirdRoot = await api3.resume(root.id);
+    expect(await api3.session(root.id)).toEqual(resumed);
+    expect(await api3.claim(thirdRoot, 0)).toBeNull();
     expect(await third.stop('SIGTERM')).toEqual({ code: 0, signal: null });
   });
 });

@@ -214,13 +214,13 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     ]);
   });
 
-  it('after a crash, the open turn closes as failed, the staged context is written at resume, then the queued turns run in order', async () => {
+  it('after a crash, the open turn goes on: its step is claimable again as attempt 2 with the staged context, then the queued turns run in order', async () => {
     const disk = makeDisk();
     const crashing = new CrashingStore(disk.open());
     const h1 = await start(crashing);
     const root = await createRoot(h1.app, { id: 'r' });
     accepted(await send(h1.app, root.id, 'P'));
-    await step(h1, root);
+    const first = await step(h1, root);
     const staged = accepted(await send(h1.app, root.id, 'S', 'inject'));
     const f1 = accepted(await send(h1.app, root.id, 'F1'));
     const f2 = accepted(await send(h1.app, root.id, 'F2'));
@@ -232,22 +232,30 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     expect(await Promise.all([staged, f1, f2].map((m) => receiptState(h2, m.messageId)))).toEqual(['staged', 'queued', 'queued']);
 
     const resumed = await resume(h2, root.id);
-    const atResume = await session(h2.app, root.id);
-    expect(after(atResume, crashed.length).slice(0, 3)).toEqual(['turn-end:failed', 'user:S', 'turn-start']);
+    // Nothing is written at resume: the open step is claimable again, the staged context waits for it.
+    expect(await session(h2.app, root.id)).toHaveLength(crashed.length);
+    const again = await step(h2, resumed);
+    expect(again).toMatchObject({ id: first.id, index: first.index, lease: { attempt: 2 } });
+    expect(again.messages.filter((m) => m.role === 'user').map((m) => m.content)).toEqual(['P', 'S']);
+    const atReclaim = await session(h2.app, root.id);
+    expect(after(atReclaim, crashed.length)).toEqual(['user:S', 'step-start']);
+    expect(atReclaim.at(-1)).toMatchObject({ type: 'step-start', stepId: first.id, attempt: 2 });
     expect(await receiptState(h2, staged.messageId)).toBe('appended');
+    expect((await postOutput(h2.app, resumed, again.id, { content: 'done' }, 2)).json()).toMatchObject({ turn: 'ended' });
     expect(await runTurn(h2, resumed)).toBe('F1');
     expect(await runTurn(h2, resumed)).toBe('F2');
     expect(await claim(h2.app, resumed)).toBeNull();
 
     const entries = await session(h2.app, root.id);
     expect(withId(entries, staged.messageId)).toHaveLength(1);
+    expect(entries.filter((e) => e.type === 'turn-end').map((e) => e.reason)).toEqual(['completed', 'completed', 'completed']);
     expect(turnStarts(entries).slice(1)).toEqual([
       { messageId: f1.messageId, inboxItemId: f1.inboxItemId },
       { messageId: f2.messageId, inboxItemId: f2.inboxItemId },
     ]);
   });
 
-  it('after a crash with only staged context pending, resume writes it once and it stays written through a further restart', async () => {
+  it('after a crash with only staged context pending, it stays staged in the re-opened turn, is written once when a stop ends that turn, and stays written through a further restart', async () => {
     const disk = makeDisk();
     const crashing = new CrashingStore(disk.open());
     const h1 = await start(crashing);
@@ -259,13 +267,16 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
 
     const h2 = await start(disk.open());
     await resume(h2, root.id);
-    expect(withId(await session(h2.app, root.id), staged.messageId)).toHaveLength(1);
-    expect(await receiptState(h2, staged.messageId)).toBe('appended');
+    expect(withId(await session(h2.app, root.id), staged.messageId)).toHaveLength(0);
+    expect(await receiptState(h2, staged.messageId)).toBe('staged');
     await h2.close();
 
     const h3 = await start(disk.open());
     await resume(h3, root.id);
-    expect(withId(await session(h3.app, root.id), staged.messageId)).toHaveLength(1);
+    const entries = await session(h3.app, root.id);
+    expect(withId(entries, staged.messageId)).toHaveLength(1);
+    expect(shape(entries).slice(-2)).toEqual(['turn-end:cancelled', 'user:S']);
+    expect(await receiptState(h3, staged.messageId)).toBe('appended');
   });
 
   it("a cold-resumed child restores its own queued followups after a stop, ahead of the parent's message that woke it", async () => {
@@ -298,13 +309,13 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     expect(withId(entries, staged.messageId)).toHaveLength(1);
   });
 
-  it('after a crash, a cold-resumed child closes its open turn as failed, writes its staged context, then runs its queued turns in order', async () => {
+  it('after a crash, a cold-resumed child goes on with its open turn (the step claimable again, the staged context in it), then runs its queued turns in order', async () => {
     const disk = makeDisk();
     const crashing = new CrashingStore(disk.open());
     const h1 = await start(crashing);
     const root = await createRoot(h1.app, { id: 'r' });
     const child = await childOf(h1, root, 'P');
-    await step(h1, child);
+    const first = await step(h1, child);
     const staged = accepted(await messageTo(h1, child.id, root, 'S', 'inject'));
     const f1 = accepted(await messageTo(h1, child.id, root, 'F1'));
     await crash(h1, crashing);
@@ -316,10 +327,14 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     const woke = accepted(await messageTo(h2, child.id, parent, 'N'));
     const resumed = { id: child.id, token: woke.resumed?.agentToken ?? '' };
 
+    const again = await step(h2, resumed);
+    expect(again).toMatchObject({ id: first.id, lease: { attempt: 2 } });
+    expect(again.messages.filter((m) => m.role === 'user').map((m) => m.content)).toEqual(['P', 'S']);
+    expect((await postOutput(h2.app, resumed, again.id, { content: 'done' }, 2)).json()).toMatchObject({ turn: 'ended' });
     expect(await runTurn(h2, resumed)).toBe('F1');
     expect(await runTurn(h2, resumed)).toBe('N');
     const entries = await session(h2.app, child.id);
-    expect(after(entries, crashed.length).slice(0, 4)).toEqual(['turn-end:failed', 'activation', 'user:S', 'turn-start']);
+    expect(after(entries, crashed.length).slice(0, 5)).toEqual(['activation', 'user:S', 'step-start', 'assistant:done', 'turn-end:completed']);
     expect(withId(entries, staged.messageId)).toHaveLength(1);
     expect(turnStarts(entries).slice(1).map((t) => t.messageId)).toEqual([f1.messageId, woke.messageId]);
     expect(turnStarts(entries)[1]).toEqual({ messageId: f1.messageId, inboxItemId: f1.inboxItemId });

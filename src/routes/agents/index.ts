@@ -16,6 +16,8 @@ import {
   CreateRootBody,
   DisposeQuery,
   DisposeResult,
+  InterruptBody,
+  InterruptResult,
   ListQuery,
   MessageAccepted,
   MessageBody,
@@ -93,6 +95,26 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
   }, async (request, reply) => {
     const agent = await agents.dispose(request.params.id, request.query.cascade ?? true);
     return reply.status(202).send({ agent });
+  });
+
+  app.post('/v1/agents/:id/interrupt', {
+    schema: {
+      tags: ['agents'],
+      operationId: 'interruptAgent',
+      summary: "Interrupt an agent's open turn",
+      description:
+        'Cancels the open turn at once (its turn-end is `cancelled`); a step claimed meanwhile is refused later with ' +
+        'STEP_CONFLICT, a built-in-driver request in flight is aborted. With `keepInbox` (default) queued messages stay ' +
+        'queued and none starts until the next waking message; `subtree` interrupts every live descendant first, ' +
+        'child-first. Answers once the turn-ends are durable; an agent that is not live has nothing to interrupt.',
+      security: OPERATOR_SECURITY,
+      params: AgentIdParams,
+      body: InterruptBody,
+      response: { 202: InterruptResult, ...errorResponses(['AGENT_NOT_FOUND']) },
+    },
+  }, async (request, reply) => {
+    const result = await agents.interrupt(request.params.id, { keepInbox: request.body.keepInbox ?? true, subtree: request.body.subtree ?? false });
+    return reply.status(202).send(result);
   });
 
   app.post('/v1/agents/:id/resume', {

@@ -75,3 +75,15 @@ export const ToolList = Type.Object(
   { additionalProperties: false },
 );
 
+export const InterruptBody = Type.Object(
+  {
+    keepInbox: Type.Optional(Type.Boolean({ default: true, description: 'Keep queued messages queued (they wait for the next waking message); false discards them.' })),
+    subtree: Type.Optional(Type.Boolean({ default: false, description: 'Interrupt every live descendant first, child-first, then the agent.' })),
+  },
+  { additionalProperties: false },
+);
+
+export const InterruptResult = Type.Object(
+  { interrupted: Type.Array(Type.String(), { description: 'The agents interrupted, in the order they were interrupted.' }) },
+  { additionalProperties: false },
+);

@@ -6,14 +6,16 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
-import { AGENT_SECURITY, AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import { AGENT_SECURITY, AgentIdParams, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   ClaimBody,
   ClaimResult,
+  HeartbeatResult,
   OutputBody,
   OutputResult,
   PoolClaimBody,
   PoolClaimResult,
+  StepAttemptHeaders,
   StepParams,
   ToolResultsBody,
   ToolResultsResult,
@@ -71,10 +73,27 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
         'An output without tool calls ends the turn.',
       security: AGENT_SECURITY,
       params: StepParams,
+      headers: StepAttemptHeaders,
       body: OutputBody,
       response: { 200: OutputResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
     },
-  }, async (request) => steps.postOutput(request.params.id, agentToken(request), request.params.stepId, request.body));
+  }, async (request) => steps.postOutput(request.params.id, agentToken(request), request.params.stepId, request.body, request.headers['x-step-attempt']));
+
+  app.post('/v1/agents/:id/steps/:stepId/heartbeat', {
+    schema: {
+      tags: ['steps'],
+      operationId: 'heartbeatStep',
+      summary: "Renew a claimed step's lease",
+      description:
+        'Extends the lease of the claim named by X-Step-Attempt (absent: 1) by the lease length. A claim whose lease ' +
+        'expired gets STEP_CONFLICT: the step was (or will be) claimed again as the next attempt.',
+      security: AGENT_SECURITY,
+      params: StepParams,
+      headers: StepAttemptHeaders,
+      body: EmptyBody,
+      response: { 200: HeartbeatResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
+    },
+  }, async (request) => steps.heartbeat(request.params.id, agentToken(request), request.params.stepId, request.headers['x-step-attempt']));
 
   app.post('/v1/agents/:id/steps/:stepId/tool-results', {
     schema: {
@@ -84,8 +103,10 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       description: 'Once every call of the step has a result, the next step is claimable. A request naming any call the step does not await changes nothing.',
       security: AGENT_SECURITY,
       params: StepParams,
+      headers: StepAttemptHeaders,
       body: ToolResultsBody,
       response: { 200: ToolResultsResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
     },
-  }, async (request) => steps.postToolResults(request.params.id, agentToken(request), request.params.stepId, request.body.results));
+  }, async (request) =>
+    steps.postToolResults(request.params.id, agentToken(request), request.params.stepId, request.body.results, request.headers['x-step-attempt']));
 };

@@ -4,7 +4,7 @@
  * share, are in the wire contract (src/contract/).
  */
 import { Type } from '@sinclair/typebox';
-import { AgentId, OpaqueId, ref, Step } from '../../contract/index.js';
+import { AgentId, OpaqueId, ref, Step, StepLease } from '../../contract/index.js';
 
 export { OutputBody, OutputResult, PoolClaimResult, ToolResultsBody } from '../../contract/index.js';
 
@@ -20,6 +20,15 @@ export const PoolClaimBody = Type.Object(
 );
 
 export const StepParams = Type.Object({ id: AgentId, stepId: OpaqueId });
+
+/** The fence of a step request: the attempt whose claim holds the step (absent: 1). */
+export const StepAttemptHeaders = Type.Object({
+  'x-step-attempt': Type.Optional(
+    Type.Integer({ minimum: 1, description: "The lease's attempt from the claim (step.lease.attempt); absent means 1." }),
+  ),
+});
+
+export const HeartbeatResult = Type.Object({ lease: ref(StepLease) }, { additionalProperties: false });
 
 export const ClaimResult = Type.Object({ step: ref(Step) }, { additionalProperties: false });
 

@@ -77,12 +77,21 @@ export class AgentQueries {
     return pageOf(agents, filter.limit, (a) => this.viewOfLive(a));
   }
 
-  /** list_agents: the caller's children except one-shot ones. */
-  async listChildren(agent: LiveAgent): Promise<ChildListing[]> {
-    const views = await this.childViews(agent.id);
-    return views
-      .filter((v) => v.mode !== 'one-shot')
-      .map((v) => ({ kind: 'child' as const, id: v.id, label: v.label ?? '', status: v.resident ? ('running' as const) : ('complete' as const) }));
+  /**
+   * list_agents: the caller's children except one-shot ones, or with `descendants` every
+   * descendant but one-shot ones (and what lies below them), parents before their children.
+   */
+  async listChildren(agent: LiveAgent, scope: 'children' | 'descendants' = 'children'): Promise<ChildListing[]> {
+    const out: ChildListing[] = [];
+    const visit = async (parentId: string): Promise<void> => {
+      for (const v of await this.childViews(parentId)) {
+        if (v.mode === 'one-shot') continue;
+        out.push({ kind: 'child', id: v.id, label: v.label ?? '', status: v.resident ? 'running' : 'complete', parentId, depth: v.depth });
+        if (scope === 'descendants') await visit(v.id);
+      }
+    };
+    await visit(agent.id);
+    return out;
   }
 
   async sessionPage(id: string, after: number, limit: number): Promise<SessionPage> {

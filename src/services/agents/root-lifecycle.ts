@@ -91,18 +91,16 @@ export class RootLifecycle {
       // The lease first: from here on a previous owner's writes are refused, so what is read
       // next is the forest's final state.
       await this.deps.ownership?.acquire(id);
-      const boundary = await this.deps.log.store.lastTurnBoundary(id);
+      const openTurn = await this.deps.log.openTurnEntries(id);
       const pending = await this.deps.log.store.pending(id);
       await this.deps.log.loadForest(id);
       await this.deps.manager.noteContinuableChildren(id);
       this.deps.gate.admitNewWork();
       this.deps.log.open(id, summary.lastSeq, id);
-      if (boundary?.type === 'turn-start') {
-        // The process stopped with this turn open: close it once, as failed.
-        this.deps.log.append(id, { type: 'turn-end', at: this.deps.clock.iso(), turnId: boundary.turnId, reason: 'failed' });
-      }
       const agent = this.publishRoot(summary.header);
-      // What the previous incarnation accepted but had not logged: queued turns, staged context.
+      // The turn it left open (the process stopped without closing it) goes on; then what the
+      // previous incarnation accepted but had not logged: queued turns, staged context.
+      agent.steps.reopenTurn(openTurn);
       agent.restorePending(pending);
       try {
         await this.deps.log.durable();

@@ -15,7 +15,7 @@
 import type { Delivery } from '../../domain/agent.js';
 import { ServiceError } from '../../domain/errors.js';
 import type { MessageSource, TextBlock } from '../../domain/message.js';
-import { SESSION_SCHEMA_VERSION, type SessionHeader } from '../../domain/session.js';
+import { SESSION_SCHEMA_VERSION, type SessionEntry, type SessionHeader } from '../../domain/session.js';
 import { AgentScope, type LiveAgent } from '../live-agent.js';
 import type { PendingRow } from '../session-store.js';
 import type { Activations } from './activations.js';
@@ -165,7 +165,7 @@ export class ChildLifecycle {
     if (mark?.event === 'closed') throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" was closed and cannot be resumed`);
     const scope = new AgentScope();
     const setup = this.deps.setup.apply(scope);
-    let openTurn: string | undefined;
+    let openTurn: SessionEntry[] = [];
     let pending: PendingRow[] = [];
     return this.publishAfterWindow(
       scope,
@@ -173,8 +173,7 @@ export class ChildLifecycle {
       async () => {
         pending = await this.deps.log.store.pending(id);
         await this.deps.log.loadForest(header.rootSession ?? id);
-        const boundary = await this.deps.log.store.lastTurnBoundary(id);
-        openTurn = boundary?.type === 'turn-start' ? boundary.turnId : undefined;
+        openTurn = await this.deps.log.openTurnEntries(id);
         await this.noteContinuableChildren(id);
       },
       () => {
@@ -184,11 +183,10 @@ export class ChildLifecycle {
       },
       () => {
         this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);
-        if (openTurn !== undefined) {
-          this.deps.log.append(id, { type: 'turn-end', at: this.now(), turnId: openTurn, reason: 'failed' });
-        }
         const child = this.publish(summary.header, scope, 'resumed', true);
         this.deps.observer?.coldResumed();
+        // A turn the process stopped in goes on (its open step claimable again), then what it had accepted.
+        child.steps.reopenTurn(openTurn);
         child.restorePending(pending);
         return then(child);
       },

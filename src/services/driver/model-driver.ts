@@ -83,6 +83,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     queueMicrotask(() => void this.drive(agent, control));
   }
 
+  /** The incarnation stopped, or its turn was interrupted: its request in flight is aborted. */
   release(agent: LiveAgent): void {
     this.active.get(agent)?.abort();
   }
@@ -111,8 +112,8 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       if (this.active.get(agent) === control) this.active.delete(agent);
     }
     // A step that became claimable on the way out (say a queued turn admitted after a failed
-    // one) is not left waiting.
-    if (this.mayClaim(agent, control.signal)) this.offer(agent);
+    // or an interrupted one) is not left waiting: with a new signal, unless the agent is gone.
+    if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.offer(agent);
   }
 
   private mayClaim(agent: LiveAgent, signal: AbortSignal): boolean {
@@ -134,6 +135,12 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     const claim = this.deps.dispatcher.claimDirect(agent);
     let answer: ChatAnswer;
     const started = performance.now();
+    // The service itself holds this claim: its lease is renewed while the request runs (the
+    // request's own timeout bounds it).
+    const renew = setInterval(() => {
+      if (onStep(agent, claim)) agent.steps.heartbeat(claim.stepId, claim.lease.attempt);
+    }, Math.max(1, Math.floor(agent.steps.leaseMs / 3)));
+    renew.unref();
     try {
       const step = await this.deps.steps.renderStep(claim);
       // checkModel found the variable set.
@@ -159,6 +166,8 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       const attempts = error instanceof ModelRequestError ? error.attempts : 0;
       this.deps.observe?.({ kind: 'request', outcome: 'failed', attempts, seconds: (performance.now() - started) / 1000 });
       return this.fail(agent, `model request failed: ${reason}`);
+    } finally {
+      clearInterval(renew);
     }
     this.deps.observe?.({ kind: 'request', outcome: 'ok', attempts: answer.attempts, seconds: (performance.now() - started) / 1000 });
     if (answer.usage !== undefined) this.deps.observe?.({ kind: 'tokens', prompt: answer.usage.promptTokens, completion: answer.usage.completionTokens });
@@ -191,7 +200,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       ...(answer.usage === undefined ? {} : { usage: answer.usage }),
     };
     try {
-      const result = await this.deps.steps.applyOutput(agent, claim.stepId, output, refused);
+      const result = await this.deps.steps.applyOutput(agent, claim.stepId, output, claim.lease.attempt, refused);
       // The model has only the service's tools: any other name is answered as unknown (unless
       // a backend answered it meanwhile through POST tool-calls).
       const unanswered = result.awaiting.filter((call) => stillAwaited(agent, claim.stepId, call.id));
@@ -200,6 +209,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
           agent,
           claim.stepId,
           unanswered.map((call) => ({ toolCallId: call.id, content: `Error: unknown tool "${call.name}"`, isError: true })),
+          claim.lease.attempt,
         );
       }
     } catch (error) {

@@ -1,7 +1,8 @@
 /**
- * Package `subagent-control`: `send_message` and `list_agents`, for every agent that has
- * continuable children. send_message continues a child's conversation as its next turn,
- * cold-resuming a settled child; only the exact live direct parent may send.
+ * Package `subagent-control`: `send_message`, `list_agents` and `interrupt_agent`, for every
+ * agent that has continuable children. send_message continues a child's conversation as its
+ * next turn, cold-resuming a settled child; only the exact live direct parent may send.
+ * interrupt_agent cancels a live descendant's open turn (continuation/interrupts.ts).
  */
 import { Type } from '@sinclair/typebox';
 import type { ChildListing } from '../../contract/index.js';
@@ -17,12 +18,19 @@ export const SEND_MESSAGE_DESCRIPTION =
   'was delivered — so use it to give it more work. A failure means the message was NOT delivered.';
 
 export const LIST_AGENTS_DESCRIPTION =
-  'List the background subagents you started, with their status: running while they work, complete when they have nothing left to do.';
+  'List the background subagents you started, with their status: running while they work, complete when they have nothing left to do. ' +
+  'With scope "descendants", also the subagents they started, at every depth.';
+
+export const INTERRUPT_AGENT_DESCRIPTION =
+  "Interrupt a background subagent below you (any depth): its current turn stops at once. Messages already queued for it stay " +
+  'queued and wait until you send it another message. Returns accepted: false when the subagent is not running here.';
 
 export interface ControlDeps {
   manager: ContinuationManager;
   hasContinuableChildren(agent: LiveAgent): boolean;
-  listChildren(agent: LiveAgent): Promise<ChildListing[]>;
+  listChildren(agent: LiveAgent, scope: 'children' | 'descendants'): Promise<ChildListing[]>;
+  /** The interrupt rule's `fromAncestor`: true when accepted; throws UNAUTHORIZED. */
+  interrupt(caller: LiveAgent, targetId: string): boolean;
 }
 
 export function controlTools(deps: ControlDeps): ServiceTool[] {
@@ -59,13 +67,39 @@ export function controlTools(deps: ControlDeps): ServiceTool[] {
   const listAgents = defineTool({
     name: 'list_agents',
     description: LIST_AGENTS_DESCRIPTION,
-    input: Type.Object({}, { additionalProperties: false }),
+    input: Type.Object(
+      {
+        scope: Type.Optional(
+          Type.Union([Type.Literal('children'), Type.Literal('descendants')], { description: 'children (default): the subagents you started; descendants: every depth.' }),
+        ),
+      },
+      { additionalProperties: false },
+    ),
     inScope,
-    async execute(_input, { agent }) {
-      const children = await deps.listChildren(agent);
-      const content = children.length === 0 ? '(no subagents)' : children.map((c) => `${c.id} [${c.status}] — ${c.label}`).join('\n');
+    async execute(input, { agent }) {
+      const scope = input.scope ?? 'children';
+      const children = await deps.listChildren(agent, scope);
+      const line = (c: ChildListing): string => {
+        const text = `${c.id} [${c.status}] — ${c.label}`;
+        return scope === 'children' ? text : `${text} (parent ${c.parentId}, depth ${c.depth})`;
+      };
+      const content = children.length === 0 ? '(no subagents)' : children.map(line).join('\n');
       return { output: children, content };
     },
   });
-  return [sendMessage, listAgents];
+  const interruptAgent = defineTool({
+    name: 'interrupt_agent',
+    description: INTERRUPT_AGENT_DESCRIPTION,
+    input: Type.Object(
+      { agent_id: Type.String({ minLength: 1, description: 'The id of the subagent to interrupt.' }) },
+      { additionalProperties: false },
+    ),
+    inScope,
+    execute(input, { agent, accepted }) {
+      const outcome: ToolOutcome = { output: { accepted: deps.interrupt(agent, input.agent_id) }, content: `interrupt requested for agent ${input.agent_id}` };
+      accepted?.(outcome);
+      return outcome;
+    },
+  });
+  return [sendMessage, listAgents, interruptAgent];
 }

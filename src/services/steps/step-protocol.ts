@@ -14,6 +14,7 @@ import { renderMessages, renderTools, type ToolSchema } from '../../domain/step-
 import type { AdmissionGate } from '../agents/admission-gate.js';
 import type { AgentAuthority } from '../agents/authority.js';
 import type { WaiterGate } from '../limits.js';
+import type { LeaseView } from '../step-lease.js';
 import type { LiveAgent, StepClaim } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 import type { StepDispatcher } from '../step-dispatcher.js';
@@ -83,43 +84,65 @@ export class StepProtocol {
     return step === null ? null : { agentId: claim.agent.id, agentToken: claim.agent.token, step };
   }
 
-  async postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput): Promise<OutputResult> {
+  /** `attempt` is the fence (X-Step-Attempt): only the claim holding the step may answer it. */
+  async postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput, attempt = 1): Promise<OutputResult> {
     const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
     refuseDriven(agent);
-    return this.applyOutput(agent, stepId, output);
+    return this.applyOutput(agent, stepId, output, attempt);
+  }
+
+  /** Renew the lease of the claim `attempt` on a step: 200 `{lease}`. */
+  async heartbeat(id: string, token: string | undefined, stepId: string, attempt = 1): Promise<{ lease: LeaseView }> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    refuseDriven(agent);
+    return { lease: agent.steps.heartbeat(stepId, attempt) };
   }
 
   /**
    * Record a step's output and run its service-owned tool calls. A call listed in `refused`
    * (the driver could not read its arguments) is recorded with that error as its result
-   * instead of being run.
+   * instead of being run. The calls run with the turn's signal: an interrupt meanwhile stops
+   * them before their effect, and the results not yet recorded then are the stand-ins the
+   * interrupt wrote (the response says the turn ended).
    */
-  async applyOutput(agent: LiveAgent, stepId: string, output: ModelOutput, refused?: ReadonlyMap<string, string>): Promise<OutputResult> {
+  async applyOutput(agent: LiveAgent, stepId: string, output: ModelOutput, attempt: number, refused?: ReadonlyMap<string, string>): Promise<OutputResult> {
     const calls = output.toolCalls ?? [];
     const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
     if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
-    const { ended } = agent.recordOutput(stepId, output.content, calls.map((c) => loggableCall(c, agent.token)), output.usage);
+    const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), output.usage);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
     const spawned: AgentCredential[] = [];
     const resumed: AgentCredential[] = [];
-    for (const call of calls) {
-      const refusal = refused?.get(call.id);
-      if (refusal !== undefined) {
-        const failed = failedCall(call, new ServiceError('VALIDATION', refusal)).result;
-        agent.recordToolResult(stepId, call.id, failed.content, true);
-        result.toolResults.push(failed);
-        continue;
+    const signal = agent.turnSignal;
+    const hold = agent.steps.holdForServiceCall();
+    try {
+      for (const call of calls) {
+        if (signal.aborted) break;
+        const refusal = refused?.get(call.id);
+        if (refusal !== undefined) {
+          const failed = failedCall(call, new ServiceError('VALIDATION', refusal)).result;
+          agent.steps.recordToolResult(stepId, call.id, failed.content, true);
+          result.toolResults.push(failed);
+          continue;
+        }
+        const tool = this.deps.tools.find(agent, call.name);
+        if (tool === undefined) {
+          result.awaiting.push(call);
+          continue;
+        }
+        const outcome = await this.deps.calls.run(agent, tool, call, signal);
+        spawned.push(...outcome.spawned);
+        resumed.push(...outcome.resumed);
+        if (signal.aborted) break; // the turn was cancelled meanwhile; its stand-in result is logged
+        agent.steps.recordToolResult(stepId, call.id, outcome.result.content, outcome.result.isError);
+        result.toolResults.push(outcome.result);
       }
-      const tool = this.deps.tools.find(agent, call.name);
-      if (tool === undefined) {
-        result.awaiting.push(call);
-        continue;
-      }
-      const outcome = await this.deps.calls.run(agent, tool, call);
-      agent.recordToolResult(stepId, call.id, outcome.result.content, outcome.result.isError);
-      result.toolResults.push(outcome.result);
-      spawned.push(...outcome.spawned);
-      resumed.push(...outcome.resumed);
+    } finally {
+      hold();
+    }
+    if (signal.aborted) {
+      result.turn = 'ended';
+      result.awaiting = [];
     }
     if (spawned.length > 0) result.spawned = spawned;
     if (resumed.length > 0) result.resumed = resumed;
@@ -127,16 +150,16 @@ export class StepProtocol {
     return result;
   }
 
-  async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[]): Promise<{ turn: 'open' | 'ended' }> {
+  async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt = 1): Promise<{ turn: 'open' | 'ended' }> {
     const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
     refuseDriven(agent);
-    return this.applyToolResults(agent, stepId, results);
+    return this.applyToolResults(agent, stepId, results, attempt);
   }
 
-  async applyToolResults(agent: LiveAgent, stepId: string, results: readonly ToolResultInput[]): Promise<{ turn: 'open' | 'ended' }> {
+  async applyToolResults(agent: LiveAgent, stepId: string, results: readonly ToolResultInput[], attempt: number): Promise<{ turn: 'open' | 'ended' }> {
     // Validate the whole batch before writing any of it, so a rejected request changes nothing.
-    agent.checkToolResults(stepId, results.map((r) => r.toolCallId));
-    for (const r of results) agent.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true);
+    agent.steps.checkToolResults(stepId, results.map((r) => r.toolCallId), attempt);
+    for (const r of results) agent.steps.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true, attempt);
     await this.deps.log.durable();
     return { turn: 'open' };
   }
@@ -151,6 +174,7 @@ export class StepProtocol {
       index: claim.index,
       messages: renderMessages(claim.agent.header.instructions, upTo),
       tools: renderTools(this.deps.tools.listFor(claim.agent)),
+      lease: claim.lease,
     };
   }
 
@@ -158,7 +182,7 @@ export class StepProtocol {
   private async handOver(claim: StepClaim, signal: AbortSignal | undefined): Promise<Step | null> {
     const step = await this.renderStep(claim);
     if (signal?.aborted !== true) return step;
-    claim.agent.releaseClaim(claim.stepId);
+    claim.agent.steps.release(claim.stepId);
     return null;
   }
 }

@@ -183,7 +183,7 @@ export class ToolCalls {
   private record(agent: LiveAgent, call: ToolCall, result: ToolResult): void {
     const turn = agent.state.turn;
     if (turn.phase === 'running' && awaitedByStep(agent, call.id)) {
-      agent.recordToolResult(turn.turn.step.id, call.id, result.content, result.isError);
+      agent.steps.recordToolResult(turn.turn.step.id, call.id, result.content, result.isError);
       return;
     }
     const assistant: Message = { id: agent.newMessageId(), role: 'assistant', content: [], source: { kind: 'model' }, toolCalls: [loggableCall(call, agent.token)] };
