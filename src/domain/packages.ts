@@ -6,3 +6,7 @@ export type PackageName = (typeof PACKAGE_NAMES)[number];
 
 export const REPORT_DELIVERIES = ['quiet', 'wakeup'] as const;
 export type ReportDelivery = (typeof REPORT_DELIVERIES)[number];
+
+/** Which turn ends of a continuable child put a notice in its parent: none, failed ones, every one. */
+export const SETTLEMENT_NOTICE_MODES = ['off', 'failures', 'all'] as const;
+export type SettlementNoticeMode = (typeof SETTLEMENT_NOTICE_MODES)[number];
