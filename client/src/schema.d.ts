@@ -633,8 +633,8 @@ export interface components {
         };
         /** @description A package's configuration. */
         PackageConfig: {
-            /** @description subagent-report only: quiet (default) or wakeup. Applies to the next Activation. */
-            reportDelivery?: "quiet" | "wakeup";
+            /** @description subagent-report only: quiet (default), wakeup, or next-step (joins the next step of the parent's open turn, else like wakeup). Applies to the next Activation. */
+            reportDelivery?: "quiet" | "wakeup" | "next-step";
             /** @description subagent-report only: off (default), failures or all: which turn ends of a continuable child put a quiet notice in its live parent. Applies at once. */
             settlementNotices?: "off" | "failures" | "all";
         };

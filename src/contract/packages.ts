@@ -12,7 +12,7 @@ export const PackageConfig = shared(
     {
       reportDelivery: Type.Optional(
         literals(REPORT_DELIVERIES, {
-          description: 'subagent-report only: quiet (default) or wakeup. Applies to the next Activation.',
+          description: 'subagent-report only: quiet (default), wakeup, or next-step (joins the next step of the parent\'s open turn, else like wakeup). Applies to the next Activation.',
         }),
       ),
       settlementNotices: Type.Optional(

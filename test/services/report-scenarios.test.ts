@@ -854,7 +854,7 @@ describe('report: package lifecycle and setup revocation', () => {
     }
     expect(rejected).toBeInstanceOf(ConfigError);
     expect((rejected as Error).message).toMatch(/AGENTFOREST_REPORT_DELIVERY/);
-    expect((rejected as Error).message).toMatch(/quiet, wakeup/);
+    expect((rejected as Error).message).toMatch(/quiet, wakeup, next-step/);
   });
 
   it('scenario 17: a child that ends with a final answer and no report reports nothing; its user messages are exactly its task', async () => {
