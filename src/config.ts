@@ -4,7 +4,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import { PACKAGE_NAMES, REPORT_DELIVERIES } from './domain/packages.js';
+import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from './domain/packages.js';
 import { DEFAULT_LEASE } from './services/step-lease.js';
 import { DEFAULT_DRIVER_OPTIONS } from './services/driver/model-driver.js';
 import { parseBaseUrl } from './services/driver/model-policy.js';
@@ -24,7 +24,8 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_INSTANCE_ID: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'This instance\'s identity in forest leases (PostgreSQL only); random when unset.' })),
   AGENTFOREST_ADVERTISE_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'The URL other instances send misdirected clients to; unset, the listen address. Set it behind a proxy or when listening on 0.0.0.0.' })),
   AGENTFOREST_LEASE_MS: Type.Integer({ default: 15_000, minimum: 300, description: 'How long a forest lease lasts without renewal; a dead instance\'s forests can be resumed elsewhere after this.' }),
-  AGENTFOREST_REPORT_DELIVERY: Type.Union(REPORT_DELIVERIES.map((d) => Type.Literal(d)), { default: 'quiet', description: 'How a child\'s report reaches its parent: `quiet` adds context without a turn, `wakeup` queues one parent turn.' }),
+  AGENTFOREST_REPORT_DELIVERY: Type.Union(REPORT_DELIVERIES.map((d) => Type.Literal(d)), { default: 'quiet', description: 'How a child\'s report reaches its parent: `quiet` adds context without a turn, `wakeup` queues one parent turn, `next-step` joins the next step of the parent\'s open turn (with none open, it queues like `wakeup`).' }),
+  AGENTFOREST_SETTLEMENT_NOTICES: Type.Union(SETTLEMENT_NOTICE_MODES.map((m) => Type.Literal(m)), { default: 'off', description: 'Which turn ends of a continuable child put one quiet notice (context, never a turn) in its live parent: `off`, `failures` (failed turns, with the error) or `all`. Needs the `subagent-report` package.' }),
   AGENTFOREST_PACKAGES: Type.Optional(Type.String({ description: 'Comma-separated packages to install at start-up (`subagent`, `subagent-control`, `subagent-report`); unset, all of them.' })),
   AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024, description: 'Request body limit in bytes (413 PAYLOAD_TOO_LARGE beyond).' }),
   AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0, description: 'How long SIGTERM waits for in-flight model requests to be recorded before closing.' }),
@@ -72,6 +73,7 @@ export interface Config {
   leaseMs: Env['AGENTFOREST_LEASE_MS'];
   apiKeys: string[];
   reportDelivery: Env['AGENTFOREST_REPORT_DELIVERY'];
+  settlementNotices: Env['AGENTFOREST_SETTLEMENT_NOTICES'];
   packages: string[] | undefined;
   bodyLimit: Env['AGENTFOREST_BODY_LIMIT'];
   drainTimeoutMs: Env['AGENTFOREST_DRAIN_TIMEOUT_MS'];
@@ -161,6 +163,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     leaseMs: converted.AGENTFOREST_LEASE_MS,
     apiKeys,
     reportDelivery: converted.AGENTFOREST_REPORT_DELIVERY,
+    settlementNotices: converted.AGENTFOREST_SETTLEMENT_NOTICES,
     packages,
     bodyLimit: converted.AGENTFOREST_BODY_LIMIT,
     drainTimeoutMs: converted.AGENTFOREST_DRAIN_TIMEOUT_MS,

@@ -38,6 +38,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     logger,
     packages: config.packages,
     reportDelivery: config.reportDelivery,
+    settlementNotices: config.settlementNotices,
     idempotencyTtlMs: config.idempotencyTtlMs,
     limits: config.limits,
     coalesceWakeups: config.coalesceWakeups,

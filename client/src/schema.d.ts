@@ -387,13 +387,13 @@ export interface paths {
         get?: never;
         /**
          * Install or reconfigure a package
-         * @description Applies to the next Activation: a resident child keeps the report tool and delivery mode it was set up with.
+         * @description Installing and `reportDelivery` apply to the next Activation: a resident child keeps the report tool and delivery mode it was set up with. `settlementNotices` applies at once, to the next turn end of any continuable child.
          */
         put: operations["installPackage"];
         post?: never;
         /**
          * Uninstall a package
-         * @description Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once.
+         * @description Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once, and settlement notices stop.
          */
         delete: operations["uninstallPackage"];
         options?: never;
@@ -512,9 +512,9 @@ export interface components {
                 content: string;
             };
         };
-        /** @description Provenance of a message, never authority; coordinator and subagent-report name the sender. */
+        /** @description Provenance of a message, never authority; coordinator, subagent-report and subagent-notice (a settlement notice: a child's turn ended) name the sender. */
         MessageSource: {
-            kind: "user" | "coordinator" | "subagent-report" | "model" | "tool";
+            kind: "user" | "coordinator" | "subagent-report" | "subagent-notice" | "model" | "tool";
             senderSessionId?: string;
         };
         /** @description A tool call of an assistant message. */
@@ -686,8 +686,10 @@ export interface components {
         };
         /** @description A package's configuration. */
         PackageConfig: {
-            /** @description subagent-report only: quiet (default) or wakeup. */
-            reportDelivery?: "quiet" | "wakeup";
+            /** @description subagent-report only: quiet (default), wakeup, or next-step (joins the next step of the parent's open turn, else like wakeup). Applies to the next Activation. */
+            reportDelivery?: "quiet" | "wakeup" | "next-step";
+            /** @description subagent-report only: off (default), failures or all: which turn ends of a continuable child put a quiet notice in its live parent. Applies at once. */
+            settlementNotices?: "off" | "failures" | "all";
         };
         /** @description A tool package and its configuration. */
         PackageView: {

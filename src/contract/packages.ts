@@ -3,13 +3,24 @@
  * and what the packages' tools return as a tool result's `output`.
  */
 import { Type, type Static } from '@sinclair/typebox';
-import { PACKAGE_NAMES, REPORT_DELIVERIES } from '../domain/packages.js';
+import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from '../domain/packages.js';
 import { literals, ref, shared } from './schema.js';
 
 export const PackageConfig = shared(
   'PackageConfig',
   Type.Object(
-    { reportDelivery: Type.Optional(literals(REPORT_DELIVERIES, { description: 'subagent-report only: quiet (default) or wakeup.' })) },
+    {
+      reportDelivery: Type.Optional(
+        literals(REPORT_DELIVERIES, {
+          description: 'subagent-report only: quiet (default), wakeup, or next-step (joins the next step of the parent\'s open turn, else like wakeup). Applies to the next Activation.',
+        }),
+      ),
+      settlementNotices: Type.Optional(
+        literals(SETTLEMENT_NOTICE_MODES, {
+          description: 'subagent-report only: off (default), failures or all: which turn ends of a continuable child put a quiet notice in its live parent. Applies at once.',
+        }),
+      ),
+    },
     { additionalProperties: false, description: "A package's configuration." },
   ),
 );

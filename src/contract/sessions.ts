@@ -12,7 +12,7 @@ export const MessageSource = shared(
   'MessageSource',
   Type.Object(
     { kind: literals(MESSAGE_SOURCE_KINDS), senderSessionId: Type.Optional(Type.String()) },
-    { additionalProperties: false, description: 'Provenance of a message, never authority; coordinator and subagent-report name the sender.' },
+    { additionalProperties: false, description: 'Provenance of a message, never authority; coordinator, subagent-report and subagent-notice (a settlement notice: a child\'s turn ended) name the sender.' },
   ),
 );
 export type MessageSource = Static<typeof MessageSource>;

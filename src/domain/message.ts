@@ -8,7 +8,7 @@ import type { TokenUsage } from './model.js';
 export const MESSAGE_ROLES = ['user', 'assistant', 'tool'] as const;
 export type MessageRole = (typeof MESSAGE_ROLES)[number];
 
-export const MESSAGE_SOURCE_KINDS = ['user', 'coordinator', 'subagent-report', 'model', 'tool'] as const;
+export const MESSAGE_SOURCE_KINDS = ['user', 'coordinator', 'subagent-report', 'subagent-notice', 'model', 'tool'] as const;
 export type MessageSourceKind = (typeof MESSAGE_SOURCE_KINDS)[number];
 
 /** Where a message is: queued or staged (pending), in a log, or the prompt of an open or ended turn. */
@@ -20,7 +20,9 @@ export type MessageSource =
   | { kind: 'model' }
   | { kind: 'tool' }
   | { kind: 'coordinator'; senderSessionId: string }
-  | { kind: 'subagent-report'; senderSessionId: string };
+  | { kind: 'subagent-report'; senderSessionId: string }
+  /** A settlement notice: the service says that a child's turn ended (not the child's report). */
+  | { kind: 'subagent-notice'; senderSessionId: string };
 
 export interface TextBlock {
   type: 'text';

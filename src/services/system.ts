@@ -7,7 +7,7 @@
  * order of the subscriptions below.
  */
 import type { Logger } from 'pino';
-import type { ReportDelivery } from '../domain/packages.js';
+import type { ReportDelivery, SettlementNoticeMode } from '../domain/packages.js';
 import type { ModelSpec } from '../domain/model.js';
 import { clockOf, type Clock, type IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
@@ -29,6 +29,7 @@ import { DEFAULT_DRIVER_OPTIONS, drivenByModel, ModelDriver, type DriverOptions 
 import { checkModel, type ModelPolicy } from './driver/model-policy.js';
 import { ContinuationManager, type ContinuationObserver } from './continuation/continuation-manager.js';
 import { ActivationSetupRegistry } from './continuation/setup-registry.js';
+import { SettlementNotices } from './continuation/settlement-notices.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from './live-agent.js';
 import { PackageManager } from './packages/package-manager.js';
 import { ServiceEvents } from './service-events.js';
@@ -76,6 +77,8 @@ export interface SystemOptions {
   /** Installed at start; default all. */
   packages?: readonly string[] | undefined;
   reportDelivery?: ReportDelivery;
+  /** Which turn ends of continuable children notify their parents (default off; see settlement-notices.ts). */
+  settlementNotices?: SettlementNoticeMode;
   /** How long idempotency keys are kept (default 24 h). */
   idempotencyTtlMs?: number;
   /** Overrides of DEFAULT_LIMITS. */
@@ -227,8 +230,15 @@ export function createSystem(options: SystemOptions): System {
         interrupt: (caller, targetId) => interrupts.fromAncestor(caller, targetId),
       },
     },
-    { packages: options.packages, reportDelivery: options.reportDelivery ?? 'quiet', maxReportBytes: limits.reportBytes },
+    {
+      packages: options.packages,
+      reportDelivery: options.reportDelivery ?? 'quiet',
+      settlementNotices: options.settlementNotices ?? 'off',
+      maxReportBytes: limits.reportBytes,
+    },
   );
+  const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
+  events.on('turn-ended', (agent, end) => notices.onTurnEnd(agent, end));
   ownership?.start();
   return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership, driver, gate, queries, events };
 }

@@ -148,7 +148,7 @@ describe('children and report over real HTTP', () => {
     // Wakeup mode applies to the next Activation: a new child's report becomes one parent turn.
     const put = await api.call('PUT', '/v1/packages/subagent-report', { config: { reportDelivery: 'wakeup' } });
     expect(put.status).toBe(200);
-    expect(put.body).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup' } });
+    expect(put.body).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup', settlementNotices: 'off' } });
     const wakerRes = await api.call<{ agent: { id: string }; agentToken: string }>(
       'POST',
       `/v1/agents/${root.id}/children`,

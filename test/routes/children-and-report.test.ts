@@ -253,7 +253,7 @@ describe('wakeup reports', () => {
   async function useWakeup(h: Harness): Promise<void> {
     const res = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     expect(res.statusCode).toBe(200);
-    expect(res.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup' } });
+    expect(res.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup', settlementNotices: 'off' } });
   }
 
   it('the delivery mode applies to the next Activation: a child started before the change still reports quietly', async () => {

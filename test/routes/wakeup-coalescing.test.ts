@@ -37,7 +37,7 @@ interface Sent {
 async function useWakeup(h: Harness): Promise<void> {
   const res = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
   expect(res.statusCode).toBe(200);
-  expect(res.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup' } });
+  expect(res.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup', settlementNotices: 'off' } });
 }
 
 /** A report through the tool-call route that must succeed. */

@@ -829,7 +829,7 @@ describe('report: package lifecycle and setup revocation', () => {
     const h = await startHarness();
     const listed = await h.app.inject({ method: 'GET', url: '/v1/packages' });
     expect(listed.statusCode).toBe(200);
-    expect((listed.json() as { packages: unknown[] }).packages).toContainEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'quiet' } });
+    expect((listed.json() as { packages: unknown[] }).packages).toContainEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'quiet', settlementNotices: 'off' } });
 
     const shout = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'shout' } } });
     expect(shout.statusCode).toBe(400);
@@ -837,12 +837,12 @@ describe('report: package lifecycle and setup revocation', () => {
     expect((await h.app.inject({ method: 'GET', url: '/v1/packages' })).json<{ packages: unknown[] }>().packages).toContainEqual({
       name: 'subagent-report',
       installed: true,
-      config: { reportDelivery: 'quiet' },
+      config: { reportDelivery: 'quiet', settlementNotices: 'off' },
     });
 
     const wakeup = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     expect(wakeup.statusCode).toBe(200);
-    expect(wakeup.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup' } });
+    expect(wakeup.json()).toEqual({ name: 'subagent-report', installed: true, config: { reportDelivery: 'wakeup', settlementNotices: 'off' } });
 
     expect(loadConfig({}).reportDelivery).toBe('quiet');
     expect(loadConfig({ AGENTFOREST_REPORT_DELIVERY: 'wakeup' }).reportDelivery).toBe('wakeup');
@@ -854,7 +854,7 @@ describe('report: package lifecycle and setup revocation', () => {
     }
     expect(rejected).toBeInstanceOf(ConfigError);
     expect((rejected as Error).message).toMatch(/AGENTFOREST_REPORT_DELIVERY/);
-    expect((rejected as Error).message).toMatch(/quiet, wakeup/);
+    expect((rejected as Error).message).toMatch(/quiet, wakeup, next-step/);
   });
 
   it('scenario 17: a child that ends with a final answer and no report reports nothing; its user messages are exactly its task', async () => {

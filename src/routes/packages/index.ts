@@ -23,7 +23,9 @@ export const packageRoutes: FastifyPluginAsyncTypebox<{ packages: PackageManager
       tags: ['packages'],
       operationId: 'installPackage',
       summary: 'Install or reconfigure a package',
-      description: 'Applies to the next Activation: a resident child keeps the report tool and delivery mode it was set up with.',
+      description:
+        'Installing and `reportDelivery` apply to the next Activation: a resident child keeps the report tool and delivery mode it was set up with. ' +
+        '`settlementNotices` applies at once, to the next turn end of any continuable child.',
       security: OPERATOR_SECURITY,
       params: PackageParams,
       body: InstallBody,
@@ -36,7 +38,7 @@ export const packageRoutes: FastifyPluginAsyncTypebox<{ packages: PackageManager
       tags: ['packages'],
       operationId: 'uninstallPackage',
       summary: 'Uninstall a package',
-      description: 'Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once.',
+      description: 'Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once, and settlement notices stop.',
       security: OPERATOR_SECURITY,
       params: PackageParams,
       body: EmptyBody,

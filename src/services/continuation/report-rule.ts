@@ -8,7 +8,9 @@
  * - The recipient is derived from durable lineage (the child's header), never chosen by the
  *   caller; it must be live and not being disposed, or the report is PARENT_UNAVAILABLE.
  * - `quiet` appends the report to the parent as context (an inject: never a turn); `wakeup`
- *   queues it as a later turn of the parent (optionally joining a queued wakeup turn).
+ *   queues it as a later turn of the parent (optionally joining a queued wakeup turn);
+ *   `next-step` joins the next step of the parent's open (admitting or running) turn, as a
+ *   steer does, and otherwise takes the wakeup path.
  * - A parent with no room for it is PARENT_BUSY; any other refusal is PARENT_UNAVAILABLE.
  *   The size limit is the report tool's (packages/subagent-report.ts), checked before this rule.
  *
@@ -63,6 +65,7 @@ export class ReportRule {
     const source: MessageSource = { kind: 'subagent-report', senderSessionId: child.id };
     try {
       if (delivery === 'quiet') return parent.deliver('inject', content, source).messageId;
+      if (delivery === 'next-step' && hasOpenTurn(parent)) return this.children.admitWaking(parent, 'steer', content, source).messageId;
       return this.children.admitWaking(parent, 'followup', content, source, { coalesce: this.deps.coalesceWakeups === true }).messageId;
     } catch (error) {
       if (error instanceof ServiceError && error.code === 'AGENT_BUSY') {
@@ -71,4 +74,10 @@ export class ReportRule {
       throw new ServiceError('PARENT_UNAVAILABLE', MESSAGES.parentUnavailable, { cause: error });
     }
   }
+}
+
+/** A turn the next step of which a steering message can join: admitted, or running. */
+function hasOpenTurn(agent: LiveAgent): boolean {
+  const phase = agent.state.turn.phase;
+  return phase === 'admitting' || phase === 'running';
 }

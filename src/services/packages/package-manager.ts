@@ -2,11 +2,13 @@
  * The installed service-owned tool packages and their configuration, changed at runtime
  * through /v1/packages. Global tools appear and vanish for every agent at once; the report
  * contribution follows the setup registry's rules (grants wait for the next Activation,
- * revocation is immediate).
+ * revocation is immediate). The settlement-notice mode of `subagent-report` is read at each
+ * turn end (continuation/settlement-notices.ts), so a change, and the package's removal, apply
+ * at once.
  */
 import type { PackageConfig, PackageView } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
-import { PACKAGE_NAMES, type PackageName, type ReportDelivery } from '../../domain/packages.js';
+import { PACKAGE_NAMES, type PackageName, type ReportDelivery, type SettlementNoticeMode } from '../../domain/packages.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
 import type { ActivationSetupRegistry } from '../continuation/setup-registry.js';
 import type { AgentScope } from '../live-agent.js';
@@ -25,14 +27,21 @@ export interface PackageManagerDeps {
 export class PackageManager {
   private readonly installed = new Map<PackageName, () => void>();
   private reportDelivery: ReportDelivery;
+  private settlementNotices: SettlementNoticeMode;
   private readonly maxReportBytes: number | undefined;
 
   constructor(
     private readonly deps: PackageManagerDeps,
-    initial: { packages?: readonly string[] | undefined; reportDelivery: ReportDelivery; maxReportBytes?: number },
+    initial: {
+      packages?: readonly string[] | undefined;
+      reportDelivery: ReportDelivery;
+      settlementNotices?: SettlementNoticeMode;
+      maxReportBytes?: number;
+    },
   ) {
     this.maxReportBytes = initial.maxReportBytes;
     this.reportDelivery = initial.reportDelivery;
+    this.settlementNotices = initial.settlementNotices ?? 'off';
     for (const name of initial.packages ?? PACKAGE_NAMES) this.install(name, {});
   }
 
@@ -44,15 +53,25 @@ export class PackageManager {
     return { name, installed: this.installed.has(name), config: this.configOf(name) };
   }
 
-  /** Install, or reconfigure an installed package; the config applies to the next Activation. */
+  /**
+   * Install, or reconfigure an installed package. `reportDelivery` applies to the next
+   * Activation; `settlementNotices` to the next turn end.
+   */
   install(name: string, config: PackageConfig): PackageView {
     const pkg = requirePackage(name);
-    if (pkg !== 'subagent-report' && config.reportDelivery !== undefined) {
-      throw new ServiceError('VALIDATION', `package "${pkg}" takes no reportDelivery`);
+    if (pkg !== 'subagent-report') {
+      const option = REPORT_OPTIONS.find((key) => config[key] !== undefined);
+      if (option !== undefined) throw new ServiceError('VALIDATION', `package "${pkg}" takes no ${option}`);
     }
     if (config.reportDelivery !== undefined) this.reportDelivery = config.reportDelivery;
+    if (config.settlementNotices !== undefined) this.settlementNotices = config.settlementNotices;
     if (!this.installed.has(pkg)) this.installed.set(pkg, this.activate(pkg));
     return this.view(pkg);
+  }
+
+  /** The settlement-notice mode in force now: `off` while `subagent-report` is not installed. */
+  settlementNoticesInForce(): SettlementNoticeMode {
+    return this.installed.has('subagent-report') ? this.settlementNotices : 'off';
   }
 
   /** Uninstall; a child-scoped tool is revoked from resident children at once. */
@@ -84,9 +103,12 @@ export class PackageManager {
   }
 
   private configOf(name: PackageName): PackageConfig {
-    return name === 'subagent-report' ? { reportDelivery: this.reportDelivery } : {};
+    return name === 'subagent-report' ? { reportDelivery: this.reportDelivery, settlementNotices: this.settlementNotices } : {};
   }
 }
+
+/** The config keys only `subagent-report` takes. */
+const REPORT_OPTIONS = ['reportDelivery', 'settlementNotices'] as const satisfies readonly (keyof PackageConfig)[];
 
 function requirePackage(name: string): PackageName {
   if (!(PACKAGE_NAMES as readonly string[]).includes(name)) {
