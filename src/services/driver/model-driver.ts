@@ -138,7 +138,11 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     // The service itself holds this claim: its lease is renewed while the request runs (the
     // request's own timeout bounds it).
     const renew = setInterval(() => {
-      if (onStep(agent, claim)) agent.steps.heartbeat(claim.stepId, claim.lease.attempt);
+      try {
+        if (onStep(agent, claim)) agent.steps.heartbeat(claim.stepId, claim.lease.attempt);
+      } catch {
+        // The step ended meanwhile (an interrupt, a disposal): nothing is held any more.
+      }
     }, Math.max(1, Math.floor(agent.steps.leaseMs / 3)));
     renew.unref();
     try {
