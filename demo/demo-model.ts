@@ -1,13 +1,23 @@
 /**
- * The demo's scripted model: deterministic answers that play a coordinator and its two
- * researchers. It reads the conversation the way a model would (what the last message is)
- * and answers with the same tools a real model is offered.
+ * The demo's scripted model: deterministic answers that play a coordinator and its three
+ * subagents. It reads the conversation the way a model would (what the last message is) and
+ * answers with the same tools a real model is offered. The translator's first task is held:
+ * its request gets no answer until the service aborts it (the demo interrupts that turn).
  */
 import { call, hasTool, lastMessage, type ChatRequest, type Reply } from './scripted-model.js';
 
 const SIGHTS = 'Sights: Belém Tower, the Alfama quarter, LX Factory.';
 const BUDGET = 'Budget: about 420 EUR for two nights, food and transport included.';
 const FREE = 'Free: the Alfama quarter and LX Factory; Belém Tower costs 10 EUR.';
+const THANKS = "Phrase: 'obrigado' (a woman says 'obrigada') is thank you.";
+const EVENING = "Phrase: 'boa noite' is good evening.";
+
+/** The translator's first task: the model request that carries it is never answered. */
+export const HELD_TASK = "Translate 'good morning' into Portuguese.";
+/** Queued for the translator while its held turn is open; it waits through the interrupt. */
+export const QUEUED_TASK = "Also translate 'thank you'.";
+/** The coordinator's next message to the translator after the interrupt: the waking send. */
+export const WAKING_TASK = "Go on: translate 'good evening' too.";
 
 export function demoModel(request: ChatRequest): Reply {
   const last = lastMessage(request);
@@ -17,17 +27,23 @@ export function demoModel(request: ChatRequest): Reply {
   return coordinator(request, last.role, text);
 }
 
+/** The held request, as the scripted server recorded it. */
+export function isHeld(request: ChatRequest): boolean {
+  return hasTool(request, 'report') && (lastMessage(request)?.content ?? '').includes(HELD_TASK);
+}
+
 /** A subagent: answer its task with one report, then say it is done. */
 function child(role: string, text: string): Reply {
   if (role === 'tool') return { answer: { content: 'Reported to the coordinator.' } };
-  const output = /free/i.test(text) ? FREE : /cost|budget/i.test(text) ? BUDGET : SIGHTS;
+  if (text.includes(HELD_TASK)) return { hang: true };
+  const output = /thank you/i.test(text) ? THANKS : /good evening/i.test(text) ? EVENING : /free/i.test(text) ? FREE : /cost|budget/i.test(text) ? BUDGET : SIGHTS;
   return { answer: { toolCalls: [call('report', { output })] } };
 }
 
 function coordinator(request: ChatRequest, role: string, text: string): Reply {
   if (role === 'tool') {
     if (text.startsWith('started background subagent')) return { answer: { content: 'Started it; its findings will arrive as a report.' } };
-    if (text.startsWith('message queued')) return { answer: { content: 'Asked the researcher a follow-up question.' } };
+    if (text.startsWith('message queued')) return { answer: { content: 'Sent the subagent its next task.' } };
     return { answer: { content: 'Noted.' } };
   }
   if (/start a researcher/i.test(text)) {
@@ -36,14 +52,21 @@ function coordinator(request: ChatRequest, role: string, text: string): Reply {
   if (/start a budget/i.test(text)) {
     return { answer: { toolCalls: [call('spawn_subagent', { prompt: 'Estimate the cost of a weekend in Lisbon.', label: 'budget' })] } };
   }
-  if (text.includes(BUDGET)) {
-    const researcher = spawnedId(request, 'researcher');
-    if (researcher === undefined) return { answer: { content: 'I cannot find the researcher.' } };
-    return { answer: { toolCalls: [call('send_message', { subagent_id: researcher, message: 'Which of those sights are free?' })] } };
-  }
+  if (/start a translator/i.test(text)) return { answer: { toolCalls: [call('spawn_subagent', { prompt: HELD_TASK, label: 'translator' })] } };
+  if (/ask the translator/i.test(text)) return sendTo(request, 'translator', QUEUED_TASK);
+  if (/translator to go on/i.test(text)) return sendTo(request, 'translator', WAKING_TASK);
+  if (text.includes(BUDGET)) return sendTo(request, 'researcher', 'Which of those sights are free?');
   if (text.includes(FREE)) return { answer: { content: `Plan: ${SIGHTS} ${BUDGET} ${FREE}` } };
   if (text.includes(SIGHTS)) return { answer: { content: 'Noted the sights.' } };
+  if (text.includes(THANKS) || text.includes(EVENING)) return { answer: { content: 'Noted the phrase.' } };
   return { answer: { content: 'Nothing to do.' } };
+}
+
+/** send_message to the subagent started with this label. */
+function sendTo(request: ChatRequest, label: string, message: string): Reply {
+  const id = spawnedId(request, label);
+  if (id === undefined) return { answer: { content: `I cannot find the ${label}.` } };
+  return { answer: { toolCalls: [call('send_message', { subagent_id: id, message })] } };
 }
 
 /** The id spawn_subagent returned for the call with this label, from the conversation. */

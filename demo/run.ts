@@ -5,8 +5,12 @@
  * names a real endpoint, a deterministic scripted chat-completions server on 127.0.0.1. Then:
  * a coordinator root spawns a researcher (its report arrives quietly), the report delivery is
  * switched to wakeup, the coordinator spawns a budget subagent whose report wakes it, it sends
- * the settled researcher a follow-up (a cold resume), whose report wakes it once more. Prints
- * the forest as a tree with every session's messages, and checks what it should show.
+ * the settled researcher a follow-up (a cold resume), whose report wakes it once more. Then the
+ * coordinator starts a translator, whose first model request the scripted model holds, and
+ * queues it a second task; the demo, as the operator, interrupts the translator: its turn ends
+ * `cancelled`, the held request is aborted, and the queued task waits until the coordinator's
+ * next message, which runs both. Prints the forest as a tree with every session's messages,
+ * and checks what it should show.
  *
  *   DEMO_MODEL_URL=https://api.deepseek.com/v1 DEMO_API_KEY=sk-... npm run demo
  *   (DEMO_MODEL picks the model name; default deepseek-chat, or gpt-4o-mini for api.openai.com)
@@ -17,33 +21,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { demoModel } from './demo-model.js';
+import { demoModel, HELD_TASK, isHeld, QUEUED_TASK, WAKING_TASK } from './demo-model.js';
+import { children, client, printTree, session, type Api, type Entry, type Node, type View } from './forest.js';
 import { ScriptedModelServer } from './scripted-model.js';
-
-interface Entry {
-  seq: number;
-  type: string;
-  role?: string;
-  content?: { text: string }[];
-  source?: { kind: string; senderSessionId?: string };
-  toolCalls?: { id: string; name: string; input: unknown }[];
-  isError?: boolean;
-  usage?: { totalTokens: number };
-  messageId?: string;
-  reason?: string;
-  error?: string;
-  event?: string;
-}
-
-interface View {
-  id: string;
-  kind: string;
-  label?: string;
-  status: string;
-  mode: string | null;
-  inbox: { queued: number };
-  staged: number;
-}
 
 const realUrl = process.env.DEMO_MODEL_URL;
 const deadlineMs = realUrl === undefined ? 30_000 : 300_000;
@@ -74,18 +54,27 @@ async function main(): Promise<void> {
       model,
     });
     step('1. the coordinator starts a researcher; its report arrives quietly (no coordinator turn)');
-    await api('POST', '/v1/agents/coordinator/messages', { content: 'Plan a weekend in Lisbon. Start a researcher subagent for the sights.', delivery: 'followup' });
+    await say(api, 'Plan a weekend in Lisbon. Start a researcher subagent for the sights.');
     await quiet(api, (s) => s.some((e) => e.source?.kind === 'subagent-report'));
 
     step('2. report delivery switches to wakeup; the coordinator starts a budget subagent, whose report wakes it,');
     step('   and it sends the settled researcher a follow-up (cold resume), whose report wakes it again');
     await api('PUT', '/v1/packages/subagent-report', { config: { reportDelivery: 'wakeup' } });
-    await api('POST', '/v1/agents/coordinator/messages', { content: 'Now start a budget subagent for the costs.', delivery: 'followup' });
-    await quiet(api, (s) => s.filter((e) => e.source?.kind === 'subagent-report').length >= 3);
+    await say(api, 'Now start a budget subagent for the costs.');
+    await quiet(api, (s) => reportCount(s) >= 3);
+
+    step('3. the coordinator starts a translator, whose model request the scripted model holds, and queues it a');
+    step('   second task; the operator interrupts the translator: its turn ends cancelled, the request is aborted,');
+    step('   and the queued task waits');
+    const interrupted = await interruptTranslator(api, scripted);
+
+    step("4. the coordinator's next message to the translator wakes it: the queued task runs, then the new one");
+    await say(api, 'Tell the translator to go on.');
+    await quiet(api, (s) => scripted === undefined || reportCount(s) >= 5);
 
     console.log('\nthe forest:\n');
     const tree = await printTree(api, 'coordinator');
-    ok = check(tree);
+    ok = check(tree, interrupted);
   } finally {
     await service.stop();
     await scripted?.close();
@@ -99,33 +88,85 @@ function step(text: string): void {
   console.log(`== ${text}`);
 }
 
-type Api = (method: string, path: string, body?: unknown) => Promise<unknown>;
-
-function client(base: string): Api {
-  return async (method, path, body) => {
-    const response = await fetch(`${base}${path}`, {
-      method,
-      ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }),
-    });
-    const text = await response.text();
-    if (!response.ok) throw new Error(`${method} ${path} answered ${response.status}: ${text}`);
-    return text === '' ? undefined : (JSON.parse(text) as unknown);
-  };
+/** The operator's followup to the coordinator. */
+async function say(api: Api, content: string): Promise<void> {
+  await api('POST', '/v1/agents/coordinator/messages', { content, delivery: 'followup' });
 }
 
-async function session(api: Api, id: string): Promise<Entry[]> {
-  const entries: Entry[] = [];
-  let after = 0;
-  for (;;) {
-    const page = (await api('GET', `/v1/agents/${id}/session?after=${after}&limit=1000`)) as { entries: Entry[]; nextAfter: number | null };
-    entries.push(...page.entries);
-    if (page.nextAfter === null) return entries;
-    after = page.nextAfter;
+function reportCount(coordinator: Entry[]): number {
+  return coordinator.filter((e) => e.source?.kind === 'subagent-report').length;
+}
+
+async function view(api: Api, id: string): Promise<View> {
+  return (await api('GET', `/v1/agents/${id}`)) as View;
+}
+
+/** Poll `probe` every 100 ms until it returns something. */
+async function until<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + deadlineMs;
+  while (Date.now() < deadline) {
+    const found = await probe();
+    if (found !== undefined) return found;
+    await pause(100);
+  }
+  throw new Error(`${what}: not within ${deadlineMs / 1000} s`);
+}
+
+const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** True once `settled` settles, false if `ms` pass first. */
+async function within(settled: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms)));
+  try {
+    return await Promise.race([settled.then(() => true), timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 
-async function children(api: Api, id: string): Promise<View[]> {
-  return ((await api('GET', `/v1/agents?parentId=${encodeURIComponent(id)}`)) as { items: View[] }).items;
+/** What the interrupt did, seen before anything woke the translator again. */
+interface Interrupted {
+  translatorId: string;
+  /** What `POST /v1/agents/{id}/interrupt` answered. */
+  interrupted: string[];
+  /** The scripted server saw the held request's connection close unanswered (undefined with a real model). */
+  requestAborted: boolean | undefined;
+  /** The translator's last turn-end reason, messages queued and turns started, after a calm of 0.3 s. */
+  lastEnd: string | undefined;
+  queued: number;
+  turns: number;
+}
+
+/**
+ * Step 3. The translator's first request is held by the scripted model, and a second task is
+ * queued behind that open turn; then the operator interrupts it. With a real model the
+ * translator may have finished first: the demo interrupts whatever is there.
+ */
+async function interruptTranslator(api: Api, scripted: ScriptedModelServer | undefined): Promise<Interrupted> {
+  await say(api, 'Start a translator subagent for a few phrases.');
+  const translator = await until('the translator holds a model request', async () => {
+    const found = (await children(api, 'coordinator')).find((c) => c.label === 'translator');
+    return found !== undefined && (scripted === undefined || scripted.requests.some((r) => isHeld(r.body))) ? found : undefined;
+  });
+  await say(api, 'Ask the translator for one more phrase.');
+  await until('the second task is queued behind the open turn', async () => {
+    const [root, held] = [await view(api, 'coordinator'), await view(api, translator.id)];
+    return root.status === 'idle' && (scripted === undefined || held.inbox.queued === 1) ? held : undefined;
+  });
+
+  const aborted = scripted?.nextAbandoned();
+  const { interrupted } = (await api('POST', `/v1/agents/${translator.id}/interrupt`, {})) as { interrupted: string[] };
+  console.log(`   POST /v1/agents/${translator.id}/interrupt {} → 202 ${JSON.stringify({ interrupted })}`);
+  const requestAborted = aborted === undefined ? undefined : await within(aborted, 5_000);
+  if (requestAborted !== undefined) console.log(`   the held model request ${requestAborted ? 'was aborted: its connection closed unanswered' : 'was NOT aborted'}`);
+  // A calm of 0.3 s: nothing starts the queued task until a waking send.
+  await pause(300);
+  const [after, entries] = [await view(api, translator.id), await session(api, translator.id)];
+  const lastEnd = entries.filter((e) => e.type === 'turn-end').at(-1)?.reason;
+  const turns = entries.filter((e) => e.type === 'turn-start').length;
+  console.log(`   translator [${after.status}]: turn-end ${lastEnd ?? 'missing'}; queued tasks ${after.inbox.queued}, and 0.3 s later still ${turns} turn started`);
+  return { translatorId: translator.id, interrupted, requestAborted, lastEnd, queued: after.inbox.queued, turns };
 }
 
 /**
@@ -136,7 +177,7 @@ async function quiet(api: Api, done: (coordinator: Entry[]) => boolean): Promise
   const deadline = Date.now() + deadlineMs;
   let calm = 0;
   while (Date.now() < deadline) {
-    const root = (await api('GET', '/v1/agents/coordinator')) as View;
+    const root = await view(api, 'coordinator');
     const kids = await children(api, 'coordinator');
     const still = [root, ...kids].every((v) => (v.status === 'idle' || v.status === 'settled' || v.status === 'closed') && v.inbox.queued === 0 && v.staged === 0);
     calm = still && done(await session(api, 'coordinator')) ? calm + 1 : 0;
@@ -146,74 +187,48 @@ async function quiet(api: Api, done: (coordinator: Entry[]) => boolean): Promise
   throw new Error(`the forest did not come to rest within ${deadlineMs / 1000} s`);
 }
 
-interface Node {
-  view: View;
-  entries: Entry[];
-  children: Node[];
-}
-
-async function printTree(api: Api, rootId: string): Promise<Node> {
-  return printNode(api, (await api('GET', `/v1/agents/${rootId}`)) as View, '');
-}
-
-async function printNode(api: Api, view: View, indent: string): Promise<Node> {
-  const entries = await session(api, view.id);
-  const name = view.label === undefined ? view.id : `${view.label} (${view.id})`;
-  console.log(`${indent}${view.kind === 'root' ? 'root' : 'child'} ${name}  [${view.status}]`);
-  for (const entry of entries) {
-    const line = describe(entry);
-    if (line !== undefined) console.log(`${indent}  │ ${line}`);
-  }
-  const node: Node = { view, entries, children: [] };
-  for (const child of await children(api, view.id)) {
-    console.log(`${indent}  │`);
-    node.children.push(await printNode(api, child, `${indent}  `));
-  }
-  return node;
-}
-
-function describe(entry: Entry): string | undefined {
-  const text = (entry.content ?? []).map((b) => b.text).join(' ');
-  const short = (s: string): string => (s.length > 110 ? `${s.slice(0, 110)}…` : s);
-  switch (entry.type) {
-    case 'turn-start':
-      return '── turn ──';
-    case 'turn-end':
-      return `── turn ${entry.reason}${entry.error === undefined ? '' : `: ${entry.error}`} ──`;
-    case 'activation':
-      return `(activation ${entry.event})`;
-    case 'message': {
-      if (entry.role === 'assistant') {
-        const calls = (entry.toolCalls ?? []).map((c) => `${c.name} ${JSON.stringify(c.input)}`).join('; ');
-        const tokens = entry.usage === undefined ? '' : `  [${entry.usage.totalTokens} tokens]`;
-        return short(`model: ${[text, calls].filter((s) => s !== '').join(' → ')}`) + tokens;
-      }
-      if (entry.role === 'tool') return short(`${entry.isError === true ? 'tool error' : 'tool'}: ${text}`);
-      const from = entry.source?.kind === 'subagent-report' ? 'report' : entry.source?.kind === 'coordinator' ? 'parent' : 'operator';
-      return short(`${from}: ${text}`);
-    }
-    default:
-      return undefined;
-  }
-}
-
 /** What the demo is meant to show, checked on the sessions it printed. */
-function check(root: Node): boolean {
-  const turnPrompts = new Set(root.entries.filter((e) => e.type === 'turn-start').map((e) => (e as { messageId?: string }).messageId));
+function check(root: Node, interrupt: Interrupted): boolean {
+  const turnPrompts = new Set(root.entries.filter((e) => e.type === 'turn-start').map((e) => e.messageId));
   const reports = root.entries.filter((e) => e.source?.kind === 'subagent-report');
   const researcher = root.children.find((c) => c.view.label === 'researcher');
   const activations = researcher?.entries.filter((e) => e.type === 'activation').map((e) => e.event) ?? [];
+  const translator = root.children.find((c) => c.view.id === interrupt.translatorId);
+  const translatorTurns = translator === undefined ? [] : turns(translator.entries);
+  const nodes = [root, ...root.children];
+  const ends = nodes.flatMap((n) => n.entries.filter((e) => e.type === 'turn-end').map((e) => e.reason));
   const checks: [string, boolean][] = [
-    ['two continuable children', root.children.length === 2 && root.children.every((c) => c.view.mode === 'continuable')],
+    ['three continuable children', root.children.length === 3 && root.children.every((c) => c.view.mode === 'continuable')],
     ['the first report arrived quietly: no coordinator turn started for it', reports[0] !== undefined && !turnPrompts.has(reports[0].messageId)],
-    ['the later reports each woke the coordinator for a turn', reports.length >= 3 && reports.slice(1).every((r) => turnPrompts.has(r.messageId))],
+    ['the later reports each woke the coordinator for a turn', reports.length >= 5 && reports.slice(1).every((r) => turnPrompts.has(r.messageId))],
     ['the researcher was cold-resumed for the follow-up', activations.includes('resumed')],
-    ['every turn completed', [root, ...root.children].every((n) => n.entries.filter((e) => e.type === 'turn-end').every((e) => e.reason === 'completed'))],
-    ['token usage recorded for every model answer', [root, ...root.children].every((n) => n.entries.filter((e) => e.role === 'assistant').every((e) => e.usage !== undefined))],
+    [
+      "the interrupt ended the translator's open turn cancelled and aborted its held model request",
+      JSON.stringify(interrupt.interrupted) === JSON.stringify([interrupt.translatorId]) && interrupt.lastEnd === 'cancelled' && interrupt.requestAborted !== false,
+    ],
+    [
+      'the queued task waited through the interrupt, then ran first once the next message woke the translator',
+      interrupt.queued === 1 &&
+        interrupt.turns === 1 &&
+        JSON.stringify(translatorTurns) === JSON.stringify([`${HELD_TASK} cancelled`, `${QUEUED_TASK} completed`, `${WAKING_TASK} completed`]),
+    ],
+    ['every other turn completed', ends.filter((r) => r === 'cancelled').length === 1 && ends.filter((r) => r !== 'completed').length === 1],
+    ['token usage recorded for every model answer', nodes.every((n) => n.entries.filter((e) => e.role === 'assistant').every((e) => e.usage !== undefined))],
   ];
   console.log('\nchecks:');
   for (const [what, passed] of checks) console.log(`  ${passed ? 'ok  ' : 'FAIL'} ${what}`);
   return checks.every(([, passed]) => passed);
+}
+
+/** Each turn of a session as "<its prompt> <how it ended>", in order. */
+function turns(entries: Entry[]): string[] {
+  return entries
+    .filter((e) => e.type === 'turn-start')
+    .map((start) => {
+      const prompt = entries.find((e) => e.type === 'message' && e.messageId === start.messageId);
+      const end = entries.find((e) => e.type === 'turn-end' && e.seq > start.seq);
+      return `${(prompt?.content ?? []).map((b) => b.text).join(' ')} ${end?.reason ?? 'open'}`;
+    });
 }
 
 /** The service on PORT=0, its log in a file; resolves once it logs its URL. */

@@ -1,6 +1,7 @@
 /**
  * `npm run demo` keeps working: the demo runs against the service's sources and its scripted
- * model, and every check it prints passes (the exit code says so too).
+ * model, shows an interrupt of a child and what it did, and every check it prints passes (the
+ * exit code says so too).
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -9,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 const run = promisify(execFile);
 
 describe('npm run demo', () => {
-  it('drives a whole forest with the built-in driver and passes its own checks', async () => {
+  it('drives a whole forest with the built-in driver, interrupts a child whose queued task then waits for the next message, and passes its own checks', async () => {
     const env: NodeJS.ProcessEnv = { ...process.env, DEMO_FROM_SOURCE: '1' };
     delete env.DEMO_MODEL_URL;
     const { stdout } = await run(process.execPath, ['--import', 'tsx', 'demo/run.ts'], { env, timeout: 60_000 });
@@ -17,8 +18,14 @@ describe('npm run demo', () => {
     expect(stdout).toMatch(/child researcher \(\S+\) {2}\[settled\]/);
     expect(stdout).toMatch(/child budget \(\S+\) {2}\[settled\]/);
     expect(stdout).toContain('(activation resumed)');
+    const translator = /POST \/v1\/agents\/(\S+)\/interrupt \{\} → 202 (.+)$/m.exec(stdout);
+    expect(JSON.parse(translator?.[2] ?? 'null')).toEqual({ interrupted: [translator?.[1]] });
+    expect(stdout).toContain('the held model request was aborted: its connection closed unanswered');
+    expect(stdout).toContain('translator [running]: turn-end cancelled; queued tasks 1, and 0.3 s later still 1 turn started');
+    const child = stdout.slice(stdout.indexOf(`child translator (${translator?.[1]})  [settled]`));
+    expect(child.match(/── turn (\w+) ──/g)).toEqual(['── turn cancelled ──', '── turn completed ──', '── turn completed ──']);
     const checks = stdout.slice(stdout.indexOf('checks:'));
-    expect(checks.match(/^ {2}ok /gm)).toHaveLength(6);
+    expect(checks.match(/^ {2}ok /gm)).toHaveLength(8);
     expect(checks).not.toContain('FAIL');
   }, 60_000);
 });
