@@ -5,7 +5,9 @@
  *
  * Invariants: a claimed step always gets its output posted unless the model throws; every call
  * the service lists as `awaiting` gets exactly one result (a throwing tool becomes an `isError`
- * result); service-owned calls (`toolResults`) are never answered by the driver. The loop stops
+ * result); service-owned calls (`toolResults`) are never answered by the driver; every request
+ * for a step names the attempt its claim holds (X-Step-Attempt), and the step's lease is renewed
+ * while the model and the tools work, so a re-claimed step is answered as its own attempt. The loop stops
  * on `maxTurns`, on abort, or with a StaleAgentTokenError when the service refuses the token
  * (403): the incarnation it belonged to is gone, and only a new driver with the new token can go on.
  */
@@ -159,6 +161,25 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
     return data.step;
   };
 
+  /** A step's requests carry the attempt its claim holds the step under (the fence). */
+  const fenced = (step: Step): Record<string, string> => ({ ...headers, 'x-step-attempt': String(step.lease.attempt) });
+
+  /**
+   * Renew the step's lease while the model and the tools work, at about a third of the lease
+   * length; stops when the returned function is called. A failed renewal is left to the next
+   * request for the step, which then says why (an interrupt, an expired lease).
+   */
+  const keepLease = (step: Step): (() => void) => {
+    const every = Math.max(1_000, Math.floor((Date.parse(step.lease.expiresAt) - Date.now()) / 3));
+    const timer = setInterval(() => {
+      client
+        .POST('/v1/agents/{id}/steps/{stepId}/heartbeat', { params: { path: { id: agentId, stepId: step.id } }, headers: fenced(step) })
+        .catch(() => undefined);
+    }, every);
+    timer.unref?.();
+    return () => clearInterval(timer);
+  };
+
   const postOutput = async (step: Step, reply: ModelReply): Promise<OutputResult> => {
     const toolCalls = reply.toolCalls ?? [];
     const { data, error, response } = await client.POST('/v1/agents/{id}/steps/{stepId}/output', {
@@ -167,7 +188,7 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
         ...(reply.content === undefined ? {} : { content: reply.content }),
         ...(toolCalls.length === 0 ? {} : { toolCalls: toolCalls.map(({ id, name, input }) => ({ id, name, input })) }),
       },
-      headers,
+      headers: fenced(step),
     });
     if (data === undefined) throw fail(`POST ${base}/steps/${step.id}/output`, response.status, error);
     return data;
@@ -188,7 +209,7 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
     const { data, error, response } = await client.POST('/v1/agents/{id}/steps/{stepId}/tool-results', {
       params: { path: { id: agentId, stepId: step.id } },
       body: { results },
-      headers,
+      headers: fenced(step),
     });
     if (data === undefined) throw fail(`POST ${base}/steps/${step.id}/tool-results`, response.status, error);
     return data.turn;
@@ -200,21 +221,27 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
     const step = await claim();
     if (step === null) continue;
 
-    let reply: ModelReply;
+    const release = keepLease(step);
+    let turn: 'open' | 'ended';
     try {
-      reply = await model(step.messages, [...step.tools, ...(options.toolSchemas ?? [])], { agentId, step, ...withSignal });
-    } catch (error) {
-      if (aborted()) return { ...done, stoppedBy: 'aborted', abandonedStepId: step.id };
-      throw error;
+      let reply: ModelReply;
+      try {
+        reply = await model(step.messages, [...step.tools, ...(options.toolSchemas ?? [])], { agentId, step, ...withSignal });
+      } catch (error) {
+        if (aborted()) return { ...done, stoppedBy: 'aborted', abandonedStepId: step.id };
+        throw error;
+      }
+
+      const output = await postOutput(step, reply);
+      done.steps++;
+      for (const child of output.spawned ?? []) options.onChild?.({ via: 'spawned', ...child });
+      for (const child of output.resumed ?? []) options.onChild?.({ via: 'resumed', ...child });
+
+      turn = output.turn;
+      if (output.awaiting.length > 0) turn = await postResults(step, output.awaiting);
+    } finally {
+      release();
     }
-
-    const output = await postOutput(step, reply);
-    done.steps++;
-    for (const child of output.spawned ?? []) options.onChild?.({ via: 'spawned', ...child });
-    for (const child of output.resumed ?? []) options.onChild?.({ via: 'resumed', ...child });
-
-    let turn = output.turn;
-    if (output.awaiting.length > 0) turn = await postResults(step, output.awaiting);
     if (turn === 'ended') done.turns++;
   }
 }

@@ -114,7 +114,7 @@ export interface paths {
         put?: never;
         /**
          * Re-open a root after a restart
-         * @description A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.
+         * @description A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt.
          */
         post: operations["resumeAgent"];
         delete?: never;

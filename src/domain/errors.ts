@@ -71,7 +71,7 @@ export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
   ACTIVATION_SETUP_REVOKED: 'A setup contribution was revoked while the child was being built; the child was not established.',
   ACTIVATION_SETUP_RELEASE_FAILED: 'A setup contribution failed to release some of its installations (for example while a package is uninstalled); the message lists them.',
   NOT_RESUMABLE: 'The agent cannot take this resume: a one-shot or closed child, a child that is unavailable, or a child the operator asked to resume (its parent\'s followup resumes it).',
-  STEP_CONFLICT: 'The step is not in a state that accepts this: output posted twice, results for unknown calls, a step of an ended turn, or a step that belongs to the built-in model driver.',
+  STEP_CONFLICT: 'The step is not in a state that accepts this: output posted twice, results for unknown calls, a step of an ended or interrupted turn, a claim whose lease expired (another attempt holds the step), or a step that belongs to the built-in model driver.',
   IDEMPOTENCY_CONFLICT: 'The `Idempotency-Key` was already used by this sender for a different request.',
   CANCELLED: 'The operation was cancelled before it was admitted (the client went away).',
   LIMIT_EXCEEDED: 'The forest would exceed a configured shape limit: too many live children of one parent, or too deep.',

@@ -122,7 +122,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       tags: ['agents'],
       operationId: 'resumeAgent',
       summary: 'Re-open a root after a restart',
-      description: 'A new live incarnation with a new token; a turn left open by a stop is closed as `failed` first.',
+      description: 'A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       body: EmptyBody,
