@@ -116,6 +116,32 @@ describe('a lease running out while an output is in flight', () => {
   });
 });
 
+describe('a re-claim whose caller went away', () => {
+  it('gives the step back under its own id and index: the next claim is the attempt after it, and older attempts are still fenced', async () => {
+    const h = await startHarness({ lease: { leaseMs: SHORT_MS } });
+    const root = await rootWithTurn(h, 'a');
+    const first = await claimStep(h, 'a');
+    // A long-poll whose caller goes away just after the lapsed step was handed to it, before it was rendered.
+    const gone = new AbortController();
+    h.system.events.on('agent-changed', (agent) => {
+      if (agent.id === 'a' && openStep(agent)?.status === 'claimed' && openStep(agent)?.attempt === 2) queueMicrotask(() => gone.abort());
+    });
+    expect(await h.system.steps.claimStep('a', root.token, 10_000, gone.signal)).toBeNull();
+
+    const next = await claimStep(h, 'a');
+    expect(next.step).toMatchObject({ id: first.step.id, index: 0, lease: { attempt: 3 } });
+    expectConflict(await postOutput(h.app, root, first.step.id, { content: 'late' }, 1), expired(first.step.id, 3));
+    expect((await postOutput(h.app, root, first.step.id, { content: 'third' }, 3)).json()).toMatchObject({ turn: 'ended' });
+    const entries = await session(h.app, 'a');
+    expect(entries.filter((e) => e.type === 'step-start').map((e) => [e.stepId, e.index, e['attempt']])).toEqual([
+      [first.step.id, 0, undefined],
+      [first.step.id, 0, 2],
+      [first.step.id, 0, 3],
+    ]);
+    expect(assistants(entries)).toHaveLength(1);
+  });
+});
+
 describe('two attempts answering', () => {
   it('the old and the new attempt posting together: only the attempt holding the step is recorded', async () => {
     const h = await startHarness({ lease: { leaseMs: SHORT_MS } });
