@@ -37,12 +37,15 @@ export function startStep(state: AgentState, stepId: string, at: string): Transi
 
 /**
  * Give back a claimed step whose caller went away before it received it: the step becomes
- * claimable again (the next claim starts a new step; the log keeps the abandoned step-start).
+ * claimable again (the log keeps the abandoned step-start). After a first claim the next claim
+ * starts a new step; a re-claim of a lapsed step stays that step, lapsed at its attempt, so the
+ * next claim is the attempt after it and older attempts stay fenced.
  */
 export function releaseStep(state: AgentState, stepId: string): Transition {
   const turn = state.turn;
   if (turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.status !== 'claimed') return { state, effects: [] };
-  const step: StepState = { ...turn.turn.step, status: 'ready', awaiting: [], attempt: 1 };
+  const claimed = turn.turn.step;
+  const step: StepState = claimed.attempt > 1 ? { ...claimed, status: 'lapsed' } : { ...claimed, status: 'ready', awaiting: [], attempt: 1 };
   return { state: { ...state, turn: { phase: 'running', turn: { ...turn.turn, step } } }, effects: [{ kind: 'claimable' }] };
 }
 

@@ -138,8 +138,10 @@ export class AgentSteps {
     if (open === null) return;
     this.host.apply(reopenTurn(this.host.state, open));
     const step = open.step;
-    if (step === null || step.status !== 'awaiting') return;
+    if (step === null) return;
+    // Its id is this incarnation's to fence from now on: an older attempt is refused (409), not unknown (404).
     this.recent.remember(step.id);
+    if (step.status !== 'awaiting') return;
     for (const message of this.standIns('the service restarted')) this.host.apply(recordToolResult(this.host.state, step.id, message, this.host.now()));
   }
 
