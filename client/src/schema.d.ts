@@ -575,6 +575,8 @@ export interface components {
             reason: "completed" | "cancelled" | "failed";
             /** @description reason failed: what went wrong (a model request that failed, a turn past model.maxSteps). */
             error?: string;
+            /** @description An interrupt kept the inbox: the queued messages accepted before it wait, even across a restart, until the next waking message. */
+            parkedThrough?: number;
         };
         /** @description A continuable child's Activation changed. */
         ActivationEntry: {

@@ -67,6 +67,9 @@ export const TurnEndEntry = entry('turn-end', 'TurnEndEntry', 'A turn ended.', {
   turnId: Type.String(),
   reason: literals(TURN_END_REASONS),
   error: Type.Optional(Type.String({ description: 'reason failed: what went wrong (a model request that failed, a turn past model.maxSteps).' })),
+  parkedThrough: Type.Optional(
+    Type.Integer({ description: 'An interrupt kept the inbox: the queued messages accepted before it wait, even across a restart, until the next waking message.' }),
+  ),
 });
 
 export const ActivationEntry = entry('activation', 'ActivationEntry', "A continuable child's Activation changed.", {

@@ -47,7 +47,8 @@ export type EntryBody =
   | { type: 'turn-start'; at: string; turnId: string; inboxItemId: string; messageId: string }
   /** `attempt`: present from the second claim of a step whose lease expired (the same `stepId`). */
   | { type: 'step-start'; at: string; turnId: string; stepId: string; index: number; attempt?: number }
-  | { type: 'turn-end'; at: string; turnId: string; reason: TurnEndReason; error?: string }
+  /** `parkedThrough`: an interrupt kept the inbox; queued items up to this pending-row position wait for a waking delivery. */
+  | { type: 'turn-end'; at: string; turnId: string; reason: TurnEndReason; error?: string; parkedThrough?: number }
   | { type: 'activation'; at: string; activationId: string; event: ActivationEvent };
 
 export type SessionEntry = EntryBody & { seq: number };

@@ -94,10 +94,17 @@ export function deliver(state: AgentState, input: DeliveryInput, at: string): Tr
  * Restore what an agent had accepted but not yet logged when its process stopped: queued
  * items back in the inbox (their rows are durable already), staged context written now when
  * idle, since an idle agent's next safe position is the present (its rows go), or staged again
- * when a turn the process left open was re-opened (reopenTurn), for its next step. Only from a
- * fresh state (nothing queued or staged). New rows go after every restored one.
+ * when a turn the process left open was re-opened (reopenTurn), for its next step. Queued items
+ * stay parked when the last turn-end parked them (`parkedThrough`) and none came after. Only from
+ * a fresh state (nothing queued or staged). New rows go after every restored one.
  */
-export function restore(state: AgentState, queued: readonly InboxItem[], staged: readonly { message: Message; row: RowPlace }[], at: string): Transition {
+export function restore(
+  state: AgentState,
+  queued: readonly InboxItem[],
+  staged: readonly { message: Message; row: RowPlace }[],
+  at: string,
+  parkedThrough?: number,
+): Transition {
   if (state.turn.phase === 'closing' || state.turn.phase === 'disposed' || state.inbox.length > 0 || state.pending.length > 0) {
     throw new Error('restore needs a fresh state');
   }
@@ -107,9 +114,11 @@ export function restore(state: AgentState, queued: readonly InboxItem[], staged:
     const pending = Queue.of(staged.map(({ message, row }): PendingContext => ({ kind: 'staged', message, row })));
     return { state: { ...state, inbox, pending, rows, parked: false }, effects: [] };
   }
+  // Parked by an interrupt before the stop, and no waking delivery since: the inbox still waits.
+  const parked = parkedThrough !== undefined && inbox.length > 0 && queued.every((item) => item.row.position <= parkedThrough);
   const effects: Effect[] = staged.map(({ message }) => ({ kind: 'append', entry: messageEntry(message, at) }));
-  if (inbox.length > 0) effects.push({ kind: 'wake' });
-  return { state: { ...state, inbox, rows, parked: false }, effects, rows: staged.map(({ message }) => deleteRow(message)) };
+  if (inbox.length > 0 && !parked) effects.push({ kind: 'wake' });
+  return { state: { ...state, inbox, rows, parked }, effects, rows: staged.map(({ message }) => deleteRow(message)) };
 }
 
 /**
@@ -197,7 +206,14 @@ export function interrupt(state: AgentState, keepInbox: boolean, at: string, res
   // Parked while closing, so that the turn's end schedules no admission.
   const closed = closeTurn({ ...cancelled, parked: true }, at);
   const after = closed.state;
-  if (keepInbox) return { state: { ...after, parked: after.inbox.length > 0 }, effects: closed.effects, rows: closed.rows ?? [] };
+  if (keepInbox) {
+    if (after.inbox.length === 0) return { state: { ...after, parked: false }, effects: closed.effects, rows: closed.rows ?? [] };
+    // The turn-end says which queued rows wait, so a restart keeps them waiting (see restore).
+    const effects = closed.effects.map((e): Effect =>
+      e.kind === 'append' && e.entry.type === 'turn-end' ? { kind: 'append', entry: { ...e.entry, parkedThrough: after.rows.highest } } : e,
+    );
+    return { state: { ...after, parked: true }, effects, rows: closed.rows ?? [] };
+  }
   const effects: Effect[] = [...closed.effects];
   const rows: RowOp[] = [...(closed.rows ?? [])];
   for (const item of after.inbox) {

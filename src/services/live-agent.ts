@@ -204,14 +204,14 @@ export class LiveAgent {
    * Bring back what a previous incarnation had accepted but not logged (from its durable
    * pending rows): queued and steering items queue again, staged context is written now.
    */
-  restorePending(rows: readonly PendingRow[]): void {
+  restorePending(rows: readonly PendingRow[], parkedThrough?: number): void {
     if (rows.length === 0) return;
     // Restored steering items queue again as prompts; their rows stay as they are.
     const queued = rows.filter((row) => row.kind !== 'staged').map((row) => itemFromRow(row, row.itemId ?? this.deps.ids.next('inbox')));
     const staged = rows.filter((row) => row.kind === 'staged').map((row) => ({ message: row.message, row: placeOf(row) }));
     // The restored inbox is durable already; staged context is written now, and its rows go in
     // the same batch as its entries.
-    this.apply(restore(this.turnState, queued, staged, this.now()));
+    this.apply(restore(this.turnState, queued, staged, this.now(), parkedThrough));
   }
 
   /**

@@ -193,6 +193,15 @@ export class SessionLog {
     return boundary?.type === 'turn-start' ? this.store.read(id, boundary.seq - 1) : [];
   }
 
+  /** When the session's last turn ended parked by an interrupt: the turn-end's `parkedThrough`. */
+  async parkedThrough(id: string): Promise<number | undefined> {
+    await this.durable();
+    const boundary = await this.store.lastTurnBoundary(id);
+    if (boundary?.type !== 'turn-end') return undefined;
+    const [end] = await this.store.read(id, boundary.seq - 1, 1);
+    return end?.type === 'turn-end' ? end.parkedThrough : undefined;
+  }
+
   /** Entries after `after` (committed first, so reads see every acknowledged write). */
   async read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
     await this.durable();

@@ -279,6 +279,29 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     expect(await receiptState(h3, staged.messageId)).toBe('appended');
   });
 
+  it('an interrupt that kept the inbox keeps it parked through a stop and resume: no turn starts until the next followup, then the parked one runs first', async () => {
+    const disk = makeDisk();
+    const h1 = await start(disk.open());
+    const root = await createRoot(h1.app, { id: 'r' });
+    accepted(await send(h1.app, root.id, 'P'));
+    await step(h1, root);
+    const q1 = accepted(await send(h1.app, root.id, 'Q1'));
+    const res = await h1.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/interrupt`, payload: {} });
+    expect(res.json()).toEqual({ interrupted: [root.id] });
+    expect((await session(h1.app, root.id)).at(-1)).toMatchObject({ type: 'turn-end', reason: 'cancelled', parkedThrough: expect.any(Number) });
+    await h1.close();
+
+    const h2 = await start(disk.open());
+    const resumed = await resume(h2, root.id);
+    expect(await receiptState(h2, q1.messageId)).toBe('queued');
+    expect(await claim(h2.app, resumed)).toBeNull();
+    expect(turnStarts(await session(h2.app, root.id))).toHaveLength(1);
+    const next = accepted(await send(h2.app, root.id, 'N'));
+    expect(await runTurn(h2, resumed)).toBe('Q1');
+    expect(await runTurn(h2, resumed)).toBe('N');
+    expect(turnStarts(await session(h2.app, root.id)).slice(1).map((t) => t.messageId)).toEqual([q1.messageId, next.messageId]);
+  });
+
   it("a cold-resumed child restores its own queued followups after a stop, ahead of the parent's message that woke it", async () => {
     const disk = makeDisk();
     const h1 = await start(disk.open());

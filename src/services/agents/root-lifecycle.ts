@@ -92,6 +92,7 @@ export class RootLifecycle {
       // next is the forest's final state.
       await this.deps.ownership?.acquire(id);
       const openTurn = await this.deps.log.openTurnEntries(id);
+      const parkedThrough = await this.deps.log.parkedThrough(id);
       const pending = await this.deps.log.store.pending(id);
       await this.deps.log.loadForest(id);
       await this.deps.manager.noteContinuableChildren(id);
@@ -101,7 +102,7 @@ export class RootLifecycle {
       // The turn it left open (the process stopped without closing it) goes on; then what the
       // previous incarnation accepted but had not logged: queued turns, staged context.
       agent.steps.reopenTurn(openTurn);
-      agent.restorePending(pending);
+      agent.restorePending(pending, parkedThrough);
       try {
         await this.deps.log.durable();
       } catch (error) {

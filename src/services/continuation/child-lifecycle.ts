@@ -166,6 +166,7 @@ export class ChildLifecycle {
     const scope = new AgentScope();
     const setup = this.deps.setup.apply(scope);
     let openTurn: SessionEntry[] = [];
+    let parkedThrough: number | undefined;
     let pending: PendingRow[] = [];
     return this.publishAfterWindow(
       scope,
@@ -174,6 +175,7 @@ export class ChildLifecycle {
         pending = await this.deps.log.store.pending(id);
         await this.deps.log.loadForest(header.rootSession ?? id);
         openTurn = await this.deps.log.openTurnEntries(id);
+        parkedThrough = await this.deps.log.parkedThrough(id);
         await this.noteContinuableChildren(id);
       },
       () => {
@@ -187,7 +189,7 @@ export class ChildLifecycle {
         this.deps.observer?.coldResumed();
         // A turn the process stopped in goes on (its open step claimable again), then what it had accepted.
         child.steps.reopenTurn(openTurn);
-        child.restorePending(pending);
+        child.restorePending(pending, parkedThrough);
         return then(child);
       },
     );
