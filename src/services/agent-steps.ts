@@ -40,8 +40,8 @@ export type LeaseEvent = 'expired' | 'reclaimed';
 export interface StepHost {
   readonly agent: LiveAgent;
   readonly id: string;
-  readonly state: AgentState;
-  readonly disposing: boolean;
+  state(): AgentState;
+  disposing(): boolean;
   readonly ids: IdSource;
   apply(transition: Transition): number[];
   failTurn(error: string): void;
@@ -82,8 +82,8 @@ export class AgentSteps {
 
   /** Claim the claimable step. Only the dispatcher calls this, so a step is claimed once. */
   claim(): StepClaim {
-    const entries = this.host.apply(startStep(this.host.state, this.host.ids.next('step'), this.host.now()));
-    const running = this.host.state.turn;
+    const entries = this.host.apply(startStep(this.host.state(), this.host.ids.next('step'), this.host.now()));
+    const running = this.host.state().turn;
     if (running.phase !== 'running') throw new Error('a claimed step leaves its turn running');
     const step = running.turn.step;
     this.recent.remember(step.id);
@@ -95,7 +95,7 @@ export class AgentSteps {
   /** Renew the lease `attempt` holds on the open step; returns it. */
   heartbeat(stepId: string, attempt: number): LeaseView {
     this.checkFence(stepId, attempt);
-    const turn = this.host.state.turn;
+    const turn = this.host.state().turn;
     const step = turn.phase === 'running' && turn.turn.step.id === stepId ? turn.turn.step : undefined;
     if (step === undefined || (step.status !== 'claimed' && step.status !== 'awaiting')) {
       throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not held by a claim: it has ended`);
@@ -105,7 +105,7 @@ export class AgentSteps {
 
   /** The caller of a claim went away before receiving the step: make it claimable again. */
   release(stepId: string): void {
-    this.host.apply(releaseStep(this.host.state, stepId));
+    this.host.apply(releaseStep(this.host.state(), stepId));
   }
 
   /** Record the model's output; returns the tool calls now awaiting results and whether the turn ended. */
@@ -119,9 +119,9 @@ export class AgentSteps {
     };
     if (toolCalls.length > 0) message.toolCalls = toolCalls;
     if (usage !== undefined) message.usage = usage;
-    this.host.apply(recordOutput(this.host.state, stepId, message, this.host.now()));
-    if (this.host.state.turn.phase === 'closing') {
-      this.host.apply(closeTurn(this.host.state, this.host.now()));
+    this.host.apply(recordOutput(this.host.state(), stepId, message, this.host.now()));
+    if (this.host.state().turn.phase === 'closing') {
+      this.host.apply(closeTurn(this.host.state(), this.host.now()));
       return { ended: true };
     }
     this.lease.renew(stepId, attempt);
@@ -136,13 +136,13 @@ export class AgentSteps {
   reopenTurn(entries: readonly SessionEntry[]): void {
     const open = openTurnFromLog(entries);
     if (open === null) return;
-    this.host.apply(reopenTurn(this.host.state, open));
+    this.host.apply(reopenTurn(this.host.state(), open));
     const step = open.step;
     if (step === null) return;
     // Its id is this incarnation's to fence from now on: an older attempt is refused (409), not unknown (404).
     this.recent.remember(step.id);
     if (step.status !== 'awaiting') return;
-    for (const message of this.standIns('the service restarted')) this.host.apply(recordToolResult(this.host.state, step.id, message, this.host.now()));
+    for (const message of this.standIns('the service restarted')) this.host.apply(recordToolResult(this.host.state(), step.id, message, this.host.now()));
   }
 
   /** A service-owned tool call of the open step runs until the returned release: its lease holds meanwhile. */
@@ -162,13 +162,13 @@ export class AgentSteps {
     else this.checkFence(stepId, attempt);
     const message: Message = { id: this.host.ids.next('message'), role: 'tool', content: textBlocks(content), source: { kind: 'tool' }, toolCallId };
     if (isError) message.isError = true;
-    this.host.apply(recordToolResult(this.host.state, stepId, message, this.host.now()));
+    this.host.apply(recordToolResult(this.host.state(), stepId, message, this.host.now()));
   }
 
   /** Throws unless the step awaits a result for each id, each named once. Changes nothing. */
   checkToolResults(stepId: string, toolCallIds: readonly string[], attempt: number): void {
     this.checkFence(stepId, attempt);
-    const turn = this.host.state.turn;
+    const turn = this.host.state().turn;
     if (turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.status !== 'awaiting') {
       throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not awaiting tool results`);
     }
@@ -186,7 +186,7 @@ export class AgentSteps {
    */
   private checkFence(stepId: string, attempt: number): void {
     this.recent.require(stepId, this.host.id);
-    const turn = this.host.state.turn;
+    const turn = this.host.state().turn;
     if (turn.phase !== 'running' || turn.turn.step.id !== stepId) return; // the turn machine answers
     const step = turn.turn.step;
     const holder = step.status === 'lapsed' ? step.attempt + 1 : step.attempt;
@@ -200,8 +200,8 @@ export class AgentSteps {
    * backend's results gets an error result for each and the turn goes on.
    */
   private leaseExpired(stepId: string, attempt: number): void {
-    const turn = this.host.state.turn;
-    if (this.host.disposing || turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.attempt !== attempt) return;
+    const turn = this.host.state().turn;
+    if (this.host.disposing() || turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.attempt !== attempt) return;
     const step = turn.turn.step;
     if (step.status === 'awaiting' && this.serviceCalls > 0) {
       this.lease.renew(stepId, attempt);
@@ -213,16 +213,16 @@ export class AgentSteps {
       this.recent.endEarly(stepId, `the lease of step "${stepId}" expired on its last attempt (${attempt}); the turn failed`);
       this.host.failTurn(`step "${stepId}" was claimed ${attempt} times and no claim posted its output before its lease expired (at most ${max} attempts)`);
     } else if (step.status === 'claimed') {
-      this.host.apply(lapseStep(this.host.state, stepId, attempt));
+      this.host.apply(lapseStep(this.host.state(), stepId, attempt));
     } else if (step.status === 'awaiting') {
       this.recent.endEarly(stepId, `the lease of step "${stepId}" expired before its tool results arrived; the turn went on without them`);
-      for (const message of this.standIns(`the lease of step "${stepId}" expired`)) this.host.apply(recordToolResult(this.host.state, stepId, message, this.host.now()));
+      for (const message of this.standIns(`the lease of step "${stepId}" expired`)) this.host.apply(recordToolResult(this.host.state(), stepId, message, this.host.now()));
     }
   }
 
   /** Error results for the calls the open step still awaits, saying why none was recorded. */
   standIns(why: string): Message[] {
-    return unansweredCalls(this.host.state).map((toolCallId) => ({
+    return unansweredCalls(this.host.state()).map((toolCallId) => ({
       id: this.host.ids.next('message'),
       role: 'tool',
       content: [{ type: 'text', text: `Error: ${why} before this tool call's result was recorded; the call may have taken effect` }],

@@ -18,7 +18,7 @@ import { createUserMessage, type Message, type MessageSource, type TextBlock } f
 import { beginLeaving, isLeaving, RESIDENT, turnAdmitted, type Leaving, type Lifecycle } from '../domain/lifecycle.js';
 import { itemFromRow, placeOf, type RowOp } from '../domain/pending-rows.js';
 import { type EntryBody, type SessionHeader } from '../domain/session.js';
-import { admit, cancelTurn, closeTurn, deliver, dispose, initialState, interrupt, isClaimable, restore } from '../domain/turn-machine.js';
+import { admit, cancelTurn, closeTurn, deliver, dispose, initialState, interrupt, isClaimable, restore, unansweredCalls } from '../domain/turn-machine.js';
 import type { AgentState, DeliveryInput, Effect, InboxEvent, InboxItem, Transition } from '../domain/turn-machine.js';
 import type { SessionLog } from './session-log.js';
 import type { PendingOp, PendingRow } from './session-store.js';
@@ -60,10 +60,10 @@ export class LiveAgent {
   private phase: Lifecycle = RESIDENT;
   /** Room held for messages that tool calls in flight will record (see reserveRoom). */
   private reservedRoom = 0;
-  /** Its steps: claims under leases, the fence, outputs and results (agent-steps.ts). */
-  readonly steps: AgentSteps;
-  /** Aborted when the open turn is cancelled: service tools of that turn stop before their effect. */
-  private turnAbort = new AbortController();
+  /** Its steps, made at the first use: an agent that never claims a step holds none of it. */
+  private stepsMade: AgentSteps | undefined;
+  /** Aborted when the open turn is cancelled: service tools of that turn stop before their effect (made when asked for). */
+  private turnAbort: AbortController | undefined;
 
   constructor(
     readonly header: SessionHeader,
@@ -72,32 +72,19 @@ export class LiveAgent {
     /** The id of this incarnation's activation (children), logged in activation entries. */
     readonly activationId: string | null = null,
   ) {
-    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the host port's getters read this agent's state
-    const agent = this;
     this.id = header.id;
     this.rootId = header.rootSession ?? header.id;
     this.token = mintToken();
-    const host: StepHost = {
-      agent: this,
-      id: this.id,
-      get state() {
-        return agent.turnState;
-      },
-      get disposing() {
-        return agent.disposing;
-      },
-      ids: deps.ids,
-      apply: (transition) => this.apply(transition),
-      failTurn: (error) => this.failTurn(error),
-      now: () => this.now(),
-      onLease: deps.onLease === undefined ? undefined : (event) => deps.onLease?.(this, event),
-    };
-    this.steps = new AgentSteps(host, deps.clock, deps.lease ?? DEFAULT_LEASE);
+  }
+
+  /** Its steps: claims under leases, the fence, outputs and results (agent-steps.ts). */
+  get steps(): AgentSteps {
+    return (this.stepsMade ??= this.makeSteps());
   }
 
   /** Aborted once the open turn is cancelled (interrupt, failure, disposal). */
   get turnSignal(): AbortSignal {
-    return this.turnAbort.signal;
+    return (this.turnAbort ??= new AbortController()).signal;
   }
 
   get state(): AgentState {
@@ -120,10 +107,9 @@ export class LiveAgent {
 
   /** Move the lifecycle by one domain transition; true when it changed. */
   advance(transition: (lifecycle: Lifecycle) => Lifecycle): boolean {
-    const next = transition(this.phase);
-    if (next === this.phase) return false;
-    this.phase = next;
-    return true;
+    const before = this.phase;
+    this.phase = transition(before);
+    return this.phase !== before;
   }
 
   /** The disposal cutoff, set before any asynchronous part of a disposal (the first call wins). */
@@ -222,7 +208,7 @@ export class LiveAgent {
     if (this.disposing) return;
     this.beginDisposal();
     this.endTurnSignal();
-    this.apply(cancelTurn(this.turnState, 'cancelled', undefined, this.steps.standIns('the turn was cancelled (the service stopped)')));
+    this.apply(cancelTurn(this.turnState, 'cancelled', undefined, this.standIns('the turn was cancelled (the service stopped)')));
     this.apply(closeTurn(this.turnState, this.now()));
     this.leaveDispatcher();
   }
@@ -257,7 +243,7 @@ export class LiveAgent {
   failTurn(error: string): void {
     if (this.disposing) return;
     this.endTurnSignal();
-    this.apply(cancelTurn(this.turnState, 'failed', error, this.steps.standIns('the turn failed')));
+    this.apply(cancelTurn(this.turnState, 'failed', error, this.standIns('the turn failed')));
     this.apply(closeTurn(this.turnState, this.now()));
   }
 
@@ -272,7 +258,7 @@ export class LiveAgent {
     const turn = this.turnState.turn;
     if (turn.phase === 'running') this.steps.endEarly(turn.turn.step.id, `step "${turn.turn.step.id}" was cancelled: its turn was interrupted`);
     this.endTurnSignal();
-    this.apply(interrupt(this.turnState, keepInbox, this.now(), this.steps.standIns('the turn was interrupted')));
+    this.apply(interrupt(this.turnState, keepInbox, this.now(), this.standIns('the turn was interrupted')));
     return true;
   }
 
@@ -282,7 +268,7 @@ export class LiveAgent {
   dispose(): void {
     this.beginDisposal();
     this.endTurnSignal();
-    this.apply(dispose(this.turnState, this.now(), this.steps.standIns('the turn was cancelled (the agent was closed)')));
+    this.apply(dispose(this.turnState, this.now(), this.standIns('the turn was cancelled (the agent was closed)')));
     this.leaveDispatcher();
   }
 
@@ -317,7 +303,7 @@ export class LiveAgent {
       }
     }
     if (transition.rows !== undefined && transition.rows.length > 0) this.deps.log.changePending(transition.rows.map((op) => this.pendingOp(op)));
-    this.steps.afterTransition(this.turnState);
+    this.stepsMade?.afterTransition(this.turnState);
     if (isClaimable(this.turnState) && !this.disposing) this.deps.dispatcher.offer(this);
     else this.deps.dispatcher.withdraw(this);
     if (ended !== undefined) this.deps.onTurnEnd?.(this, ended);
@@ -327,8 +313,29 @@ export class LiveAgent {
 
   private endTurnSignal(): void {
     if (this.turnState.turn.phase !== 'admitting' && this.turnState.turn.phase !== 'running') return;
-    this.turnAbort.abort();
-    this.turnAbort = new AbortController();
+    this.turnAbort?.abort();
+    this.turnAbort = undefined;
+  }
+
+  /** Error results for the calls the open step still awaits (none: no step handling is made for it). */
+  private standIns(why: string): Message[] {
+    return unansweredCalls(this.turnState).length === 0 ? [] : this.steps.standIns(why);
+  }
+
+  private makeSteps(): AgentSteps {
+    const deps = this.deps;
+    const host: StepHost = {
+      agent: this,
+      id: this.id,
+      state: () => this.turnState,
+      disposing: () => this.disposing,
+      ids: deps.ids,
+      apply: (transition) => this.apply(transition),
+      failTurn: (error) => this.failTurn(error),
+      now: () => this.now(),
+      onLease: deps.onLease === undefined ? undefined : (event) => deps.onLease?.(this, event),
+    };
+    return new AgentSteps(host, deps.clock, deps.lease ?? DEFAULT_LEASE);
   }
 
   private pendingOp(op: RowOp): PendingOp {
