@@ -125,6 +125,14 @@ export function queuedCount(state: AgentState): number {
   return state.inbox.length + state.pending.count((p) => p.kind === 'steering');
 }
 
+/** The open step while a claim holds it (its output, or its results, still to come), else undefined. */
+export function heldStep(state: AgentState): StepState | undefined {
+  const turn = state.turn;
+  if (turn.phase !== 'running') return undefined;
+  const step = turn.turn.step;
+  return step.status === 'claimed' || step.status === 'awaiting' ? step : undefined;
+}
+
 /** The message a pending context entry carries. */
 export function messageOf(pending: PendingContext): Message {
   return pending.kind === 'staged' ? pending.message : pending.item.message;

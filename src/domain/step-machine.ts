@@ -103,25 +103,23 @@ export function openTurnFromLog(entries: readonly SessionEntry[]): { turn: OpenT
   if (start?.type !== 'turn-start') return null;
   const turn: OpenTurn = { id: start.turnId, inboxItemId: start.inboxItemId, messageId: start.messageId, step: null };
   let step: StepState | null = null;
-  let awaiting: string[] = [];
   for (const entry of entries.slice(1)) {
     if (entry.type === 'turn-end') return null;
     if (entry.type === 'step-start') {
       step = { id: entry.stepId, index: entry.index, status: 'lapsed', awaiting: [], attempt: entry.attempt ?? 1 };
-      awaiting = [];
       continue;
     }
     const current: StepState | null = step;
     if (entry.type !== 'message' || current === null) continue;
     if (entry.role === 'assistant' && current.status === 'lapsed') {
-      awaiting = (entry.toolCalls ?? []).map((c) => c.id);
-      step = { ...current, status: awaiting.length > 0 ? 'awaiting' : 'ready' };
-    } else if (entry.role === 'tool' && entry.toolCallId !== undefined) {
-      awaiting = awaiting.filter((id) => id !== entry.toolCallId);
-      if (current.status === 'awaiting' && awaiting.length === 0) step = { ...current, status: 'ready' };
+      const awaiting = (entry.toolCalls ?? []).map((c) => c.id);
+      step = { ...current, status: awaiting.length > 0 ? 'awaiting' : 'ready', awaiting };
+    } else if (entry.role === 'tool' && current.status === 'awaiting') {
+      const awaiting = current.awaiting.filter((id) => id !== entry.toolCallId);
+      step = { ...current, status: awaiting.length > 0 ? 'awaiting' : 'ready', awaiting };
     }
   }
-  return { turn, step: step === null ? null : { ...step, awaiting } };
+  return { turn, step };
 }
 
 /** Put an open turn rebuilt from the log (openTurnFromLog) into a fresh idle state (before restore). */

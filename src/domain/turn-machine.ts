@@ -205,14 +205,16 @@ export function interrupt(state: AgentState, keepInbox: boolean, at: string, res
   const cancelled = cancelTurn(state, 'cancelled', undefined, results).state;
   // Parked while closing, so that the turn's end schedules no admission.
   const closed = closeTurn({ ...cancelled, parked: true }, at);
+  // closeTurn keeps the agent parked exactly when something is left queued.
   const after = closed.state;
   if (keepInbox) {
-    if (after.inbox.length === 0) return { state: { ...after, parked: false }, effects: closed.effects, rows: closed.rows ?? [] };
     // The turn-end says which queued rows wait, so a restart keeps them waiting (see restore).
-    const effects = closed.effects.map((e): Effect =>
-      e.kind === 'append' && e.entry.type === 'turn-end' ? { kind: 'append', entry: { ...e.entry, parkedThrough: after.rows.highest } } : e,
-    );
-    return { state: { ...after, parked: true }, effects, rows: closed.rows ?? [] };
+    const effects = !after.parked
+      ? closed.effects
+      : closed.effects.map((e): Effect =>
+          e.kind === 'append' && e.entry.type === 'turn-end' ? { kind: 'append', entry: { ...e.entry, parkedThrough: after.rows.highest } } : e,
+        );
+    return { state: after, effects, rows: closed.rows ?? [] };
   }
   const effects: Effect[] = [...closed.effects];
   const rows: RowOp[] = [...(closed.rows ?? [])];

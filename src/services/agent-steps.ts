@@ -16,7 +16,7 @@ import type { TokenUsage } from '../domain/model.js';
 import { ServiceError } from '../domain/errors.js';
 import { textBlocks, type Message, type TextBlock, type ToolCall } from '../domain/message.js';
 import type { SessionEntry } from '../domain/session.js';
-import { closeTurn, lapseStep, openTurnFromLog, recordOutput, recordToolResult, releaseStep, reopenTurn, startStep, unansweredCalls, type AgentState, type Transition } from '../domain/turn-machine.js';
+import { closeTurn, heldStep, lapseStep, openTurnFromLog, recordOutput, recordToolResult, releaseStep, reopenTurn, startStep, unansweredCalls, type AgentState, type Transition } from '../domain/turn-machine.js';
 import type { LiveAgent } from './live-agent.js';
 import { RecentSteps } from './recent-steps.js';
 import { StepLease, type LeaseOptions, type LeaseView } from './step-lease.js';
@@ -76,8 +76,7 @@ export class AgentSteps {
 
   /** After every transition: a step no longer held by a claim holds no lease. */
   afterTransition(state: AgentState): void {
-    const turn = state.turn;
-    if (turn.phase !== 'running' || (turn.turn.step.status !== 'claimed' && turn.turn.step.status !== 'awaiting')) this.lease.clear();
+    if (heldStep(state) === undefined) this.lease.clear();
   }
 
   /** Claim the claimable step. Only the dispatcher calls this, so a step is claimed once. */
@@ -95,11 +94,7 @@ export class AgentSteps {
   /** Renew the lease `attempt` holds on the open step; returns it. */
   heartbeat(stepId: string, attempt: number): LeaseView {
     this.checkFence(stepId, attempt);
-    const turn = this.host.state().turn;
-    const step = turn.phase === 'running' && turn.turn.step.id === stepId ? turn.turn.step : undefined;
-    if (step === undefined || (step.status !== 'claimed' && step.status !== 'awaiting')) {
-      throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not held by a claim: it has ended`);
-    }
+    if (heldStep(this.host.state())?.id !== stepId) throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not held by a claim: it has ended`);
     return this.lease.renew(stepId, attempt);
   }
 
@@ -141,8 +136,7 @@ export class AgentSteps {
     if (step === null) return;
     // Its id is this incarnation's to fence from now on: an older attempt is refused (409), not unknown (404).
     this.recent.remember(step.id);
-    if (step.status !== 'awaiting') return;
-    for (const message of this.standIns('the service restarted')) this.host.apply(recordToolResult(this.host.state(), step.id, message, this.host.now()));
+    if (step.status === 'awaiting') this.answerWithStandIns(step.id, 'the service restarted');
   }
 
   /** A service-owned tool call of the open step runs until the returned release: its lease holds meanwhile. */
@@ -216,8 +210,13 @@ export class AgentSteps {
       this.host.apply(lapseStep(this.host.state(), stepId, attempt));
     } else if (step.status === 'awaiting') {
       this.recent.endEarly(stepId, `the lease of step "${stepId}" expired before its tool results arrived; the turn went on without them`);
-      for (const message of this.standIns(`the lease of step "${stepId}" expired`)) this.host.apply(recordToolResult(this.host.state(), stepId, message, this.host.now()));
+      this.answerWithStandIns(stepId, `the lease of step "${stepId}" expired`);
     }
+  }
+
+  /** Record a stand-in result (standIns) for every call the open step still awaits: the step is then ready. */
+  private answerWithStandIns(stepId: string, why: string): void {
+    for (const message of this.standIns(why)) this.host.apply(recordToolResult(this.host.state(), stepId, message, this.host.now()));
   }
 
   /** Error results for the calls the open step still awaits, saying why none was recorded. */

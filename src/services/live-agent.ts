@@ -262,8 +262,6 @@ export class LiveAgent {
     return true;
   }
 
-  /** Record one tool result (service-owned or the backend's). */
-
   /** Start disposal: a synchronous cutoff; cancels the open turn and discards queued work. */
   dispose(): void {
     this.beginDisposal();

@@ -52,11 +52,6 @@ export class StepLease {
     return this.grant(stepId, attempt);
   }
 
-  /** The lease held now, if any. */
-  view(): LeaseView | undefined {
-    return this.held === undefined ? undefined : { attempt: this.held.attempt, expiresAt: isoTime(this.held.expiresAt) };
-  }
-
   /** The step is no longer held (answered, its turn ended, the agent stopped). */
   clear(): void {
     if (this.held === undefined) return;

@@ -39,7 +39,7 @@ export class Interrupts {
     if (!this.descendsFrom(target, caller)) {
       throw new ServiceError('UNAUTHORIZED', `subagent "${targetId}" is not a live descendant of agent "${caller.id}"`);
     }
-    if (target.header.mode === 'one-shot' || target.disposing) return false;
+    if (target.header.mode === 'one-shot') return false;
     const done = this.interruptOne(target, true);
     this.deps.observe?.('tool', done ? 1 : 0);
     return done;

@@ -10,6 +10,7 @@
  */
 import type { AgentCredential, ModelOutput, OutputResult, Step, ToolResultInput } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
+import type { ToolCall } from '../../domain/message.js';
 import { renderMessages, renderTools, type ToolSchema } from '../../domain/step-render.js';
 import type { AdmissionGate } from '../agents/admission-gate.js';
 import type { AgentAuthority } from '../agents/authority.js';
@@ -111,13 +112,23 @@ export class StepProtocol {
     if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
     const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), output.usage);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
+    if (calls.length > 0) await this.runCalls(agent, stepId, calls, refused, result);
+    await this.deps.log.durable();
+    return result;
+  }
+
+  /**
+   * Run an output's service-owned calls in order, recording each result, and list the
+   * backend's own calls as awaiting. If the turn is cancelled while a call runs, the rest
+   * are not run and the response says the turn ended.
+   */
+  private async runCalls(agent: LiveAgent, stepId: string, calls: readonly ToolCall[], refused: ReadonlyMap<string, string> | undefined, result: OutputResult): Promise<void> {
     const spawned: AgentCredential[] = [];
     const resumed: AgentCredential[] = [];
     const signal = agent.turnSignal;
     const hold = agent.steps.holdForServiceCall();
     try {
       for (const call of calls) {
-        if (signal.aborted) break;
         const refusal = refused?.get(call.id);
         if (refusal !== undefined) {
           const failed = failedCall(call, new ServiceError('VALIDATION', refusal)).result;
@@ -146,8 +157,6 @@ export class StepProtocol {
     }
     if (spawned.length > 0) result.spawned = spawned;
     if (resumed.length > 0) result.resumed = resumed;
-    await this.deps.log.durable();
-    return result;
   }
 
   async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt = 1): Promise<{ turn: 'open' | 'ended' }> {
