@@ -26,6 +26,7 @@ import {
   type CreatedRoot,
   type Entry,
   type Harness,
+  resumeRoot,
 } from '../fixtures/harness.js';
 import { closeWithTest, once, tempDir } from '../fixtures/cleanup.js';
 import { CrashingStore } from '../fixtures/crashing-store.js';
@@ -82,12 +83,6 @@ async function child(h: Harness, parent: CreatedRoot, prompt = 'child task'): Pr
   if (res.statusCode !== 201) throw new Error(`create child failed: ${res.statusCode} ${res.body}`);
   const body = res.json() as ChildCreated;
   return { id: body.agent.id, token: body.agentToken };
-}
-
-async function resume(h: Harness, id: string): Promise<CreatedRoot> {
-  const res = await h.app.inject({ method: 'POST', url: `/v1/agents/${id}/resume` });
-  if (res.statusCode !== 201) throw new Error(`resume failed: ${res.statusCode} ${res.body}`);
-  return { id, token: (res.json() as { agentToken: string }).agentToken };
 }
 
 async function childIds(h: Harness, parentId: string): Promise<string[]> {
@@ -302,7 +297,7 @@ describe('Idempotency-Key on tool calls', () => {
     expect(failed.statusCode).toBe(409);
     expect((failed.json() as ErrorBody).code).toBe('PARENT_UNAVAILABLE');
 
-    await resume(h, root.id);
+    await resumeRoot(h, root.id);
     const retry = await toolCall(h, c, 'report', { output: 'finding' }, 'k-1');
 
     expect(retry.statusCode).toBe(200);
@@ -558,7 +553,7 @@ describe('durability of keys', () => {
     await h1.close();
 
     const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
-    const root2 = await resume(h2, root1.id);
+    const root2 = await resumeRoot(h2, root1.id);
     const sentAgain = await message(h2, root2.id, 'before restart', 'followup', 'msg-key');
     const conflict = await message(h2, root2.id, 'another body', 'followup', 'msg-key');
     const createdAgain = await createChild(h2, root2, 'research', 'child-key');
@@ -599,7 +594,7 @@ describe('durability of keys', () => {
     await h1.close();
 
     const h2 = await startHarness({ store });
-    const root2 = await resume(h2, root1.id);
+    const root2 = await resumeRoot(h2, root1.id);
     expect(reportsIn(await session(h2.app, root2.id))).toEqual([]);
     const woke = await message(h2, c1.id, 'go on', 'followup', undefined, root2.token);
     const c2 = { id: c1.id, token: (woke.json() as MessageAccepted).resumed?.agentToken ?? '' };
@@ -619,7 +614,7 @@ describe('durability of keys', () => {
     await h1.close();
 
     const h2 = await startHarness({ store });
-    const root2 = await resume(h2, root1.id);
+    const root2 = await resumeRoot(h2, root1.id);
     const retry = await toolCall(h2, root2, 'spawn_subagent', { prompt: 'look around' }, 'k-1');
 
     expect(retry.statusCode).toBe(200);
@@ -636,7 +631,7 @@ describe('durability of keys', () => {
     await h1.close();
 
     const h2 = await startHarness({ store });
-    const root2 = await resume(h2, root1.id);
+    const root2 = await resumeRoot(h2, root1.id);
     expect(await childIds(h2, root2.id)).toEqual([]);
     const retry = await createChild(h2, root2, 'research', 'k-1');
 

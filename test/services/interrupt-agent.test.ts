@@ -7,7 +7,7 @@
  * queued work stays parked until the next waking delivery, then runs in order.
  */
 import { describe, expect, it } from 'vitest';
-import { claimStep, nextStep, rootMidTurn, startChild, type Child } from '../fixtures/forest.js';
+import { type Child, claimStep, finishTurn, rootMidTurn, startChild } from '../fixtures/forest.js';
 import { claim, createRoot, postOutput, session, settle, shape, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 import type { EntryBody } from '../../src/domain/session.js';
 import {
@@ -36,12 +36,6 @@ async function interruptAs(h: Harness, caller: CreatedRoot, targetId: string): P
 
 function unauthorized(message: string) {
   return { status: 403, error: { statusCode: 403, code: 'UNAUTHORIZED', error: 'Forbidden', message, toolResult: { isError: true, content: `Error: ${message}` } } };
-}
-
-/** Runs the agent's open turn to its end (one step, a text answer). */
-async function finishTurn(h: Harness, agent: CreatedRoot): Promise<void> {
-  const step = await nextStep(h, agent);
-  expect((await postOutput(h.app, agent, step.id, { content: 'done' })).json()).toMatchObject({ turn: 'ended' });
 }
 
 describe('interrupt_agent answers', () => {

@@ -12,7 +12,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { EntryBody } from '../../src/domain/session.js';
-import { claimStep, nextStep, rootMidTurn, startChild } from '../fixtures/forest.js';
+import { claimStep, finishTurn, rootMidTurn, startChild } from '../fixtures/forest.js';
 import { claim, createRoot, postOutput, send, session, settle, shape, startHarness, until, type CreatedRoot, type Entry, type Harness } from '../fixtures/harness.js';
 import {
   appended,
@@ -37,11 +37,6 @@ function expectWhole(entries: readonly Entry[], who: string): void {
   for (const e of entries) if (e.type === 'turn-end') ends.set(e.turnId ?? '', (ends.get(e.turnId ?? '') ?? 0) + 1);
   for (const e of entries) if (e.type === 'turn-start') expect(ends.get(e.turnId ?? ''), `${who}: turn ${e.turnId ?? ''} ends once`).toBe(1);
   for (const call of callsAndResults(entries)) expect(call.result, `${who}: call ${call.id} has a result`).toBeDefined();
-}
-
-async function finishTurn(h: Harness, agent: CreatedRoot): Promise<void> {
-  const step = await nextStep(h, agent);
-  expect((await postOutput(h.app, agent, step.id, { content: 'done' })).json()).toMatchObject({ turn: 'ended' });
 }
 
 describe('an interrupt between a claim and its output', () => {

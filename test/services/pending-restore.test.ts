@@ -5,12 +5,10 @@
  * stores; a disposed agent's queued items are discarded for good. Two harnesses over one store
  * stand for two processes.
  */
-import { join } from 'node:path';
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
 import type { SessionStore } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
-import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import {
   claim,
   createRoot,
@@ -18,13 +16,14 @@ import {
   send,
   session,
   shape,
+  resumeRoot,
   startHarness,
   type ClaimedStep,
   type CreatedRoot,
   type Entry,
   type Harness,
 } from '../fixtures/harness.js';
-import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
+import { DISKS, sqliteDisk } from '../fixtures/disks.js';
 import { CrashingStore } from '../fixtures/crashing-store.js';
 
 interface Accepted {
@@ -32,35 +31,6 @@ interface Accepted {
   inboxItemId?: string;
   resumed?: { agentToken: string };
 }
-
-/** Where sessions live between "processes": one memory store, or one SQLite file reopened. */
-interface Disk {
-  open(): SessionStore;
-}
-
-
-function memoryDisk(): Disk {
-  const store = new MemorySessionStore();
-  return { open: () => store };
-}
-
-function sqliteDisk(): Disk {
-  const dir = tempDir('agentforest-restore-');
-  const path = join(dir, 'agentforest.db');
-  return {
-    open: () => {
-      const store = new SqliteSessionStore({ path });
-      closeWithTest(() => store.close());
-      return store;
-    },
-  };
-}
-
-const DISKS: [string, () => Disk][] = [
-  ['memory', memoryDisk],
-  ['sqlite', sqliteDisk],
-];
-
 
 function start(store: SessionStore): Promise<Harness> {
   return startHarness({ store });
@@ -97,12 +67,6 @@ async function childOf(h: Harness, parent: CreatedRoot, prompt: string): Promise
   if (res.statusCode !== 201) throw new Error(`create child failed: ${res.statusCode} ${res.body}`);
   const body = res.json() as { agent: { id: string }; agentToken: string };
   return { id: body.agent.id, token: body.agentToken };
-}
-
-async function resume(h: Harness, id: string): Promise<CreatedRoot> {
-  const res = await h.app.inject({ method: 'POST', url: `/v1/agents/${id}/resume` });
-  if (res.statusCode !== 201) throw new Error(`resume failed: ${res.statusCode} ${res.body}`);
-  return { id, token: (res.json() as { agentToken: string }).agentToken };
 }
 
 async function step(h: Harness, agent: CreatedRoot): Promise<ClaimedStep> {
@@ -154,7 +118,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     const stopped = await session(h2.app, root.id);
     expect(shape(stopped)).toEqual(['turn-start', 'user:P', 'step-start', 'turn-end:cancelled']);
 
-    const resumed = await resume(h2, root.id);
+    const resumed = await resumeRoot(h2, root.id);
     expect(await runTurn(h2, resumed)).toBe('F1');
     expect(await runTurn(h2, resumed)).toBe('F2');
     expect(await claim(h2.app, resumed)).toBeNull();
@@ -183,7 +147,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
 
     const h2 = await start(disk.open());
     expect(await receiptState(h2, staged.messageId)).toBe('appended');
-    const resumed = await resume(h2, root.id);
+    const resumed = await resumeRoot(h2, root.id);
     expect(await runTurn(h2, resumed)).toBe('F1');
 
     const entries = await session(h2.app, root.id);
@@ -204,7 +168,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     await h1.close();
 
     const h2 = await start(disk.open());
-    const resumed = await resume(h2, root.id);
+    const resumed = await resumeRoot(h2, root.id);
 
     expect(await runTurn(h2, resumed)).toBe('ST');
     expect(await runTurn(h2, resumed)).toBe('F1');
@@ -231,7 +195,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     expect(shape(crashed)).toEqual(['turn-start', 'user:P', 'step-start']);
     expect(await Promise.all([staged, f1, f2].map((m) => receiptState(h2, m.messageId)))).toEqual(['staged', 'queued', 'queued']);
 
-    const resumed = await resume(h2, root.id);
+    const resumed = await resumeRoot(h2, root.id);
     // Nothing is written at resume: the open step is claimable again, the staged context waits for it.
     expect(await session(h2.app, root.id)).toHaveLength(crashed.length);
     const again = await step(h2, resumed);
@@ -266,13 +230,13 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     await crash(h1, crashing);
 
     const h2 = await start(disk.open());
-    await resume(h2, root.id);
+    await resumeRoot(h2, root.id);
     expect(withId(await session(h2.app, root.id), staged.messageId)).toHaveLength(0);
     expect(await receiptState(h2, staged.messageId)).toBe('staged');
     await h2.close();
 
     const h3 = await start(disk.open());
-    await resume(h3, root.id);
+    await resumeRoot(h3, root.id);
     const entries = await session(h3.app, root.id);
     expect(withId(entries, staged.messageId)).toHaveLength(1);
     expect(shape(entries).slice(-2)).toEqual(['turn-end:cancelled', 'user:S']);
@@ -292,7 +256,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     await h1.close();
 
     const h2 = await start(disk.open());
-    const resumed = await resume(h2, root.id);
+    const resumed = await resumeRoot(h2, root.id);
     expect(await receiptState(h2, q1.messageId)).toBe('queued');
     expect(await claim(h2.app, resumed)).toBeNull();
     expect(turnStarts(await session(h2.app, root.id))).toHaveLength(1);
@@ -315,7 +279,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
 
     const h2 = await start(disk.open());
     expect(await Promise.all([staged, f1, f2].map((m) => receiptState(h2, m.messageId)))).toEqual(['appended', 'queued', 'queued']);
-    const parent = await resume(h2, root.id);
+    const parent = await resumeRoot(h2, root.id);
     const woke = accepted(await messageTo(h2, child.id, parent, 'N'));
     const resumed = { id: child.id, token: woke.resumed?.agentToken ?? '' };
 
@@ -346,7 +310,7 @@ describe.each(DISKS)('pending work across a restart on the %s store', (_kind, ma
     const h2 = await start(disk.open());
     expect(await Promise.all([staged, f1].map((m) => receiptState(h2, m.messageId)))).toEqual(['staged', 'queued']);
     const crashed = await session(h2.app, child.id);
-    const parent = await resume(h2, root.id);
+    const parent = await resumeRoot(h2, root.id);
     const woke = accepted(await messageTo(h2, child.id, parent, 'N'));
     const resumed = { id: child.id, token: woke.resumed?.agentToken ?? '' };
 
@@ -378,13 +342,13 @@ describe('disposal discards queued work', () => {
     expect(res.statusCode).toBe(202);
     expect(await receiptState(h1, queued.messageId)).toBe(404);
     expect(await receiptState(h1, staged.messageId)).toBe('appended');
-    const again = await resume(h1, root.id);
+    const again = await resumeRoot(h1, root.id);
     expect(await claim(h1.app, again)).toBeNull();
     await h1.close();
 
     const h2 = await start(disk.open());
     expect(await receiptState(h2, queued.messageId)).toBe(404);
-    const later = await resume(h2, root.id);
+    const later = await resumeRoot(h2, root.id);
     expect(await claim(h2.app, later)).toBeNull();
     expect(withId(await session(h2.app, root.id), queued.messageId)).toEqual([]);
   });

@@ -5,58 +5,21 @@
  * again one attempt later, fenced like any lapsed step. Two harnesses over one store stand for
  * two processes.
  */
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { SessionStore } from '../../src/services/session-store.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
-import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
-import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
+import { DISKS, type Disk } from '../fixtures/disks.js';
+import { nextStep } from '../fixtures/forest.js';
 import { CrashingStore } from '../fixtures/crashing-store.js';
-import { claim, createRoot, postOutput, postResults, send, session, shape, startHarness, type CreatedRoot, type Harness } from '../fixtures/harness.js';
+import { createRoot, postOutput, postResults, resumeRoot, send, session, shape, startHarness, type Harness } from '../fixtures/harness.js';
 import { expectConflict, untilLapsed } from '../fixtures/leases.js';
-
-/** Where sessions live between "processes": one memory store, or one SQLite file reopened. */
-type Disk = () => SessionStore;
-
-function memoryDisk(): Disk {
-  const store = new MemorySessionStore();
-  return () => store;
-}
-
-function sqliteDisk(): Disk {
-  const path = join(tempDir('agentforest-lease-restart-'), 'agentforest.db');
-  return () => {
-    const store = new SqliteSessionStore({ path });
-    closeWithTest(() => store.close());
-    return store;
-  };
-}
-
-const DISKS: [string, () => Disk][] = [
-  ['memory', memoryDisk],
-  ['sqlite', sqliteDisk],
-];
 
 /** Runs `run` in a "process" over `disk` that then crashes: nothing it writes afterwards lands. */
 async function crashAfter(disk: Disk, run: (h: Harness) => Promise<void>, leaseMs = 60_000): Promise<void> {
-  const crashing = new CrashingStore(disk());
+  const crashing = new CrashingStore(disk.open());
   const h = await startHarness({ store: crashing, lease: { leaseMs } });
   await run(h);
   crashing.crash();
   await h.close();
   await crashing.inner.close();
-}
-
-async function resume(h: Harness, id: string): Promise<CreatedRoot> {
-  const res = await h.app.inject({ method: 'POST', url: `/v1/agents/${id}/resume` });
-  if (res.statusCode !== 201) throw new Error(`resume failed: ${res.statusCode} ${res.body}`);
-  return { id, token: (res.json() as { agentToken: string }).agentToken };
-}
-
-async function claimed(h: Harness, agent: CreatedRoot) {
-  const step = await claim(h.app, agent, 2_000);
-  if (step === null) throw new Error(`no step for ${agent.id}`);
-  return step;
 }
 
 describe.each(DISKS)('step leases across a crash (%s store)', (_name, makeDisk) => {
@@ -66,22 +29,22 @@ describe.each(DISKS)('step leases across a crash (%s store)', (_name, makeDisk) 
     await crashAfter(disk, async (h) => {
       const root = await createRoot(h.app, { id: 'r' });
       await send(h.app, 'r', 'go');
-      const step = await claimed(h, root);
+      const step = await nextStep(h, root);
       stepId = step.id;
       const calls = [{ id: 'c1', name: 'lookup', input: {} }, { id: 'c2', name: 'lookup', input: {} }];
       expect((await postOutput(h.app, root, step.id, { content: 'looking', toolCalls: calls })).statusCode).toBe(200);
       expect((await postResults(h.app, root, step.id, [{ toolCallId: 'c1', content: 'one' }])).statusCode).toBe(200);
     });
 
-    const h = await startHarness({ store: disk() });
+    const h = await startHarness({ store: disk.open() });
     expect(shape(await session(h.app, 'r'))).toEqual(['turn-start', 'user:go', 'step-start', 'assistant:looking', 'tool:one']);
-    const resumed = await resume(h, 'r');
+    const resumed = await resumeRoot(h, 'r');
     const standIn = "Error: the service restarted before this tool call's result was recorded; the call may have taken effect";
     const atResume = await session(h.app, 'r');
     expect(shape(atResume).slice(5)).toEqual([`tool:${standIn}`]);
     expect(atResume[5]).toMatchObject({ role: 'tool', toolCallId: 'c2', isError: true });
 
-    const next = await claimed(h, resumed);
+    const next = await nextStep(h, resumed);
     expect(next).toMatchObject({ index: 1, lease: { attempt: 1 } });
     expect(next.id).not.toBe(stepId);
     expect(next.messages.filter((m) => m.role === 'tool')).toMatchObject([{ tool_call_id: 'c1', content: 'one' }, { tool_call_id: 'c2', content: standIn }]);
@@ -96,16 +59,16 @@ describe.each(DISKS)('step leases across a crash (%s store)', (_name, makeDisk) 
     await crashAfter(disk, async (h) => {
       const root = await createRoot(h.app, { id: 'r' });
       await send(h.app, 'r', 'go');
-      stepId = (await claimed(h, root)).id;
+      stepId = (await nextStep(h, root)).id;
       await untilLapsed(h, 'r', 1);
-      expect((await claimed(h, root)).lease.attempt).toBe(2);
+      expect((await nextStep(h, root)).lease.attempt).toBe(2);
     }, 200);
 
-    const h = await startHarness({ store: disk(), lease: { leaseMs: 60_000 } });
-    const resumed = await resume(h, 'r');
+    const h = await startHarness({ store: disk.open(), lease: { leaseMs: 60_000 } });
+    const resumed = await resumeRoot(h, 'r');
     // Before the re-claim the next attempt is named, as for any lapsed step.
     expectConflict(await postOutput(h.app, resumed, stepId, { content: 'from attempt 2' }, 2), `the lease of step "${stepId}" expired; attempt 3 holds it`);
-    const again = await claimed(h, resumed);
+    const again = await nextStep(h, resumed);
     expect(again).toMatchObject({ id: stepId, index: 0, lease: { attempt: 3 } });
     expectConflict(await postOutput(h.app, resumed, stepId, { content: 'from attempt 2' }, 2), `the lease of step "${stepId}" expired; attempt 3 holds it`);
     expect((await postOutput(h.app, resumed, stepId, { content: 'from attempt 3' }, 3)).json()).toMatchObject({ turn: 'ended' });
