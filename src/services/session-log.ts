@@ -184,22 +184,18 @@ export class SessionLog {
   }
 
   /**
-   * The entries of the turn a session left open, from its turn-start on (empty when its last
-   * turn was closed): what a process that stopped without closing it left behind.
+   * How a session's last turn was left, read from its last turn boundary: `open`, the entries
+   * of a turn a stopped process did not close, from its turn-start on (empty when the last turn
+   * was closed); `parkedThrough`, when the last turn ended with an interrupt that parked queued
+   * messages (see turn-machine.ts `interrupt`).
    */
-  async openTurnEntries(id: string): Promise<SessionEntry[]> {
+  async lastTurn(id: string): Promise<{ open: SessionEntry[]; parkedThrough: number | undefined }> {
     await this.durable();
     const boundary = await this.store.lastTurnBoundary(id);
-    return boundary?.type === 'turn-start' ? this.store.read(id, boundary.seq - 1) : [];
-  }
-
-  /** When the session's last turn ended parked by an interrupt: the turn-end's `parkedThrough`. */
-  async parkedThrough(id: string): Promise<number | undefined> {
-    await this.durable();
-    const boundary = await this.store.lastTurnBoundary(id);
-    if (boundary?.type !== 'turn-end') return undefined;
+    if (boundary === undefined) return { open: [], parkedThrough: undefined };
+    if (boundary.type === 'turn-start') return { open: await this.store.read(id, boundary.seq - 1), parkedThrough: undefined };
     const [end] = await this.store.read(id, boundary.seq - 1, 1);
-    return end?.type === 'turn-end' ? end.parkedThrough : undefined;
+    return { open: [], parkedThrough: end?.type === 'turn-end' ? end.parkedThrough : undefined };
   }
 
   /** Entries after `after` (committed first, so reads see every acknowledged write). */

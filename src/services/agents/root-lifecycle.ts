@@ -91,8 +91,7 @@ export class RootLifecycle {
       // The lease first: from here on a previous owner's writes are refused, so what is read
       // next is the forest's final state.
       await this.deps.ownership?.acquire(id);
-      const openTurn = await this.deps.log.openTurnEntries(id);
-      const parkedThrough = await this.deps.log.parkedThrough(id);
+      const lastTurn = await this.deps.log.lastTurn(id);
       const pending = await this.deps.log.store.pending(id);
       await this.deps.log.loadForest(id);
       await this.deps.manager.noteContinuableChildren(id);
@@ -101,8 +100,8 @@ export class RootLifecycle {
       const agent = this.publishRoot(summary.header);
       // The turn it left open (the process stopped without closing it) goes on; then what the
       // previous incarnation accepted but had not logged: queued turns, staged context.
-      agent.steps.reopenTurn(openTurn);
-      agent.restorePending(pending, parkedThrough);
+      agent.steps.reopenTurn(lastTurn.open);
+      agent.restorePending(pending, lastTurn.parkedThrough);
       try {
         await this.deps.log.durable();
       } catch (error) {

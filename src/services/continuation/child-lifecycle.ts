@@ -165,8 +165,7 @@ export class ChildLifecycle {
     if (mark?.event === 'closed') throw new ServiceError('NOT_RESUMABLE', `subagent "${id}" was closed and cannot be resumed`);
     const scope = new AgentScope();
     const setup = this.deps.setup.apply(scope);
-    let openTurn: SessionEntry[] = [];
-    let parkedThrough: number | undefined;
+    let lastTurn: { open: SessionEntry[]; parkedThrough: number | undefined } = { open: [], parkedThrough: undefined };
     let pending: PendingRow[] = [];
     return this.publishAfterWindow(
       scope,
@@ -174,8 +173,7 @@ export class ChildLifecycle {
       async () => {
         pending = await this.deps.log.store.pending(id);
         await this.deps.log.loadForest(header.rootSession ?? id);
-        openTurn = await this.deps.log.openTurnEntries(id);
-        parkedThrough = await this.deps.log.parkedThrough(id);
+        lastTurn = await this.deps.log.lastTurn(id);
         await this.noteContinuableChildren(id);
       },
       () => {
@@ -188,8 +186,8 @@ export class ChildLifecycle {
         const child = this.publish(summary.header, scope, 'resumed', true);
         this.deps.observer?.coldResumed();
         // A turn the process stopped in goes on (its open step claimable again), then what it had accepted.
-        child.steps.reopenTurn(openTurn);
-        child.restorePending(pending, parkedThrough);
+        child.steps.reopenTurn(lastTurn.open);
+        child.restorePending(pending, lastTurn.parkedThrough);
         return then(child);
       },
     );
