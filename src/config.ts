@@ -8,6 +8,7 @@ import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from './dom
 import { DEFAULT_LEASE } from './services/step-lease.js';
 import { DEFAULT_DRIVER_OPTIONS } from './services/driver/model-driver.js';
 import { parseBaseUrl } from './services/driver/model-policy.js';
+import { DEFAULT_STEP_CACHE_BYTES } from './services/steps/step-cache.js';
 import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
@@ -45,6 +46,7 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_WAKEUP_COALESCING: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off', description: '`on`: a wakeup report joins the parent\'s queued wakeup turn instead of queueing a turn of its own.' }),
   AGENTFOREST_STEP_LEASE_MS: Type.Integer({ default: DEFAULT_LEASE.leaseMs, minimum: 100, maximum: 86_400_000, description: 'How long a claimed step is held without a heartbeat or an output; then it is claimable again as the next attempt.' }),
   AGENTFOREST_STEP_MAX_ATTEMPTS: Type.Integer({ default: DEFAULT_LEASE.maxAttempts, minimum: 1, maximum: 100, description: 'Claims a step may have; when the lease of the last one expires too, its turn ends `failed`.' }),
+  AGENTFOREST_STEP_CACHE_MB: Type.Integer({ default: DEFAULT_STEP_CACHE_BYTES / 2 ** 20, minimum: 0, description: "What the rendered conversations of full-form steps may hold in memory, over all agents (MiB); past it the least recently stepped agent's is dropped and rebuilt from the store when needed. 0 keeps none." }),
   AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100, maximum: 3_600_000, description: 'Built-in model driver: the deadline of one step, retries and backoff included.' }),
   AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20, description: 'Built-in model driver: retries after a 429, a 5xx or a connection failure.' }),
   AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1, description: 'Built-in model driver: model requests in flight at once, over all agents.' }),
@@ -89,6 +91,8 @@ export interface Config {
   maxEventLoopDelayMs: Env['AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS'];
   /** Wakeup reports join the parent's queued wakeup turn instead of queueing one each. */
   coalesceWakeups: boolean;
+  /** The step cache's bound, in bytes. */
+  stepCacheBytes: number;
   /** Step leases: their length and how many claims a step may have. */
   lease: { leaseMs: Env['AGENTFOREST_STEP_LEASE_MS']; maxAttempts: Env['AGENTFOREST_STEP_MAX_ATTEMPTS'] };
   /** The built-in model driver: per-step timeout (retries included), retries, requests in flight. */
@@ -183,6 +187,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     rateLimit: { max: converted.AGENTFOREST_RATE_LIMIT, windowMs: converted.AGENTFOREST_RATE_LIMIT_WINDOW_MS },
     maxEventLoopDelayMs: converted.AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS,
     coalesceWakeups: converted.AGENTFOREST_WAKEUP_COALESCING === 'on',
+    stepCacheBytes: converted.AGENTFOREST_STEP_CACHE_MB * 2 ** 20,
     lease: { leaseMs: converted.AGENTFOREST_STEP_LEASE_MS, maxAttempts: converted.AGENTFOREST_STEP_MAX_ATTEMPTS },
     driver: {
       timeoutMs: converted.AGENTFOREST_MODEL_TIMEOUT_MS,

@@ -42,6 +42,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     idempotencyTtlMs: config.idempotencyTtlMs,
     limits: config.limits,
     coalesceWakeups: config.coalesceWakeups,
+    stepCacheBytes: config.stepCacheBytes,
     lease: config.lease,
     driver: config.driver,
     modelPolicy: config.modelPolicy,

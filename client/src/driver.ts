@@ -226,7 +226,7 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
     try {
       let reply: ModelReply;
       try {
-        reply = await model(step.messages, [...step.tools, ...(options.toolSchemas ?? [])], { agentId, step, ...withSignal });
+        reply = await model(step.messages ?? [], [...step.tools, ...(options.toolSchemas ?? [])], { agentId, step, ...withSignal });
       } catch (error) {
         if (aborted()) return { ...done, stoppedBy: 'aborted', abandonedStepId: step.id };
         throw error;

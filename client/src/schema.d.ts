@@ -231,7 +231,7 @@ export interface paths {
         put?: never;
         /**
          * Claim this agent's next model request
-         * @description Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0.
+         * @description Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0. With `since` (the id of this agent's earlier step whose messages the caller holds), the step carries `messagesSince` instead of `messages`.
          */
         post: operations["claimStep"];
         delete?: never;
@@ -251,7 +251,7 @@ export interface paths {
         put?: never;
         /**
          * Claim any agent's next step (worker pool)
-         * @description FIFO by when each step became claimable; `rootId` keeps to one forest. Each step is claimed by exactly one caller. The response carries the agent token for the step protocol calls that follow.
+         * @description FIFO by when each step became claimable; `rootId` keeps to one forest. Each step is claimed by exactly one caller. The response carries the agent token for the step protocol calls that follow. `since` works as for one agent's claim, when it names a step of the agent claimed.
          */
         post: operations["claimAnyStep"];
         delete?: never;
@@ -314,6 +314,26 @@ export interface paths {
          * @description Once every call of the step has a result, the next step is claimable. A request naming any call the step does not await changes nothing.
          */
         post: operations["postToolResults"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{id}/compactions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Summarise an agent's conversation so far
+         * @description Writes a compaction entry: later steps start with the instructions and one user message carrying `summary`, then only what follows `throughSeq`. Taken between steps (none claimed or awaiting tool results). The session keeps every entry. A live agent needs its token; a session that is not resident (a settled child) is compacted by the operator alone.
+         */
+        post: operations["postCompaction"];
         delete?: never;
         options?: never;
         head?: never;
@@ -588,8 +608,20 @@ export interface components {
             activationId: string;
             event: "created" | "resumed" | "settled" | "closed";
         };
+        /** @description The conversation through `throughSeq` was summarised: steps after this entry start with the instructions and one message carrying `summary`, then only what follows `throughSeq`. The summarised entries stay in the log. */
+        CompactionEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "compaction";
+            summary: string;
+            /** @description The last seq the summary stands for. */
+            throughSeq: number;
+            usage?: components["schemas"]["TokenUsage"];
+        };
         /** @description One durable log entry; `type` says which. */
-        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"];
+        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"];
         /** @description The session's immutable header. */
         SessionHeader: {
             version: number;
@@ -672,11 +704,17 @@ export interface components {
             id: string;
             turnId: string;
             index: number;
-            /** @description OpenAI chat-completions messages. */
-            messages: components["schemas"]["ChatMessage"][];
+            /** @description The whole conversation as OpenAI chat-completions messages. Absent when the claim named `since` and `messagesSince` is given instead. */
+            messages?: components["schemas"]["ChatMessage"][];
+            /** @description Delta form, for a claim with `since`: only the messages after that step's; the conversation is that step's messages followed by these. */
+            messagesSince?: components["schemas"]["ChatMessage"][];
             /** @description The service-owned tools, in the chat-completions function shape. */
             tools: components["schemas"]["ChatTool"][];
             lease: components["schemas"]["StepLease"];
+            /** @description About how many tokens the step's messages and tools take: their JSON's UTF-8 bytes over 4, rounded up. */
+            estimatedTokens: number;
+            /** @description The digest of the whole conversation (every message, in delta form too), so a backend can check its copy: SHA-256 chained over each message's compact JSON text (keys in the order sent), `d = hex(sha256(d + json))` from the empty string. */
+            prefixDigest: string;
         };
         /** @description The result of a service-owned tool call, already run. */
         ToolResult: {
@@ -770,6 +808,18 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
                     code?: "AGENT_EXISTS" | "NOT_RESUMABLE";
+                };
+            };
+        };
+        /** @description Conflict: AGENT_EXISTS, NOT_RESUMABLE, STEP_CONFLICT */
+        AgentExistsOrNotResumableOrStepConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_EXISTS" | "NOT_RESUMABLE" | "STEP_CONFLICT";
                 };
             };
         };
@@ -1676,6 +1726,8 @@ export interface operations {
                      * @default 0
                      */
                     waitMs?: number;
+                    /** @description Delta steps: the id of the agent's earlier step whose messages the caller holds. The step then carries `messagesSince` (the messages after that step's) instead of `messages`. An unknown step, a step of another agent, or a compaction since that step gives the full `messages`. */
+                    since?: string;
                 };
             };
         };
@@ -1728,6 +1780,8 @@ export interface operations {
                     waitMs?: number;
                     /** @description An agent (and session) id. */
                     rootId?: string;
+                    /** @description Delta steps: the id of the agent's earlier step whose messages the caller holds. The step then carries `messagesSince` (the messages after that step's) instead of `messages`. An unknown step, a step of another agent, or a compaction since that step gives the full `messages`. */
+                    since?: string;
                 };
             };
         };
@@ -1906,6 +1960,60 @@ export interface operations {
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFoundOrStepNotFound"];
             409: components["responses"]["StepConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    postCompaction: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Stands for the conversation through throughSeq in every later step. */
+                    summary: string;
+                    /** @description The last seq the summary stands for (absent: the session's last entry). Past the previous compaction's, within the log, and never between a tool call and its result. */
+                    throughSeq?: number;
+                    usage?: components["schemas"]["TokenUsage"];
+                };
+            };
+        };
+        responses: {
+            /** @description The conversation through `throughSeq` was summarised: steps after this entry start with the instructions and one message carrying `summary`, then only what follows `throughSeq`. The summarised entries stay in the log. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        seq: number;
+                        /** Format: date-time */
+                        at: string;
+                        /** @enum {string} */
+                        type: "compaction";
+                        summary: string;
+                        /** @description The last seq the summary stands for. */
+                        throughSeq: number;
+                        usage?: components["schemas"]["TokenUsage"];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFound"];
+            409: components["responses"]["AgentExistsOrNotResumableOrStepConflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];

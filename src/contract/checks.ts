@@ -11,7 +11,7 @@ import type { MessageSource as DomainMessageSource, TextBlock as DomainTextBlock
 import type { ModelSpec as DomainModelSpec, TokenUsage as DomainTokenUsage } from '../domain/model.js';
 import type { SessionEntry as DomainSessionEntry, SessionHeader as DomainSessionHeader } from '../domain/session.js';
 import type { ModelSpec, TextBlock, TokenUsage } from './common.js';
-import type { ActivationEntry, MessageEntry, MessageSource, SessionEntry, SessionHeader, StepStartEntry, ToolCall, TurnEndEntry, TurnStartEntry } from './sessions.js';
+import type { ActivationEntry, CompactionEntry, MessageEntry, MessageSource, SessionEntry, SessionHeader, StepStartEntry, ToolCall, TurnEndEntry, TurnStartEntry } from './sessions.js';
 import type { ChatMessage, ChatTool } from './steps.js';
 
 /** True when A and B are the same type (not merely assignable both ways). */
@@ -35,6 +35,7 @@ export type ContractChecks = [
   Assert<Equals<Static<typeof StepStartEntry>, EntryOf<'step-start'>>>,
   Assert<Equals<Static<typeof TurnEndEntry>, EntryOf<'turn-end'>>>,
   Assert<Equals<Static<typeof ActivationEntry>, EntryOf<'activation'>>>,
+  Assert<Equals<Static<typeof CompactionEntry>, EntryOf<'compaction'>>>,
   // The wire's message source is one object with an optional sender; the domain's is a union.
   Assert<Fits<DomainMessageSource, Static<typeof MessageSource>>>,
   Assert<Fits<EntryOf<'message'>, Static<typeof MessageEntry>>>,

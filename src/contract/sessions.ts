@@ -77,11 +77,23 @@ export const ActivationEntry = entry('activation', 'ActivationEntry', "A continu
   event: literals(ACTIVATION_EVENTS),
 });
 
-const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry] as const;
+export const CompactionEntry = entry(
+  'compaction',
+  'CompactionEntry',
+  'The conversation through `throughSeq` was summarised: steps after this entry start with the instructions and one message carrying `summary`, ' +
+    'then only what follows `throughSeq`. The summarised entries stay in the log.',
+  {
+    summary: Type.String(),
+    throughSeq: Type.Integer({ minimum: 1, description: 'The last seq the summary stands for.' }),
+    usage: Type.Optional(ref(TokenUsage)),
+  },
+);
+
+const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry] as const;
 
 export const SessionEntry = shared(
   'SessionEntry',
-  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry)], {
+  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry)], {
     description: 'One durable log entry; `type` says which.',
     discriminator: {
       propertyName: 'type',

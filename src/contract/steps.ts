@@ -63,9 +63,26 @@ export const Step = shared(
       id: Type.String(),
       turnId: Type.String(),
       index: Type.Integer({ minimum: 0 }),
-      messages: Type.Array(ref(ChatMessage), { description: 'OpenAI chat-completions messages.' }),
+      messages: Type.Optional(
+        Type.Array(ref(ChatMessage), {
+          description: 'The whole conversation as OpenAI chat-completions messages. Absent when the claim named `since` and `messagesSince` is given instead.',
+        }),
+      ),
+      messagesSince: Type.Optional(
+        Type.Array(ref(ChatMessage), {
+          description:
+            "Delta form, for a claim with `since`: only the messages after that step's; the conversation is that step's messages followed by these.",
+        }),
+      ),
       tools: Type.Array(ref(ChatTool), { description: 'The service-owned tools, in the chat-completions function shape.' }),
       lease: ref(StepLease),
+      estimatedTokens: Type.Integer({ minimum: 0, description: "About how many tokens the step's messages and tools take: their JSON's UTF-8 bytes over 4, rounded up." }),
+      prefixDigest: Type.String({
+        pattern: '^[0-9a-f]{64}$',
+        description:
+          'The digest of the whole conversation (every message, in delta form too), so a backend can check its copy: SHA-256 chained over ' +
+          "each message's compact JSON text (keys in the order sent), `d = hex(sha256(d + json))` from the empty string.",
+      }),
     },
     { additionalProperties: false, description: 'One model request of a turn.' },
   ),

@@ -38,7 +38,7 @@ export type TurnEndReason = (typeof TURN_END_REASONS)[number];
 export const ACTIVATION_EVENTS = ['created', 'resumed', 'settled', 'closed'] as const;
 export type ActivationEvent = (typeof ACTIVATION_EVENTS)[number];
 
-export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation'] as const;
+export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction'] as const;
 export type EntryType = (typeof ENTRY_TYPES)[number];
 
 /** An entry as the domain produces it; the log assigns `seq`. */
@@ -49,9 +49,16 @@ export type EntryBody =
   | { type: 'step-start'; at: string; turnId: string; stepId: string; index: number; attempt?: number }
   /** `parkedThrough`: an interrupt kept the inbox; queued items up to this pending-row position wait for a waking delivery. */
   | { type: 'turn-end'; at: string; turnId: string; reason: TurnEndReason; error?: string; parkedThrough?: number }
-  | { type: 'activation'; at: string; activationId: string; event: ActivationEvent };
+  | { type: 'activation'; at: string; activationId: string; event: ActivationEvent }
+  /**
+   * Steps rendered after it start with the instructions and `summary`, then only what follows
+   * `throughSeq` (see step-render.ts). The entries it summarises stay in the log.
+   */
+  | { type: 'compaction'; at: string; summary: string; throughSeq: number; usage?: TokenUsage };
 
 export type SessionEntry = EntryBody & { seq: number };
+
+export type CompactionEntry = Extract<SessionEntry, { type: 'compaction' }>;
 
 export interface MessageEntryFields {
   messageId: string;

@@ -15,7 +15,7 @@
 import type { Logger } from 'pino';
 import { isServiceError, ServiceError } from '../domain/errors.js';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
-import { batchIsEmpty, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
+import { batchIsEmpty, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 /**
  * What the waiters of a fenced commit are told. Another instance took over a forest written in
@@ -196,6 +196,17 @@ export class SessionLog {
     if (boundary.type === 'turn-start') return { open: await this.store.read(id, boundary.seq - 1), parkedThrough: undefined };
     const [end] = await this.store.read(id, boundary.seq - 1, 1);
     return { open: [], parkedThrough: end?.type === 'turn-end' ? end.parkedThrough : undefined };
+  }
+
+  /** The latest compaction entry at or before `atOrBefore` (committed first). */
+  async lastCompaction(id: string, atOrBefore: number): Promise<CompactionEntry | undefined> {
+    await this.durable();
+    return this.store.lastCompaction(id, atOrBefore);
+  }
+
+  /** The last seq assigned in an open session (undefined when it is not open). */
+  lastSeq(id: string): number | undefined {
+    return this.sessions.get(id)?.seq;
   }
 
   /** Entries after `after` (committed first, so reads see every acknowledged write). */

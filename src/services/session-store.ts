@@ -6,7 +6,9 @@
  */
 import type { Message, ReceiptState } from '../domain/message.js';
 import type { PendingRowValue } from '../domain/pending-rows.js';
-import type { SessionEntry, SessionHeader } from '../domain/session.js';
+import type { CompactionEntry, SessionEntry, SessionHeader } from '../domain/session.js';
+
+export type { CompactionEntry } from '../domain/session.js';
 
 /** The kinds of pending rows, defined once in the domain (domain/pending-rows.ts). */
 export { PENDING_ROW_KINDS as PENDING_KINDS, type PendingRowKind as PendingKind } from '../domain/pending-rows.js';
@@ -88,6 +90,8 @@ export interface SessionStore {
   read(id: string, after: number, limit?: number): Promise<SessionEntry[]>;
   /** The latest turn-start or turn-end entry, to find a turn left open by a stop. */
   lastTurnBoundary(id: string): Promise<TurnBoundary | undefined>;
+  /** The latest compaction entry at or before `atOrBefore`: where a step's messages start. */
+  lastCompaction(id: string, atOrBefore: number): Promise<CompactionEntry | undefined>;
   /** The latest activation entry: tells a settled child from one closed for good. */
   lastActivation(id: string): Promise<ActivationMark | undefined>;
   /** Sessions whose header names `parentId` as parent, in creation order. */

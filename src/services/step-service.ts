@@ -4,7 +4,9 @@
  *
  * - steps/step-protocol.ts: claiming steps, recording outputs and tool results;
  * - steps/tool-calls.ts: running service-owned tools, `POST /v1/agents/{id}/tool-calls`;
- * - steps/redaction.ts (used by both): no token is ever logged or stored.
+ * - steps/redaction.ts (used by both): no token is ever logged or stored;
+ * - steps/step-cache.ts: each step's messages, rendered from what is new since the last one;
+ * - steps/compactions.ts (built by the system, which wires its lock): compaction entries.
  *
  * Every tool call and result is written to the caller's session.
  */
@@ -19,6 +21,10 @@ import type { SessionLog } from './session-log.js';
 import type { LeaseView } from './step-lease.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { ModelOutput, OutputResult, Step, ToolCallBody, ToolResultInput } from '../contract/index.js';
+import { stepObject, type RenderedStep } from './steps/rendered-step.js';
+import type { StepCache } from './steps/step-cache.js';
+import type { CompactionInput, Compactions } from './steps/compactions.js';
+import type { CompactionEntry } from '../domain/session.js';
 import { StepProtocol } from './steps/step-protocol.js';
 import { ToolCalls, type CallResult } from './steps/tool-calls.js';
 import type { ToolRegistry } from './tool-registry.js';
@@ -33,6 +39,8 @@ export interface StepServiceDeps {
   log: SessionLog;
   logger: Logger;
   idempotency: IdempotencyKeys;
+  cache: StepCache;
+  compactions: Compactions;
   /** Bounds the concurrent long-polls per agent. */
   waiters?: WaiterGate;
 }
@@ -40,11 +48,13 @@ export interface StepServiceDeps {
 export class StepService {
   private readonly calls: ToolCalls;
   private readonly protocol: StepProtocol;
+  private readonly compactions: Compactions;
 
   constructor(deps: StepServiceDeps) {
-    const { authority, gate, dispatcher, tools, log, logger, idempotency, waiters } = deps;
+    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters } = deps;
     this.calls = new ToolCalls({ authority, tools, log, logger, idempotency });
-    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, waiters });
+    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters });
+    this.compactions = deps.compactions;
   }
 
   /** Steps claimed whose output has not arrived: model requests in flight. */
@@ -56,14 +66,14 @@ export class StepService {
     return this.protocol.toolsFor(id, token);
   }
 
-  /** Claim this agent's next step, waiting up to `waitMs`. Null when none (204). */
-  claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal): Promise<Step | null> {
-    return this.protocol.claimStep(id, token, waitMs, signal);
+  /** Claim this agent's next step, waiting up to `waitMs`. Null when none (204). `since`: see StepProtocol.claimStep. */
+  claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal, since?: string): Promise<RenderedStep | null> {
+    return this.protocol.claimStep(id, token, waitMs, signal, since);
   }
 
   /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
-  claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal): Promise<{ agentId: string; agentToken: string; step: Step } | null> {
-    return this.protocol.claimAny(waitMs, rootId, signal);
+  claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal, since?: string): Promise<{ agentId: string; agentToken: string; step: RenderedStep } | null> {
+    return this.protocol.claimAny(waitMs, rootId, signal, since);
   }
 
   /** `attempt`: the fence (X-Step-Attempt, absent 1). */
@@ -94,8 +104,18 @@ export class StepService {
     return this.calls.callTool(id, token, body, signal, idem);
   }
 
-  /** A claimed step as a model request: the log up to its step-start, and the agent's tools. */
-  renderStep(claim: StepClaim): Promise<Step> {
-    return this.protocol.renderStep(claim);
+  /** `POST /v1/agents/{id}/compactions` (steps/compactions.ts). */
+  compact(id: string, token: string | undefined, input: CompactionInput): Promise<CompactionEntry> {
+    return this.compactions.post(id, token, input);
+  }
+
+  /** The built-in driver's compaction inside the step it holds. */
+  compactHeld(agent: LiveAgent, input: CompactionInput, stepId: string): Promise<CompactionEntry> {
+    return this.compactions.compactLive(agent, input, stepId);
+  }
+
+  /** A claimed step as a model request (full form): the log up to its step-start, and the agent's tools. */
+  async renderStep(claim: StepClaim): Promise<Step> {
+    return stepObject(await this.protocol.renderStep(claim));
   }
 }

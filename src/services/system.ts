@@ -37,6 +37,8 @@ import { SessionLog } from './session-log.js';
 import type { SessionStore } from './session-store.js';
 import { StepDispatcher } from './step-dispatcher.js';
 import { DEFAULT_LEASE, type LeaseOptions } from './step-lease.js';
+import { Compactions } from './steps/compactions.js';
+import { DEFAULT_STEP_CACHE_BYTES, StepCache } from './steps/step-cache.js';
 import { Interrupts } from './continuation/interrupts.js';
 import { StepService } from './step-service.js';
 import { MemorySessionStore } from './stores/memory-store.js';
@@ -85,6 +87,8 @@ export interface SystemOptions {
   limits?: Partial<Limits>;
   /** Wakeup reports join the parent's queued wakeup turn (see ContinuationDeps). */
   coalesceWakeups?: boolean;
+  /** The most the step cache may hold of rendered conversations (default DEFAULT_STEP_CACHE_BYTES). */
+  stepCacheBytes?: number;
   /** Step leases (default DEFAULT_LEASE: 5 minutes, 3 attempts). */
   lease?: Partial<LeaseOptions>;
   /** Forest leases, for several instances on one PostgreSQL database (PostgreSQL store only). */
@@ -211,7 +215,10 @@ export function createSystem(options: SystemOptions): System {
   const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
   const agents = new AgentService({ gate, authority, queries, roots, deliveries, log, interrupts });
 
-  const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, waiters });
+  const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
+  events.on('agent-left', (agent) => stepCache.forget(agent));
+  const compactions = new Compactions({ authority, registry, log, clock, manager, ownership });
+  const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, cache: stepCache, compactions, waiters });
   const driver = new ModelDriver(
     { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },

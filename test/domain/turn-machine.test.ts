@@ -69,6 +69,8 @@ function describeEntry(entry: EntryBody): string {
       return `append turn-end ${entry.turnId} ${entry.reason}`;
     case 'activation':
       return `append activation ${entry.activationId} ${entry.event}`;
+    case 'compaction':
+      return `append compaction through ${entry.throughSeq}`;
   }
 }
 

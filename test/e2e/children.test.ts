@@ -141,7 +141,7 @@ describe('children and report over real HTTP', () => {
     // The resumed incarnation runs the followup turn (claimed by the pool with the new token) and settles again.
     const resumedStep = await api.poolClaim();
     expect(resumedStep).toMatchObject({ agentId: child.id, agentToken: newToken });
-    expect(resumedStep.step.messages.at(-1)).toEqual({ role: 'user', content: 'Double-check it.' });
+    expect(resumedStep.step.messages?.at(-1)).toEqual({ role: 'user', content: 'Double-check it.' });
     await api.call('POST', `/v1/agents/${child.id}/steps/${resumedStep.step.id}/output`, { content: 'Still 42.' }, newToken);
     await until(async () => (await api.status(child.id)) === 'settled', 'the resumed child settles again');
 

@@ -150,7 +150,7 @@ describe('the step protocol', () => {
     const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'hello', { instructions: 'You are terse.' });
 
-    expect(Object.keys(step).sort()).toEqual(['id', 'index', 'lease', 'messages', 'tools', 'turnId']);
+    expect(Object.keys(step).sort()).toEqual(['estimatedTokens', 'id', 'index', 'lease', 'messages', 'prefixDigest', 'tools', 'turnId']);
     expect(step.lease).toMatchObject({ attempt: 1 });
     expect(step.index).toBe(0);
     expect(step.messages).toEqual([

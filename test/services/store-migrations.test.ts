@@ -135,8 +135,8 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
 
       openStore(path);
 
-      expect(LATEST_SCHEMA_VERSION).toBe(4);
-      expect(appliedVersions(path)).toEqual([1, 2, 3, 4]);
+      expect(LATEST_SCHEMA_VERSION).toBe(5);
+      expect(appliedVersions(path)).toEqual([1, 2, 3, 4, 5]);
       expect(appliedVersions(path)).toEqual(MIGRATIONS.map((m) => m.version));
       expect(schemaVersionOf(openRaw(path, { readonly: true }))).toBe(LATEST_SCHEMA_VERSION);
       expect(tableNames(path)).toEqual(['entry_marks', 'entry_messages', 'forest_pages', 'idempotency', 'pending', 'schema_migrations', 'session_chunks', 'sessions']);
@@ -351,7 +351,7 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
 
       const store = openStore(path);
 
-      expect(appliedVersions(path)).toEqual([1, 2, 3, 4]);
+      expect(appliedVersions(path)).toEqual([1, 2, 3, 4, 5]);
       expect(tableNames(path)).not.toContain('entries');
       expect(await store.read('r', 0)).toEqual(expected.get('r'));
       expect(await store.read('c', 0)).toEqual(expected.get('c'));

@@ -4,12 +4,15 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { StepService } from '../../services/step-service.js';
+import { stepJson } from '../../services/steps/rendered-step.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { AGENT_SECURITY, AgentIdParams, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   ClaimBody,
   ClaimResult,
+  CompactionBody,
+  CompactionEntry,
   HeartbeatResult,
   OutputBody,
   OutputResult,
@@ -25,6 +28,9 @@ export interface StepRoutesOptions {
   steps: StepService;
 }
 
+/** A step is sent as the JSON the step cache rendered (see services/steps/rendered-step.ts). */
+const JSON_TYPE = 'application/json; charset=utf-8';
+
 const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;
 
 export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { steps }) => {
@@ -33,16 +39,18 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       tags: ['steps'],
       operationId: 'claimStep',
       summary: "Claim this agent's next model request",
-      description: 'Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0.',
+      description:
+        'Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0. ' +
+        "With `since` (the id of this agent's earlier step whose messages the caller holds), the step carries `messagesSince` instead of `messages`.",
       security: AGENT_SECURITY,
       params: AgentIdParams,
       body: ClaimBody,
       response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_CONFLICT', 'AGENT_BUSY', 'DRAINING']) },
     },
   }, async (request, reply) => {
-    const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply));
+    const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply), request.body.since);
     if (step === null) return reply.status(204).send();
-    return { step };
+    return reply.type(JSON_TYPE).send(stepJson(step));
   });
 
   app.post('/v1/steps/next', {
@@ -52,15 +60,15 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       summary: "Claim any agent's next step (worker pool)",
       description:
         'FIFO by when each step became claimable; `rootId` keeps to one forest. Each step is claimed by exactly one caller. ' +
-        'The response carries the agent token for the step protocol calls that follow.',
+        'The response carries the agent token for the step protocol calls that follow. `since` works as for one agent\'s claim, when it names a step of the agent claimed.',
       security: OPERATOR_SECURITY,
       body: PoolClaimBody,
       response: { 200: PoolClaimResult, 204: noStep, ...errorResponses(['DRAINING']) },
     },
   }, async (request, reply) => {
-    const claimed = await steps.claimAny(request.body.waitMs ?? 0, request.body.rootId, clientGone(reply));
+    const claimed = await steps.claimAny(request.body.waitMs ?? 0, request.body.rootId, clientGone(reply), request.body.since);
     if (claimed === null) return reply.status(204).send();
-    return claimed;
+    return reply.type(JSON_TYPE).send(stepJson(claimed.step, { agentId: claimed.agentId, agentToken: claimed.agentToken }));
   });
 
   app.post('/v1/agents/:id/steps/:stepId/output', {
@@ -109,4 +117,20 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
     },
   }, async (request) =>
     steps.postToolResults(request.params.id, agentToken(request), request.params.stepId, request.body.results, request.headers['x-step-attempt']));
+
+  app.post('/v1/agents/:id/compactions', {
+    schema: {
+      tags: ['steps'],
+      operationId: 'postCompaction',
+      summary: "Summarise an agent's conversation so far",
+      description:
+        'Writes a compaction entry: later steps start with the instructions and one user message carrying `summary`, then only ' +
+        'what follows `throughSeq`. Taken between steps (none claimed or awaiting tool results). The session keeps every entry. ' +
+        'A live agent needs its token; a session that is not resident (a settled child) is compacted by the operator alone.',
+      security: AGENT_SECURITY,
+      params: AgentIdParams,
+      body: CompactionBody,
+      response: { 201: CompactionEntry, ...errorResponses(['VALIDATION', 'UNAUTHORIZED', 'AGENT_NOT_FOUND', 'AGENT_EXISTS', 'STEP_CONFLICT', 'NOT_RESUMABLE']) },
+    },
+  }, async (request, reply) => reply.status(201).send(await steps.compact(request.params.id, agentToken(request), request.body)));
 };

@@ -4,7 +4,9 @@
  * share, are in the wire contract (src/contract/).
  */
 import { Type } from '@sinclair/typebox';
-import { AgentId, OpaqueId, ref, Step, StepLease } from '../../contract/index.js';
+import { AgentId, OpaqueId, ref, Step, StepLease, TokenUsage } from '../../contract/index.js';
+
+export { CompactionEntry } from '../../contract/index.js';
 
 export { OutputBody, OutputResult, PoolClaimResult, ToolResultsBody } from '../../contract/index.js';
 
@@ -12,10 +14,21 @@ export const MAX_WAIT_MS = 60_000;
 
 const WaitMs = Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_MS, default: 0, description: 'Long-poll up to this long for a step.' }));
 
-export const ClaimBody = Type.Object({ waitMs: WaitMs }, { additionalProperties: false });
+const Since = Type.Optional(
+  Type.String({
+    minLength: 1,
+    maxLength: 200,
+    description:
+      "Delta steps: the id of the agent's earlier step whose messages the caller holds. The step then carries `messagesSince` " +
+      '(the messages after that step\'s) instead of `messages`. An unknown step, a step of another agent, or a compaction since ' +
+      "that step gives the full `messages`.",
+  }),
+);
+
+export const ClaimBody = Type.Object({ waitMs: WaitMs, since: Since }, { additionalProperties: false });
 
 export const PoolClaimBody = Type.Object(
-  { waitMs: WaitMs, rootId: Type.Optional(AgentId) },
+  { waitMs: WaitMs, rootId: Type.Optional(AgentId), since: Since },
   { additionalProperties: false },
 );
 
@@ -34,5 +47,21 @@ export const ClaimResult = Type.Object({ step: ref(Step) }, { additionalProperti
 
 export const ToolResultsResult = Type.Object(
   { turn: Type.Union([Type.Literal('open'), Type.Literal('ended')]) },
+  { additionalProperties: false },
+);
+
+export const CompactionBody = Type.Object(
+  {
+    summary: Type.String({ minLength: 1, maxLength: 1_000_000, description: 'Stands for the conversation through throughSeq in every later step.' }),
+    throughSeq: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description:
+          "The last seq the summary stands for (absent: the session's last entry). Past the previous compaction's, within the log, " +
+          'and never between a tool call and its result.',
+      }),
+    ),
+    usage: Type.Optional(ref(TokenUsage)),
+  },
   { additionalProperties: false },
 );

@@ -33,9 +33,11 @@ export class ContinuationManager {
   private readonly closing: Closing;
   private readonly children: ChildLifecycle;
   private readonly reports: ReportRule;
+  /** Serialises a child's resumes and disposals, and writes to its session while it is not resident. */
+  private readonly lock = new ChildLock();
 
   constructor(deps: ContinuationDeps) {
-    const lock = new ChildLock();
+    const lock = this.lock;
     const admission = new Admission(deps);
     this.activations = new Activations(deps.registry);
     this.closing = new Closing(deps, this.activations, admission, lock);
@@ -107,6 +109,14 @@ export class ContinuationManager {
   /** Close a child that is not resident for good; false when it was live. */
   closeStored(header: SessionHeader): Promise<boolean> {
     return this.closing.closeStored(header);
+  }
+
+  /**
+   * Run `critical` under the child's lock, the one its cold resume and its closing take: a
+   * write to the session of a child that is not resident cannot race a resume.
+   */
+  underChildLock<T>(id: string, critical: () => Promise<T> | T): Promise<T> {
+    return this.lock.run(id, critical);
   }
 
   /** Manager drain for shutdown: refuse new work (the caller flips draining), wait for materializations. */

@@ -153,7 +153,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
         {
           baseUrl: model.baseUrl,
           model: model.model,
-          messages: step.messages,
+          messages: step.messages ?? [],
           tools: step.tools,
           ...(apiKey === undefined ? {} : { apiKey }),
           ...(model.temperature === undefined ? {} : { temperature: model.temperature }),

@@ -8,10 +8,10 @@
  * results is validated whole before any of it is written; every write is durable before the
  * call resolves.
  */
-import type { AgentCredential, ModelOutput, OutputResult, Step, ToolResultInput } from '../../contract/index.js';
+import type { AgentCredential, ModelOutput, OutputResult, ToolResultInput } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
 import type { ToolCall } from '../../domain/message.js';
-import { renderMessages, renderTools, type ToolSchema } from '../../domain/step-render.js';
+import { renderTools, type ToolSchema } from '../../domain/step-render.js';
 import type { AdmissionGate } from '../agents/admission-gate.js';
 import type { AgentAuthority } from '../agents/authority.js';
 import type { WaiterGate } from '../limits.js';
@@ -21,6 +21,8 @@ import type { SessionLog } from '../session-log.js';
 import type { StepDispatcher } from '../step-dispatcher.js';
 import type { ToolRegistry } from '../tool-registry.js';
 import { loggableCall } from './redaction.js';
+import { estimateTokens, type RenderedStep } from './rendered-step.js';
+import type { StepCache } from './step-cache.js';
 import { failedCall, type ToolCalls } from './tool-calls.js';
 
 export interface StepProtocolDeps {
@@ -30,6 +32,8 @@ export interface StepProtocolDeps {
   tools: ToolRegistry;
   calls: ToolCalls;
   log: SessionLog;
+  /** Renders each step's messages from what is new since the last one. */
+  cache: StepCache;
   /** Bounds the concurrent long-polls per agent. */
   waiters?: WaiterGate | undefined;
 }
@@ -62,26 +66,29 @@ export class StepProtocol {
     return this.deps.tools.listFor(agent);
   }
 
-  /** Claim this agent's next step, waiting up to `waitMs`. Null when none (204). */
-  async claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal): Promise<Step | null> {
+  /**
+   * Claim this agent's next step, waiting up to `waitMs`. Null when none (204). `since`: the id
+   * of an earlier step whose messages the caller holds (the step then comes in delta form).
+   */
+  async claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal, since?: string): Promise<RenderedStep | null> {
     const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
     refuseDriven(agent);
     this.deps.gate.admitNewWork();
     const leave = waitMs > 0 ? this.deps.waiters?.enter(agent.id, 'step long-polls') : undefined;
     try {
       const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
-      return claim === null ? null : await this.handOver(claim, signal);
+      return claim === null ? null : await this.handOver(claim, signal, since);
     } finally {
       leave?.();
     }
   }
 
   /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
-  async claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal): Promise<{ agentId: string; agentToken: string; step: Step } | null> {
+  async claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal, since?: string): Promise<{ agentId: string; agentToken: string; step: RenderedStep } | null> {
     this.deps.gate.admitNewWork();
     const claim = await this.deps.dispatcher.claimOrWait(rootId === undefined ? {} : { rootId }, waitMs, signal);
     if (claim === null) return null;
-    const step = await this.handOver(claim, signal);
+    const step = await this.handOver(claim, signal, since);
     return step === null ? null : { agentId: claim.agent.id, agentToken: claim.agent.token, step };
   }
 
@@ -173,23 +180,27 @@ export class StepProtocol {
     return { turn: 'open' };
   }
 
-  /** A claimed step as a model request: the log up to its step-start, and the agent's tools. */
-  async renderStep(claim: StepClaim): Promise<Step> {
-    // Seqs are gap-free from 1, so the first `upToSeq` entries are exactly the step's context.
-    const upTo = await this.deps.log.read(claim.agent.id, 0, claim.upToSeq);
+  /**
+   * A claimed step as a model request: the log up to its step-start as messages (after `since`
+   * when the cache knows that step), and the agent's tools.
+   */
+  async renderStep(claim: StepClaim, since?: string): Promise<RenderedStep> {
+    const messages = await this.deps.cache.render(claim.agent, claim.stepId, claim.upToSeq, since);
+    const toolsJson = JSON.stringify(renderTools(this.deps.tools.listFor(claim.agent)));
     return {
       id: claim.stepId,
       turnId: claim.turnId,
       index: claim.index,
-      messages: renderMessages(claim.agent.header.instructions, upTo),
-      tools: renderTools(this.deps.tools.listFor(claim.agent)),
       lease: claim.lease,
+      messages,
+      toolsJson,
+      estimatedTokens: estimateTokens(messages.mark.bytes + Buffer.byteLength(toolsJson)),
     };
   }
 
   /** Render a claimed step; if its caller left meanwhile, give the step back instead. */
-  private async handOver(claim: StepClaim, signal: AbortSignal | undefined): Promise<Step | null> {
-    const step = await this.renderStep(claim);
+  private async handOver(claim: StepClaim, signal: AbortSignal | undefined, since: string | undefined): Promise<RenderedStep | null> {
+    const step = await this.renderStep(claim, since);
     if (signal?.aborted !== true) return step;
     claim.agent.steps.release(claim.stepId);
     return null;

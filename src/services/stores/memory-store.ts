@@ -14,6 +14,7 @@ import {
   locationFromPending,
   planSeqs,
   type ActivationMark,
+  type CompactionEntry,
   type BatchEntry,
   type IdempotencyRecord,
   type MessageLocation,
@@ -119,6 +120,11 @@ export class MemorySessionStore implements SessionStore {
     const last = this.lastOfSession(id, (e) => e.type === 'turn-start' || e.type === 'turn-end');
     if (last === undefined || (last.type !== 'turn-start' && last.type !== 'turn-end')) return undefined;
     return { type: last.type, turnId: last.turnId!, seq: last.seq };
+  }
+
+  async lastCompaction(id: string, atOrBefore: number): Promise<CompactionEntry | undefined> {
+    const last = this.lastOfSession(id, (e) => e.type === 'compaction' && e.seq <= atOrBefore);
+    return last === undefined ? undefined : (parse(last) as CompactionEntry);
   }
 
   async lastActivation(id: string): Promise<ActivationMark | undefined> {

@@ -73,6 +73,13 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 3,
+    description: 'compaction entries found by session through an index of their own',
+    sql: `
+      CREATE INDEX entries_compactions ON entries (session_id, seq) WHERE type = 'compaction';
+    `,
+  },
 ];
 
 export const POSTGRES_LATEST_VERSION = POSTGRES_MIGRATIONS[POSTGRES_MIGRATIONS.length - 1]!.version;

@@ -17,6 +17,7 @@ import {
   locationFromEntries,
   locationFromPending,
   type ActivationMark,
+  type CompactionEntry,
   type BatchEntry,
   type IdempotencyRecord,
   type MessageLocation,
@@ -165,6 +166,17 @@ export class PostgresSessionStore implements SessionStore {
     const entry = JSON.parse(row.body) as EntryBody;
     if (entry.type !== 'turn-start' && entry.type !== 'turn-end') return undefined;
     return { type: entry.type, turnId: entry.turnId, seq: Number(row.seq) };
+  }
+
+  async lastCompaction(id: string, atOrBefore: number): Promise<CompactionEntry | undefined> {
+    const { rows } = await this.pool.query<{ seq: string; body: string }>(
+      `SELECT seq, body FROM entries WHERE session_id = $1 AND type = 'compaction' AND seq <= $2 ORDER BY seq DESC LIMIT 1`,
+      [id, atOrBefore],
+    );
+    const row = rows[0];
+    if (row === undefined) return undefined;
+    const entry = { seq: Number(row.seq), ...(JSON.parse(row.body) as EntryBody) } as SessionEntry;
+    return entry.type === 'compaction' ? entry : undefined;
   }
 
   async lastActivation(id: string): Promise<ActivationMark | undefined> {

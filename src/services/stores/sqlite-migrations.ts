@@ -137,6 +137,13 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
     run: moveEntriesIntoChunks,
   },
+  {
+    version: 5,
+    description: 'compaction entries are marks, found by session without reading chunks',
+    sql: `
+      CREATE INDEX entry_marks_compactions ON entry_marks (session_id, seq) WHERE type = 'compaction';
+    `,
+  },
 ];
 
 /**

@@ -14,6 +14,7 @@ import {
   locationFromEntries,
   locationFromPending,
   type ActivationMark,
+  type CompactionEntry,
   type BatchEntry,
   type IdempotencyRecord,
   type MessageLocation,
@@ -95,10 +96,13 @@ export class SqliteSessionStore implements SessionStore {
         // The partial index keeps this O(log n): without INDEXED BY the planner may walk every mark of the session.
         `SELECT seq, body FROM entry_marks INDEXED BY entry_marks_activations WHERE session_id = ? AND type = 'activation' ORDER BY seq DESC LIMIT 1`,
       ),
+      lastCompaction: this.db.prepare<[string, number], { seq: number; body: string }>(
+        `SELECT seq, body FROM entry_marks INDEXED BY entry_marks_compactions WHERE session_id = ? AND type = 'compaction' AND seq <= ? ORDER BY seq DESC LIMIT 1`,
+      ),
       children: this.db.prepare<[string], { header: string; last_seq: number }>(
         'SELECT header, last_seq FROM sessions WHERE parent_session = ? ORDER BY created_at, id',
       ),
-      // Marks are turn boundaries and activations only; activations are few, so walking back
+      // Marks are turn boundaries, activations and compactions only; the others are few, so walking back
       // from the session's last mark finds its last boundary at once.
       lastBoundary: this.db.prepare<[string], { seq: number; body: string }>(
         `SELECT seq, body FROM entry_marks WHERE session_id = ? AND type IN ('turn-start', 'turn-end') ORDER BY seq DESC LIMIT 1`,
@@ -141,6 +145,13 @@ export class SqliteSessionStore implements SessionStore {
     const entry = JSON.parse(row.body) as SessionEntry;
     if (entry.type !== 'turn-start' && entry.type !== 'turn-end') return undefined;
     return { type: entry.type, turnId: entry.turnId, seq: row.seq };
+  }
+
+  async lastCompaction(id: string, atOrBefore: number): Promise<CompactionEntry | undefined> {
+    const row = this.statements.lastCompaction.get(id, atOrBefore);
+    if (row === undefined) return undefined;
+    const entry = { seq: row.seq, ...(JSON.parse(row.body) as EntryBody) } as SessionEntry;
+    return entry.type === 'compaction' ? entry : undefined;
   }
 
   async lastActivation(id: string): Promise<ActivationMark | undefined> {

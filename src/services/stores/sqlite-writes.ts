@@ -86,7 +86,7 @@ export type EntryRows = Pick<EncodedBatch, 'chunks' | 'pages' | 'messageValues' 
 export const PAGE_ENTRIES = 256;
 
 /** The entry types a lookup finds by session and seq, without reading chunks (see entry_marks). */
-const MARKED_TYPES: ReadonlySet<string> = new Set(['turn-start', 'turn-end', 'activation']);
+const MARKED_TYPES: ReadonlySet<string> = new Set(['turn-start', 'turn-end', 'activation', 'compaction']);
 
 /**
  * Built field by field, and without the entry encoding when there are no entries (creating an

@@ -1,0 +1,142 @@
+/**
+ * Writing compaction entries (the rules are domain/compaction.ts): a backend's
+ * `POST /v1/agents/{id}/compactions`, and the built-in model driver's own.
+ *
+ * - A live agent's compaction needs its token. The validating reads come first; then, in one
+ *   synchronous span, the agent and the rules are checked again and the entry is appended.
+ * - A session that is not resident (a settled child, a root not resumed since a restart) has no
+ *   token to check: the operator's call writes it under the lock its cold resume takes (a root:
+ *   its id reserved, as a resume reserves it), with its forest's lease when several instances
+ *   share the database.
+ * - Compactions of one agent run one at a time.
+ */
+import type { TokenUsage } from '../../domain/model.js';
+import { ServiceError } from '../../domain/errors.js';
+import { checkBetweenSteps, checkThrough, unansweredIn } from '../../domain/compaction.js';
+import type { Clock } from '../../domain/ports.js';
+import type { CompactionEntry, EntryBody, SessionHeader } from '../../domain/session.js';
+import type { AgentAuthority } from '../agents/authority.js';
+import type { AgentRegistry } from '../agent-registry.js';
+import type { ContinuationManager } from '../continuation/continuation-manager.js';
+import type { LiveAgent } from '../live-agent.js';
+import type { ForestOwnership } from '../ownership.js';
+import type { SessionLog } from '../session-log.js';
+
+export interface CompactionInput {
+  summary: string;
+  /** The last seq the summary stands for; absent: the session's last entry. */
+  throughSeq?: number | undefined;
+  usage?: TokenUsage | undefined;
+}
+
+export interface CompactionDeps {
+  authority: AgentAuthority;
+  registry: AgentRegistry;
+  log: SessionLog;
+  clock: Clock;
+  manager: Pick<ContinuationManager, 'underChildLock'>;
+  ownership?: ForestOwnership | undefined;
+}
+
+export class Compactions {
+  constructor(private readonly deps: CompactionDeps) {}
+
+  /** `POST /v1/agents/{id}/compactions`: the entry as written (seq included), durable. */
+  async post(id: string, token: string | undefined, input: CompactionInput): Promise<CompactionEntry> {
+    if (this.deps.registry.get(id) === undefined) return this.compactStored(id, input);
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    return this.compactLive(agent, input);
+  }
+
+  /**
+   * Compact a live agent. `heldStep`: the built-in driver compacts inside the step it holds
+   * (nobody else can see that step yet), so that one claim is allowed.
+   */
+  async compactLive(agent: LiveAgent, input: CompactionInput, heldStep?: string): Promise<CompactionEntry> {
+    const entry = await this.deps.manager.underChildLock(agent.id, async () => {
+      const check = (): void => {
+        if (this.deps.registry.get(agent.id) !== agent || agent.disposing) {
+          throw new ServiceError('AGENT_NOT_FOUND', `agent "${agent.id}" left memory meanwhile; the compaction was not written`);
+        }
+        if (heldStep === undefined || !holds(agent, heldStep)) checkBetweenSteps(agent.id, agent.state);
+      };
+      check();
+      const lastSeq = this.deps.log.lastSeq(agent.id) ?? 0;
+      const throughSeq = input.throughSeq ?? lastSeq;
+      const previous = await this.deps.log.lastCompaction(agent.id, lastSeq);
+      const after = await this.deps.log.read(agent.id, Math.min(throughSeq, lastSeq));
+      checkThrough(throughSeq, lastSeq, previous, after);
+      // Entries appended during the reads all lie past `throughSeq`, and a step claimed and
+      // answered meanwhile is refused here: the rules hold for the log as it is now.
+      check();
+      const body = compactionBody(this.deps.clock.iso(), input, throughSeq);
+      return { ...body, seq: this.deps.log.append(agent.id, body).seq };
+    });
+    await this.deps.log.durable();
+    return entry;
+  }
+
+  /** Compact a session that is not resident; AGENT_NOT_FOUND when there is none. */
+  private async compactStored(id: string, input: CompactionInput): Promise<CompactionEntry> {
+    const summary = await this.deps.log.summary(id);
+    if (summary === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    const header = summary.header;
+    const root = header.rootSession ?? id;
+    const borrowed = this.deps.ownership !== undefined && !this.deps.ownership.holds(root);
+    if (borrowed) await this.deps.ownership!.acquire(root);
+    try {
+      const entry = header.kind === 'root' ? await this.underReservation(id, () => this.writeStored(header, input)) : await this.deps.manager.underChildLock(id, () => this.writeStored(header, input));
+      await this.deps.log.durable();
+      return entry;
+    } finally {
+      if (borrowed) await this.deps.ownership!.releaseIfIdle(root);
+    }
+  }
+
+  private async underReservation<T>(id: string, critical: () => Promise<T>): Promise<T> {
+    this.deps.registry.reserve(id); // AGENT_EXISTS while it is live or being resumed
+    try {
+      return await critical();
+    } finally {
+      this.deps.registry.unreserve(id);
+    }
+  }
+
+  private async writeStored(header: SessionHeader, input: CompactionInput): Promise<CompactionEntry> {
+    const id = header.id;
+    const root = header.rootSession ?? id;
+    if (this.deps.registry.get(id) !== undefined) {
+      throw new ServiceError('UNAUTHORIZED', `agent "${id}" became live meanwhile; compact it with the token of its live incarnation`);
+    }
+    const mark = await this.deps.log.store.lastActivation(id);
+    if (mark?.event === 'closed') throw new ServiceError('NOT_RESUMABLE', `agent "${id}" was closed; its session takes no more entries`);
+    await this.deps.log.loadForest(root);
+    const lastSeq = (await this.deps.log.summary(id))?.lastSeq ?? 0;
+    const throughSeq = input.throughSeq ?? lastSeq;
+    const previous = await this.deps.log.lastCompaction(id, lastSeq);
+    const after = await this.deps.log.read(id, Math.min(throughSeq, lastSeq));
+    // A turn a stopped process left open may await results of calls it made.
+    const { open } = await this.deps.log.lastTurn(id);
+    checkThrough(throughSeq, lastSeq, previous, after, unansweredIn(open));
+    if (this.deps.registry.get(id) !== undefined) {
+      throw new ServiceError('UNAUTHORIZED', `agent "${id}" became live meanwhile; compact it with the token of its live incarnation`);
+    }
+    const body = compactionBody(this.deps.clock.iso(), input, throughSeq);
+    this.deps.log.open(id, lastSeq, root);
+    const seq = this.deps.log.append(id, body).seq;
+    this.deps.log.release(id);
+    return { ...body, seq };
+  }
+}
+
+/** The agent holds `stepId` claimed (its output not yet recorded). */
+function holds(agent: LiveAgent, stepId: string): boolean {
+  const turn = agent.state.turn;
+  return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.status === 'claimed';
+}
+
+function compactionBody(at: string, input: CompactionInput, throughSeq: number): Extract<EntryBody, { type: 'compaction' }> {
+  const body: Extract<EntryBody, { type: 'compaction' }> = { type: 'compaction', at, summary: input.summary, throughSeq };
+  if (input.usage !== undefined) body.usage = input.usage;
+  return body;
+}
