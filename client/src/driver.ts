@@ -3,6 +3,9 @@
  * functions. Claim (long-poll) -> model -> post output -> run the backend's own awaited calls ->
  * post their results -> claim again, turn after turn.
  *
+ * Each claim names the previous step (`since`), so the service sends only what is new; the
+ * model always gets the whole conversation.
+ *
  * Invariants: a claimed step always gets its output posted unless the model throws; every call
  * the service lists as `awaiting` gets exactly one result (a throwing tool becomes an `isError`
  * result); service-owned calls (`toolResults`) are never answered by the driver; every request
@@ -141,13 +144,19 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
   const fail = (what: string, status: number, body: unknown): AgentforestError =>
     status === 403 ? new StaleAgentTokenError(agentId, what, body, { ...done }) : new AgentforestError(what, status, body);
 
-  /** The next step, or null on 204 (nothing within waitMs) and on abort. */
+  /**
+   * The last step's id and whole conversation: the next claim names it (`since`), so the service
+   * sends only the messages after it, and the step handed on has the whole list again.
+   */
+  let held: { stepId: string; messages: ChatMessage[] } | undefined;
+
+  /** The next step (its whole `messages`), or null on 204 (nothing within waitMs) and on abort. */
   const claim = async (): Promise<Step | null> => {
     let answer;
     try {
       answer = await client.POST('/v1/agents/{id}/steps/next', {
         params: { path: { id: agentId } },
-        body: { waitMs },
+        body: held === undefined ? { waitMs } : { waitMs, since: held.stepId },
         headers,
         ...withSignal,
       });
@@ -158,7 +167,10 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
     const { data, error, response } = answer;
     if (response.status === 204) return null;
     if (data === undefined) throw fail(`POST ${base}/steps/next`, response.status, error);
-    return data.step;
+    const { messagesSince, ...step } = data.step;
+    const messages = messagesSince === undefined || held === undefined ? (step.messages ?? []) : [...held.messages, ...messagesSince];
+    held = { stepId: step.id, messages };
+    return { ...step, messages };
   };
 
   /** A step's requests carry the attempt its claim holds the step under (the fence). */

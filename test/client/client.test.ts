@@ -150,6 +150,39 @@ describe('the typed client and its driver against the real server', () => {
     expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i + 1));
   });
 
+  it('claims each later step in delta form and still shows the model the whole conversation', async () => {
+    const { baseUrl } = await serve();
+    const claims: { since?: string; delta: boolean }[] = [];
+    // Watches the claims on the wire: what each asked for, and which form the step came in.
+    const watching: typeof fetch = async (input, init) => {
+      const request = input instanceof Request ? input : new Request(input, init);
+      const sent = request.url.endsWith('/steps/next') ? ((await request.clone().json()) as { since?: string }) : undefined;
+      const response = await fetch(request);
+      if (sent !== undefined && response.status === 200) {
+        const { step } = (await response.clone().json()) as { step: { messagesSince?: unknown } };
+        claims.push({ ...(sent.since === undefined ? {} : { since: sent.since }), delta: step.messagesSince !== undefined });
+      }
+      return response;
+    };
+    const client = createAgentforestClient({ baseUrl, fetch: watching });
+    const root = await createRoot(client, 'You count.');
+    for (const n of ['one', 'two', 'three']) await followup(client, root.id, n);
+    const { model, seen } = scripted([{ content: '1' }, { content: '2' }, { content: '3' }]);
+
+    await runAgent({ client, agentId: root.id, agentToken: root.token, model, waitMs: 5000, maxTurns: 3 });
+
+    expect(claims.map((c) => c.delta)).toEqual([false, true, true]);
+    expect(claims[0]?.since).toBeUndefined();
+    expect(seen.at(-1)?.messages).toEqual([
+      { role: 'system', content: 'You count.' },
+      { role: 'user', content: 'one' },
+      { role: 'assistant', content: '1' },
+      { role: 'user', content: 'two' },
+      { role: 'assistant', content: '2' },
+      { role: 'user', content: 'three' },
+    ]);
+  });
+
   it('leaves a spawn_subagent result to the service, hands on the child credential, and stops with a stale-token error once the child settles', async () => {
     const { baseUrl } = await serve();
     const client = createAgentforestClient({ baseUrl });
