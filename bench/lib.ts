@@ -180,35 +180,53 @@ export async function pool(count: number, parallel: number, job: (i: number) => 
   }));
 }
 
+/** Filler that pads a seeded message's text to the size asked for. */
+const FILLER = 'the quick brown fox jumps over the lazy dog while the agent reads its context; ';
+
 /**
  * Write sessions with `entries` message entries each straight into a SQLite file, before a
- * server opens it: a quick way to get very long sessions.
+ * server opens it: a quick way to get very long sessions. Each message's text is
+ * `seeded context <seq>`, padded with filler to `textBytes` (ASCII, so bytes and characters
+ * agree) when that is given.
  */
-export async function seedSessions(path: string, sessions: { header: SessionHeader; entries: number }[]): Promise<void> {
+export async function seedSessions(path: string, sessions: { header: SessionHeader; entries: number }[], options: { textBytes?: number } = {}): Promise<void> {
+  const { textBytes } = options;
+  const padding = textBytes === undefined ? '' : FILLER.repeat(Math.ceil(textBytes / FILLER.length));
+  const textOf = (seq: number): string => {
+    const head = `seeded context ${seq}`;
+    return textBytes === undefined || head.length >= textBytes ? head : `${head} ${padding.slice(0, textBytes - head.length - 1)}`;
+  };
   const store = new SqliteSessionStore({ path, synchronous: 'normal' });
   const forestSeq = new Map<string, number>();
   const at = new Date().toISOString();
   await store.write({ headers: sessions.map((s) => s.header), entries: [] });
+  // At most 5,000 entries a write: a long session goes in writes of 5,000 of its own entries,
+  // short ones several to a write; either way each write stores one chunk per session.
+  let batch: BatchEntry[] = [];
+  const flush = async (): Promise<void> => {
+    if (batch.length > 0) await store.write({ headers: [], entries: batch });
+    batch = [];
+  };
   for (const { header, entries } of sessions) {
     const rootId = header.rootSession ?? header.id;
     for (let from = 1; from <= entries; from += 5000) {
-      const batch: BatchEntry[] = [];
+      if (batch.length + Math.min(5000, entries + 1 - from) > 5000) await flush();
       for (let seq = from; seq < Math.min(from + 5000, entries + 1); seq++) {
         const body: EntryBody = {
           type: 'message',
           at,
           messageId: `seed-${header.id}-${seq}`,
           role: 'user',
-          content: [{ type: 'text', text: `seeded context ${seq}` }],
+          content: [{ type: 'text', text: textOf(seq) }],
           source: { kind: 'user' },
         };
         const next = (forestSeq.get(rootId) ?? 0) + 1;
         forestSeq.set(rootId, next);
         batch.push({ sessionId: header.id, entry: { seq, ...body } as SessionEntry, rootId, forestSeq: next });
       }
-      await store.write({ headers: [], entries: batch });
     }
   }
+  await flush();
   await store.close();
 }
 

@@ -3,7 +3,8 @@
  * on 127.0.0.1; autocannon (in this process) is the load generator. Every figure that matters
  * is a ratio to a baseline measured in the same run: the app's own baseline route, and a truly
  * bare Fastify server (bench/bare-server.ts) beside it. Prints one table and writes
- * bench/results.json. Bounded: it stops by itself (a few minutes on 2 cores).
+ * bench/results.json. Bounded: it stops by itself (a few minutes on 2 cores). The step-context
+ * section (bench/step-context.ts) also runs alone.
  *
  *   npm run bench -- [--seconds 4] [--rounds 5] [--round-seconds 2] [--agents 100000] [--entries 100000]
  */
@@ -11,6 +12,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { buildServer, call, childHeader, load, pool, root, rootHeader, settledMemory, seedSessions, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
+import { stepContextCases, stepContextRows, type StepContextResult } from './step-context.js';
 
 const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -333,6 +335,7 @@ async function measure(bare: Server): Promise<Record<string, unknown>> {
   let agentsScaling: Record<string, ScalingCase>;
   let sessionScaling: Record<string, ScalingCase>;
   let depthScaling: Record<string, ScalingCase>;
+  let stepContext: StepContextResult;
   const coldResumeMs: Record<string, number> = {};
   try {
     const many = await started('many');
@@ -399,6 +402,12 @@ async function measure(bare: Server): Promise<Record<string, unknown>> {
     await newChild(deep, chain.at(-1)!);
     for (const agent of chain.slice(1)) await endTurn(deep, agent);
     depthScaling = await scalingCases({ '1': { server: deep, child: first }, '50': { server: deep, child: chain.at(-1)! } });
+    for (const s of servers.splice(0)) await s.stop();
+
+    // 5. Step context: server CPU per one-step turn on roots of 10, 1,000 and 10,000 messages,
+    // full steps and delta steps (claims with `since`), all on one server (bench/step-context.ts).
+    stepContext = await stepContextCases({ dir, start: (data) => started('step-context', data) });
+    rows.push(...stepContextRows(stepContext));
   } finally {
     for (const s of servers) await s.stop();
   }
@@ -438,6 +447,7 @@ async function measure(bare: Server): Promise<Record<string, unknown>> {
       liveAgents: scale(agentsScaling, '1', 'costRatioToOne'),
       parentSessionEntries: scale(sessionScaling, '10', 'costRatioToTen'),
       forestDepth: scale(depthScaling, '1', 'costRatioToOne'),
+      stepContextMessages: stepContext,
     },
     coldResumeMs: { ...coldResumeMs, ratio: ratio(coldResumeMs[String(longSession)]!, coldResumeMs['10']!) },
     rssBytesPerIdleAgent: rssPerAgent,
