@@ -2,9 +2,11 @@
  * Step routes: an agent's driver claims its next model request (long-poll), posts the model's
  * output and the results of its own tools; a worker pool claims any agent's next step.
  */
+import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyReply } from 'fastify';
 import type { StepService } from '../../services/step-service.js';
-import { stepJson } from '../../services/steps/rendered-step.js';
+import { stepJsonPieces } from '../../services/steps/rendered-step.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { AGENT_SECURITY, AgentIdParams, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
@@ -30,6 +32,16 @@ export interface StepRoutesOptions {
 
 /** A step is sent as the JSON the step cache rendered (see services/steps/rendered-step.ts). */
 const JSON_TYPE = 'application/json; charset=utf-8';
+/** Above this size a step is streamed piece by piece rather than copied into one buffer. */
+const STREAM_FROM_BYTES = 64 * 1024;
+
+/** Send JSON pieces in order: small ones as one buffer, large ones streamed without a copy. */
+function sendPieces(reply: FastifyReply, pieces: Buffer[]): FastifyReply {
+  const length = pieces.reduce((n, piece) => n + piece.length, 0);
+  reply.type(JSON_TYPE);
+  if (length < STREAM_FROM_BYTES) return reply.send(Buffer.concat(pieces, length));
+  return reply.header('content-length', length).send(Readable.from(pieces));
+}
 
 const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;
 
@@ -50,7 +62,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
   }, async (request, reply) => {
     const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply), request.body.since);
     if (step === null) return reply.status(204).send();
-    return reply.type(JSON_TYPE).send(stepJson(step));
+    return sendPieces(reply, stepJsonPieces(step));
   });
 
   app.post('/v1/steps/next', {
@@ -68,7 +80,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
   }, async (request, reply) => {
     const claimed = await steps.claimAny(request.body.waitMs ?? 0, request.body.rootId, clientGone(reply), request.body.since);
     if (claimed === null) return reply.status(204).send();
-    return reply.type(JSON_TYPE).send(stepJson(claimed.step, { agentId: claimed.agentId, agentToken: claimed.agentToken }));
+    return sendPieces(reply, stepJsonPieces(claimed.step, { agentId: claimed.agentId, agentToken: claimed.agentToken }));
   });
 
   app.post('/v1/agents/:id/steps/:stepId/output', {

@@ -25,10 +25,11 @@ export function estimateTokens(bytes: number): number {
 }
 
 /**
- * The JSON body `{...outer, "step": <step>}` (the keys of `outer` first), as the wire's Step:
- * `messages`, or `messagesSince` for a delta step.
+ * The JSON body `{...outer, "step": <step>}` (the keys of `outer` first), as the wire's Step
+ * (`messages`, or `messagesSince` for a delta step), in pieces to send in order: the messages
+ * stay the step cache's bytes, not a copy.
  */
-export function stepJson(step: RenderedStep, outer: Record<string, string> = {}): Buffer {
+export function stepJsonPieces(step: RenderedStep, outer: Record<string, string> = {}): Buffer[] {
   let start = '{';
   for (const [key, value] of Object.entries(outer)) start += `${JSON.stringify(key)}:${JSON.stringify(value)},`;
   const key = step.messages.delta ? 'messagesSince' : 'messages';
@@ -36,7 +37,12 @@ export function stepJson(step: RenderedStep, outer: Record<string, string> = {})
   const end =
     `,"tools":${step.toolsJson},"lease":${JSON.stringify(step.lease)},` +
     `"estimatedTokens":${step.estimatedTokens},"prefixDigest":"${step.messages.mark.digest}"}}`;
-  return Buffer.concat([Buffer.from(start), ...step.messages.json, Buffer.from(end)]);
+  return [Buffer.from(start), ...step.messages.json, Buffer.from(end)];
+}
+
+/** The same as one buffer. */
+export function stepJson(step: RenderedStep, outer: Record<string, string> = {}): Buffer {
+  return Buffer.concat(stepJsonPieces(step, outer));
 }
 
 /** The step as an object (parsed from its JSON). */
