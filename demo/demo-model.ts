@@ -3,6 +3,8 @@
  * subagents. It reads the conversation the way a model would (what the last message is) and
  * answers with the same tools a real model is offered. The translator's first task is held:
  * its request gets no answer until the service aborts it (the demo interrupts that turn).
+ * The researcher's follow-up is asked only when the operator says so, so that the demo can
+ * compact the settled researcher first.
  */
 import { call, hasTool, lastMessage, type ChatRequest, type Reply } from './scripted-model.js';
 
@@ -12,6 +14,10 @@ const FREE = 'Free: the Alfama quarter and LX Factory; Belém Tower costs 10 EUR
 const THANKS = "Phrase: 'obrigado' (a woman says 'obrigada') is thank you.";
 const EVENING = "Phrase: 'boa noite' is good evening.";
 
+/** The researcher's first task, the prompt the coordinator spawns it with. */
+export const RESEARCH_TASK = 'List three sights in Lisbon worth a weekend.';
+/** The coordinator's follow-up to the settled researcher: it cold-resumes it. */
+export const FOLLOW_UP = 'Which of those sights are free?';
 /** The translator's first task: the model request that carries it is never answered. */
 export const HELD_TASK = "Translate 'good morning' into Portuguese.";
 /** Queued for the translator while its held turn is open; it waits through the interrupt. */
@@ -47,15 +53,16 @@ function coordinator(request: ChatRequest, role: string, text: string): Reply {
     return { answer: { content: 'Noted.' } };
   }
   if (/start a researcher/i.test(text)) {
-    return { answer: { toolCalls: [call('spawn_subagent', { prompt: 'List three sights in Lisbon worth a weekend.', label: 'researcher' })] } };
+    return { answer: { toolCalls: [call('spawn_subagent', { prompt: RESEARCH_TASK, label: 'researcher' })] } };
   }
   if (/start a budget/i.test(text)) {
     return { answer: { toolCalls: [call('spawn_subagent', { prompt: 'Estimate the cost of a weekend in Lisbon.', label: 'budget' })] } };
   }
   if (/start a translator/i.test(text)) return { answer: { toolCalls: [call('spawn_subagent', { prompt: HELD_TASK, label: 'translator' })] } };
+  if (/ask the researcher/i.test(text)) return sendTo(request, 'researcher', FOLLOW_UP);
   if (/ask the translator/i.test(text)) return sendTo(request, 'translator', QUEUED_TASK);
   if (/translator to go on/i.test(text)) return sendTo(request, 'translator', WAKING_TASK);
-  if (text.includes(BUDGET)) return sendTo(request, 'researcher', 'Which of those sights are free?');
+  if (text.includes(BUDGET)) return { answer: { content: 'Noted the budget.' } };
   if (text.includes(FREE)) return { answer: { content: `Plan: ${SIGHTS} ${BUDGET} ${FREE}` } };
   if (text.includes(SIGHTS)) return { answer: { content: 'Noted the sights.' } };
   if (text.includes(THANKS) || text.includes(EVENING)) return { answer: { content: 'Noted the phrase.' } };

@@ -16,6 +16,8 @@ export interface Entry {
   reason?: string;
   error?: string;
   event?: string;
+  summary?: string;
+  throughSeq?: number;
 }
 
 export interface View {
@@ -84,7 +86,11 @@ async function printNode(api: Api, view: View, indent: string): Promise<Node> {
   return node;
 }
 
-/** One session entry as one line, or nothing for entries the tree leaves out (step starts). */
+/**
+ * One session entry as one line, or nothing for entries the tree leaves out (step starts). A
+ * compaction shows what it stands for (the entries through its throughSeq, still listed above
+ * it) and the summary later steps start from.
+ */
 function describe(entry: Entry): string | undefined {
   const text = (entry.content ?? []).map((b) => b.text).join(' ');
   const short = (s: string): string => (s.length > 110 ? `${s.slice(0, 110)}…` : s);
@@ -95,6 +101,8 @@ function describe(entry: Entry): string | undefined {
       return `── turn ${entry.reason}${entry.error === undefined ? '' : `: ${entry.error}`} ──`;
     case 'activation':
       return `(activation ${entry.event})`;
+    case 'compaction':
+      return `── compaction through seq ${entry.throughSeq}; later requests start from: ${JSON.stringify(entry.summary ?? '')} ──`;
     case 'message': {
       if (entry.role === 'assistant') {
         const calls = (entry.toolCalls ?? []).map((c) => `${c.name} ${JSON.stringify(c.input)}`).join('; ');

@@ -4,13 +4,14 @@
  * Starts the service (dist/server.js) on a temporary SQLite file and, unless DEMO_MODEL_URL
  * names a real endpoint, a deterministic scripted chat-completions server on 127.0.0.1. Then:
  * a coordinator root spawns a researcher (its report arrives quietly), the report delivery is
- * switched to wakeup, the coordinator spawns a budget subagent whose report wakes it, it sends
- * the settled researcher a follow-up (a cold resume), whose report wakes it once more. Then the
- * coordinator starts a translator, whose first model request the scripted model holds, and
- * queues it a second task; the demo, as the operator, interrupts the translator: its turn ends
- * `cancelled`, the held request is aborted, and the queued task waits until the coordinator's
- * next message, which runs both. Prints the forest as a tree with every session's messages,
- * and checks what it should show.
+ * switched to wakeup, and the coordinator spawns a budget subagent whose report wakes it. The
+ * demo, as the operator, compacts the settled researcher (a summary, no agent token), and the
+ * coordinator sends it a follow-up: a cold resume whose first model request starts from the
+ * summary, and whose report wakes the coordinator once more. Then the coordinator starts a
+ * translator, whose first model request the scripted model holds, and queues it a second task;
+ * the operator interrupts the translator: its turn ends `cancelled`, the held request is
+ * aborted, and the queued task waits until the coordinator's next message, which runs both.
+ * Prints the forest as a tree with every session's messages, and checks what it should show.
  *
  *   DEMO_MODEL_URL=https://api.deepseek.com/v1 DEMO_API_KEY=sk-... npm run demo
  *   (DEMO_MODEL picks the model name; default deepseek-chat, or gpt-4o-mini for api.openai.com)
@@ -21,7 +22,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { demoModel, HELD_TASK, isHeld, QUEUED_TASK, WAKING_TASK } from './demo-model.js';
+import { compactionChecks, compactResearcher, researcherRequests, type Compacted, type ResearcherRequests } from './compaction.js';
+import { demoModel, FOLLOW_UP, HELD_TASK, isHeld, QUEUED_TASK, WAKING_TASK } from './demo-model.js';
 import { children, client, printTree, session, type Api, type Entry, type Node, type View } from './forest.js';
 import { ScriptedModelServer } from './scripted-model.js';
 
@@ -57,24 +59,32 @@ async function main(): Promise<void> {
     await say(api, 'Plan a weekend in Lisbon. Start a researcher subagent for the sights.');
     await quiet(api, (s) => s.some((e) => e.source?.kind === 'subagent-report'));
 
-    step('2. report delivery switches to wakeup; the coordinator starts a budget subagent, whose report wakes it,');
-    step('   and it sends the settled researcher a follow-up (cold resume), whose report wakes it again');
+    step('2. report delivery switches to wakeup; the coordinator starts a budget subagent, whose report wakes it');
     await api('PUT', '/v1/packages/subagent-report', { config: { reportDelivery: 'wakeup' } });
     await say(api, 'Now start a budget subagent for the costs.');
-    await quiet(api, (s) => reportCount(s) >= 3);
+    await quiet(api, (s) => reportCount(s) >= 2);
 
-    step('3. the coordinator starts a translator, whose model request the scripted model holds, and queues it a');
+    step('3. the operator compacts the settled researcher: later model requests start from a summary');
+    const compacted = await compactResearcher(api, scripted);
+
+    step('4. asked by the operator, the coordinator sends the researcher a follow-up: a cold resume whose model');
+    step('   request starts from the summary; its report wakes the coordinator again');
+    await say(api, 'Ask the researcher which of those sights are free.');
+    await quiet(api, (s) => reportCount(s) >= 3);
+    const researcherSaw = researcherRequests(scripted, compacted);
+
+    step('5. the coordinator starts a translator, whose model request the scripted model holds, and queues it a');
     step('   second task; the operator interrupts the translator: its turn ends cancelled, the request is aborted,');
     step('   and the queued task waits');
     const interrupted = await interruptTranslator(api, scripted);
 
-    step("4. the coordinator's next message to the translator wakes it: the queued task runs, then the new one");
+    step("6. the coordinator's next message to the translator wakes it: the queued task runs, then the new one");
     await say(api, 'Tell the translator to go on.');
     await quiet(api, (s) => scripted === undefined || reportCount(s) >= 5);
 
     console.log('\nthe forest:\n');
     const tree = await printTree(api, 'coordinator');
-    ok = check(tree, interrupted);
+    ok = check(tree, interrupted, compacted, researcherSaw);
   } finally {
     await service.stop();
     await scripted?.close();
@@ -139,7 +149,7 @@ interface Interrupted {
 }
 
 /**
- * Step 3. The translator's first request is held by the scripted model, and a second task is
+ * Step 5. The translator's first request is held by the scripted model, and a second task is
  * queued behind that open turn; then the operator interrupts it. With a real model the
  * translator may have finished first: the demo interrupts whatever is there.
  */
@@ -188,7 +198,7 @@ async function quiet(api: Api, done: (coordinator: Entry[]) => boolean): Promise
 }
 
 /** What the demo is meant to show, checked on the sessions it printed. */
-function check(root: Node, interrupt: Interrupted): boolean {
+function check(root: Node, interrupt: Interrupted, compacted: Compacted, researcherSaw: ResearcherRequests | undefined): boolean {
   const turnPrompts = new Set(root.entries.filter((e) => e.type === 'turn-start').map((e) => e.messageId));
   const reports = root.entries.filter((e) => e.source?.kind === 'subagent-report');
   const researcher = root.children.find((c) => c.view.label === 'researcher');
@@ -202,6 +212,7 @@ function check(root: Node, interrupt: Interrupted): boolean {
     ['the first report arrived quietly: no coordinator turn started for it', reports[0] !== undefined && !turnPrompts.has(reports[0].messageId)],
     ['the later reports each woke the coordinator for a turn', reports.length >= 5 && reports.slice(1).every((r) => turnPrompts.has(r.messageId))],
     ['the researcher was cold-resumed for the follow-up', activations.includes('resumed')],
+    ...compactionChecks(researcher, compacted, researcherSaw, FOLLOW_UP),
     [
       "the interrupt ended the translator's open turn cancelled and aborted its held model request",
       JSON.stringify(interrupt.interrupted) === JSON.stringify([interrupt.translatorId]) && interrupt.lastEnd === 'cancelled' && interrupt.requestAborted !== false,

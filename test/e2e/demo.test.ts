@@ -1,7 +1,7 @@
 /**
  * `npm run demo` keeps working: the demo runs against the service's sources and its scripted
- * model, shows an interrupt of a child and what it did, and every check it prints passes (the
- * exit code says so too).
+ * model, shows a settled child compacted and then resumed from the summary, an interrupt of a
+ * child and what it did, and every check it prints passes (the exit code says so too).
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 const run = promisify(execFile);
 
 describe('npm run demo', () => {
-  it('drives a whole forest with the built-in driver, interrupts a child whose queued task then waits for the next message, and passes its own checks', async () => {
+  it('drives a whole forest with the built-in driver, compacts a settled child that then resumes from the summary, interrupts a child whose queued task then waits for the next message, and passes its own checks', async () => {
     const env: NodeJS.ProcessEnv = { ...process.env, DEMO_FROM_SOURCE: '1' };
     delete env.DEMO_MODEL_URL;
     const { stdout } = await run(process.execPath, ['--import', 'tsx', 'demo/run.ts'], { env, timeout: 60_000 });
@@ -18,6 +18,12 @@ describe('npm run demo', () => {
     expect(stdout).toMatch(/child researcher \(\S+\) {2}\[settled\]/);
     expect(stdout).toMatch(/child budget \(\S+\) {2}\[settled\]/);
     expect(stdout).toContain('(activation resumed)');
+    const compacted = /researcher \[settled\]: POST \/v1\/agents\/(\S+)\/compactions \{"summary": "(.+)"\}\n {3}→ 201 (.+)$/m.exec(stdout);
+    const summary = compacted?.[2];
+    expect(JSON.parse(compacted?.[3] ?? 'null')).toMatchObject({ type: 'compaction', seq: expect.any(Number), throughSeq: expect.any(Number) });
+    expect(stdout).toContain(`the researcher's next model request: [user ${JSON.stringify(summary)}, user "Which of those sights are free?"]`);
+    const researcher = stdout.slice(stdout.indexOf(`child researcher (${compacted?.[1]})  [settled]`));
+    expect(researcher).toMatch(/\(activation settled\)\n.*── compaction through seq \d+; later requests start from: ".+" ──\n.*\(activation resumed\)/);
     const translator = /POST \/v1\/agents\/(\S+)\/interrupt \{\} → 202 (.+)$/m.exec(stdout);
     expect(JSON.parse(translator?.[2] ?? 'null')).toEqual({ interrupted: [translator?.[1]] });
     expect(stdout).toContain('the held model request was aborted: its connection closed unanswered');
@@ -25,7 +31,7 @@ describe('npm run demo', () => {
     const child = stdout.slice(stdout.indexOf(`child translator (${translator?.[1]})  [settled]`));
     expect(child.match(/── turn (\w+) ──/g)).toEqual(['── turn cancelled ──', '── turn completed ──', '── turn completed ──']);
     const checks = stdout.slice(stdout.indexOf('checks:'));
-    expect(checks.match(/^ {2}ok /gm)).toHaveLength(8);
+    expect(checks.match(/^ {2}ok /gm)).toHaveLength(11);
     expect(checks).not.toContain('FAIL');
   }, 60_000);
 });
