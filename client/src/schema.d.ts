@@ -847,6 +847,18 @@ export interface components {
                 };
             };
         };
+        /** @description Service Unavailable: AT_CAPACITY, OVERLOADED */
+        AtCapacityOrOverloaded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AT_CAPACITY" | "OVERLOADED";
+                };
+            };
+        };
         /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
         DrainingOrAtCapacityOrOverloaded: {
             headers: {
@@ -2019,7 +2031,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["AtCapacityOrOverloaded"];
         };
     };
     getMessageReceipt: {

@@ -171,6 +171,24 @@ describe('the step protocol', () => {
     expect(entries[2]).toMatchObject({ type: 'step-start', turnId: step.turnId, stepId: step.id, index: 0 });
   });
 
+  it('a step larger than 64 KiB (sent in pieces) arrives whole, with its length declared', async () => {
+    const h = await startHarness();
+    const instructions = `You know this by heart: ${'é'.repeat(60_000)}`;
+    const root = await createRoot(h.app, { id: 'r', instructions });
+    await send(h.app, root.id, 'recite');
+
+    const res = await h.app.inject({ method: 'POST', url: '/v1/agents/r/steps/next', headers: { 'x-agent-token': root.token }, payload: {} });
+
+    expect(res.statusCode).toBe(200);
+    expect(Number(res.headers['content-length'])).toBe(res.rawPayload.length);
+    expect(res.rawPayload.length).toBeGreaterThan(64 * 1024);
+    const { step } = res.json() as { step: ClaimedStep };
+    expect(step.messages).toEqual([
+      { role: 'system', content: instructions },
+      { role: 'user', content: 'recite' },
+    ]);
+  });
+
   it('a root without instructions gets no system message', async () => {
     const h = await startHarness();
     const { step } = await rootWithClaimedStep(h, 'hello');

@@ -142,7 +142,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       security: AGENT_SECURITY,
       params: AgentIdParams,
       body: CompactionBody,
-      response: { 201: CompactionEntry, ...errorResponses(['VALIDATION', 'UNAUTHORIZED', 'AGENT_NOT_FOUND', 'AGENT_EXISTS', 'STEP_CONFLICT', 'NOT_RESUMABLE']) },
+      response: { 201: CompactionEntry, ...errorResponses(['VALIDATION', 'UNAUTHORIZED', 'AGENT_NOT_FOUND', 'AGENT_EXISTS', 'STEP_CONFLICT', 'NOT_RESUMABLE', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => reply.status(201).send(await steps.compact(request.params.id, agentToken(request), request.body)));
 };
