@@ -468,6 +468,8 @@ export interface components {
             temperature?: number;
             /** @description Model requests one turn may make; default 50. Past it the turn fails. */
             maxSteps?: number;
+            /** @description The most estimated tokens (a step's `estimatedTokens`: about 4 bytes of JSON each, tools included) one model request may carry. When a step would carry more, the service first asks the same model for a summary of the older part of the conversation and writes it as a compaction entry; the step then starts from that summary and keeps the recent part (about half of this) as it was. Absent: the service never compacts on its own. */
+            maxContextTokens?: number;
         };
         /** @description Tokens the model request that produced this assistant message used. */
         TokenUsage: {

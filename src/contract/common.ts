@@ -37,6 +37,15 @@ const MODEL_SPEC_FIELDS = {
   ),
   temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
   maxSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: `Model requests one turn may make; default ${DEFAULT_MAX_STEPS}. Past it the turn fails.` })),
+  maxContextTokens: Type.Optional(
+    Type.Integer({
+      minimum: 1,
+      description:
+        "The most estimated tokens (a step's `estimatedTokens`: about 4 bytes of JSON each, tools included) one model request may carry. " +
+        'When a step would carry more, the service first asks the same model for a summary of the older part of the conversation and writes it as a compaction entry; ' +
+        'the step then starts from that summary and keeps the recent part (about half of this) as it was. Absent: the service never compacts on its own.',
+    }),
+  ),
 };
 
 export const ModelSpec = shared(

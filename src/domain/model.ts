@@ -17,6 +17,12 @@ export interface ModelSpec {
   temperature?: number;
   /** Model requests one turn may make before it fails (default DEFAULT_MAX_STEPS). */
   maxSteps?: number;
+  /**
+   * The most estimated tokens (about 4 bytes of JSON each) a step may send. Past it the driver
+   * summarises the older part of the conversation with the same model and writes a compaction
+   * entry before sending the step; absent: it never compacts on its own.
+   */
+  maxContextTokens?: number;
 }
 
 export const DEFAULT_MAX_STEPS = 50;

@@ -6,18 +6,21 @@
  * tool the agent does not have gets an `unknown tool` error result, arguments that are not
  * JSON get an error result without running anything. A request that cannot be completed
  * (after retries, or past the step timeout) ends the turn as failed with the reason in its
- * turn-end entry; disposing the agent aborts its request in flight.
+ * turn-end entry; disposing the agent aborts its request in flight. A step over the agent's
+ * `model.maxContextTokens` is compacted first (compaction.ts).
  */
 import type { Logger } from 'pino';
 import { ServiceError } from '../../domain/errors.js';
 import type { ToolCall } from '../../domain/message.js';
 import { DEFAULT_MAX_STEPS, type ModelSpec } from '../../domain/model.js';
+import type { ChatMessage, ChatTool } from '../../domain/step-render.js';
 import { isClaimable } from '../../domain/turn-machine.js';
 import type { LiveAgent, StepClaim } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 import type { DirectClaimant, StepDispatcher } from '../step-dispatcher.js';
 import type { StepService } from '../step-service.js';
 import { completeChat, ModelRequestCancelled, ModelRequestError, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
+import { compactStep } from './compaction.js';
 
 export interface DriverOptions extends RetryPolicy {
   /** Model requests in flight at once, over all agents. */
@@ -134,9 +137,8 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     if (index >= maxSteps) return this.fail(agent, `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
     const claim = this.deps.dispatcher.claimDirect(agent);
     let answer: ChatAnswer;
-    const started = performance.now();
-    // The service itself holds this claim: its lease is renewed while the request runs (the
-    // request's own timeout bounds it).
+    // The service itself holds this claim: its lease is renewed while the requests run (each
+    // request's own timeout bounds it), the summarising one included.
     const renew = setInterval(() => {
       try {
         if (onStep(agent, claim)) agent.steps.heartbeat(claim.stepId, claim.lease.attempt);
@@ -145,16 +147,44 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       }
     }, Math.max(1, Math.floor(agent.steps.leaseMs / 3)));
     renew.unref();
+    // What a failure ends the turn as: the summarising request's, or the step's own.
+    let failed = 'model request failed';
     try {
-      const step = await this.deps.steps.renderStep(claim);
-      // checkModel found the variable set.
-      const apiKey = model.apiKeyEnv === undefined ? undefined : this.options.env[model.apiKeyEnv];
+      let step = await this.deps.steps.renderStep(claim);
+      const limit = model.maxContextTokens;
+      if (limit !== undefined && step.estimatedTokens > limit) {
+        failed = 'compaction request failed';
+        step = await compactStep(this.deps, claim, step, limit, (messages) => this.ask(model, messages, [], signal), signal);
+        failed = 'model request failed';
+      }
+      answer = await this.ask(model, step.messages ?? [], step.tools, signal);
+    } catch (error) {
+      if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the disposal ended the turn
+      // completeChat redacts the key from everything the endpoint said.
+      const reason = error instanceof ModelRequestError ? error.message : 'an internal error (see the service log)';
+      if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, `a ${failed} unexpectedly`);
+      return this.fail(agent, `${failed}: ${reason}`);
+    } finally {
+      clearInterval(renew);
+    }
+    if (signal.aborted || agent.disposing) return;
+    await this.record(agent, claim, answer);
+  }
+
+  /** One request to the agent's model, counted in the driver's metrics. */
+  private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal): Promise<ChatAnswer> {
+    const started = performance.now();
+    const seconds = (): number => (performance.now() - started) / 1000;
+    // checkModel found the variable set.
+    const apiKey = model.apiKeyEnv === undefined ? undefined : this.options.env[model.apiKeyEnv];
+    let answer: ChatAnswer;
+    try {
       answer = await completeChat(
         {
           baseUrl: model.baseUrl,
           model: model.model,
-          messages: step.messages ?? [],
-          tools: step.tools,
+          messages,
+          tools,
           ...(apiKey === undefined ? {} : { apiKey }),
           ...(model.temperature === undefined ? {} : { temperature: model.temperature }),
         },
@@ -163,20 +193,15 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
         this.options.fetch,
       );
     } catch (error) {
-      if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the disposal ended the turn
-      // completeChat redacts the key from everything the endpoint said.
-      const reason = error instanceof ModelRequestError ? error.message : 'an internal error (see the service log)';
-      if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, 'a model request failed unexpectedly');
-      const attempts = error instanceof ModelRequestError ? error.attempts : 0;
-      this.deps.observe?.({ kind: 'request', outcome: 'failed', attempts, seconds: (performance.now() - started) / 1000 });
-      return this.fail(agent, `model request failed: ${reason}`);
-    } finally {
-      clearInterval(renew);
+      if (!(error instanceof ModelRequestCancelled) && !signal.aborted) {
+        const attempts = error instanceof ModelRequestError ? error.attempts : 0;
+        this.deps.observe?.({ kind: 'request', outcome: 'failed', attempts, seconds: seconds() });
+      }
+      throw error;
     }
-    this.deps.observe?.({ kind: 'request', outcome: 'ok', attempts: answer.attempts, seconds: (performance.now() - started) / 1000 });
+    this.deps.observe?.({ kind: 'request', outcome: 'ok', attempts: answer.attempts, seconds: seconds() });
     if (answer.usage !== undefined) this.deps.observe?.({ kind: 'tokens', prompt: answer.usage.promptTokens, completion: answer.usage.completionTokens });
-    if (signal.aborted || agent.disposing) return;
-    await this.record(agent, claim, answer);
+    return answer;
   }
 
   /** Record the answer as the step's output, like a backend would post it. */
