@@ -102,7 +102,7 @@ export class Metrics {
       registers,
     });
     this.storeEntries = new client.Counter({ name: 'agentforest_store_entries_total', help: 'Session entries committed.', registers });
-    this.modelRequests = new client.Counter({ name: 'agentforest_model_requests_total', help: 'Steps the built-in model driver asked a model, by outcome (ok or failed).', labelNames: ['outcome'], registers });
+    this.modelRequests = new client.Counter({ name: 'agentforest_model_requests_total', help: 'Requests the built-in model driver made to a model (steps and compaction summaries), by outcome (ok or failed).', labelNames: ['outcome'], registers });
     this.modelRetries = new client.Counter({ name: 'agentforest_model_retries_total', help: 'Model requests the built-in driver repeated after a 429, 5xx or connection failure.', registers });
     this.modelDuration = new client.Histogram({
       name: 'agentforest_model_request_seconds',
