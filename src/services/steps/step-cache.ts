@@ -211,7 +211,9 @@ export class StepCache {
       }
     }
     const built = await this.build(agent, upToSeq);
-    if (renders.conversation === kept && this.agents.get(agent) === renders) {
+    // Kept unless the agent left memory or a newer one was kept meanwhile.
+    const current = renders.conversation;
+    if (this.agents.get(agent) === renders && (current === undefined || current.through <= built.through)) {
       this.dropConversation(renders);
       if (built.capacity <= this.budgetBytes) {
         renders.conversation = built;
