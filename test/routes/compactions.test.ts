@@ -7,6 +7,7 @@
  * test/services/compaction-races.test.ts and compaction-resume-races.test.ts.
  */
 import { describe, expect, it } from 'vitest';
+import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { compact, expectError, postCompaction, renderedFromLog } from '../fixtures/compactions.js';
 import { claimStep, rootMidTurn } from '../fixtures/forest.js';
 import {
@@ -251,6 +252,19 @@ describe('POST /v1/agents/{id}/compactions: the rules (each refusal writes nothi
       content: null,
       tool_calls: ['b1', 'b2'].map((id) => ({ id, type: 'function', function: { name: 'search', arguments: JSON.stringify({ q: id }) } })),
     }, resultMessage('b1'), resultMessage('b2')]);
+  });
+
+  it('400 VALIDATION for a session with nothing to compact (an empty log), live or not resumed since a restart; nothing is written', async () => {
+    const store = new MemorySessionStore();
+    const first = await startHarness({ store });
+    const fresh = await createRoot(first.app, { id: 'fresh' });
+    expect(await refused(first, fresh.id, { summary: 'S' }, fresh.token, 400, 'VALIDATION')).toBe('the log is empty: there is nothing to compact');
+    await first.close();
+
+    const h = await startHarness({ store });
+    expect(h.system.registry.get('fresh')).toBeUndefined();
+    expect(await refused(h, 'fresh', { summary: 'S' }, undefined, 400, 'VALIDATION')).toBe('the log is empty: there is nothing to compact');
+    expect(await session(h.app, 'fresh')).toEqual([]);
   });
 
   it('403 UNAUTHORIZED for a live agent without its token or with a wrong one (a token of another agent too)', async () => {
