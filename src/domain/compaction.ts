@@ -38,7 +38,7 @@ export function checkThrough(
   after: readonly SessionEntry[],
   unanswered: readonly { callId: string; seq: number }[] = [],
 ): void {
-  if (lastSeq === 0) throw new ServiceError('VALIDATION', 'the session has no entries yet: there is nothing to compact');
+  if (throughSeq < 1) throw new ServiceError('VALIDATION', 'the log is empty: there is nothing to compact');
   if (throughSeq > lastSeq) throw new ServiceError('VALIDATION', `throughSeq ${throughSeq} is past the end of the log (its last seq is ${lastSeq})`);
   if (previous !== undefined && throughSeq <= previous.throughSeq) {
     throw new ServiceError('VALIDATION', `throughSeq ${throughSeq} does not go past the previous compaction's (${previous.throughSeq}, seq ${previous.seq})`);

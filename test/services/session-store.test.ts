@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
+import type { CompactionEntry, SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry, SessionStore, WriteBatch } from '../../src/services/session-store.js';
 import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
@@ -89,6 +89,10 @@ function turnStart(seq: number, turnId: string): SessionEntry {
 
 function turnEnd(seq: number, turnId: string): SessionEntry {
   return { seq, type: 'turn-end', at: AT, turnId, reason: 'completed' };
+}
+
+function compaction(seq: number, throughSeq: number, summary = `summary through ${throughSeq}`): CompactionEntry {
+  return { seq, type: 'compaction', at: AT, summary, throughSeq };
 }
 
 function childHeader(id: string, root: string): SessionHeader {
@@ -403,6 +407,86 @@ for (const factory of STORE_FACTORIES) describe.skipIf(factory.unavailable !== u
 
     expect(await store.lastTurnBoundary('s1')).toBeUndefined();
     expect(await store.lastTurnBoundary('nope')).toBeUndefined();
+  });
+
+  it('lastCompaction finds the latest compaction at or before the given seq, exactly as written', async () => {
+    const withUsage: CompactionEntry = { ...compaction(7, 5, 'second'), usage: { promptTokens: 100, completionTokens: 20, totalTokens: 120 } };
+    const entries = [message(1), message(2), message(3), compaction(4, 2, 'first'), message(5), message(6), withUsage, message(8)];
+    await store.write({ headers: [header('s1')], entries: forest.entries('s1', entries) });
+
+    expect(await store.lastCompaction('s1', 8)).toStrictEqual(withUsage);
+    expect(await store.lastCompaction('s1', 7)).toStrictEqual(withUsage);
+    expect(await store.lastCompaction('s1', 6)).toStrictEqual(compaction(4, 2, 'first'));
+    expect(await store.lastCompaction('s1', 4)).toStrictEqual(compaction(4, 2, 'first'));
+    expect(await store.lastCompaction('s1', 1000)).toStrictEqual(withUsage);
+    expect(await store.lastCompaction('s1', 3)).toBeUndefined();
+    expect(await store.lastCompaction('s1', 0)).toBeUndefined();
+  });
+
+  it('lastCompaction sees compactions written in later batches, and looks only at the asked session', async () => {
+    await store.write({ headers: [header('a'), header('b')], entries: [...forest.entries('a', [message(1), compaction(2, 1)]), ...forest.entries('b', [message(1)])] });
+    expect(await store.lastCompaction('b', 1)).toBeUndefined();
+
+    await store.write({ headers: [], entries: [...forest.entries('b', [message(2), compaction(3, 2, 'b3')]), ...forest.entries('a', [message(3)])] });
+    await store.write({ headers: [], entries: forest.entries('a', [compaction(4, 3, 'a4')]) });
+
+    expect(await store.lastCompaction('a', 4)).toStrictEqual(compaction(4, 3, 'a4'));
+    expect(await store.lastCompaction('a', 3)).toStrictEqual(compaction(2, 1));
+    expect(await store.lastCompaction('b', 10)).toStrictEqual(compaction(3, 2, 'b3'));
+    expect(await store.lastCompaction('b', 2)).toBeUndefined();
+  });
+
+  it('lastCompaction is undefined for a session without compactions and for an unknown session', async () => {
+    await store.write({ headers: [header('s1')], entries: forest.entries('s1', [message(1), turnStart(2, 't1'), turnEnd(3, 't1')]) });
+
+    expect(await store.lastCompaction('s1', 3)).toBeUndefined();
+    expect(await store.lastCompaction('nope', 100)).toBeUndefined();
+  });
+
+  it('lastCompaction keeps no trace of a rejected batch', async () => {
+    await store.write({ headers: [header('s1')], entries: forest.entries('s1', [message(1), compaction(2, 1, 'kept')]) });
+    // A gap (seq 4 after 2): the whole batch, its compaction included, is refused.
+    const batch: WriteBatch = { headers: [], entries: forest.entries('s1', [compaction(4, 2, 'refused')]) };
+    await expect(store.write(batch)).rejects.toThrow();
+    forest.rejected(batch);
+
+    expect(await store.lastCompaction('s1', 10)).toStrictEqual(compaction(2, 1, 'kept'));
+    await store.write({ headers: [], entries: forest.entries('s1', [compaction(3, 2, 'next')]) });
+    expect(await store.lastCompaction('s1', 10)).toStrictEqual(compaction(3, 2, 'next'));
+  });
+
+  it('lastCompaction agrees with the log read back, at every seq of a long session', async () => {
+    // Long enough to span several of a store's chunks; compactions at seeded places.
+    const entries: SessionEntry[] = [];
+    let through = 0;
+    for (let seq = 1; seq <= 600; seq++) {
+      if (seq % 37 === 0 || seq % 101 === 0) {
+        entries.push(compaction(seq, seq - 1 - (seq % 5), `at ${seq}`));
+        through = seq;
+      } else entries.push(message(seq));
+    }
+    expect(through).toBeGreaterThan(0);
+    for (let i = 0; i < entries.length; i += 150) {
+      await store.write({ headers: i === 0 ? [header('long')] : [], entries: forest.entries('long', entries.slice(i, i + 150)) });
+    }
+
+    const log = await store.read('long', 0);
+    expect(log).toHaveLength(600);
+    for (let seq = 0; seq <= 601; seq++) {
+      const expected = log.filter((e) => e.type === 'compaction' && e.seq <= seq).at(-1);
+      expect(await store.lastCompaction('long', seq), `at or before ${seq}`).toStrictEqual(expected);
+    }
+  });
+
+  it('lastCompaction returns copies: mutating what was read does not change the store', async () => {
+    await store.write({ headers: [header('s1')], entries: forest.entries('s1', [message(1), compaction(2, 1, 'original')]) });
+
+    const read = await store.lastCompaction('s1', 2);
+    if (read === undefined) throw new Error('expected a compaction');
+    read.summary = 'mutated';
+    read.throughSeq = 42;
+
+    expect(await store.lastCompaction('s1', 2)).toStrictEqual(compaction(2, 1, 'original'));
   });
 
   it('stores copies: mutating a written header or entry does not change the store', async () => {
