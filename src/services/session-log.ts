@@ -85,6 +85,11 @@ export class SessionLog {
     await loading;
   }
 
+  /** Whether a forest's last forestSeq is loaded, so its sessions can be opened. */
+  forestLoaded(root: string): boolean {
+    return this.forests.has(root);
+  }
+
   /** Open an existing session for appending at `lastSeq + 1` (its forest loaded first). */
   open(id: string, lastSeq: number, root: string): void {
     this.track(id, lastSeq, root);

@@ -19,6 +19,7 @@ import { compactionsIn, inside, postCompaction, renderedFromLog, TappedStore, to
 import { claimStep, nextStep, startChild, untilStatus } from '../fixtures/forest.js';
 import { createRoot, postOutput, send, session, settle, startHarness, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 import { Rng } from '../fixtures/races.js';
+import type { CompactionEntry } from '../../src/domain/session.js';
 
 const SEEDS = Array.from({ length: 30 }, (_, i) => i + 1);
 
@@ -162,3 +163,57 @@ describe("an operator compaction racing a settled child's cold resume by its par
     expect([...outcomes].map((o) => o.split(':')[1]).sort()).toEqual(expect.arrayContaining(['201', '403']));
   });
 });
+
+describe('two operator compactions of sessions in one forest that is not resident', () => {
+  it('both are written when the first ends (and its forest is forgotten) while the second is in its reads', async () => {
+    const store = new HeldStore();
+    const h1 = await startHarness({ store });
+    const root = await createRoot(h1.app, { id: 'r' });
+    const children = [await startChild(h1, root), await startChild(h1, root)];
+    for (const child of children) {
+      const step = await claimStep(h1, child);
+      expect((await postOutput(h1.app, child, step.id, { content: 'done' })).json()).toMatchObject({ turn: 'ended' });
+      await untilStatus(h1, child.id, 'settled');
+    }
+    await h1.close();
+    const h2 = await startHarness({ store });
+    const c1 = children[0]!;
+    const c2 = children[1]!;
+
+    // The second compaction waits at its first store read until the first one is written.
+    const held = store.holdAt(c2.id);
+    const second = postCompaction(h2, c2.id, { summary: 'second' });
+    await held.reached;
+    const first = await postCompaction(h2, c1.id, { summary: 'first' });
+    held.release();
+
+    expect(first.statusCode).toBe(201);
+    expect((await second).statusCode).toBe(201);
+    expect(compactionsIn(await session(h2.app, c1.id)).map((e) => e['summary'])).toEqual(['first']);
+    expect(compactionsIn(await session(h2.app, c2.id)).map((e) => e['summary'])).toEqual(['second']);
+  });
+});
+
+/** A store whose `lastCompaction` read of one session waits until the test lets it go on. */
+class HeldStore extends TappedStore {
+  private held: { id: string; gate: Promise<void>; reached: () => void } | undefined;
+
+  holdAt(id: string): { reached: Promise<void>; release: () => void } {
+    let release!: () => void;
+    let reached!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const arrived = new Promise<void>((resolve) => (reached = resolve));
+    this.held = { id, gate, reached };
+    return { reached: arrived, release };
+  }
+
+  override async lastCompaction(id: string, atOrBefore: number): Promise<CompactionEntry | undefined> {
+    const held = this.held;
+    if (held !== undefined && held.id === id) {
+      this.held = undefined;
+      held.reached();
+      await held.gate;
+    }
+    return super.lastCompaction(id, atOrBefore);
+  }
+}

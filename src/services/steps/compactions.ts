@@ -110,7 +110,6 @@ export class Compactions {
     }
     const mark = await this.deps.log.store.lastActivation(id);
     if (mark?.event === 'closed') throw new ServiceError('NOT_RESUMABLE', `agent "${id}" was closed; its session takes no more entries`);
-    await this.deps.log.loadForest(root);
     const lastSeq = (await this.deps.log.summary(id))?.lastSeq ?? 0;
     const throughSeq = input.throughSeq ?? lastSeq;
     const previous = await this.deps.log.lastCompaction(id, lastSeq);
@@ -118,6 +117,9 @@ export class Compactions {
     // A turn a stopped process left open may await results of calls it made.
     const { open } = await this.deps.log.lastTurn(id);
     checkThrough(throughSeq, lastSeq, previous, after, unansweredIn(open));
+    // The forest is loaded only to write, and again if a sibling's session closing forgot it
+    // meanwhile: the checks and the opening are one synchronous span.
+    while (!this.deps.log.forestLoaded(root)) await this.deps.log.loadForest(root);
     if (this.deps.registry.get(id) !== undefined) {
       throw new ServiceError('UNAUTHORIZED', `agent "${id}" became live meanwhile; compact it with the token of its live incarnation`);
     }
