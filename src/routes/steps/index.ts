@@ -40,18 +40,7 @@ function sendPieces(reply: FastifyReply, pieces: Buffer[]): FastifyReply {
   const length = pieces.reduce((n, piece) => n + piece.length, 0);
   reply.type(JSON_TYPE);
   if (length < STREAM_FROM_BYTES) return reply.send(Buffer.concat(pieces, length));
-  return reply.header('content-length', length).send(readableOf(pieces));
-}
-
-/**
- * A stream holding every piece already: piped, they are written in one tick, which the HTTP
- * response sends as one write (Readable.from would hand them over a tick apart).
- */
-function readableOf(pieces: readonly Buffer[]): Readable {
-  const stream = new Readable({ read: () => undefined });
-  for (const piece of pieces) stream.push(piece);
-  stream.push(null);
-  return stream;
+  return reply.header('content-length', length).send(Readable.from(pieces));
 }
 
 const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;
