@@ -217,6 +217,7 @@ export function createSystem(options: SystemOptions): System {
 
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
   events.on('agent-left', (agent) => stepCache.forget(agent));
+  events.on('turn-ended', (agent) => stepCache.turnEnded(agent));
   const compactions = new Compactions({ authority, registry, log, clock, manager, ownership });
   const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, cache: stepCache, compactions, waiters });
   const driver = new ModelDriver(

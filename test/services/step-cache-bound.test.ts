@@ -31,7 +31,8 @@ class CountingStore extends DelegatingStore {
   }
 }
 
-const LONG = 'The quick brown fox jumps over the lazy dog, again and again. '.repeat(50); // ~3 KB
+// ~6 KB: one turn (a prompt, two results, the calls' input) passes KEEP_IDLE_FROM_BYTES, so a kept conversation stays kept when its turn ends.
+const LONG = 'The quick brown fox jumps over the lazy dog, again and again. '.repeat(100);
 
 interface Driven extends CreatedRoot {
   instructions: string;
@@ -105,6 +106,19 @@ describe('a step cache bound far below the conversations', () => {
     }
     // Two full claims per turn, three turns per agent.
     expect(counts).toEqual({ tiny: [6, 6], default: [1, 1] });
+  });
+
+  it('a small conversation is not kept while its agent is idle: the next turn builds it from the store again', async () => {
+    const store = new CountingStore();
+    const h = await startHarness({ store });
+    const [agent] = await roots(h, 1);
+    for (let round = 0; round < 3; round++) {
+      expect((await send(h.app, agent!.id, `short ${round}`)).statusCode).toBe(202);
+      await settle();
+      const step = await claimChecked(h, agent!, false);
+      expect((await postOutput(h.app, agent!, step, { content: `ok ${round}` })).json()).toMatchObject({ turn: 'ended' });
+    }
+    expect(store.builds.get(agent!.id)).toBe(3);
   });
 
   it('an agent whose backend claims delta steps keeps no conversation: its next full claim is built from the store again', async () => {

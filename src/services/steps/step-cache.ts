@@ -10,8 +10,9 @@
  *   last one rendered, and built from the store when absent (from its latest compaction on:
  *   what a compaction summarised is never read again).
  *
- * The JSON is bounded in total (the least recently used agent's goes first) and dropped when the
- * agent leaves memory; an agent whose backend claims delta steps keeps none. Exact by
+ * The JSON is bounded in total (the least recently used agent's goes first), dropped when the
+ * agent leaves memory and, when small, when its turn ends; an agent whose backend claims delta
+ * steps keeps none. Exact by
  * construction: the result always equals `renderMessages` over the log up to the step
  * (test/services/step-cache.test.ts checks it on random logs).
  */
@@ -46,6 +47,12 @@ export interface RenderedMessages {
 
 /** What the rendered conversations of all agents may hold by default: 256 MiB. */
 export const DEFAULT_STEP_CACHE_BYTES = 256 * 2 ** 20;
+
+/**
+ * A conversation smaller than this is dropped when its agent's turn ends: an idle agent keeps
+ * none, and building it again at the next turn reads only a few entries.
+ */
+export const KEEP_IDLE_FROM_BYTES = 16 * 1024;
 
 /** Marks kept per agent: a backend names its previous step; a few more cover retries. */
 const MARKS_KEPT = 2;
@@ -185,6 +192,12 @@ export class StepCache {
     const mark = conversation.mark(stepId);
     this.remember(renders, mark);
     return { json: conversation.json(), delta: false, mark };
+  }
+
+  /** The agent's turn ended: a small conversation is not kept while it is idle. */
+  turnEnded(agent: LiveAgent): void {
+    const renders = this.agents.get(agent);
+    if (renders?.conversation !== undefined && renders.conversation.capacity < KEEP_IDLE_FROM_BYTES) this.dropConversation(renders);
   }
 
   /** Drop what is kept for an agent that left memory. */
