@@ -5,7 +5,7 @@
  * a newline.
  */
 import { joinText } from './message.js';
-import type { EntryBody, SessionEntry } from './session.js';
+import type { CompactionEntry, EntryBody, SessionEntry } from './session.js';
 
 export type ChatMessage =
   | { role: 'system'; content: string }
@@ -37,7 +37,7 @@ export interface ChatTool {
  * The step cache (services/steps/step-cache.ts) builds the same list incrementally.
  */
 export function renderMessages(instructions: string | undefined, entries: readonly SessionEntry[]): ChatMessage[] {
-  let compaction: Extract<SessionEntry, { type: 'compaction' }> | undefined;
+  let compaction: CompactionEntry | undefined;
   for (const entry of entries) if (entry.type === 'compaction') compaction = entry;
   const out = headMessages(instructions, compaction?.summary);
   const after = compaction?.throughSeq ?? 0;

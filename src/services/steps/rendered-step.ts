@@ -40,12 +40,7 @@ export function stepJsonPieces(step: RenderedStep, outer: Record<string, string>
   return [Buffer.from(start), ...step.messages.json, Buffer.from(end)];
 }
 
-/** The same as one buffer. */
-export function stepJson(step: RenderedStep, outer: Record<string, string> = {}): Buffer {
-  return Buffer.concat(stepJsonPieces(step, outer));
-}
-
 /** The step as an object (parsed from its JSON). */
 export function stepObject(step: RenderedStep): Step {
-  return (JSON.parse(stepJson(step).toString('utf8')) as { step: Step }).step;
+  return (JSON.parse(Buffer.concat(stepJsonPieces(step)).toString('utf8')) as { step: Step }).step;
 }

@@ -18,18 +18,15 @@
  */
 import { createHash } from 'node:crypto';
 import { headMessages, renderEntry } from '../../domain/step-render.js';
-import type { SessionEntry } from '../../domain/session.js';
+import type { CompactionEntry, SessionEntry } from '../../domain/session.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 
-/** Where one step was cut and what its messages were. */
+/** Where one step was cut and what its messages were (a compaction after it shows in the entries read since). */
 export interface StepMark {
   stepId: string;
   /** The seq of its step-start: its messages are the log up to here. */
   upToSeq: number;
-  /** The seq of the compaction its messages start from (0: none). */
-  compactionSeq: number;
-  count: number;
   /** UTF-8 bytes of the messages' JSON texts. */
   bytes: number;
   /** The digest chain over the messages' JSON texts (see chainDigest). */
@@ -74,19 +71,16 @@ class Conversation {
   private length = 0;
 
   private constructor(
-    readonly compactionSeq: number,
     private readonly head: string,
     public through: number,
-    public count: number,
     public bytes: number,
     public digest: string,
-    capacity: number,
   ) {
-    this.buffer = Buffer.allocUnsafeSlow(capacity);
+    this.buffer = Buffer.allocUnsafeSlow(MIN_CAPACITY);
   }
 
   /** The head messages of a session from its latest compaction (or none) on. */
-  static start(instructions: string | undefined, compaction: Extract<SessionEntry, { type: 'compaction' }> | undefined, sizeHint: number): Conversation {
+  static start(instructions: string | undefined, compaction: CompactionEntry | undefined): Conversation {
     const texts = headMessages(instructions, compaction?.summary).map((m) => JSON.stringify(m));
     let digest = '';
     let bytes = 0;
@@ -94,8 +88,7 @@ class Conversation {
       digest = chainDigest(digest, text);
       bytes += Buffer.byteLength(text);
     }
-    const through = compaction?.throughSeq ?? 0;
-    return new Conversation(compaction?.seq ?? 0, texts.join(','), through, texts.length, bytes, digest, Math.max(MIN_CAPACITY, sizeHint));
+    return new Conversation(texts.join(','), compaction?.throughSeq ?? 0, bytes, digest);
   }
 
   get capacity(): number {
@@ -109,7 +102,6 @@ class Conversation {
     this.reserve(tail.size);
     this.buffer.write(tail.text, this.length, 'utf8');
     this.length += tail.size;
-    this.count += tail.count;
     this.bytes += tail.bytes;
     this.digest = tail.digest;
     this.through = entries[entries.length - 1]!.seq;
@@ -122,7 +114,7 @@ class Conversation {
   }
 
   mark(stepId: string): StepMark {
-    return { stepId, upToSeq: this.through, compactionSeq: this.compactionSeq, count: this.count, bytes: this.bytes, digest: this.digest };
+    return { stepId, upToSeq: this.through, bytes: this.bytes, digest: this.digest };
   }
 
   private reserve(more: number): void {
@@ -133,21 +125,23 @@ class Conversation {
   }
 }
 
-/** Entries' messages as `,m1,m2…` JSON text, with the digest chain continued from `digest`. */
-function encode(entries: readonly SessionEntry[], digest: string): { text: string; size: number; count: number; bytes: number; digest: string } {
+/**
+ * Entries' messages as `,m1,m2…` JSON text, with the digest chain continued from `digest`:
+ * its UTF-8 size, and the messages' own bytes (the size less one comma each).
+ */
+function encode(entries: readonly SessionEntry[], digest: string): { text: string; size: number; bytes: number; digest: string } {
   let text = '';
   let count = 0;
-  let bytes = 0;
   for (const entry of entries) {
     const message = renderEntry(entry);
     if (message === undefined) continue;
     const json = JSON.stringify(message);
     digest = chainDigest(digest, json);
     text += `,${json}`;
-    bytes += Buffer.byteLength(json);
     count++;
   }
-  return { text, size: Buffer.byteLength(text), count, bytes, digest };
+  const size = Buffer.byteLength(text);
+  return { text, size, bytes: size - count, digest };
 }
 
 interface AgentRenders {
@@ -166,11 +160,6 @@ export class StepCache {
     private readonly budgetBytes: number,
   ) {}
 
-  /** What the conversations' JSON holds now. */
-  get bytes(): number {
-    return this.heldBytes;
-  }
-
   /**
    * The messages of `agent`'s step cut at `upToSeq`: after `since` when that names one of its
    * recent steps and no compaction came in between, else the whole list.
@@ -182,7 +171,7 @@ export class StepCache {
       const entries = await this.log.read(agent.id, from.upToSeq, upToSeq - from.upToSeq);
       if (!entries.some((e) => e.type === 'compaction')) {
         const tail = encode(entries, from.digest);
-        const mark: StepMark = { stepId, upToSeq, compactionSeq: from.compactionSeq, count: from.count + tail.count, bytes: from.bytes + tail.bytes, digest: tail.digest };
+        const mark: StepMark = { stepId, upToSeq, bytes: from.bytes + tail.bytes, digest: tail.digest };
         this.remember(renders, mark);
         this.dropConversation(renders); // its backend keeps the conversation
         return { json: [Buffer.from(`[${tail.text.slice(1)}]`)], delta: true, mark };
@@ -242,7 +231,7 @@ export class StepCache {
     const compaction = await this.log.lastCompaction(agent.id, upToSeq);
     const after = compaction?.throughSeq ?? 0;
     const entries = await this.log.read(agent.id, after, upToSeq - after);
-    const conversation = Conversation.start(agent.header.instructions, compaction, 0);
+    const conversation = Conversation.start(agent.header.instructions, compaction);
     conversation.extend(entries);
     conversation.through = upToSeq;
     return conversation;
