@@ -10,18 +10,22 @@
  * - it never separates a tool call from its result: no call at or before `throughSeq` has its
  *   result after it, or none yet.
  */
-import type { AgentState } from './agent-state.js';
+import { heldStep, type AgentState } from './agent-state.js';
 import { ServiceError } from './errors.js';
 import type { CompactionEntry, SessionEntry } from './session.js';
 
-/** Throws STEP_CONFLICT unless the agent is between steps: no step claimed, none awaiting results. */
-export function checkBetweenSteps(agentId: string, state: AgentState): void {
-  const turn = state.turn;
-  if (turn.phase === 'running' && (turn.turn.step.status === 'claimed' || turn.turn.step.status === 'awaiting')) {
-    const what = turn.turn.step.status === 'claimed' ? 'is claimed' : 'awaits tool results';
-    throw new ServiceError('STEP_CONFLICT', `step "${turn.turn.step.id}" of agent "${agentId}" ${what}; a compaction is taken between steps`);
+/**
+ * Throws STEP_CONFLICT unless the agent is between steps: no step held by a claim (claimed, or
+ * awaiting results) but `ownStep`, the one the caller itself holds (the built-in driver).
+ */
+export function checkBetweenSteps(agentId: string, state: AgentState, ownStep?: string): void {
+  const held = heldStep(state);
+  if (held !== undefined && held.id !== ownStep) {
+    const what = held.status === 'claimed' ? 'is claimed' : 'awaits tool results';
+    throw new ServiceError('STEP_CONFLICT', `step "${held.id}" of agent "${agentId}" ${what}; a compaction is taken between steps`);
   }
-  if (turn.phase === 'closing' || turn.phase === 'disposed') {
+  const phase = state.turn.phase;
+  if (phase === 'closing' || phase === 'disposed') {
     throw new ServiceError('STEP_CONFLICT', `agent "${agentId}" is ending its turn; a compaction is taken between steps`);
   }
 }

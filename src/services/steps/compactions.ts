@@ -58,7 +58,7 @@ export class Compactions {
         if (this.deps.registry.get(agent.id) !== agent || agent.disposing) {
           throw new ServiceError('AGENT_NOT_FOUND', `agent "${agent.id}" left memory meanwhile; the compaction was not written`);
         }
-        if (heldStep === undefined || !holds(agent, heldStep)) checkBetweenSteps(agent.id, agent.state);
+        checkBetweenSteps(agent.id, agent.state, heldStep);
       };
       check();
       const lastSeq = this.deps.log.lastSeq(agent.id) ?? 0;
@@ -129,12 +129,6 @@ export class Compactions {
     this.deps.log.release(id);
     return { ...body, seq };
   }
-}
-
-/** The agent holds `stepId` claimed (its output not yet recorded). */
-function holds(agent: LiveAgent, stepId: string): boolean {
-  const turn = agent.state.turn;
-  return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.status === 'claimed';
 }
 
 function compactionBody(at: string, input: CompactionInput, throughSeq: number): Extract<EntryBody, { type: 'compaction' }> {
