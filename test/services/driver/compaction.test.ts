@@ -33,9 +33,21 @@ const compactions = (log: readonly Entry[]): Entry[] => log.filter((e) => e.type
 const seqOf = (log: readonly Entry[], content: string): number => log.find((e) => e.type === 'message' && text(e) === content)!.seq;
 const lastUser = (body: ChatRequest): string | null | undefined => body.messages.filter((m) => m.role === 'user').at(-1)?.content;
 /** The scripted server's usage for a request: its messages' JSON length over 4. */
+/** The assistant message of one `lookup` call, and its result (an unknown tool to the service). */
+const lookupCall = (id: string, input: unknown): unknown => ({ role: 'assistant', content: null, tool_calls: [{ id, type: 'function', function: { name: 'lookup', arguments: JSON.stringify(input) } }] });
+const lookupResult = (id: string): unknown => ({ role: 'tool', tool_call_id: id, content: 'Error: unknown tool "lookup"' });
 const promptTokens = (body: ChatRequest): number => Math.ceil(JSON.stringify(body.messages).length / 4);
 
 /** Turns `turn <from>` … `turn <to>`, each waited for to its end. */
+/** A root on `model` under the budget takes a turn "hello", then a turn "go": the log after the second. */
+async function helloThenGo(h: Harness, model: Parameters<typeof spec>[0]): Promise<Entry[]> {
+  const root = await createRoot(h.app, { instructions: INSTRUCTIONS, model: spec(model, { maxContextTokens: MAX }) });
+  accepted(await followup(h, root.id, 'hello'));
+  await turnEnded(h, root.id);
+  accepted(await followup(h, root.id, 'go'));
+  return turnEnded(h, root.id, 2);
+}
+
 async function runTurns(h: Harness, id: string, from: number, to: number): Promise<Entry[]> {
   let log: Entry[] = [];
   for (let n = from; n <= to; n++) {
@@ -145,11 +157,7 @@ describe('the built-in model driver compacts on its own', { timeout: 20_000 }, (
       if (last.content === 'go') return { answer: { toolCalls: [call('lookup', bigInput, 'c1')] } };
       return answer(`hi ${'x'.repeat(8000)}`);
     });
-    const root = await createRoot(h.app, { instructions: INSTRUCTIONS, model: spec(model, { maxContextTokens: MAX }) });
-    accepted(await followup(h, root.id, 'hello'));
-    await turnEnded(h, root.id);
-    accepted(await followup(h, root.id, 'go'));
-    const log = await turnEnded(h, root.id, 2);
+    const log = await helloThenGo(h, model);
 
     // The second step of turn 2 was over; the call and its result alone take more than half the
     // budget, yet the prompt before them is kept: only turn 1 is summarised.
@@ -160,13 +168,12 @@ describe('the built-in model driver compacts on its own', { timeout: 20_000 }, (
     const bodies = model.requests.map((r) => r.body);
     expect(bodies.map((b) => (isSummarising(b) ? 'summarise' : b.messages.at(-1)!.role))).toEqual(['user', 'user', 'summarise', 'tool']);
     expect(bodies[2]!.messages).toEqual([system(INSTRUCTIONS), user('hello'), assistant(`hi ${'x'.repeat(8000)}`), user(COMPACTION_PROMPT)]);
-    const callMessage = { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'lookup', arguments: JSON.stringify(bigInput) } }] };
     expect(bodies[3]!.messages).toEqual([
       system(INSTRUCTIONS),
       user('they said hello'),
       user('go'),
-      callMessage,
-      { role: 'tool', tool_call_id: 'c1', content: 'Error: unknown tool "lookup"' },
+      lookupCall('c1', bigInput),
+      lookupResult('c1'),
     ]);
     expect(picture(log).slice(-4)).toEqual(['step-start:1', 'compaction', 'assistant:done', 'turn-end:completed']);
   });
@@ -181,11 +188,7 @@ describe('the built-in model driver compacts on its own', { timeout: 20_000 }, (
       if (last.role === 'tool' && last.tool_call_id === 'small') return { answer: { toolCalls: [call('lookup', hugeInput, 'huge')] } };
       return answer('done');
     });
-    const root = await createRoot(h.app, { instructions: INSTRUCTIONS, model: spec(model, { maxContextTokens: MAX }) });
-    accepted(await followup(h, root.id, 'hello'));
-    await turnEnded(h, root.id);
-    accepted(await followup(h, root.id, 'go'));
-    const log = await turnEnded(h, root.id, 2);
+    const log = await helloThenGo(h, model);
 
     // The third step of turn 2 was over. Half the budget holds the last result but not its call
     // (and from the prompt on is more than the budget): the compaction ends before the call, not between.
@@ -197,8 +200,6 @@ describe('the built-in model driver compacts on its own', { timeout: 20_000 }, (
     expect(entry!.throughSeq).toBe(hugeCall.seq - 1);
     expect(log.find((e) => e.seq === entry!.throughSeq)).toMatchObject({ type: 'step-start', index: 1 });
 
-    const calling = (id: string, input: unknown): unknown => ({ role: 'assistant', content: null, tool_calls: [{ id, type: 'function', function: { name: 'lookup', arguments: JSON.stringify(input) } }] });
-    const result = (id: string): unknown => ({ role: 'tool', tool_call_id: id, content: 'Error: unknown tool "lookup"' });
     const bodies = model.requests.map((r) => r.body);
     expect(bodies.map((b) => (isSummarising(b) ? 'summarise' : b.messages.at(-1)!.role))).toEqual(['user', 'user', 'tool', 'summarise', 'tool']);
     expect(bodies[3]!.messages).toEqual([
@@ -206,11 +207,11 @@ describe('the built-in model driver compacts on its own', { timeout: 20_000 }, (
       user('hello'),
       assistant('hi'),
       user('go'),
-      calling('small', { q: 'a' }),
-      result('small'),
+      lookupCall('small', { q: 'a' }),
+      lookupResult('small'),
       user(COMPACTION_PROMPT),
     ]);
-    expect(bodies[4]!.messages).toEqual([system(INSTRUCTIONS), user('looked up a'), calling('huge', hugeInput), result('huge')]);
+    expect(bodies[4]!.messages).toEqual([system(INSTRUCTIONS), user('looked up a'), lookupCall('huge', hugeInput), lookupResult('huge')]);
     expect(picture(log).slice(-3)).toEqual(['compaction', 'assistant:done', 'turn-end:completed']);
   });
 
