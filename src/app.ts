@@ -16,6 +16,7 @@ import { requestId, requestIdHeader } from './plugins/request-id.js';
 import { OneLinePerRequest, requestMetrics } from './plugins/request-log.js';
 import { agentRoutes } from './routes/agents/index.js';
 import { registerOperatorAuth } from './routes/auth.js';
+import { budgetRoutes } from './routes/budgets/index.js';
 import { childRoutes } from './routes/children/index.js';
 import { eventRoutes } from './routes/events/index.js';
 import { healthRoutes } from './routes/health/index.js';
@@ -29,7 +30,7 @@ import type { System } from './services/system.js';
 export { API_VERSION } from './plugins/openapi.js';
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packages' | 'streams' | 'hub' | 'metrics'> & Partial<Pick<System, 'ownership'>>;
+  system: Pick<System, 'agents' | 'steps' | 'packages' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -56,7 +57,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     frameworkErrors,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  const { agents, steps, packages, streams, hub, metrics } = deps.system;
+  const { agents, steps, packages, streams, hub, metrics, budgets, budgetChanges } = deps.system;
   await app.register(requestIdHeader);
   await app.register(requestMetrics, { metrics });
   await app.register(gracefulClose);
@@ -72,6 +73,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(healthRoutes, { agents });
   await app.register(agentRoutes, { agents, steps });
   await app.register(childRoutes, { agents });
+  await app.register(budgetRoutes, { budgets, changes: budgetChanges });
   await app.register(stepRoutes, { steps });
   await app.register(messageRoutes, { agents });
   await app.register(eventRoutes, {

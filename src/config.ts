@@ -5,6 +5,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from './domain/packages.js';
+import { NO_PRICES, parseModelPrices, type ModelPrices } from './domain/pricing.js';
 import { DEFAULT_LEASE } from './services/step-lease.js';
 import { DEFAULT_DRIVER_OPTIONS } from './services/driver/model-driver.js';
 import { parseBaseUrl } from './services/driver/model-policy.js';
@@ -52,6 +53,14 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1, description: 'Built-in model driver: model requests in flight at once, over all agents.' }),
   AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String({ description: 'Comma-separated variables that `model.apiKeyEnv` may name; unset, any name ending in `_API_KEY` except `AGENTFOREST_*`.' })),
   AGENTFOREST_MODEL_BASE_URLS: Type.Optional(Type.String({ description: 'Comma-separated URL prefixes that `model.baseUrl` must start with; unset, any http(s) URL.' })),
+  AGENTFOREST_MODEL_PRICES: Type.Optional(
+    Type.String({
+      description:
+        'Per-model prices that give usage its `costMicroUsd` (for `costMicroUsd` budgets): JSON `{"<model>": {"prompt": <n>, "completion": <n>}}`, ' +
+        'each in micro-dollars per token (the same number as dollars per million tokens); the key `*` prices any other model. Unset: usage has a cost only when a backend posts one.',
+    }),
+  ),
+  AGENTFOREST_SPAWN_BUDGETS: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off', description: '`on`: `spawn_subagent` takes a `budget` grant from the model (shown in its input schema); `off`: the model cannot grant.' }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info', description: 'pino log level.' }),
 });
 
@@ -103,6 +112,8 @@ export interface Config {
   };
   /** Which variables may serve as model API keys, which endpoints may be called (undefined: the defaults). */
   modelPolicy: { keyEnvs?: string[]; baseUrls?: string[] };
+  modelPrices: ModelPrices;
+  spawnBudgets: boolean;
 }
 
 export class ConfigError extends Error {
@@ -146,6 +157,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       parseBaseUrl(url, 'AGENTFOREST_MODEL_BASE_URLS');
     } catch (error) {
       problems.push(error instanceof Error ? error.message : String(error));
+    }
+  }
+  let modelPrices: ModelPrices = NO_PRICES;
+  if (raw.AGENTFOREST_MODEL_PRICES !== undefined) {
+    try {
+      modelPrices = parseModelPrices(raw.AGENTFOREST_MODEL_PRICES);
+    } catch (error) {
+      problems.push(`AGENTFOREST_MODEL_PRICES ${error instanceof Error ? error.message : String(error)}`);
     }
   }
   const apiKeys = list(raw.AGENTFOREST_API_KEYS) ?? [];
@@ -195,6 +214,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       concurrency: converted.AGENTFOREST_MODEL_CONCURRENCY,
     },
     modelPolicy: { ...(keyEnvs === undefined ? {} : { keyEnvs }), ...(baseUrls === undefined ? {} : { baseUrls }) },
+    modelPrices,
+    spawnBudgets: converted.AGENTFOREST_SPAWN_BUDGETS === 'on',
   };
 }
 

@@ -46,6 +46,8 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     lease: config.lease,
     driver: config.driver,
     modelPolicy: config.modelPolicy,
+    modelPrices: config.modelPrices,
+    spawnBudgets: config.spawnBudgets,
     ...(config.databaseUrl === undefined
       ? {}
       : { ownership: { instanceId: config.instanceId ?? randomUUID(), url: config.advertiseUrl ?? `http://${config.host}:${config.port}`, leaseMs: config.leaseMs } }),

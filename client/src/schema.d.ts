@@ -220,6 +220,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/budget": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An agent's budget
+         * @description Its own limits and what remains of each (`{remaining: {}}` when it has none of its own; a budget above it may still stop it).
+         */
+        get: operations["getBudget"];
+        /**
+         * Change an agent's budget
+         * @description The body names the limits to change (`null` removes one); the others stay. The limits bound what the agent's whole subtree spends. A child's raised limits are a grant: more than the budgets above it have left is refused (400 VALIDATION). Steps the old limits had paused are handed out again at once; claimable agents below that the new ones stop are paused. Answers the limits and what remains of each; durable (a budget entry in the session).
+         */
+        put: operations["putBudget"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What an agent and its subtree spent
+         * @description Each row: the agent's own usage (`self`) and its subtree's (`subtree`: it and every descendant), and its budget. Steps are counted when claimed; tokens and cost when the output (or compaction) that carries the usage is recorded.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{id}/steps/next": {
         parameters: {
             query?: never;
@@ -231,7 +275,7 @@ export interface paths {
         put?: never;
         /**
          * Claim this agent's next model request
-         * @description Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0. With `since` (the id of this agent's earlier step whose messages the caller holds), the step carries `messagesSince` instead of `messages`.
+         * @description Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0. With `since` (the id of this agent's earlier step whose messages the caller holds), the step carries `messagesSince` instead of `messages`. 409 BUDGET_EXHAUSTED while the agent's budget or an ancestor's is spent (also when that happens during the long-poll).
          */
         post: operations["claimStep"];
         delete?: never;
@@ -471,11 +515,40 @@ export interface components {
             /** @description The most estimated tokens (a step's `estimatedTokens`: about 4 bytes of JSON each, tools included) one model request may carry. When a step would carry more, the service first asks the same model for a summary of the older part of the conversation and writes it as a compaction entry; the step then starts from that summary and keeps the recent part (about half of this) as it was. Absent: the service never compacts on its own. */
             maxContextTokens?: number;
         };
-        /** @description Tokens the model request that produced this assistant message used. */
+        /** @description Tokens the model request that produced this assistant message used; `totalTokens` is what a tokens budget counts. */
         TokenUsage: {
             promptTokens: number;
             completionTokens: number;
             totalTokens: number;
+            /** @description What the request cost, in millionths of a US dollar: as posted, or priced by the service from AGENTFOREST_MODEL_PRICES. */
+            costMicroUsd?: number;
+        };
+        /** @description Limits on what an agent's whole subtree (itself and every descendant) spends; a limit left out is not limited by this agent. */
+        Budget: {
+            /** @description Tokens (`totalTokens` of recorded usage) the subtree may spend. */
+            tokens?: number;
+            /** @description Model requests (step claims) the subtree may make. */
+            steps?: number;
+            /** @description Millionths of a US dollar the subtree may spend (usage priced per AGENTFOREST_MODEL_PRICES, or as posted). */
+            costMicroUsd?: number;
+        };
+        /** @description What was spent: steps claimed, tokens of recorded usage, cost in millionths of a US dollar. */
+        Usage: {
+            steps: number;
+            promptTokens: number;
+            completionTokens: number;
+            totalTokens: number;
+            costMicroUsd: number;
+        };
+        /** @description The agent's own limits and what remains of each. */
+        BudgetView: {
+            /** @description Tokens (`totalTokens` of recorded usage) the subtree may spend. */
+            tokens?: number;
+            /** @description Model requests (step claims) the subtree may make. */
+            steps?: number;
+            /** @description Millionths of a US dollar the subtree may spend (usage priced per AGENTFOREST_MODEL_PRICES, or as posted). */
+            costMicroUsd?: number;
+            remaining: components["schemas"]["Budget"];
         };
         AgentView: {
             /** @description An agent (and session) id. */
@@ -486,8 +559,8 @@ export interface components {
             provider: ("in-process" | "remote") | null;
             depth: number;
             label?: string;
-            /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed */
-            status: "idle" | "running" | "disposing" | "settled" | "closed";
+            /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed; either: paused while a budget stops its next step (see pausedBy) */
+            status: "idle" | "running" | "paused" | "disposing" | "settled" | "closed";
             resident: boolean;
             activation: {
                 state: "running" | "waiting";
@@ -499,6 +572,19 @@ export interface components {
             /** Format: date-time */
             createdAt: string;
             model?: components["schemas"]["ModelSpec"];
+            usage: {
+                self: components["schemas"]["Usage"];
+                subtree: components["schemas"]["Usage"];
+            };
+            /** @description Its own limits and what remains; null when it has none (a budget above it may still stop it). */
+            budget: components["schemas"]["BudgetView"] | null;
+            /** @description status paused: the budget that stops its next step. */
+            pausedBy?: {
+                /** @description The agent whose budget is spent: this one or an ancestor. */
+                agentId: string;
+                /** @description Which of its limits. */
+                budget: "tokens" | "steps" | "costMicroUsd";
+            };
         };
         /** @description A live incarnation's agent id and token. */
         Credential: {
@@ -510,7 +596,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -521,7 +607,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -622,8 +708,17 @@ export interface components {
             throughSeq: number;
             usage?: components["schemas"]["TokenUsage"];
         };
+        /** @description The agent's limits changed (PUT budget): `budget` is all of them from here on. */
+        BudgetEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "budget";
+            budget: components["schemas"]["Budget"];
+        };
         /** @description One durable log entry; `type` says which. */
-        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"];
+        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"] | components["schemas"]["BudgetEntry"];
         /** @description The session's immutable header. */
         SessionHeader: {
             version: number;
@@ -649,6 +744,7 @@ export interface components {
                 allow: string[];
             };
             model?: components["schemas"]["ModelSpec"];
+            budget?: components["schemas"]["Budget"];
         };
         /** @description An OpenAI chat-completions message. */
         ChatMessage: {
@@ -798,6 +894,18 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
                     code?: "AGENT_EXISTS";
+                };
+            };
+        };
+        /** @description Conflict: AGENT_EXISTS, ACTIVATION_CLOSING, NOT_RESUMABLE */
+        AgentExistsOrActivationClosingOrNotResumable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_EXISTS" | "ACTIVATION_CLOSING" | "NOT_RESUMABLE";
                 };
             };
         };
@@ -978,6 +1086,18 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
                     code?: "STEP_CONFLICT";
+                };
+            };
+        };
+        /** @description Conflict: STEP_CONFLICT, BUDGET_EXHAUSTED */
+        StepConflictOrBudgetExhausted: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "STEP_CONFLICT" | "BUDGET_EXHAUSTED";
                 };
             };
         };
@@ -1229,7 +1349,7 @@ export interface operations {
             query?: {
                 /** @description An agent (and session) id. */
                 parentId?: string;
-                status?: "idle" | "running" | "disposing" | "settled" | "closed";
+                status?: "idle" | "running" | "paused" | "disposing" | "settled" | "closed";
                 limit?: number;
                 cursor?: string;
             };
@@ -1279,6 +1399,7 @@ export interface operations {
                         [key: string]: unknown;
                     };
                     model?: components["schemas"]["ModelSpec"];
+                    budget?: components["schemas"]["Budget"];
                 };
             };
         };
@@ -1690,6 +1811,7 @@ export interface operations {
                         allow: string[];
                     };
                     model?: components["schemas"]["ModelSpec"];
+                    budget?: components["schemas"]["Budget"];
                 };
             };
         };
@@ -1720,6 +1842,146 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+        };
+    };
+    getBudget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The agent's own limits and what remains of each. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Tokens (`totalTokens` of recorded usage) the subtree may spend. */
+                        tokens?: number;
+                        /** @description Model requests (step claims) the subtree may make. */
+                        steps?: number;
+                        /** @description Millionths of a US dollar the subtree may spend (usage priced per AGENTFOREST_MODEL_PRICES, or as posted). */
+                        costMicroUsd?: number;
+                        remaining: components["schemas"]["Budget"];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    putBudget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description The limits to change; the others stay as they are. */
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /** @description Tokens (`totalTokens` of recorded usage) the subtree may spend; null removes the limit, absent leaves it as it is. */
+                    tokens?: number | null;
+                    /** @description Model requests (step claims) the subtree may make; null removes the limit, absent leaves it as it is. */
+                    steps?: number | null;
+                    /** @description Millionths of a US dollar the subtree may spend; null removes the limit, absent leaves it as it is. */
+                    costMicroUsd?: number | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The agent's own limits and what remains of each. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Tokens (`totalTokens` of recorded usage) the subtree may spend. */
+                        tokens?: number;
+                        /** @description Model requests (step claims) the subtree may make. */
+                        steps?: number;
+                        /** @description Millionths of a US dollar the subtree may spend (usage priced per AGENTFOREST_MODEL_PRICES, or as posted). */
+                        costMicroUsd?: number;
+                        remaining: components["schemas"]["Budget"];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            409: components["responses"]["AgentExistsOrActivationClosingOrNotResumable"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description Also list every descendant, parents before their children. */
+                subtree?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The agent first; with `subtree=true`, then every descendant. */
+                        items: {
+                            /** @description An agent (and session) id. */
+                            agentId: string;
+                            parentId: string | null;
+                            usage: {
+                                self: components["schemas"]["Usage"];
+                                subtree: components["schemas"]["Usage"];
+                            };
+                            budget: components["schemas"]["BudgetView"] | null;
+                        }[];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Overloaded"];
         };
     };
     claimStep: {
@@ -1768,7 +2030,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFound"];
-            409: components["responses"]["StepConflict"];
+            409: components["responses"]["StepConflictOrBudgetExhausted"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
@@ -1851,6 +2113,8 @@ export interface operations {
                     content?: string | components["schemas"]["Content"];
                     toolCalls?: components["schemas"]["ToolCall"][];
                     usage?: components["schemas"]["TokenUsage"];
+                    /** @description The model that answered: its price in AGENTFOREST_MODEL_PRICES gives `usage` its cost when `usage` carries none. */
+                    model?: string;
                 };
             };
         };

@@ -8,10 +8,11 @@
 import type { Static } from '@sinclair/typebox';
 import type { ChatMessage as DomainChatMessage, ChatTool as DomainChatTool } from '../domain/step-render.js';
 import type { MessageSource as DomainMessageSource, TextBlock as DomainTextBlock, ToolCall as DomainToolCall } from '../domain/message.js';
+import type { Budget as DomainBudget, Usage as DomainUsage } from '../domain/budget.js';
 import type { ModelSpec as DomainModelSpec, TokenUsage as DomainTokenUsage } from '../domain/model.js';
 import type { SessionEntry as DomainSessionEntry, SessionHeader as DomainSessionHeader } from '../domain/session.js';
-import type { ModelSpec, TextBlock, TokenUsage } from './common.js';
-import type { ActivationEntry, CompactionEntry, MessageEntry, MessageSource, SessionEntry, SessionHeader, StepStartEntry, ToolCall, TurnEndEntry, TurnStartEntry } from './sessions.js';
+import type { Budget, ModelSpec, TextBlock, TokenUsage, Usage } from './common.js';
+import type { ActivationEntry, BudgetEntry, CompactionEntry, MessageEntry, MessageSource, SessionEntry, SessionHeader, StepStartEntry, ToolCall, TurnEndEntry, TurnStartEntry } from './sessions.js';
 import type { ChatMessage, ChatTool } from './steps.js';
 
 /** True when A and B are the same type (not merely assignable both ways). */
@@ -36,6 +37,9 @@ export type ContractChecks = [
   Assert<Equals<Static<typeof TurnEndEntry>, EntryOf<'turn-end'>>>,
   Assert<Equals<Static<typeof ActivationEntry>, EntryOf<'activation'>>>,
   Assert<Equals<Static<typeof CompactionEntry>, EntryOf<'compaction'>>>,
+  Assert<Equals<Static<typeof BudgetEntry>, EntryOf<'budget'>>>,
+  Assert<Equals<Static<typeof Budget>, DomainBudget>>,
+  Assert<Equals<Static<typeof Usage>, DomainUsage>>,
   // The wire's message source is one object with an optional sender; the domain's is a union.
   Assert<Fits<DomainMessageSource, Static<typeof MessageSource>>>,
   Assert<Fits<EntryOf<'message'>, Static<typeof MessageEntry>>>,

@@ -5,6 +5,7 @@
  * operations that use it.
  */
 import { Type, type Static } from '@sinclair/typebox';
+import { BUDGET_KINDS } from '../domain/budget.js';
 import { ACTIVATION_STATES, AGENT_ID_PATTERN, AGENT_KINDS, AGENT_STATUSES, CHILD_MODES, PROVIDERS } from '../domain/agent.js';
 import { WIRE_ERROR_CODES, type ErrorCode } from '../domain/errors.js';
 import { DEFAULT_MAX_STEPS, MODEL_PROVIDERS } from '../domain/model.js';
@@ -64,11 +65,66 @@ export const TokenUsage = shared(
       promptTokens: Type.Integer({ minimum: 0 }),
       completionTokens: Type.Integer({ minimum: 0 }),
       totalTokens: Type.Integer({ minimum: 0 }),
+      costMicroUsd: Type.Optional(
+        Type.Number({ minimum: 0, description: 'What the request cost, in millionths of a US dollar: as posted, or priced by the service from AGENTFOREST_MODEL_PRICES.' }),
+      ),
     },
-    { additionalProperties: false, description: 'Tokens the model request that produced this assistant message used.' },
+    { additionalProperties: false, description: 'Tokens the model request that produced this assistant message used; `totalTokens` is what a tokens budget counts.' },
   ),
 );
 export type TokenUsage = Static<typeof TokenUsage>;
+
+const BUDGET_LIMIT_FIELDS = {
+  tokens: Type.Optional(Type.Integer({ minimum: 0, description: 'Tokens (`totalTokens` of recorded usage) the subtree may spend.' })),
+  steps: Type.Optional(Type.Integer({ minimum: 0, description: 'Model requests (step claims) the subtree may make.' })),
+  costMicroUsd: Type.Optional(Type.Integer({ minimum: 0, description: 'Millionths of a US dollar the subtree may spend (usage priced per AGENTFOREST_MODEL_PRICES, or as posted).' })),
+};
+
+export const Budget = shared(
+  'Budget',
+  Type.Object(BUDGET_LIMIT_FIELDS, {
+    additionalProperties: false,
+    description: "Limits on what an agent's whole subtree (itself and every descendant) spends; a limit left out is not limited by this agent.",
+  }),
+);
+export type Budget = Static<typeof Budget>;
+
+export const Usage = shared(
+  'Usage',
+  Type.Object(
+    {
+      steps: Type.Integer({ minimum: 0 }),
+      promptTokens: Type.Integer({ minimum: 0 }),
+      completionTokens: Type.Integer({ minimum: 0 }),
+      totalTokens: Type.Integer({ minimum: 0 }),
+      costMicroUsd: Type.Number({ minimum: 0 }),
+    },
+    { additionalProperties: false, description: 'What was spent: steps claimed, tokens of recorded usage, cost in millionths of a US dollar.' },
+  ),
+);
+export type Usage = Static<typeof Usage>;
+
+export const UsageRollup = Type.Object(
+  { self: ref(Usage), subtree: ref(Usage, { description: 'The agent and every descendant.' }) },
+  { additionalProperties: false },
+);
+
+export const BudgetView = shared(
+  'BudgetView',
+  Type.Object(
+    { ...BUDGET_LIMIT_FIELDS, remaining: ref(Budget, { description: 'What is left of each limit (never below 0).' }) },
+    { additionalProperties: false, description: "The agent's own limits and what remains of each." },
+  ),
+);
+export type BudgetView = Static<typeof BudgetView>;
+
+export const PausedBy = Type.Object(
+  {
+    agentId: Type.String({ description: 'The agent whose budget is spent: this one or an ancestor.' }),
+    budget: literals(BUDGET_KINDS, { description: 'Which of its limits.' }),
+  },
+  { additionalProperties: false },
+);
 
 export const AgentView = shared(
   'AgentView',
@@ -82,7 +138,7 @@ export const AgentView = shared(
       depth: Type.Integer({ minimum: 0 }),
       label: Type.Optional(Type.String()),
       status: literals(AGENT_STATUSES, {
-        description: 'roots: idle, running, disposing; children: idle or running while resident, settled, closed',
+        description: 'roots: idle, running, disposing; children: idle or running while resident, settled, closed; either: paused while a budget stops its next step (see pausedBy)',
       }),
       resident: Type.Boolean(),
       activation: Type.Union([Type.Object({ state: literals(ACTIVATION_STATES) }), Type.Null()]),
@@ -90,6 +146,11 @@ export const AgentView = shared(
       staged: Type.Integer({ minimum: 0 }),
       createdAt: Type.String({ format: 'date-time' }),
       model: Type.Optional(ref(ModelSpec)),
+      usage: UsageRollup,
+      budget: Type.Union([ref(BudgetView), Type.Null()], { description: 'Its own limits and what remains; null when it has none (a budget above it may still stop it).' }),
+      pausedBy: Type.Optional(
+        Type.Object(PausedBy.properties, { additionalProperties: false, description: 'status paused: the budget that stops its next step.' }),
+      ),
     },
     { additionalProperties: false },
   ),

@@ -10,7 +10,7 @@
  * This layer imports only TypeBox and the domain (its literal tuples; its types in ./checks.ts).
  */
 import type { TSchema } from '@sinclair/typebox';
-import { AgentView, Content, Credential, ErrorBody, ModelSpec, TextBlock, TokenUsage, ToolCallErrorBody } from './common.js';
+import { AgentView, Budget, BudgetView, Content, Credential, ErrorBody, ModelSpec, TextBlock, TokenUsage, ToolCallErrorBody, Usage } from './common.js';
 import { PACKAGE_SCHEMAS } from './packages.js';
 import { SESSION_SCHEMAS } from './sessions.js';
 import { STEP_SCHEMAS } from './steps.js';
@@ -28,6 +28,9 @@ export const CONTRACT_SCHEMAS: readonly (TSchema & { $id: string })[] = [
   Content,
   ModelSpec,
   TokenUsage,
+  Budget,
+  Usage,
+  BudgetView,
   AgentView,
   Credential,
   ErrorBody,

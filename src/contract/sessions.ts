@@ -5,7 +5,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS } from '../domain/message.js';
 import { ACTIVATION_EVENTS, TURN_END_REASONS, type EntryType } from '../domain/session.js';
-import { AgentId, ModelSpec, OpaqueId, TextBlock, TokenUsage } from './common.js';
+import { AgentId, Budget, ModelSpec, OpaqueId, TextBlock, TokenUsage } from './common.js';
 import { literals, ref, shared } from './schema.js';
 
 export const MessageSource = shared(
@@ -89,11 +89,15 @@ export const CompactionEntry = entry(
   },
 );
 
-const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry] as const;
+export const BudgetEntry = entry('budget', 'BudgetEntry', "The agent's limits changed (PUT budget): `budget` is all of them from here on.", {
+  budget: ref(Budget),
+});
+
+const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry, BudgetEntry] as const;
 
 export const SessionEntry = shared(
   'SessionEntry',
-  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry)], {
+  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry), ref(BudgetEntry)], {
     description: 'One durable log entry; `type` says which.',
     discriminator: {
       propertyName: 'type',
@@ -122,6 +126,7 @@ export const SessionHeader = shared(
       metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
       toolFilter: Type.Optional(Type.Object({ allow: Type.Array(Type.String()) }, { additionalProperties: false })),
       model: Type.Optional(ref(ModelSpec)),
+      budget: Type.Optional(ref(Budget, { description: 'The limits it was created with (budget entries change them).' })),
     },
     { additionalProperties: false, description: "The session's immutable header." },
   ),

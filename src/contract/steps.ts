@@ -110,6 +110,9 @@ export const OutputBody = Type.Object(
     content: Type.Optional(Type.Union([Type.String(), ref(Content)])),
     toolCalls: Type.Optional(Type.Array(ref(ToolCall), { maxItems: 128 })),
     usage: Type.Optional(ref(TokenUsage)),
+    model: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 200, description: 'The model that answered: its price in AGENTFOREST_MODEL_PRICES gives `usage` its cost when `usage` carries none.' }),
+    ),
   },
   { additionalProperties: false },
 );

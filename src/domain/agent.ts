@@ -11,8 +11,11 @@ export type ChildMode = (typeof CHILD_MODES)[number];
 export const PROVIDERS = ['in-process', 'remote'] as const;
 export type Provider = (typeof PROVIDERS)[number];
 
-/** Roots are idle|running|disposing; children idle|running while resident, settled or closed. */
-export const AGENT_STATUSES = ['idle', 'running', 'disposing', 'settled', 'closed'] as const;
+/**
+ * Roots are idle|running|disposing; children idle|running while resident, settled or closed;
+ * either is paused while it has a step to take that a budget stops (see budget.ts).
+ */
+export const AGENT_STATUSES = ['idle', 'running', 'paused', 'disposing', 'settled', 'closed'] as const;
 export type AgentStatus = (typeof AGENT_STATUSES)[number];
 
 export const DELIVERIES = ['followup', 'inject', 'steer'] as const;

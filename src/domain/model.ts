@@ -32,4 +32,6 @@ export interface TokenUsage {
   promptTokens: number;
   completionTokens: number;
   totalTokens: number;
+  /** What it cost in millionths of a US dollar: as a backend posted it, or priced by the service. */
+  costMicroUsd?: number;
 }

@@ -5,6 +5,7 @@
  */
 import type { AgentKind, ChildMode, Provider } from './agent.js';
 import type { Message, ToolCall } from './message.js';
+import type { Budget } from './budget.js';
 import type { ModelSpec, TokenUsage } from './model.js';
 
 /** Schema version of the persisted header and entries. Bump with a migration. */
@@ -30,6 +31,8 @@ export interface SessionHeader {
   toolFilter?: { allow: string[] };
   /** Driven by the service's built-in model driver (see model.ts); absent: steps go to backends. */
   model?: ModelSpec;
+  /** The limits its subtree was given when it was created (budget entries change them later). */
+  budget?: Budget;
 }
 
 export const TURN_END_REASONS = ['completed', 'cancelled', 'failed'] as const;
@@ -38,7 +41,7 @@ export type TurnEndReason = (typeof TURN_END_REASONS)[number];
 export const ACTIVATION_EVENTS = ['created', 'resumed', 'settled', 'closed'] as const;
 export type ActivationEvent = (typeof ACTIVATION_EVENTS)[number];
 
-export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction'] as const;
+export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction', 'budget'] as const;
 export type EntryType = (typeof ENTRY_TYPES)[number];
 
 /** An entry as the domain produces it; the log assigns `seq`. */
@@ -54,7 +57,9 @@ export type EntryBody =
    * Steps rendered after it start with the instructions and `summary`, then only what follows
    * `throughSeq` (see step-render.ts). The entries it summarises stay in the log.
    */
-  | { type: 'compaction'; at: string; summary: string; throughSeq: number; usage?: TokenUsage };
+  | { type: 'compaction'; at: string; summary: string; throughSeq: number; usage?: TokenUsage }
+  /** The limits of this agent's subtree from here on (all of them: a kind left out is not limited). */
+  | { type: 'budget'; at: string; budget: Budget };
 
 export type SessionEntry = EntryBody & { seq: number };
 

@@ -14,6 +14,7 @@ export const API_VERSION = '0.1.0';
 export const TAGS = [
   { name: 'agents', description: 'Root agents: create, list, read, dispose, resume; messages to an agent.' },
   { name: 'children', description: 'Children an agent starts, continuable or one-shot.' },
+  { name: 'budgets', description: "Tree budgets: limits on what an agent's subtree spends, and the usage figures of a subtree." },
   { name: 'steps', description: 'The step protocol: a backend claims model requests and posts their output and tool results.' },
   { name: 'tools', description: 'Service-owned tools: what an agent sees, and calling them as the agent.' },
   { name: 'sessions', description: 'The durable session log of an agent.' },

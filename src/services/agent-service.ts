@@ -16,6 +16,7 @@
  */
 import type { Delivery } from '../domain/agent.js';
 import type { TextBlock } from '../domain/message.js';
+import type { Budget } from '../domain/budget.js';
 import type { ModelSpec } from '../domain/model.js';
 import type { AdmissionGate } from './agents/admission-gate.js';
 import type { AgentQueries, ListFilter } from './agents/agent-queries.js';
@@ -51,7 +52,7 @@ export class AgentService {
     return this.deps.gate.draining;
   }
 
-  createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<AgentWithToken> {
+  createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec; budget?: Budget }): Promise<AgentWithToken> {
     return this.deps.roots.createRoot(input);
   }
 

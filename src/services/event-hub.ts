@@ -8,6 +8,7 @@
  * (they go out on the turn after the log's group commit).
  */
 import type { AgentStatus } from '../domain/agent.js';
+import type { PausedBy } from '../domain/budget.js';
 import type { SessionEntry } from '../domain/session.js';
 import { isClaimable } from '../domain/turn-machine.js';
 import type { LiveAgent } from './live-agent.js';
@@ -33,13 +34,20 @@ export function statusEvent(view: AgentView, live: LiveAgent | undefined): Statu
     resident: view.resident,
     inbox: view.inbox,
     staged: view.staged,
-    claimable: live !== undefined && !live.disposing && isClaimable(live.state),
+    claimable: live !== undefined && !live.disposing && isClaimable(live.state) && view.status !== 'paused',
   };
+}
+
+/** A budget stopped an agent's next step (sent once per pause; see budgets.ts). */
+export interface BudgetExhaustedEvent {
+  agentId: string;
+  pausedBy: PausedBy;
 }
 
 export type HubEvent =
   | { kind: 'entry'; agentId: string; rootId: string; seq: number; forestSeq: number; entry: SessionEntry }
-  | { kind: 'status'; rootId: string; status: StatusEvent };
+  | { kind: 'status'; rootId: string; status: StatusEvent }
+  | { kind: 'budget-exhausted'; rootId: string; event: BudgetExhaustedEvent };
 
 export type HubListener = (event: HubEvent) => void;
 
@@ -108,6 +116,17 @@ export class EventHub {
       if (agent.disposing && agent.state.turn.phase === 'disposed') return undefined;
       return statusEvent(this.deps.viewOf(agent), agent);
     });
+  }
+
+  /**
+   * A budget paused an agent: its status goes out (now paused), then the event, after the
+   * writes queued so far (the charge that spent the budget) have committed.
+   */
+  budgetExhausted(agent: LiveAgent, pausedBy: PausedBy): void {
+    this.agentChanged(agent);
+    if (!this.byAgent.has(agent.id) && !this.byForest.has(agent.rootId)) return;
+    const event: HubEvent = { kind: 'budget-exhausted', rootId: agent.rootId, event: { agentId: agent.id, pausedBy } };
+    setImmediate(() => this.emit(agent.id, agent.rootId, event));
   }
 
   /** An agent left the live registry (settled, closed, disposed, or the process stopping). */

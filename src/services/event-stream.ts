@@ -17,7 +17,7 @@ import type { AgentView } from '../contract/index.js';
 export interface StreamEvent {
   /** The durable position (seq, or forestSeq for a forest stream); absent for status snapshots. */
   id?: number;
-  event: 'entry' | 'status';
+  event: 'entry' | 'status' | 'budget-exhausted';
   data: unknown;
 }
 
@@ -98,7 +98,9 @@ export class EventStreams {
       if (position !== undefined && position <= last) return true;
       const ok = event.kind === 'entry'
         ? sink.send({ id: position!, event: 'entry', data: { agentId: event.agentId, entry: event.entry } })
-        : sink.send({ event: 'status', data: event.status });
+        : event.kind === 'status'
+          ? sink.send({ event: 'status', data: event.status })
+          : sink.send({ event: 'budget-exhausted', data: event.event });
       if (ok) {
         if (position !== undefined) last = position;
         return true;

@@ -8,6 +8,8 @@ import type { DriverEvent } from './driver/model-driver.js';
 import type { AgentRegistry } from './agent-registry.js';
 import type { ContinuationObserver } from './continuation/continuation-manager.js';
 import type { SessionLog } from './session-log.js';
+import type { BatchEntry } from './session-store.js';
+import { addUsage, chargeOf, zeroUsage, type Usage } from '../domain/budget.js';
 import { queuedCount, stagedCount } from '../domain/turn-machine.js';
 import { statusOf } from './views.js';
 import type { LiveAgent } from './live-agent.js';
@@ -17,7 +19,14 @@ export interface MetricsDeps {
   registry: AgentRegistry;
   isDraining: () => boolean;
   openStreams: () => number;
+  /** Whether a budget pauses a live agent (its status is then `paused`). */
+  paused: (agent: LiveAgent) => boolean;
+  /** Each forest whose accounts are held here, with what its whole tree spent. */
+  forestTotals: () => { rootId: string; usage: Usage }[];
 }
+
+/** Forests with a series of their own in agentforest_forest_usage: the ones that spent most. */
+export const METRICS_TOP_FORESTS = 20;
 
 /**
  * Counts by a pair of label values, kept as plain numbers: a labelled prom-client metric
@@ -58,6 +67,8 @@ export class Metrics {
   private readonly modelTokens: client.Counter<'kind'>;
   private readonly interrupts: client.Counter<'origin'>;
   private readonly leaseEvents: client.Counter<'event'>;
+  private readonly budgetPauses: client.Counter;
+  private readonly spending: client.Counter<'kind'>;
 
   constructor(deps: MetricsDeps) {
     const registers = [this.registry];
@@ -128,7 +139,7 @@ export class Metrics {
       collect() {
         this.reset();
         const counts: PairCounts = new Map();
-        for (const agent of live()) countPair(counts, agent.header.kind, statusOf(agent));
+        for (const agent of live()) countPair(counts, agent.header.kind, statusOf(agent, deps.paused(agent)));
         addPairs(this, counts, 'kind', 'status');
       },
     });
@@ -164,9 +175,32 @@ export class Metrics {
         this.set(deps.openStreams());
       },
     });
+    this.budgetPauses = new client.Counter({ name: 'agentforest_budget_pauses_total', help: 'Agents paused because a budget (their own or an ancestor\'s) was spent.', registers });
+    this.spending = new client.Counter({
+      name: 'agentforest_usage_total',
+      help: 'What agents spent, committed to the log: kind steps (claimed), tokens (totalTokens of recorded usage), cost_micro_usd.',
+      labelNames: ['kind'],
+      registers,
+    });
+    new client.Gauge({
+      name: 'agentforest_forest_usage',
+      help: `What a forest's whole tree spent, by root and kind (steps, tokens, cost_micro_usd), for the ${METRICS_TOP_FORESTS} forests held here that spent the most tokens.`,
+      labelNames: ['root', 'kind'],
+      registers,
+      collect() {
+        this.reset();
+        const top = deps.forestTotals().sort((a, b) => b.usage.totalTokens - a.usage.totalTokens || b.usage.steps - a.usage.steps).slice(0, METRICS_TOP_FORESTS);
+        for (const { rootId, usage } of top) {
+          this.set({ root: rootId, kind: 'steps' }, usage.steps);
+          this.set({ root: rootId, kind: 'tokens' }, usage.totalTokens);
+          this.set({ root: rootId, kind: 'cost_micro_usd' }, usage.costMicroUsd);
+        }
+      },
+    });
     deps.log.subscribe((batch, elapsedMs) => {
       this.storeCommit.observe(elapsedMs / 1000);
       this.storeEntries.inc(batch.entries.length);
+      this.countSpending(batch.entries);
       if (this.wakeups.size === 0) return;
       for (const { entry } of batch.entries) {
         if (entry.type !== 'turn-start') continue;
@@ -215,6 +249,20 @@ export class Metrics {
     if (event.attempts > 1) this.modelRetries.inc(event.attempts - 1);
     this.modelDuration.observe({ outcome: event.outcome }, event.seconds);
   };
+
+  /** An agent was paused by a budget. */
+  readonly budgetPaused = (): void => this.budgetPauses.inc();
+
+  private countSpending(entries: readonly BatchEntry[]): void {
+    const total = zeroUsage();
+    for (const { entry } of entries) {
+      const charge = chargeOf(entry);
+      if (charge !== undefined) addUsage(total, charge);
+    }
+    if (total.steps > 0) this.spending.inc({ kind: 'steps' }, total.steps);
+    if (total.totalTokens > 0) this.spending.inc({ kind: 'tokens' }, total.totalTokens);
+    if (total.costMicroUsd > 0) this.spending.inc({ kind: 'cost_micro_usd' }, total.costMicroUsd);
+  }
 
   httpRequest(method: string, route: string, status: number, seconds: number): void {
     const labels = { method, route, status: String(status) };

@@ -10,6 +10,7 @@
  * subscriber when `emit` returns. A listener that throws stops the ones after it and the throw
  * reaches the emitter, exactly as a direct call would.
  */
+import type { PausedBy } from '../domain/budget.js';
 import type { ReportDelivery } from '../domain/packages.js';
 import type { LeaseEvent, LiveAgent, TurnEndBody } from './live-agent.js';
 
@@ -39,6 +40,10 @@ export interface ServiceEventMap {
   report: [delivery: ReportDelivery, outcome: string, messageId: string | undefined];
   /** A step lease ran out, or a lapsed step was claimed again. */
   'step-lease': [event: LeaseEvent];
+  /** A budget stopped the step a live agent has to take (once per pause). */
+  'budget-exhausted': [agent: LiveAgent, pausedBy: PausedBy];
+  /** A budget change let a paused agent's step be handed out again. */
+  'budget-resumed': [agent: LiveAgent];
   /** A settled child was cold-resumed from its session. */
   'cold-resumed': [];
   /** A child Activation settled. */

@@ -15,7 +15,7 @@
 import type { Logger } from 'pino';
 import { isServiceError, ServiceError } from '../domain/errors.js';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
-import { batchIsEmpty, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
+import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 /**
  * What the waiters of a fenced commit are told. Another instance took over a forest written in
@@ -32,6 +32,16 @@ interface PendingBatch extends WriteBatch {
 
 export type CommitListener = (batch: WriteBatch, elapsedMs: number) => void;
 
+/**
+ * Told of every header and entry as it is queued, in the synchronous span that queues it
+ * (before it commits): what follows from an entry can then be in force at once, as a step's
+ * charge to its budget is.
+ */
+export interface WriteObserver {
+  created(header: SessionHeader): void;
+  appended(item: BatchEntry): void;
+}
+
 export class SessionLog {
   /** Open sessions: their last seq and their forest's root. */
   private readonly sessions = new Map<string, { seq: number; root: string }>();
@@ -41,6 +51,7 @@ export class SessionLog {
    */
   private readonly forests = new Map<string, { seq: number; open: number }>();
   private readonly listeners = new Set<CommitListener>();
+  private readonly observers: WriteObserver[] = [];
   /** Forest loads in flight, shared by concurrent callers. */
   private readonly loadingForests = new Map<string, Promise<void>>();
   private pending: PendingBatch = emptyBatch();
@@ -63,6 +74,7 @@ export class SessionLog {
     this.track(header.id, 0, root);
     this.pending.headers.push(header);
     this.schedule();
+    for (const observer of this.observers) observer.created(header);
   }
 
   /**
@@ -146,9 +158,16 @@ export class SessionLog {
     const entry = { seq: session.seq + 1, ...body } as SessionEntry;
     session.seq = entry.seq;
     forest.seq += 1;
-    this.pending.entries.push({ sessionId: id, entry, rootId: session.root, forestSeq: forest.seq });
+    const item: BatchEntry = { sessionId: id, entry, rootId: session.root, forestSeq: forest.seq };
+    this.pending.entries.push(item);
     this.schedule();
+    for (const observer of this.observers) observer.appended(item);
     return entry;
+  }
+
+  /** Be told of every header and entry as it is queued (see WriteObserver). */
+  observe(observer: WriteObserver): void {
+    this.observers.push(observer);
   }
 
   /** Hear about every committed batch, with how long the store took. Returns the unsubscribe. */

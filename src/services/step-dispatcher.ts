@@ -3,7 +3,9 @@
  * straight to the oldest matching long-poll waiter or parked in `ready`, a map whose insertion
  * order is the order in which agents became claimable (the worker pool's FIFO). Claiming
  * happens synchronously inside `offer`/`tryClaim`, so two callers can never get one step.
- * The steps of agents a direct claimant owns (the built-in model driver) bypass both.
+ * The steps of agents a direct claimant owns (the built-in model driver) bypass both. Every
+ * path first asks the claim gate (budgets), in the same synchronous span as the claim: an
+ * agent it stops is not handed out, and is offered again when it may be.
  */
 export interface StepSource {
   readonly id: string;
@@ -33,6 +35,11 @@ export interface DirectClaimant<A> {
   release(agent: A): void;
 }
 
+/** Whether an agent's step may be handed out now; one it stops is offered again later (see budgets.ts). */
+export interface ClaimGate<A> {
+  admits(agent: A): boolean;
+}
+
 export class StepDispatcher<A extends StepSource, C> {
   private readonly ready = new Map<string, A>();
   private waiters: Waiter<A, C>[] = [];
@@ -41,10 +48,15 @@ export class StepDispatcher<A extends StepSource, C> {
     private readonly claim: (agent: A) => C,
     /** Claims the steps of the agents it owns itself; without one every step goes to the pool. */
     private readonly direct?: DirectClaimant<A>,
+    private readonly gate?: ClaimGate<A>,
   ) {}
 
   /** The agent has a claimable step. Keeps its original place if already offered. */
   offer(agent: A): void {
+    if (this.gate?.admits(agent) === false) {
+      this.hold(agent);
+      return;
+    }
     if (this.direct?.owns(agent) === true) {
       this.direct.offer(agent);
       return;
@@ -64,8 +76,21 @@ export class StepDispatcher<A extends StepSource, C> {
     if (this.ready.get(agent.id) === agent) this.ready.delete(agent.id);
   }
 
-  /** The direct claimant takes the step it was offered (the caller checked it is claimable). */
-  claimDirect(agent: A): C {
+  /**
+   * A step the gate stops: not handed out until offered again. The agent's own long-polls are
+   * answered with no step (their caller learns why from the gate).
+   */
+  hold(agent: A): void {
+    this.withdraw(agent);
+    if (!this.waiters.some((w) => w.filter.agent === agent)) return;
+    const released = this.waiters.filter((w) => w.filter.agent === agent);
+    this.waiters = this.waiters.filter((w) => w.filter.agent !== agent);
+    for (const w of released) w.resolve(null);
+  }
+
+  /** The direct claimant takes the step it was offered (the caller checked it is claimable); null when the gate stops it. */
+  claimDirect(agent: A): C | null {
+    if (this.gate?.admits(agent) === false) return null;
     return this.claim(agent);
   }
 
@@ -74,11 +99,12 @@ export class StepDispatcher<A extends StepSource, C> {
       const agent = this.ready.get(filter.agent.id);
       if (agent === undefined || !matches(filter, agent)) return null;
       this.ready.delete(agent.id);
-      return this.claim(agent);
+      return this.gate?.admits(agent) === false ? null : this.claim(agent);
     }
     for (const agent of this.ready.values()) {
       if (!matches(filter, agent)) continue;
       this.ready.delete(agent.id);
+      if (this.gate?.admits(agent) === false) continue;
       return this.claim(agent);
     }
     return null;

@@ -12,7 +12,9 @@
  */
 import type { Logger } from 'pino';
 import type { ToolSchema } from '../domain/step-render.js';
+import type { TokenUsage } from '../domain/model.js';
 import type { AdmissionGate } from './agents/admission-gate.js';
+import type { Budgets } from './budgets/budgets.js';
 import type { AgentAuthority } from './agents/authority.js';
 import type { IdempotencyKeys, IdempotencyRequest } from './idempotency.js';
 import type { WaiterGate } from './limits.js';
@@ -43,6 +45,10 @@ export interface StepServiceDeps {
   compactions: Compactions;
   /** Bounds the concurrent long-polls per agent. */
   waiters?: WaiterGate;
+  /** A direct claim is refused while a budget stops the agent. */
+  budgets: Pick<Budgets, 'checkClaim'>;
+  /** Gives an output's usage its cost (domain/pricing.ts). */
+  price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
 }
 
 export class StepService {
@@ -51,9 +57,9 @@ export class StepService {
   private readonly compactions: Compactions;
 
   constructor(deps: StepServiceDeps) {
-    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters } = deps;
+    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters, budgets, price } = deps;
     this.calls = new ToolCalls({ authority, tools, log, logger, idempotency });
-    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters });
+    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters, budgets, price });
     this.compactions = deps.compactions;
   }
 

@@ -11,6 +11,9 @@ import type { ReportDelivery, SettlementNoticeMode } from '../domain/packages.js
 import type { ModelSpec } from '../domain/model.js';
 import { clockOf, type Clock, type IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
+import { NO_PRICES, priceUsage, type ModelPrices } from '../domain/pricing.js';
+import type { TokenUsage } from '../domain/model.js';
+import { isClaimable } from '../domain/turn-machine.js';
 import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
 import { AdmissionGate } from './agents/admission-gate.js';
@@ -18,6 +21,8 @@ import { AgentQueries } from './agents/agent-queries.js';
 import { AgentAuthority } from './agents/authority.js';
 import { AgentDeliveries } from './agents/deliveries.js';
 import { RootLifecycle } from './agents/root-lifecycle.js';
+import { BudgetChanges } from './budgets/budget-changes.js';
+import { Budgets } from './budgets/budgets.js';
 import { EventHub } from './event-hub.js';
 import { timeOrderedIds } from './ids.js';
 import { DEFAULT_LIMITS, WaiterGate, type Limits } from './limits.js';
@@ -34,6 +39,7 @@ import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from './liv
 import { PackageManager } from './packages/package-manager.js';
 import { ServiceEvents } from './service-events.js';
 import { SessionLog } from './session-log.js';
+import { StoredSessions } from './stored-sessions.js';
 import type { SessionStore } from './session-store.js';
 import { StepDispatcher } from './step-dispatcher.js';
 import { DEFAULT_LEASE, type LeaseOptions } from './step-lease.js';
@@ -69,6 +75,10 @@ export interface System {
   queries: AgentQueries;
   /** The internal events the objects above tell each other about. */
   events: ServiceEvents;
+  /** Tree budgets: the claim gate, usage figures, grants. */
+  budgets: Budgets;
+  /** The operator's budget changes. */
+  budgetChanges: BudgetChanges;
 }
 
 export interface SystemOptions {
@@ -97,7 +107,14 @@ export interface SystemOptions {
   driver?: Partial<DriverOptions>;
   /** What a `model` may name (default: keys named *_API_KEY, any endpoint); keys are read from the driver's env. */
   modelPolicy?: Omit<Partial<ModelPolicy>, 'env'>;
+  /** Prices that give usage its cost (default none). */
+  modelPrices?: ModelPrices;
+  /** spawn_subagent's input takes a `budget` grant from the model (default off). */
+  spawnBudgets?: boolean;
 }
+
+/** Forests no agent uses whose accounts one instance keeps for later reads (see ForestLedger). */
+const KEEP_UNUSED_FORESTS = 256;
 
 export const systemClock: Clock = clockOf(() => Date.now());
 
@@ -124,6 +141,10 @@ export function createSystem(options: SystemOptions): System {
   const gate = new AdmissionGate(events);
   const log = new SessionLog(store, logger, (roots) => events.emit('fenced', roots));
   const registry = new AgentRegistry(limits, events);
+  // Before the dispatcher, whose claim gate it is.
+  const budgets = new Budgets({ log, registry, events, keepUnused: options.ownership === undefined ? KEEP_UNUSED_FORESTS : 0 });
+  const prices = options.modelPrices ?? NO_PRICES;
+  const price = (usage: TokenUsage, model: string | undefined): TokenUsage => priceUsage(usage, model, prices);
 
   const ownership = options.ownership === undefined
     ? undefined
@@ -147,12 +168,20 @@ export function createSystem(options: SystemOptions): System {
   // which claims through the dispatcher too: a cycle. The dispatcher's direct claimant is
   // therefore a port over the service events, complete at construction (which agents it owns
   // is decided from the agent alone); the driver subscribes to it once built, below.
-  const dispatcher = new StepDispatcher<LiveAgent, StepClaim>((agent) => agent.steps.claim(), {
-    owns: drivenByModel,
-    offer: (agent) => events.emit('driven-step', agent),
-    release: (agent) => events.emit('driven-released', agent),
-  });
+  const dispatcher = new StepDispatcher<LiveAgent, StepClaim>(
+    (agent) => agent.steps.claim(),
+    {
+      owns: drivenByModel,
+      offer: (agent) => events.emit('driven-step', agent),
+      release: (agent) => events.emit('driven-released', agent),
+    },
+    budgets,
+  );
   events.on('draining', () => dispatcher.release());
+  events.on('budget-exhausted', (agent) => dispatcher.hold(agent));
+  events.on('budget-resumed', (agent) => {
+    if (!agent.disposing && isClaimable(agent.state)) dispatcher.offer(agent);
+  });
   const tools = new ToolRegistry();
   const setup = new ActivationSetupRegistry<AgentScope>();
   const idempotency = new IdempotencyKeys(log, clock, options.idempotencyTtlMs);
@@ -183,20 +212,31 @@ export function createSystem(options: SystemOptions): System {
     observer: observerOver(events),
     maxDepth: limits.depth,
     coalesceWakeups: options.coalesceWakeups ?? false,
+    budgets,
   });
   events.on('inbox-exit', (agent) => manager.onInboxExit(agent));
   events.on('agent-changed', (agent) => manager.onAgentChange(agent));
 
   const authority = new AgentAuthority({ registry, log });
-  const queries = new AgentQueries({ registry, manager, log, ownership });
+  const queries = new AgentQueries({ registry, manager, log, ownership, budgets });
   const hub = new EventHub({ log, viewOf: (agent) => queries.viewOfLive(agent) });
   events.on('agent-changed', (agent) => hub.agentChanged(agent));
   events.on('agent-added', (agent) => hub.agentChanged(agent));
   events.on('agent-left', (agent) => hub.agentLeft(agent, leftStatus(agent, manager)));
+  events.on('budget-exhausted', (agent, pausedBy) => hub.budgetExhausted(agent, pausedBy));
+  events.on('budget-resumed', (agent) => hub.agentChanged(agent));
   events.on('draining', () => hub.closeAll());
   const streams = new EventStreams({ log, hub, registry, view: (id) => queries.viewIfKnown(id), waiters });
 
-  const metrics = new Metrics({ log, registry, isDraining: () => gate.draining, openStreams: () => hub.streams });
+  const metrics = new Metrics({
+    log,
+    registry,
+    isDraining: () => gate.draining,
+    openStreams: () => hub.streams,
+    paused: (agent) => budgets.pausedBy(agent) !== undefined,
+    forestTotals: () => budgets.forestTotals(),
+  });
+  events.on('budget-exhausted', metrics.budgetPaused);
   events.on('report', metrics.observer.report);
   events.on('cold-resumed', metrics.observer.coldResumed);
   events.on('settled', metrics.observer.settled);
@@ -210,7 +250,7 @@ export function createSystem(options: SystemOptions): System {
   });
 
   const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
-  const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, ownership, checkModel: checkModelPolicy });
+  const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, ownership, checkModel: checkModelPolicy, budgets });
   events.on('forests-lost', (lost) => roots.dropForests(lost));
   const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
   const agents = new AgentService({ gate, authority, queries, roots, deliveries, log, interrupts });
@@ -218,8 +258,10 @@ export function createSystem(options: SystemOptions): System {
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
   events.on('agent-left', (agent) => stepCache.forget(agent));
   events.on('turn-ended', (agent) => stepCache.turnEnded(agent));
-  const compactions = new Compactions({ authority, registry, log, clock, manager, ownership });
-  const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, cache: stepCache, compactions, waiters });
+  const stored = new StoredSessions({ registry, log, manager, ownership });
+  const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
+  const compactions = new Compactions({ authority, registry, log, clock, manager, stored, price });
+  const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, cache: stepCache, compactions, waiters, budgets, price });
   const driver = new ModelDriver(
     { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
@@ -243,12 +285,13 @@ export function createSystem(options: SystemOptions): System {
       reportDelivery: options.reportDelivery ?? 'quiet',
       settlementNotices: options.settlementNotices ?? 'off',
       maxReportBytes: limits.reportBytes,
+      modelGrants: options.spawnBudgets ?? false,
     },
   );
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
   events.on('turn-ended', (agent, end) => notices.onTurnEnd(agent, end));
   ownership?.start();
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership, driver, gate, queries, events };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership, driver, gate, queries, events, budgets, budgetChanges };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */

@@ -71,6 +71,8 @@ function describeEntry(entry: EntryBody): string {
       return `append activation ${entry.activationId} ${entry.event}`;
     case 'compaction':
       return `append compaction through ${entry.throughSeq}`;
+    case 'budget':
+      return `append budget ${JSON.stringify(entry.budget)}`;
   }
 }
 

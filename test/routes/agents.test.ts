@@ -21,8 +21,9 @@ import {
   waitingClaims as waiting,
 } from '../fixtures/harness.js';
 
-const VIEW_KEYS = ['activation', 'createdAt', 'depth', 'id', 'inbox', 'kind', 'mode', 'parentId', 'provider', 'resident', 'staged', 'status'];
+const VIEW_KEYS = ['activation', 'budget', 'createdAt', 'depth', 'id', 'inbox', 'kind', 'mode', 'parentId', 'provider', 'resident', 'staged', 'status', 'usage'];
 const START = Date.UTC(2026, 0, 1);
+const NO_USAGE = { steps: 0, promptTokens: 0, completionTokens: 0, totalTokens: 0, costMicroUsd: 0 };
 
 function expectError(res: LightMyRequestResponse, status: number, code: string, phrase: string): ErrorBody {
   expect(res.statusCode).toBe(status);
@@ -86,6 +87,8 @@ describe('POST /v1/agents', () => {
       inbox: { queued: 0 },
       staged: 0,
       createdAt: new Date(START).toISOString(),
+      usage: { self: NO_USAGE, subtree: NO_USAGE },
+      budget: null,
     });
     // At least 128 random bits, base64url-encoded: 22 characters or more.
     expect(body.agentToken).toMatch(/^[A-Za-z0-9_-]{22,}$/);

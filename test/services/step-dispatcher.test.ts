@@ -346,7 +346,7 @@ describe('StepDispatcher with a direct claimant', () => {
     expect(dispatcher.readyCount).toBe(0);
     expect(dispatcher.tryClaim({})).toBeNull();
     expect(await waiting).toBeNull();
-    expect(dispatcher.claimDirect(driven).agent).toBe(driven);
+    expect(dispatcher.claimDirect(driven)?.agent).toBe(driven);
   });
 
   it('parks the steps of agents the claimant does not own as usual', () => {

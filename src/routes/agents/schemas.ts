@@ -4,7 +4,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import { AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
-import { AgentId, AgentView, Content, literals, ModelSpec, ref } from '../../contract/index.js';
+import { AgentId, AgentView, Budget, Content, literals, ModelSpec, ref } from '../../contract/index.js';
 
 export { AgentWithToken, MessageAccepted, SessionPage, ToolCallBody, ToolCallResult } from '../../contract/index.js';
 
@@ -14,6 +14,7 @@ export const CreateRootBody = Type.Object(
     instructions: Type.Optional(Type.String({ description: 'The system prompt of every step.' })),
     metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'Free-form, kept in the session header.' })),
     model: Type.Optional(ref(ModelSpec)),
+    budget: Type.Optional(ref(Budget, { description: "What the forest may spend: limits on the root's whole subtree." })),
   },
   { additionalProperties: false },
 );

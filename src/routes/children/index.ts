@@ -28,7 +28,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
       },
     },
   }, async (request, reply) => {
-    const { mode, provider, prompt, label, instructions, toolFilter, model } = request.body;
+    const { mode, provider, prompt, label, instructions, toolFilter, model, budget } = request.body;
     const spec = {
       mode,
       provider: provider ?? 'in-process',
@@ -37,6 +37,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
       ...(instructions === undefined ? {} : { instructions }),
       ...(toolFilter === undefined ? {} : { toolFilter }),
       ...(model === undefined ? {} : { model }),
+      ...(budget === undefined ? {} : { budget }),
     };
     const { replayed, ...created } = await agents.startChild(request.params.id, agentToken(request), spec, idempotencyOf(request));
     markReplay(reply, replayed);

@@ -3,7 +3,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import { CHILD_MODES, PROVIDERS } from '../../domain/agent.js';
-import { Content, literals, ModelSpec, ref } from '../../contract/index.js';
+import { Budget, Content, literals, ModelSpec, ref } from '../../contract/index.js';
 
 export { ChildCreated } from '../../contract/index.js';
 
@@ -22,6 +22,11 @@ export const CreateChildBody = Type.Object(
     ),
     model: Type.Optional(
       ref(ModelSpec, { description: "The child's own model. Absent: an in-process child inherits its parent's model (if any); a remote child has none." }),
+    ),
+    budget: Type.Optional(
+      ref(Budget, {
+        description: "A grant: limits on the child's subtree, out of what the budgets above it have left (more is refused with 400 VALIDATION). Absent: it reserves nothing and spends from its ancestors' budgets.",
+      }),
     ),
   },
   { additionalProperties: false },

@@ -53,11 +53,12 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       summary: "Claim this agent's next model request",
       description:
         'Long-polls up to waitMs (at most 60000); wakes at once when a step becomes claimable. An empty body means waitMs 0. ' +
-        "With `since` (the id of this agent's earlier step whose messages the caller holds), the step carries `messagesSince` instead of `messages`.",
+        "With `since` (the id of this agent's earlier step whose messages the caller holds), the step carries `messagesSince` instead of `messages`. " +
+        "409 BUDGET_EXHAUSTED while the agent's budget or an ancestor's is spent (also when that happens during the long-poll).",
       security: AGENT_SECURITY,
       params: AgentIdParams,
       body: ClaimBody,
-      response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_CONFLICT', 'AGENT_BUSY', 'DRAINING']) },
+      response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_CONFLICT', 'BUDGET_EXHAUSTED', 'AGENT_BUSY', 'DRAINING']) },
     },
   }, async (request, reply) => {
     const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply), request.body.since);

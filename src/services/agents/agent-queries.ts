@@ -10,6 +10,7 @@ import type { AgentView, ChildListing, SessionPage } from '../../contract/index.
 import { ServiceError } from '../../domain/errors.js';
 import type { SessionHeader } from '../../domain/session.js';
 import type { AgentRegistry } from '../agent-registry.js';
+import type { Budgets } from '../budgets/budgets.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwnership } from '../ownership.js';
@@ -29,6 +30,8 @@ export interface AgentQueriesDeps {
   log: SessionLog;
   /** Several instances on one PostgreSQL database: forest leases (see ownership.ts). */
   ownership?: ForestOwnership | undefined;
+  /** Usage, budgets and pauses (budgets.ts). */
+  budgets: Budgets;
 }
 
 export class AgentQueries {
@@ -38,23 +41,24 @@ export class AgentQueries {
   viewOfLive(agent: LiveAgent): AgentView {
     const activation = this.deps.manager.activationOf(agent);
     const state = activation === undefined ? null : this.deps.manager.stateOf(activation);
-    return viewOf(agent, state === null ? null : state === 'running' ? 'running' : 'waiting');
+    const budgets = this.deps.budgets;
+    return viewOf(agent, state === null ? null : state === 'running' ? 'running' : 'waiting', budgets.figures(agent.id), budgets.pausedBy(agent));
   }
 
   /** The view of a live agent or of a child that is not resident; undefined for a root that is not live or an unknown id. */
   async viewIfKnown(id: string): Promise<AgentView | undefined> {
     const live = this.deps.registry.get(id);
     if (live !== undefined) return this.viewOfLive(live);
-    const view = await this.storedView(id);
-    return view?.kind === 'root' ? undefined : view;
+    const header = await this.storedHeader(id);
+    return header === undefined || header.kind === 'root' ? undefined : this.storedViewOf(header);
   }
 
   async view(id: string): Promise<AgentView> {
     const live = this.deps.registry.get(id);
     if (live !== undefined) return this.viewOfLive(live);
-    const view = await this.storedView(id);
-    if (view === undefined || view.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
-    return view;
+    const header = await this.storedHeader(id);
+    if (header === undefined || header.kind === 'root') throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live`);
+    return this.storedViewOf(header);
   }
 
   /**
@@ -73,7 +77,8 @@ export class AgentQueries {
       return pageOf(views, filter.limit, (v) => v);
     }
     // Mostly in creation order already, which the sort takes in about one pass.
-    const agents = [...this.deps.registry.values()].filter((a) => keep(a.header, statusOf(a))).sort((a, b) => compareOrder(a.header, b.header));
+    const paused = (a: LiveAgent): boolean => this.deps.budgets.pausedBy(a) !== undefined;
+    const agents = [...this.deps.registry.values()].filter((a) => keep(a.header, statusOf(a, paused(a)))).sort((a, b) => compareOrder(a.header, b.header));
     return pageOf(agents, filter.limit, (a) => this.viewOfLive(a));
   }
 
@@ -118,9 +123,14 @@ export class AgentQueries {
   /** The view of an agent from its durable session (a root's is shown as not resident). */
   async storedView(id: string): Promise<AgentView | undefined> {
     const header = await this.storedHeader(id);
-    if (header === undefined) return undefined;
-    if (header.kind === 'root') return { ...storedChildView(header, undefined), kind: 'root' };
-    return storedChildView(header, await this.deps.log.store.lastActivation(id));
+    return header === undefined ? undefined : this.storedViewOf(header);
+  }
+
+  private async storedViewOf(header: SessionHeader): Promise<AgentView> {
+    const id = header.id;
+    const figures = await this.deps.budgets.storedFigures(header);
+    if (header.kind === 'root') return { ...storedChildView(header, undefined, figures), kind: 'root' };
+    return storedChildView(header, await this.deps.log.store.lastActivation(id), figures);
   }
 
   async storedHeader(id: string): Promise<SessionHeader | undefined> {
@@ -134,7 +144,7 @@ export class AgentQueries {
       children.map(async ({ header }) => {
         const live = this.deps.registry.get(header.id);
         if (live !== undefined) return this.viewOfLive(live);
-        return storedChildView(header, await this.deps.log.store.lastActivation(header.id));
+        return storedChildView(header, await this.deps.log.store.lastActivation(header.id), await this.deps.budgets.storedFigures(header));
       }),
     );
   }

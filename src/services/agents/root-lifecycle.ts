@@ -10,11 +10,13 @@
  * forest's lease back unless some of the forest is live here.
  */
 import { ServiceError } from '../../domain/errors.js';
+import type { Budget } from '../../domain/budget.js';
 import type { ModelSpec } from '../../domain/model.js';
 import type { Clock, IdSource } from '../../domain/ports.js';
 import { SESSION_SCHEMA_VERSION, type SessionHeader } from '../../domain/session.js';
 import type { AgentRegistry } from '../agent-registry.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
+import type { BudgetPort } from '../continuation/types.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwnership } from '../ownership.js';
 import type { SessionLog } from '../session-log.js';
@@ -36,12 +38,14 @@ export interface RootLifecycleDeps {
   ownership?: ForestOwnership | undefined;
   /** Throws VALIDATION unless a `model` given at creation may be used; returns it normalised (see driver/model-policy.ts). */
   checkModel?: (spec: ModelSpec) => ModelSpec;
+  /** Holds a forest's accounts while a resumed root is published (budgets.ts). */
+  budgets: Pick<BudgetPort, 'hold'>;
 }
 
 export class RootLifecycle {
   constructor(private readonly deps: RootLifecycleDeps) {}
 
-  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec }): Promise<AgentWithToken> {
+  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec; budget?: Budget }): Promise<AgentWithToken> {
     this.deps.gate.admitNewWork();
     const model = input.model === undefined ? undefined : (this.deps.checkModel?.(input.model) ?? input.model);
     const id = input.id ?? this.deps.ids.next('agent');
@@ -66,6 +70,7 @@ export class RootLifecycle {
       if (input.instructions !== undefined) header.instructions = input.instructions;
       if (input.metadata !== undefined) header.metadata = input.metadata;
       if (model !== undefined) header.model = model;
+      if (input.budget !== undefined) header.budget = { ...input.budget };
       this.deps.log.create(header);
       await this.settleOpened(id);
       return this.created(this.publishRoot(header));
@@ -81,6 +86,7 @@ export class RootLifecycle {
   async resumeRoot(id: string): Promise<AgentWithToken> {
     this.deps.gate.admitNewWork();
     this.deps.registry.reserve(id);
+    let releaseAccounts: (() => void) | undefined;
     try {
       await this.deps.log.durable();
       const summary = await this.deps.log.store.header(id);
@@ -95,6 +101,7 @@ export class RootLifecycle {
       const pending = await this.deps.log.store.pending(id);
       await this.deps.log.loadForest(id);
       await this.deps.manager.noteContinuableChildren(id);
+      releaseAccounts = await this.deps.budgets.hold(id);
       this.deps.gate.admitNewWork();
       this.deps.log.open(id, summary.lastSeq, id);
       const agent = this.publishRoot(summary.header);
@@ -115,6 +122,7 @@ export class RootLifecycle {
       await this.releaseUnlessLive(id);
       throw error;
     } finally {
+      releaseAccounts?.();
       this.deps.registry.unreserve(id);
     }
   }

@@ -43,8 +43,12 @@ export class ChildLifecycle {
     spec: ChildSpec,
     onAccepted?: (started: { agent: LiveAgent; messageId: string }) => void,
   ): Promise<{ agent: LiveAgent; messageId: string }> {
+    const grant = (): void => {
+      if (spec.budget !== undefined) this.deps.budgets.checkGrant(parent.id, spec.budget);
+    };
     this.admission.checkParentAdmits(parent);
     this.admission.checkChildRoom(parent);
+    grant();
     const childId = this.deps.ids.next('agent');
     const continuable = spec.mode === 'continuable' && spec.provider === 'in-process';
     const work = this.lock.run(childId, async () => {
@@ -57,6 +61,7 @@ export class ChildLifecycle {
       const recheck = (): void => {
         this.admission.checkParentAdmits(parent);
         this.admission.checkChildRoom(parent);
+        grant();
       };
       return this.publishAfterWindow(scope, setup, async () => undefined, recheck, () => {
         this.deps.log.create(header);
@@ -167,30 +172,37 @@ export class ChildLifecycle {
     const setup = this.deps.setup.apply(scope);
     let lastTurn: { open: SessionEntry[]; parkedThrough: number | undefined } = { open: [], parkedThrough: undefined };
     let pending: PendingRow[] = [];
-    return this.publishAfterWindow(
-      scope,
-      setup,
-      async () => {
-        pending = await this.deps.log.store.pending(id);
-        await this.deps.log.loadForest(header.rootSession ?? id);
-        lastTurn = await this.deps.log.lastTurn(id);
-        await this.noteContinuableChildren(id);
-      },
-      () => {
-        this.admission.checkAdmission(parent);
-        this.admission.authorizeLineage(parent, header, path);
-        this.deps.registry.checkRoom(parent.id);
-      },
-      () => {
-        this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);
-        const child = this.publish(summary.header, scope, 'resumed', true);
-        this.deps.observer?.coldResumed();
-        // A turn the process stopped in goes on (its open step claimable again), then what it had accepted.
-        child.steps.reopenTurn(lastTurn.open);
-        child.restorePending(pending, lastTurn.parkedThrough);
-        return then(child);
-      },
-    );
+    let releaseAccounts: (() => void) | undefined;
+    try {
+      return await this.publishAfterWindow(
+        scope,
+        setup,
+        async () => {
+          pending = await this.deps.log.store.pending(id);
+          await this.deps.log.loadForest(header.rootSession ?? id);
+          releaseAccounts = await this.deps.budgets.hold(header.rootSession ?? id);
+          lastTurn = await this.deps.log.lastTurn(id);
+          await this.noteContinuableChildren(id);
+        },
+        () => {
+          this.admission.checkAdmission(parent);
+          this.admission.authorizeLineage(parent, header, path);
+          this.deps.registry.checkRoom(parent.id);
+        },
+        () => {
+          this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);
+          const child = this.publish(summary.header, scope, 'resumed', true);
+          this.deps.observer?.coldResumed();
+          // A turn the process stopped in goes on (its open step claimable again), then what it had accepted.
+          child.steps.reopenTurn(lastTurn.open);
+          child.restorePending(pending, lastTurn.parkedThrough);
+          return then(child);
+        },
+      );
+    } finally {
+      // Published (the forest has a live agent now) or failed.
+      releaseAccounts?.();
+    }
   }
 
   /**
@@ -245,6 +257,7 @@ export class ChildLifecycle {
     // A remote child's turns run elsewhere; an in-process one is driven like its parent unless given its own model.
     const model = spec.model ?? (spec.provider === 'in-process' ? parent.header.model : undefined);
     if (model !== undefined) header.model = { ...model };
+    if (spec.budget !== undefined) header.budget = { ...spec.budget };
     return header;
   }
 

@@ -6,6 +6,7 @@
  */
 import type { Logger } from 'pino';
 import type { ChildMode, Provider } from '../../domain/agent.js';
+import type { Budget } from '../../domain/budget.js';
 import type { TextBlock } from '../../domain/message.js';
 import type { ModelSpec } from '../../domain/model.js';
 import type { ReportDelivery } from '../../domain/packages.js';
@@ -36,11 +37,21 @@ export interface ContinuationDeps {
   observer?: ContinuationObserver;
   /** The deepest a child may be (a root is depth 0). */
   maxDepth?: number;
+  /** Grants to children, and the forest accounts a cold resume holds (budgets.ts). */
+  budgets: BudgetPort;
   /**
    * Wakeup reports join a parent's queued wakeup turn (the inbox tail) instead of queueing a
    * turn each. Off by default: the HTTP contract gives each wakeup report its own later turn.
    */
   coalesceWakeups?: boolean;
+}
+
+/** What the child lifecycle needs of budgets (budgets/budgets.ts). */
+export interface BudgetPort {
+  /** Throws VALIDATION when the grant promises more than the budgets above `parentId` have left. */
+  checkGrant(parentId: string, grant: Budget): void;
+  /** Hold a forest's accounts (read back when not here) until the release. */
+  hold(rootId: string): Promise<() => void>;
 }
 
 export interface ChildSpec {
@@ -52,6 +63,8 @@ export interface ChildSpec {
   toolFilter?: { allow: string[] };
   /** The child's own model; absent: an in-process child inherits its parent's (if any). */
   model?: ModelSpec;
+  /** A grant: limits of its own, out of what the budgets above it have left. */
+  budget?: Budget;
 }
 
 export interface ChildDelivery {

@@ -104,7 +104,8 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
         const leave = await this.slots.enter(control.signal);
         if (leave === null) return;
         try {
-          if (this.mayClaim(agent, control.signal)) await this.step(agent, control.signal);
+          // A budget that stops the step pauses the agent: raising it offers the step again.
+          if (this.mayClaim(agent, control.signal) && !(await this.step(agent, control.signal))) return;
         } finally {
           leave();
         }
@@ -116,26 +117,33 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     }
     // A step that became claimable on the way out (say a queued turn admitted after a failed
     // or an interrupted one) is not left waiting: with a new signal, unless the agent is gone.
-    if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.offer(agent);
+    // Through the dispatcher, whose gate may stop it.
+    if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.deps.dispatcher.offer(agent);
   }
 
   private mayClaim(agent: LiveAgent, signal: AbortSignal): boolean {
     return !signal.aborted && !agent.disposing && !this.deps.isDraining() && isClaimable(agent.state);
   }
 
-  private async step(agent: LiveAgent, signal: AbortSignal): Promise<void> {
+  /** One step of the agent's turn; false when the claim gate stopped it (nothing was claimed). */
+  private async step(agent: LiveAgent, signal: AbortSignal): Promise<boolean> {
     const declared = agent.header.model!;
     let model: ModelSpec;
     try {
       model = this.deps.checkModel(declared);
     } catch (error) {
-      return this.fail(agent, `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`);
+      await this.fail(agent, `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`);
+      return true;
     }
     const maxSteps = model.maxSteps ?? DEFAULT_MAX_STEPS;
     const turn = agent.state.turn;
     const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
-    if (index >= maxSteps) return this.fail(agent, `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
+    if (index >= maxSteps) {
+      await this.fail(agent, `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
+      return true;
+    }
     const claim = this.deps.dispatcher.claimDirect(agent);
+    if (claim === null) return false;
     let answer: ChatAnswer;
     // The service itself holds this claim: its lease is renewed while the requests run (each
     // request's own timeout bounds it), the summarising one included.
@@ -159,16 +167,17 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       }
       answer = await this.ask(model, step.messages ?? [], step.tools, signal);
     } catch (error) {
-      if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the disposal ended the turn
+      if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return true; // the disposal ended the turn
       // completeChat redacts the key from everything the endpoint said.
       const reason = error instanceof ModelRequestError ? error.message : 'an internal error (see the service log)';
       if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, `a ${failed} unexpectedly`);
-      return this.fail(agent, `${failed}: ${reason}`);
+      await this.fail(agent, `${failed}: ${reason}`);
+      return true;
     } finally {
       clearInterval(renew);
     }
-    if (signal.aborted || agent.disposing) return;
-    await this.record(agent, claim, answer);
+    if (!signal.aborted && !agent.disposing) await this.record(agent, claim, answer);
+    return true;
   }
 
   /** One request to the agent's model, counted in the driver's metrics. */

@@ -29,6 +29,7 @@ export class PackageManager {
   private reportDelivery: ReportDelivery;
   private settlementNotices: SettlementNoticeMode;
   private readonly maxReportBytes: number | undefined;
+  private readonly modelGrants: boolean;
 
   constructor(
     private readonly deps: PackageManagerDeps,
@@ -37,9 +38,12 @@ export class PackageManager {
       reportDelivery: ReportDelivery;
       settlementNotices?: SettlementNoticeMode;
       maxReportBytes?: number;
+      /** spawn_subagent's input takes a `budget` grant from the model. */
+      modelGrants?: boolean;
     },
   ) {
     this.maxReportBytes = initial.maxReportBytes;
+    this.modelGrants = initial.modelGrants ?? false;
     this.reportDelivery = initial.reportDelivery;
     this.settlementNotices = initial.settlementNotices ?? 'off';
     for (const name of initial.packages ?? PACKAGE_NAMES) this.install(name, {});
@@ -86,7 +90,7 @@ export class PackageManager {
   private activate(name: PackageName): () => void {
     switch (name) {
       case 'subagent':
-        return this.deps.tools.register(spawnSubagentTool(this.deps.manager));
+        return this.deps.tools.register(spawnSubagentTool(this.deps.manager, { modelGrants: this.modelGrants }));
       case 'subagent-control': {
         const disposers = controlTools({ manager: this.deps.manager, ...this.deps.control }).map((tool) => this.deps.tools.register(tool));
         return () => disposers.forEach((dispose) => dispose());

@@ -5,9 +5,7 @@
  * - A live agent's compaction needs its token. The validating reads come first; then, in one
  *   synchronous span, the agent and the rules are checked again and the entry is appended.
  * - A session that is not resident (a settled child, a root not resumed since a restart) has no
- *   token to check: the operator's call writes it under the lock its cold resume takes (a root:
- *   its id reserved, as a resume reserves it), with its forest's lease when several instances
- *   share the database.
+ *   token to check: the operator's call writes it through stored-sessions.ts.
  * - Compactions of one agent run one at a time.
  */
 import type { TokenUsage } from '../../domain/model.js';
@@ -19,8 +17,8 @@ import type { AgentAuthority } from '../agents/authority.js';
 import type { AgentRegistry } from '../agent-registry.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
 import type { LiveAgent } from '../live-agent.js';
-import type { ForestOwnership } from '../ownership.js';
 import type { SessionLog } from '../session-log.js';
+import type { StoredSessions } from '../stored-sessions.js';
 
 export interface CompactionInput {
   summary: string;
@@ -35,7 +33,10 @@ export interface CompactionDeps {
   log: SessionLog;
   clock: Clock;
   manager: Pick<ContinuationManager, 'underChildLock'>;
-  ownership?: ForestOwnership | undefined;
+  /** Writes to sessions that are not resident. */
+  stored: StoredSessions;
+  /** Gives usage its cost (domain/pricing.ts). */
+  price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
 }
 
 export class Compactions {
@@ -69,70 +70,35 @@ export class Compactions {
       // Entries appended during the reads all lie past `throughSeq`, and a step claimed and
       // answered meanwhile is refused here: the rules hold for the log as it is now.
       check();
-      const body = compactionBody(this.deps.clock.iso(), input, throughSeq);
+      const body = compactionBody(this.deps.clock.iso(), input.summary, throughSeq, this.priced(input.usage, agent.header));
       return { ...body, seq: this.deps.log.append(agent.id, body).seq };
     });
     await this.deps.log.durable();
     return entry;
   }
 
+  private priced(usage: TokenUsage | undefined, header: SessionHeader): TokenUsage | undefined {
+    return usage === undefined ? undefined : this.deps.price(usage, header.model?.model);
+  }
+
   /** Compact a session that is not resident; AGENT_NOT_FOUND when there is none. */
   private async compactStored(id: string, input: CompactionInput): Promise<CompactionEntry> {
     const summary = await this.deps.log.summary(id);
     if (summary === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
-    const header = summary.header;
-    const root = header.rootSession ?? id;
-    const borrowed = this.deps.ownership !== undefined && !this.deps.ownership.holds(root);
-    if (borrowed) await this.deps.ownership!.acquire(root);
-    try {
-      const entry = header.kind === 'root' ? await this.underReservation(id, () => this.writeStored(header, input)) : await this.deps.manager.underChildLock(id, () => this.writeStored(header, input));
-      await this.deps.log.durable();
-      return entry;
-    } finally {
-      if (borrowed) await this.deps.ownership!.releaseIfIdle(root);
-    }
-  }
-
-  private async underReservation<T>(id: string, critical: () => Promise<T>): Promise<T> {
-    this.deps.registry.reserve(id); // AGENT_EXISTS while it is live or being resumed
-    try {
-      return await critical();
-    } finally {
-      this.deps.registry.unreserve(id);
-    }
-  }
-
-  private async writeStored(header: SessionHeader, input: CompactionInput): Promise<CompactionEntry> {
-    const id = header.id;
-    const root = header.rootSession ?? id;
-    if (this.deps.registry.get(id) !== undefined) {
-      throw new ServiceError('UNAUTHORIZED', `agent "${id}" became live meanwhile; compact it with the token of its live incarnation`);
-    }
-    const mark = await this.deps.log.store.lastActivation(id);
-    if (mark?.event === 'closed') throw new ServiceError('NOT_RESUMABLE', `agent "${id}" was closed; its session takes no more entries`);
-    const lastSeq = (await this.deps.log.summary(id))?.lastSeq ?? 0;
-    const throughSeq = input.throughSeq ?? lastSeq;
-    const previous = await this.deps.log.lastCompaction(id, lastSeq);
-    const after = await this.deps.log.read(id, Math.min(throughSeq, lastSeq));
-    // A turn a stopped process left open may await results of calls it made.
-    const { open } = await this.deps.log.lastTurn(id);
-    checkThrough(throughSeq, lastSeq, previous, after, unansweredIn(open));
-    // The forest is loaded only to write, and again if a sibling's session closing forgot it
-    // meanwhile: the checks and the opening are one synchronous span.
-    while (!this.deps.log.forestLoaded(root)) await this.deps.log.loadForest(root);
-    if (this.deps.registry.get(id) !== undefined) {
-      throw new ServiceError('UNAUTHORIZED', `agent "${id}" became live meanwhile; compact it with the token of its live incarnation`);
-    }
-    const body = compactionBody(this.deps.clock.iso(), input, throughSeq);
-    this.deps.log.open(id, lastSeq, root);
-    const seq = this.deps.log.append(id, body).seq;
-    this.deps.log.release(id);
-    return { ...body, seq };
+    return this.deps.stored.append(summary.header, 'compact it', async (lastSeq) => {
+      const throughSeq = input.throughSeq ?? lastSeq;
+      const previous = await this.deps.log.lastCompaction(id, lastSeq);
+      const after = await this.deps.log.read(id, Math.min(throughSeq, lastSeq));
+      // A turn a stopped process left open may await results of calls it made.
+      const { open } = await this.deps.log.lastTurn(id);
+      checkThrough(throughSeq, lastSeq, previous, after, unansweredIn(open));
+      return compactionBody(this.deps.clock.iso(), input.summary, throughSeq, this.priced(input.usage, summary.header));
+    });
   }
 }
 
-function compactionBody(at: string, input: CompactionInput, throughSeq: number): Extract<EntryBody, { type: 'compaction' }> {
-  const body: Extract<EntryBody, { type: 'compaction' }> = { type: 'compaction', at, summary: input.summary, throughSeq };
-  if (input.usage !== undefined) body.usage = input.usage;
+function compactionBody(at: string, summary: string, throughSeq: number, usage: TokenUsage | undefined): Extract<EntryBody, { type: 'compaction' }> {
+  const body: Extract<EntryBody, { type: 'compaction' }> = { type: 'compaction', at, summary, throughSeq };
+  if (usage !== undefined) body.usage = usage;
   return body;
 }

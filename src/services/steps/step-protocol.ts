@@ -12,7 +12,9 @@ import type { AgentCredential, ModelOutput, OutputResult, ToolResultInput } from
 import { ServiceError } from '../../domain/errors.js';
 import type { ToolCall } from '../../domain/message.js';
 import { renderTools, type ToolSchema } from '../../domain/step-render.js';
+import type { TokenUsage } from '../../domain/model.js';
 import type { AdmissionGate } from '../agents/admission-gate.js';
+import type { Budgets } from '../budgets/budgets.js';
 import type { AgentAuthority } from '../agents/authority.js';
 import type { WaiterGate } from '../limits.js';
 import type { LeaseView } from '../step-lease.js';
@@ -36,6 +38,10 @@ export interface StepProtocolDeps {
   cache: StepCache;
   /** Bounds the concurrent long-polls per agent. */
   waiters?: WaiterGate | undefined;
+  /** A direct claim is refused while a budget stops the agent (budgets.ts). */
+  budgets: Pick<Budgets, 'checkClaim'>;
+  /** Gives an output's usage its cost (domain/pricing.ts). */
+  price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -74,10 +80,14 @@ export class StepProtocol {
     const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
     refuseDriven(agent);
     this.deps.gate.admitNewWork();
+    this.deps.budgets.checkClaim(agent);
     const leave = waitMs > 0 ? this.deps.waiters?.enter(agent.id, 'step long-polls') : undefined;
     try {
       const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
-      return claim === null ? null : await this.handOver(claim, signal, since);
+      if (claim !== null) return await this.handOver(claim, signal, since);
+      // A budget may have stopped the step meanwhile (the long-poll was answered for it).
+      this.deps.budgets.checkClaim(agent);
+      return null;
     } finally {
       leave?.();
     }
@@ -117,7 +127,8 @@ export class StepProtocol {
     const calls = output.toolCalls ?? [];
     const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
     if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
-    const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), output.usage);
+    const usage = output.usage === undefined ? undefined : this.deps.price(output.usage, output.model ?? agent.header.model?.model);
+    const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), usage);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
     if (calls.length > 0) await this.runCalls(agent, stepId, calls, refused, result);
     await this.deps.log.durable();

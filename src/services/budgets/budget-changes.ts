@@ -1,0 +1,72 @@
+/**
+ * `PUT /v1/agents/{id}/budget`: the operator changes the limits it names (null removes one).
+ * The change is a budget entry in the agent's session, so it is durable and read back with the
+ * rest of the log; a live agent's is appended in one synchronous span with its checks, a
+ * session that is not resident is written through stored-sessions.ts. A child's new limits are
+ * a grant: they may not promise it more than the budgets above it have left.
+ *
+ * Raising a budget offers the steps it had paused again at once; lowering one pauses the
+ * claimable agents below it that it now stops.
+ */
+import { changeBudget, BUDGET_KINDS, type Budget, type BudgetChange } from '../../domain/budget.js';
+import { ServiceError } from '../../domain/errors.js';
+import type { Clock } from '../../domain/ports.js';
+import type { AgentRegistry } from '../agent-registry.js';
+import type { SessionLog } from '../session-log.js';
+import type { StoredSessions } from '../stored-sessions.js';
+import type { Budgets, BudgetView } from './budgets.js';
+
+export interface BudgetChangesDeps {
+  budgets: Budgets;
+  registry: AgentRegistry;
+  log: SessionLog;
+  clock: Clock;
+  stored: StoredSessions;
+}
+
+export class BudgetChanges {
+  constructor(private readonly deps: BudgetChangesDeps) {}
+
+  /** Change an agent's limits; returns them with what remains, durable. */
+  async change(id: string, change: BudgetChange): Promise<BudgetView> {
+    const { budgets, log, clock } = this.deps;
+    const live = this.deps.registry.get(id);
+    if (live?.disposing === true) throw new ServiceError('ACTIVATION_CLOSING', `agent "${id}" is being disposed; its budget was not changed`);
+    if (live !== undefined) {
+      log.append(id, { type: 'budget', at: clock.iso(), budget: this.next(id, change) });
+      budgets.afterChange(id);
+      await log.durable();
+      return this.view(id);
+    }
+    const header = (await log.summary(id))?.header;
+    if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    try {
+      return await budgets.withForest(header.rootSession ?? id, async () => {
+        await this.deps.stored.append(header, 'change its budget', async () => ({ type: 'budget', at: clock.iso(), budget: this.next(id, change) }));
+        budgets.afterChange(id);
+        return this.view(id);
+      });
+    } catch (error) {
+      // It became live meanwhile (a cold resume): change the live incarnation's instead.
+      if (error instanceof ServiceError && error.code === 'UNAUTHORIZED' && this.deps.registry.get(id) !== undefined) return this.change(id, change);
+      throw error;
+    }
+  }
+
+  /** The limits after `change`; a child's raised ones checked against the budgets above it. */
+  private next(id: string, change: BudgetChange): Budget {
+    const account = this.deps.budgets.ledger.account(id);
+    if (account === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    const budget = changeBudget(account.budget, change);
+    if (account.parent !== undefined) {
+      const granted: Budget = {};
+      for (const kind of BUDGET_KINDS) if (typeof change[kind] === 'number') granted[kind] = budget[kind]!;
+      this.deps.budgets.checkGrant(account.parent.id, granted, account.subtree);
+    }
+    return budget;
+  }
+
+  private view(id: string): BudgetView {
+    return this.deps.budgets.figures(id).budget ?? { remaining: {} };
+  }
+}

@@ -1,0 +1,228 @@
+/**
+ * The ledger: for every forest it holds, each agent's account — its limits, what it spent and
+ * what its subtree spent. It is kept from the log alone: it observes every header and entry as
+ * the session log queues them (a step's charge is in force in the claim that wrote its
+ * step-start), and a forest it does not hold is read back from the store by one pass over the
+ * forest's headers and entries (`hold`). A forest is kept while any of its agents is live
+ * here or someone holds it; after that for a while (keepUnused), then forgotten.
+ *
+ * Invariants: an account's `subtree` is its `self` plus its children's `subtree`; a forest
+ * read back while entries are being queued for it counts each of them once (the queued ones
+ * past what the read found are applied after it).
+ */
+import { addUsage, chargeOf, exhaustedKind, zeroUsage, type Budget, type BudgetKind, type Usage } from '../../domain/budget.js';
+import type { SessionHeader } from '../../domain/session.js';
+import type { SessionLog, WriteObserver } from '../session-log.js';
+import type { BatchEntry } from '../session-store.js';
+
+export interface Account {
+  readonly id: string;
+  readonly rootId: string;
+  readonly parent: Account | undefined;
+  readonly children: Account[];
+  /** The limits of this agent's subtree; undefined: none of its own. */
+  budget: Budget | undefined;
+  readonly self: Usage;
+  readonly subtree: Usage;
+}
+
+export interface LedgerDeps {
+  log: SessionLog;
+  /** Live agents of a forest here: a forest with some is held. */
+  liveInForest: (rootId: string) => number;
+  /** A charge made `holder`'s budget run out (in the span that queued the entry). */
+  onExhausted: (holder: Account, kind: BudgetKind) => void;
+  /**
+   * Forests no one uses kept for later reads, the least recently used forgotten first. Only
+   * where every write to them passes this process (one instance): with several, another
+   * instance may write to a forest this one does not hold, so 0.
+   */
+  keepUnused: number;
+}
+
+type Forest =
+  | { state: 'held'; holds: number }
+  /** Being read back: what is queued meanwhile waits in `queued`. */
+  | { state: 'reading'; holds: number; queued: (SessionHeader | BatchEntry)[]; done: Promise<void> };
+
+/** Entries read per page when a forest is read back. */
+const PAGE = 1_000;
+
+export class ForestLedger implements WriteObserver {
+  private readonly accounts = new Map<string, Account>();
+  private readonly forests = new Map<string, Forest>();
+  /** Held forests no one uses now, oldest first (see keepUnused). */
+  private readonly unused = new Set<string>();
+
+  constructor(private readonly deps: LedgerDeps) {
+    deps.log.observe(this);
+  }
+
+  /** The account of an agent whose forest is held (undefined otherwise). */
+  account(id: string): Account | undefined {
+    return this.accounts.get(id);
+  }
+
+  /** Whether the forest's accounts are here and current. */
+  holds(rootId: string): boolean {
+    return this.forests.get(rootId)?.state === 'held';
+  }
+
+  /**
+   * Hold a forest's accounts (reading them back first when they are not here) until the
+   * returned release is called. Publication of an agent happens while it is held, so a live
+   * agent's forest is always here.
+   */
+  async hold(rootId: string): Promise<() => void> {
+    this.unused.delete(rootId);
+    let forest = this.forests.get(rootId);
+    if (forest === undefined) {
+      const queued: (SessionHeader | BatchEntry)[] = [];
+      const reading: Forest = { state: 'reading', holds: 0, queued, done: Promise.resolve() };
+      reading.done = this.readBack(rootId, queued);
+      this.forests.set(rootId, (forest = reading));
+    }
+    forest.holds++;
+    try {
+      if (forest.state === 'reading') await forest.done;
+    } catch (error) {
+      forest.holds--;
+      throw error;
+    }
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const now = this.forests.get(rootId);
+      if (now === undefined) return;
+      now.holds--;
+      this.forgetIfUnused(rootId);
+    };
+  }
+
+  /** An agent of the forest left memory: when nothing else uses it, keep it a while (keepUnused) or forget it. */
+  forgetIfUnused(rootId: string): void {
+    const forest = this.forests.get(rootId);
+    if (forest === undefined || forest.state !== 'held' || forest.holds > 0 || this.deps.liveInForest(rootId) > 0) return;
+    this.unused.delete(rootId);
+    this.unused.add(rootId);
+    for (const oldest of this.unused) {
+      if (this.unused.size <= this.deps.keepUnused) break;
+      this.forget(oldest);
+    }
+  }
+
+  /** Forget a forest at once (this instance lost it). */
+  forget(rootId: string): void {
+    this.unused.delete(rootId);
+    this.forests.delete(rootId);
+    const root = this.accounts.get(rootId);
+    for (const account of root === undefined ? [] : subtreeOf(root)) this.accounts.delete(account.id);
+  }
+
+  /** Live agents' forests held, for the metrics. */
+  heldForests(): string[] {
+    return [...this.forests.keys()].filter((root) => this.holds(root));
+  }
+
+  created(header: SessionHeader): void {
+    const rootId = header.rootSession ?? header.id;
+    // A new root is a new forest: nothing read before about its id stands.
+    if (header.kind === 'root') {
+      this.forget(rootId);
+      this.forests.set(rootId, { state: 'held', holds: 0 });
+    }
+    const forest = this.forests.get(rootId);
+    if (forest?.state === 'reading') forest.queued.push(header);
+    else if (forest !== undefined) this.open(header, this.accounts);
+  }
+
+  appended(item: BatchEntry): void {
+    const forest = this.forests.get(item.rootId);
+    if (forest?.state === 'reading') forest.queued.push(item);
+    else if (forest !== undefined) this.apply(item, this.accounts, true);
+  }
+
+  /** One pass over the forest's headers and entries, then what was queued meanwhile. */
+  private async readBack(rootId: string, queued: (SessionHeader | BatchEntry)[]): Promise<void> {
+    const accounts = new Map<string, Account>();
+    try {
+      await this.deps.log.durable();
+      const store = this.deps.log.store;
+      const root = await store.header(rootId);
+      if (root !== undefined) {
+        this.open(root.header, accounts);
+        for (let level = [rootId]; level.length > 0; ) {
+          const next: string[] = [];
+          for (const parentId of level) {
+            for (const { header } of await store.children(parentId)) {
+              this.open(header, accounts);
+              next.push(header.id);
+            }
+          }
+          level = next;
+        }
+      }
+      let through = 0;
+      for (;;) {
+        const page = await store.readForest(rootId, through, PAGE);
+        for (const item of page) this.apply(item, accounts, false);
+        if (page.length > 0) through = page[page.length - 1]!.forestSeq;
+        if (page.length < PAGE) break;
+      }
+      for (const item of queued) {
+        if ('entry' in item) {
+          if (item.forestSeq > through) this.apply(item, accounts, false);
+        } else if (!accounts.has(item.id)) this.open(item, accounts);
+      }
+    } catch (error) {
+      this.forests.delete(rootId);
+      throw error;
+    }
+    for (const [id, account] of accounts) this.accounts.set(id, account);
+    const forest = this.forests.get(rootId);
+    this.forests.set(rootId, { state: 'held', holds: forest?.holds ?? 0 });
+  }
+
+  private open(header: SessionHeader, accounts: Map<string, Account>): void {
+    if (accounts.has(header.id)) return;
+    const parent = header.parentSession === null ? undefined : accounts.get(header.parentSession);
+    const account: Account = {
+      id: header.id,
+      rootId: header.rootSession ?? header.id,
+      parent,
+      children: [],
+      budget: header.budget === undefined ? undefined : { ...header.budget },
+      self: zeroUsage(),
+      subtree: zeroUsage(),
+    };
+    parent?.children.push(account);
+    accounts.set(header.id, account);
+  }
+
+  private apply({ sessionId, entry }: BatchEntry, accounts: Map<string, Account>, live: boolean): void {
+    const account = accounts.get(sessionId);
+    if (account === undefined) return;
+    if (entry.type === 'budget') {
+      account.budget = { ...entry.budget };
+      return;
+    }
+    const charge = chargeOf(entry);
+    if (charge === undefined) return;
+    addUsage(account.self, charge);
+    for (let holder: Account | undefined = account; holder !== undefined; holder = holder.parent) {
+      const before = live && holder.budget !== undefined ? exhaustedKind(holder.budget, holder.subtree) : undefined;
+      addUsage(holder.subtree, charge);
+      if (!live || holder.budget === undefined || before !== undefined) continue;
+      const after = exhaustedKind(holder.budget, holder.subtree);
+      if (after !== undefined) this.deps.onExhausted(holder, after);
+    }
+  }
+}
+
+/** An account and every account below it, parents before their children. */
+export function subtreeOf(top: Account): Account[] {
+  const out: Account[] = [top];
+  for (let i = 0; i < out.length; i++) out.push(...out[i]!.children);
+  return out;
+}
