@@ -73,6 +73,25 @@ describe('loadConfig', () => {
     expect(error.message).toContain('PORT');
   });
 
+  it('reads model prices and the spawn budget option', () => {
+    const config = loadConfig({ AGENTFOREST_MODEL_PRICES: '{"m": {"prompt": 0.15, "completion": 0.6}, "*": {"prompt": 3, "completion": 15}}', AGENTFOREST_SPAWN_BUDGETS: 'on' });
+
+    expect([...config.modelPrices]).toEqual([
+      ['m', { prompt: 0.15, completion: 0.6 }],
+      ['*', { prompt: 3, completion: 15 }],
+    ]);
+    expect(config.spawnBudgets).toBe(true);
+    expect(loadConfig({}).modelPrices.size).toBe(0);
+    expect(loadConfig({}).spawnBudgets).toBe(false);
+  });
+
+  it('refuses model prices that are not JSON or not prices, saying what a price is', () => {
+    expect(configErrorOf({ AGENTFOREST_MODEL_PRICES: '{m: 1}' }).message).toContain('AGENTFOREST_MODEL_PRICES is not JSON');
+    expect(configErrorOf({ AGENTFOREST_MODEL_PRICES: '{"m": {"prompt": -1, "completion": 1}}' }).message).toContain('"m": a price is {"prompt": <micro-USD per token>, "completion": <micro-USD per token>}');
+    expect(configErrorOf({ AGENTFOREST_MODEL_PRICES: '{"m": {"prompt": 1}}' }).message).toContain('"m": a price is');
+    expect(configErrorOf({ AGENTFOREST_MODEL_PRICES: '[1]' }).message).toContain('must be a JSON object of model names to prices');
+  });
+
   it('refuses unknown package names and names them', () => {
     const error = configErrorOf({ AGENTFOREST_PACKAGES: 'subagent,bogus' });
 
