@@ -35,6 +35,10 @@ export interface ModelToolCall {
 export interface ModelReply {
   content?: string;
   toolCalls?: ModelToolCall[];
+  /** What the request used (charged to the agent's budgets); `costMicroUsd` when known. */
+  usage?: { promptTokens: number; completionTokens: number; totalTokens: number; costMicroUsd?: number };
+  /** The model that answered, for the service's prices. */
+  model?: string;
 }
 
 export interface StepContext {
@@ -199,6 +203,8 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
       body: {
         ...(reply.content === undefined ? {} : { content: reply.content }),
         ...(toolCalls.length === 0 ? {} : { toolCalls: toolCalls.map(({ id, name, input }) => ({ id, name, input })) }),
+        ...(reply.usage === undefined ? {} : { usage: reply.usage }),
+        ...(reply.model === undefined ? {} : { model: reply.model }),
       },
       headers: fenced(step),
     });

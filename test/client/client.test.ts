@@ -320,6 +320,28 @@ describe('the typed client and its driver against the real server', () => {
     expect(stopped).toMatchObject({ agentId: root.id, code: 'UNAUTHORIZED', summary: { turns: 0, steps: 0 } });
   });
 
+  it('posts the usage a model reply carries, and stops with BUDGET_EXHAUSTED once the forest budget is spent', async () => {
+    const { baseUrl } = await serve();
+    const client = createAgentforestClient({ baseUrl });
+    const created = await client.POST('/v1/agents', { body: { instructions: 'Be brief.', budget: { tokens: 30 } } });
+    const root = { id: created.data!.agent.id, token: created.data!.agentToken };
+    await followup(client, root.id, 'One.');
+    const usage = { promptTokens: 20, completionTokens: 10, totalTokens: 30 };
+    const { model } = scripted([{ content: 'Done.', usage, model: 'small' }]);
+    expect(await runAgent({ client, agentId: root.id, agentToken: root.token, model, waitMs: 5000, maxTurns: 1 })).toEqual({ turns: 1, steps: 1, stoppedBy: 'maxTurns' });
+    const answer = (await readSession(client, root.id)).find((e) => e.type === 'message' && e.role === 'assistant');
+    expect(answer).toMatchObject({ usage });
+    await followup(client, root.id, 'Two.');
+    const stopped = await runAgent({ client, agentId: root.id, agentToken: root.token, model, waitMs: 5000 }).then(
+      () => null,
+      (error: unknown) => error,
+    );
+    expect(stopped).toBeInstanceOf(AgentforestError);
+    expect(stopped).toMatchObject({ status: 409, code: 'BUDGET_EXHAUSTED' });
+    const view = await client.GET('/v1/agents/{id}', { params: { path: { id: root.id } } });
+    expect(view.data).toMatchObject({ status: 'paused', pausedBy: { agentId: root.id, budget: 'tokens' }, budget: { tokens: 30, remaining: { tokens: 0 } } });
+  });
+
   it('sends the operator key as a bearer token and an agent token per call', async () => {
     const { baseUrl } = await serve(['operator-key-1']);
     const anonymous = createAgentforestClient({ baseUrl });
