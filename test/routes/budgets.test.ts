@@ -99,6 +99,25 @@ describe('tree budgets', () => {
     expect(claimed).toEqual(new Set([root.id, child.id, grandchild.id, free.id]));
   });
 
+  it('counts a pause that follows an interrupted one as a new pause', async () => {
+    const h = await startHarness();
+    const pauses: string[] = [];
+    h.system.events.on('budget-exhausted', (agent, by) => pauses.push(`${agent.id}:${by.budget}`));
+    const root = await createRoot(h.app, { budget: { steps: 1 } });
+    await send(h.app, root.id, 'one');
+    await oneStep(h, root);
+    await send(h.app, root.id, 'two');
+    expect((await claimStatus(h, root)).statusCode).toBe(409);
+    expect((await claimStatus(h, root)).statusCode).toBe(409);
+    expect(pauses).toEqual([`${root.id}:steps`]);
+    const interrupted = await h.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/interrupt`, payload: { keepInbox: false } });
+    expect(interrupted.statusCode).toBe(202);
+    expect((await view(h, root.id)).status).toBe('idle');
+    await send(h.app, root.id, 'three');
+    expect((await view(h, root.id)).status).toBe('paused');
+    expect(pauses).toEqual([`${root.id}:steps`, `${root.id}:steps`]);
+  });
+
   it('refuses a grant larger than what the budgets above have left', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { budget: { steps: 5 } });

@@ -55,6 +55,9 @@ export class Budgets {
       // In the span that queued the entry (inside some agent's transition): pause the others later.
       onExhausted: (holder) => queueMicrotask(() => this.pauseBelow(holder)),
     });
+    // A pause lasts while the step it stopped is there to take: a turn that ends (interrupted,
+    // say) ends it, and the next step a budget stops is a pause of its own.
+    deps.events.on('turn-ended', (agent) => this.paused.delete(agent));
     deps.events.on('agent-left', (agent) => {
       this.paused.delete(agent);
       this.ledger.forgetIfUnused(agent.rootId);
