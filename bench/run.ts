@@ -4,7 +4,7 @@
  * is a ratio to a baseline measured in the same run: the app's own baseline route, and a truly
  * bare Fastify server (bench/bare-server.ts) beside it. Prints one table and writes
  * bench/results.json. Bounded: it stops by itself (a few minutes on 2 cores). The step-context
- * section (bench/step-context.ts) also runs alone.
+ * and budget-claims sections (bench/step-context.ts, bench/budget-claims.ts) also run alone.
  *
  *   npm run bench -- [--seconds 4] [--rounds 5] [--round-seconds 2] [--agents 100000] [--entries 100000]
  */
@@ -12,6 +12,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { buildServer, call, childHeader, load, pool, root, rootHeader, settledMemory, seedSessions, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
+import { budgetClaimCases, budgetClaimRows, type BudgetClaimResult } from './budget-claims.js';
 import { stepContextCases, stepContextRows, type StepContextResult } from './step-context.js';
 
 const arg = (name: string, fallback: number): number => {
@@ -336,6 +337,7 @@ async function measure(bare: Server): Promise<Record<string, unknown>> {
   let sessionScaling: Record<string, ScalingCase>;
   let depthScaling: Record<string, ScalingCase>;
   let stepContext: StepContextResult;
+  let budgetClaims: BudgetClaimResult;
   const coldResumeMs: Record<string, number> = {};
   try {
     const many = await started('many');
@@ -408,6 +410,13 @@ async function measure(bare: Server): Promise<Record<string, unknown>> {
     // full steps and delta steps (claims with `since`), all on one server (bench/step-context.ts).
     stepContext = await stepContextCases({ dir, start: (data) => started('step-context', data) });
     rows.push(...stepContextRows(stepContext));
+    for (const s of servers.splice(0)) await s.stop();
+
+    // 6. Tree budgets: server CPU per one-step turn of an agent at depth 1 and 50, budgets on
+    // (every agent of its chain limited) over off, memory store and SQLite, each store's cases
+    // on one server (bench/budget-claims.ts). It stops its servers itself.
+    budgetClaims = await budgetClaimCases({ dir, start: (data, env) => startServer(data, { ...normal, ...env }) });
+    rows.push(...budgetClaimRows(budgetClaims));
   } finally {
     for (const s of servers) await s.stop();
   }
@@ -449,6 +458,8 @@ async function measure(bare: Server): Promise<Record<string, unknown>> {
       forestDepth: scale(depthScaling, '1', 'costRatioToOne'),
       stepContextMessages: stepContext,
     },
+    // Server CPU per one-step turn, budgets on over off, at depth 1 and 50 (bench/budget-claims.ts).
+    budgetClaims,
     coldResumeMs: { ...coldResumeMs, ratio: ratio(coldResumeMs[String(longSession)]!, coldResumeMs['10']!) },
     rssBytesPerIdleAgent: rssPerAgent,
     rssBytesPerIdleAgentWithYoungGeneration: rssPerAgentWithYoung,
@@ -465,6 +476,10 @@ try {
   const over = results.overBare as Record<string, { baseline: number | null; baselineRounds: number[]; report: number | null }>;
   for (const [store, o] of Object.entries(over)) {
     console.log(`${store}: app baseline / bare Fastify CPU per request ${o.baseline} (rounds ${o.baselineRounds.join(', ')}); report / bare ${o.report}`);
+  }
+  for (const [store, b] of Object.entries((results.budgetClaims as BudgetClaimResult).stores)) {
+    const each = Object.keys(b.onOverOff).map((d) => `depth ${d} ${b.onOverOff[d]} (rounds ${b.onOverOffRounds[d]!.join(', ')}; ${b.onMinusOffUs[d]} µs)`);
+    console.log(`${store}: budgets on / off, server CPU per turn: ${each.join('; ')}`);
   }
   writeFileSync(join(root, 'bench', 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
 } finally {
