@@ -166,6 +166,8 @@ export class ForestLedger implements WriteObserver {
       let through = 0;
       for (;;) {
         const page = await store.readForest(rootId, through, PAGE);
+        // A session created after the headers were read may already have entries here.
+        for (const item of page) if (!accounts.has(item.sessionId)) await this.openStored(item.sessionId, accounts);
         for (const item of page) this.apply(item, accounts, false);
         if (page.length > 0) through = page[page.length - 1]!.forestSeq;
         if (page.length < PAGE) break;
@@ -182,6 +184,14 @@ export class ForestLedger implements WriteObserver {
     for (const [id, account] of accounts) this.accounts.set(id, account);
     const forest = this.forests.get(rootId);
     this.forests.set(rootId, { state: 'held', holds: forest?.holds ?? 0 });
+  }
+
+  /** Open a session's account from its stored header, its parent's first. */
+  private async openStored(id: string, accounts: Map<string, Account>): Promise<void> {
+    const header = (await this.deps.log.store.header(id))?.header;
+    if (header === undefined) return;
+    if (header.parentSession !== null && !accounts.has(header.parentSession)) await this.openStored(header.parentSession, accounts);
+    this.open(header, accounts);
   }
 
   private open(header: SessionHeader, accounts: Map<string, Account>): void {
