@@ -28,6 +28,8 @@ export interface View {
   mode: string | null;
   inbox: { queued: number };
   staged: number;
+  /** Set while a budget stops the step the agent has to take (status "paused"). */
+  pausedBy?: { agentId: string; budget: string };
 }
 
 export interface Node {

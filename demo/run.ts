@@ -11,7 +11,10 @@
  * translator, whose first model request the scripted model holds, and queues it a second task;
  * the operator interrupts the translator: its turn ends `cancelled`, the held request is
  * aborted, and the queued task waits until the coordinator's next message, which runs both.
- * Prints the forest as a tree with every session's messages, and checks what it should show.
+ * Last, a second root, the planner, is created with a budget of 5 steps: its forecaster's
+ * third step spends the rest, the forest stops (paused, no model request), and once the
+ * operator raises the budget the forecaster finishes (budget.ts).
+ * Prints the coordinator's forest as a tree with every session's messages, and checks what it should show.
  *
  *   DEMO_MODEL_URL=https://api.deepseek.com/v1 DEMO_API_KEY=sk-... npm run demo
  *   (DEMO_MODEL picks the model name; default deepseek-chat, or gpt-4o-mini for api.openai.com)
@@ -22,6 +25,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { budgetDemo, BudgetScript } from './budget.js';
 import { compactionChecks, compactResearcher, researcherRequests, type Compacted, type ResearcherRequests } from './compaction.js';
 import { demoModel, FOLLOW_UP, HELD_TASK, isHeld, QUEUED_TASK, WAKING_TASK } from './demo-model.js';
 import { children, client, printTree, session, type Api, type Entry, type Node, type View } from './forest.js';
@@ -32,7 +36,8 @@ const deadlineMs = realUrl === undefined ? 30_000 : 300_000;
 
 async function main(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'agentforest-demo-'));
-  const scripted = realUrl === undefined ? await ScriptedModelServer.start((request) => demoModel(request)) : undefined;
+  const budgetScript = new BudgetScript();
+  const scripted = realUrl === undefined ? await ScriptedModelServer.start((request) => budgetScript.answer(request) ?? demoModel(request)) : undefined;
   const model = {
     provider: 'openai-compatible',
     baseUrl: realUrl ?? scripted!.url,
@@ -40,10 +45,11 @@ async function main(): Promise<void> {
     ...(process.env.DEMO_API_KEY === undefined ? {} : { apiKeyEnv: 'DEMO_API_KEY' }),
     maxSteps: 8,
   };
-  const service = await startService(dir);
-  const api = client(service.url);
+  let service: Awaited<ReturnType<typeof startService>> | undefined;
   let ok = false;
   try {
+    service = await startService(dir);
+    const api = client(service.url);
     console.log(`service   ${service.url}  (SQLite file ${join(dir, 'demo.db')}, log ${join(dir, 'service.log')})`);
     console.log(`model     ${model.baseUrl}  ${model.model}${scripted === undefined ? '' : '  (scripted, deterministic)'}\n`);
 
@@ -82,11 +88,18 @@ async function main(): Promise<void> {
     await say(api, 'Tell the translator to go on.');
     await quiet(api, (s) => scripted === undefined || reportCount(s) >= 5);
 
-    console.log('\nthe forest:\n');
+    step('7. a second root, the planner, has a budget of 5 steps for its forest; it starts a forecaster that reports');
+    step("   a day per step: the forecaster's third step spends the rest, and the budget stops the forest");
+    const budget = budgetDemo({ api, url: service.url, model, scripted, until, pause });
+    await budget.stop();
+    step('8. the operator raises the budget to 10 steps: the forecaster goes on and the forest finishes');
+    await budget.raise();
+
+    console.log("\nthe coordinator's forest:\n");
     const tree = await printTree(api, 'coordinator');
-    ok = check(tree, interrupted, compacted, researcherSaw);
+    ok = check(tree, interrupted, compacted, researcherSaw, budget.checks());
   } finally {
-    await service.stop();
+    await service?.stop();
     await scripted?.close();
     if (process.env.DEMO_KEEP === undefined) await rm(dir, { recursive: true, force: true });
     else console.log(`\nkept ${dir}`);
@@ -198,7 +211,7 @@ async function quiet(api: Api, done: (coordinator: Entry[]) => boolean): Promise
 }
 
 /** What the demo is meant to show, checked on the sessions it printed. */
-function check(root: Node, interrupt: Interrupted, compacted: Compacted, researcherSaw: ResearcherRequests | undefined): boolean {
+function check(root: Node, interrupt: Interrupted, compacted: Compacted, researcherSaw: ResearcherRequests | undefined, budget: [string, boolean][]): boolean {
   const turnPrompts = new Set(root.entries.filter((e) => e.type === 'turn-start').map((e) => e.messageId));
   const reports = root.entries.filter((e) => e.source?.kind === 'subagent-report');
   const researcher = root.children.find((c) => c.view.label === 'researcher');
@@ -225,6 +238,7 @@ function check(root: Node, interrupt: Interrupted, compacted: Compacted, researc
     ],
     ['every other turn completed', ends.filter((r) => r === 'cancelled').length === 1 && ends.filter((r) => r !== 'completed').length === 1],
     ['token usage recorded for every model answer', nodes.every((n) => n.entries.filter((e) => e.role === 'assistant').every((e) => e.usage !== undefined))],
+    ...budget,
   ];
   console.log('\nchecks:');
   for (const [what, passed] of checks) console.log(`  ${passed ? 'ok  ' : 'FAIL'} ${what}`);

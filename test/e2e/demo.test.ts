@@ -1,7 +1,8 @@
 /**
  * `npm run demo` keeps working: the demo runs against the service's sources and its scripted
  * model, shows a settled child compacted and then resumed from the summary, an interrupt of a
- * child and what it did, and every check it prints passes (the exit code says so too).
+ * child and what it did, a steps budget stopping a second forest until the operator raises it,
+ * and every check it prints passes (the exit code says so too).
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -10,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 const run = promisify(execFile);
 
 describe('npm run demo', () => {
-  it('drives a whole forest with the built-in driver, compacts a settled child that then resumes from the summary, interrupts a child whose queued task then waits for the next message, and passes its own checks', async () => {
+  it('drives a whole forest with the built-in driver, compacts a settled child that then resumes from the summary, interrupts a child whose queued task then waits for the next message, stops a forest at its steps budget until the operator raises it, and passes its own checks', async () => {
     const env: NodeJS.ProcessEnv = { ...process.env, DEMO_FROM_SOURCE: '1' };
     delete env.DEMO_MODEL_URL;
     const { stdout } = await run(process.execPath, ['--import', 'tsx', 'demo/run.ts'], { env, timeout: 60_000 });
@@ -30,8 +31,19 @@ describe('npm run demo', () => {
     expect(stdout).toContain('translator [running]: turn-end cancelled; queued tasks 1, and 0.3 s later still 1 turn started');
     const child = stdout.slice(stdout.indexOf(`child translator (${translator?.[1]})  [settled]`));
     expect(child.match(/── turn (\w+) ──/g)).toEqual(['── turn cancelled ──', '── turn completed ──', '── turn completed ──']);
+    const budget = stdout.slice(stdout.indexOf('== 7. '), stdout.indexOf("the coordinator's forest:"));
+    const exhausted = /^ {3}event: budget-exhausted (.+)$/gm.exec(budget);
+    expect(budget.match(/event: budget-exhausted/g)).toHaveLength(1);
+    expect(JSON.parse(exhausted?.[1] ?? 'null')).toEqual({ agentId: expect.stringMatching(/^agt_/), pausedBy: { agentId: 'planner', budget: 'steps' } });
+    expect(budget).toContain('forecaster [paused] pausedBy {"agentId":"planner","budget":"steps"}: 3 of 4 days reported; planner [idle]');
+    expect(budget).toMatch(/usage {2}planner {5}self 2 steps, \d+ tokens; subtree 5 steps, \d+ tokens; budget 5 steps, 0 remain\n {10}forecaster {2}self 3 steps/);
+    expect(budget).toContain('model requests 5, and 0.5 s later still 5');
+    expect(budget).toMatch(/PUT \/v1\/agents\/planner\/budget \{"steps":10\} → 200 \{"steps":10,"remaining":\{"steps":[345]\}\}/);
+    expect(budget).toContain('forecaster [settled]: 4 of 4 days reported; planner [idle]');
+    expect(budget).toMatch(/usage {2}planner {5}self 2 steps, \d+ tokens; subtree 7 steps, \d+ tokens; budget 10 steps, 3 remain\n {10}forecaster {2}self 5 steps/);
+    expect(budget).toContain('model requests 7');
     const checks = stdout.slice(stdout.indexOf('checks:'));
-    expect(checks.match(/^ {2}ok /gm)).toHaveLength(11);
+    expect(checks.match(/^ {2}ok /gm)).toHaveLength(16);
     expect(checks).not.toContain('FAIL');
   }, 60_000);
 });
