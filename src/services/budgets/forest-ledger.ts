@@ -15,15 +15,53 @@ import type { SessionHeader } from '../../domain/session.js';
 import type { SessionLog, WriteObserver } from '../session-log.js';
 import type { BatchEntry } from '../session-store.js';
 
-export interface Account {
-  readonly id: string;
-  readonly rootId: string;
-  readonly parent: Account | undefined;
-  readonly children: Account[];
-  /** The limits of this agent's subtree; undefined: none of its own. */
-  budget: Budget | undefined;
-  readonly self: Usage;
-  readonly subtree: Usage;
+/** Shared by every account that spent nothing, or has no children (no object per idle agent). */
+const NOTHING: Usage = Object.freeze(zeroUsage());
+const NO_CHILDREN: readonly Account[] = Object.freeze([]);
+
+/**
+ * One agent's account. What it and its subtree spent, and its children, are made at first
+ * use: an idle agent's account is a few fields.
+ */
+export class Account {
+  private kids: Account[] | undefined;
+  private own: Usage | undefined;
+  private tree: Usage | undefined;
+
+  constructor(
+    readonly id: string,
+    readonly parent: Account | undefined,
+    /** The limits of this agent's subtree; undefined: none of its own. */
+    public budget: Budget | undefined,
+  ) {
+    parent?.adopt(this);
+  }
+
+  get children(): readonly Account[] {
+    return this.kids ?? NO_CHILDREN;
+  }
+
+  /** What this agent spent (do not change it). */
+  get self(): Usage {
+    return this.own ?? NOTHING;
+  }
+
+  /** What this agent and every descendant spent (do not change it). */
+  get subtree(): Usage {
+    return this.tree ?? NOTHING;
+  }
+
+  chargeSelf(charge: Usage): void {
+    addUsage((this.own ??= zeroUsage()), charge);
+  }
+
+  chargeSubtree(charge: Usage): void {
+    addUsage((this.tree ??= zeroUsage()), charge);
+  }
+
+  private adopt(child: Account): void {
+    (this.kids ??= []).push(child);
+  }
 }
 
 export interface LedgerDeps {
@@ -40,10 +78,15 @@ export interface LedgerDeps {
   keepUnused: number;
 }
 
-type Forest =
-  | { state: 'held'; holds: number }
-  /** Being read back: what is queued meanwhile waits in `queued`. */
-  | { state: 'reading'; holds: number; queued: (SessionHeader | BatchEntry)[]; done: Promise<void> };
+/** Being read back: what is queued meanwhile waits in `queued`. */
+interface Reading {
+  holds: number;
+  queued: (SessionHeader | BatchEntry)[];
+  done: Promise<void>;
+}
+
+/** A held forest is the number of holds on it (no object per forest), one being read back its Reading. */
+type Forest = number | Reading;
 
 /** Entries read per page when a forest is read back. */
 const PAGE = 1_000;
@@ -65,7 +108,7 @@ export class ForestLedger implements WriteObserver {
 
   /** Whether the forest's accounts are here and current. */
   holds(rootId: string): boolean {
-    return this.forests.get(rootId)?.state === 'held';
+    return typeof this.forests.get(rootId) === 'number';
   }
 
   /**
@@ -75,27 +118,26 @@ export class ForestLedger implements WriteObserver {
    */
   async hold(rootId: string): Promise<() => void> {
     this.unused.delete(rootId);
-    let forest = this.forests.get(rootId);
-    if (forest === undefined) {
-      const queued: (SessionHeader | BatchEntry)[] = [];
-      const reading: Forest = { state: 'reading', holds: 0, queued, done: Promise.resolve() };
-      reading.done = this.readBack(rootId, queued);
-      this.forests.set(rootId, (forest = reading));
-    }
-    forest.holds++;
-    try {
-      if (forest.state === 'reading') await forest.done;
-    } catch (error) {
-      forest.holds--;
-      throw error;
+    const forest = this.forests.get(rootId);
+    if (typeof forest === 'number') {
+      this.forests.set(rootId, forest + 1);
+    } else {
+      const reading = forest ?? this.startReading(rootId);
+      reading.holds++;
+      try {
+        await reading.done;
+      } catch (error) {
+        reading.holds--;
+        throw error;
+      }
     }
     let released = false;
     return () => {
       if (released) return;
       released = true;
       const now = this.forests.get(rootId);
-      if (now === undefined) return;
-      now.holds--;
+      if (typeof now !== 'number') return;
+      this.forests.set(rootId, Math.max(0, now - 1));
       this.forgetIfUnused(rootId);
     };
   }
@@ -103,7 +145,7 @@ export class ForestLedger implements WriteObserver {
   /** An agent of the forest left memory: when nothing else uses it, keep it a while (keepUnused) or forget it. */
   forgetIfUnused(rootId: string): void {
     const forest = this.forests.get(rootId);
-    if (forest === undefined || forest.state !== 'held' || forest.holds > 0 || this.deps.liveInForest(rootId) > 0) return;
+    if (forest !== 0 || this.deps.liveInForest(rootId) > 0) return;
     this.unused.delete(rootId);
     this.unused.add(rootId);
     for (const oldest of this.unused) {
@@ -130,17 +172,24 @@ export class ForestLedger implements WriteObserver {
     // A new root is a new forest: nothing read before about its id stands.
     if (header.kind === 'root') {
       this.forget(rootId);
-      this.forests.set(rootId, { state: 'held', holds: 0 });
+      this.forests.set(rootId, 0);
     }
     const forest = this.forests.get(rootId);
-    if (forest?.state === 'reading') forest.queued.push(header);
-    else if (forest !== undefined) this.open(header, this.accounts);
+    if (typeof forest === 'number') this.open(header, this.accounts);
+    else forest?.queued.push(header);
   }
 
   appended(item: BatchEntry): void {
     const forest = this.forests.get(item.rootId);
-    if (forest?.state === 'reading') forest.queued.push(item);
-    else if (forest !== undefined) this.apply(item, this.accounts, true);
+    if (typeof forest === 'number') this.apply(item, this.accounts, true);
+    else forest?.queued.push(item);
+  }
+
+  private startReading(rootId: string): Reading {
+    const reading: Reading = { holds: 0, queued: [], done: Promise.resolve() };
+    reading.done = this.readBack(rootId, reading.queued);
+    this.forests.set(rootId, reading);
+    return reading;
   }
 
   /** One pass over the forest's headers and entries, then what was queued meanwhile. */
@@ -183,7 +232,7 @@ export class ForestLedger implements WriteObserver {
     }
     for (const [id, account] of accounts) this.accounts.set(id, account);
     const forest = this.forests.get(rootId);
-    this.forests.set(rootId, { state: 'held', holds: forest?.holds ?? 0 });
+    this.forests.set(rootId, typeof forest === 'object' ? forest.holds : 0);
   }
 
   /** Open a session's account from its stored header, its parent's first. */
@@ -197,17 +246,7 @@ export class ForestLedger implements WriteObserver {
   private open(header: SessionHeader, accounts: Map<string, Account>): void {
     if (accounts.has(header.id)) return;
     const parent = header.parentSession === null ? undefined : accounts.get(header.parentSession);
-    const account: Account = {
-      id: header.id,
-      rootId: header.rootSession ?? header.id,
-      parent,
-      children: [],
-      budget: header.budget === undefined ? undefined : { ...header.budget },
-      self: zeroUsage(),
-      subtree: zeroUsage(),
-    };
-    parent?.children.push(account);
-    accounts.set(header.id, account);
+    accounts.set(header.id, new Account(header.id, parent, header.budget === undefined ? undefined : { ...header.budget }));
   }
 
   private apply({ sessionId, entry }: BatchEntry, accounts: Map<string, Account>, live: boolean): void {
@@ -219,10 +258,10 @@ export class ForestLedger implements WriteObserver {
     }
     const charge = chargeOf(entry);
     if (charge === undefined) return;
-    addUsage(account.self, charge);
+    account.chargeSelf(charge);
     for (let holder: Account | undefined = account; holder !== undefined; holder = holder.parent) {
       const before = live && holder.budget !== undefined ? exhaustedKind(holder.budget, holder.subtree) : undefined;
-      addUsage(holder.subtree, charge);
+      holder.chargeSubtree(charge);
       if (!live || holder.budget === undefined || before !== undefined) continue;
       const after = exhaustedKind(holder.budget, holder.subtree);
       if (after !== undefined) this.deps.onExhausted(holder, after);
