@@ -10,8 +10,6 @@
  * charged in the claim itself, so a steps limit is never passed; tokens and cost arrive with
  * the output, after the claim, so each agent with a step in flight may pass them by one step.
  */
-import type { TokenUsage } from './model.js';
-import type { EntryBody } from './session.js';
 
 export const BUDGET_KINDS = ['tokens', 'steps', 'costMicroUsd'] as const;
 export type BudgetKind = (typeof BUDGET_KINDS)[number];
@@ -48,23 +46,6 @@ export function addUsage(into: Usage, delta: Usage): void {
   into.completionTokens += delta.completionTokens;
   into.totalTokens += delta.totalTokens;
   into.costMicroUsd += delta.costMicroUsd;
-}
-
-/** What a logged entry charges: a step-start one step, a model answer or a compaction its usage. */
-export function chargeOf(entry: EntryBody): Usage | undefined {
-  if (entry.type === 'step-start') return { ...zeroUsage(), steps: 1 };
-  if ((entry.type === 'message' || entry.type === 'compaction') && entry.usage !== undefined) return tokenCharge(entry.usage);
-  return undefined;
-}
-
-function tokenCharge(usage: TokenUsage): Usage {
-  return {
-    steps: 0,
-    promptTokens: usage.promptTokens,
-    completionTokens: usage.completionTokens,
-    totalTokens: usage.totalTokens,
-    costMicroUsd: usage.costMicroUsd ?? 0,
-  };
 }
 
 /** How much of `kind` was spent. */

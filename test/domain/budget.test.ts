@@ -3,7 +3,8 @@
  * when a budget is exhausted, what remains, how a change applies, how usage is priced.
  */
 import { describe, expect, it } from 'vitest';
-import { changeBudget, chargeOf, exhaustedKind, remainingOf, zeroUsage, type Usage } from '../../src/domain/budget.js';
+import { changeBudget, exhaustedKind, remainingOf, zeroUsage, type Usage } from '../../src/domain/budget.js';
+import { chargeOf } from '../../src/domain/charges.js';
 import { priceUsage } from '../../src/domain/pricing.js';
 
 const AT = '2026-12-02T00:00:00.000Z';

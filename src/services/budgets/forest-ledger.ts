@@ -10,7 +10,8 @@
  * read back while entries are being queued for it counts each of them once (the queued ones
  * past what the read found are applied after it).
  */
-import { addUsage, chargeOf, exhaustedKind, zeroUsage, type Budget, type BudgetKind, type Usage } from '../../domain/budget.js';
+import { addUsage, exhaustedKind, zeroUsage, type Budget, type BudgetKind, type Usage } from '../../domain/budget.js';
+import { chargeOf } from '../../domain/charges.js';
 import type { SessionHeader } from '../../domain/session.js';
 import type { SessionLog, WriteObserver } from '../session-log.js';
 import type { BatchEntry } from '../session-store.js';
