@@ -30,14 +30,23 @@ export class StoredSessions {
    */
   async append<B extends EntryBody>(header: SessionHeader, instead: string, build: (lastSeq: number) => Promise<B>): Promise<B & { seq: number }> {
     const id = header.id;
-    const root = header.rootSession ?? id;
-    const borrowed = this.deps.ownership !== undefined && !this.deps.ownership.holds(root);
-    if (borrowed) await this.deps.ownership!.acquire(root);
-    try {
+    return this.leased(header.rootSession ?? id, async () => {
       const write = (): Promise<B & { seq: number }> => this.write(header, instead, build);
       const entry = header.kind === 'root' ? await this.underReservation(id, write) : await this.deps.manager.underChildLock(id, write);
       await this.deps.log.durable();
       return entry;
+    });
+  }
+
+  /**
+   * Run `work` holding the forest's lease (several instances): borrowed for it when this
+   * instance does not hold it, given back after unless some of the forest is live here.
+   */
+  async leased<T>(root: string, work: () => Promise<T>): Promise<T> {
+    const borrowed = this.deps.ownership !== undefined && !this.deps.ownership.holds(root);
+    if (borrowed) await this.deps.ownership!.acquire(root);
+    try {
+      return await work();
     } finally {
       if (borrowed) await this.deps.ownership!.releaseIfIdle(root);
     }

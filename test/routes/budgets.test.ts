@@ -138,6 +138,21 @@ describe('tree budgets', () => {
     expect(json(await putBudget(h, ok.id, { steps: 5, tokens: null }))).toEqual({ steps: 5, remaining: { steps: 4 } });
   });
 
+  it("lets the operator lower a child's limit, or set one where it had none, however little the forest has left", async () => {
+    const h = await startHarness();
+    const root = await createRoot(h.app, { budget: { tokens: 1000 } });
+    const capped = await startChild(h, root, { budget: { tokens: 500 } });
+    const open = await startChild(h, root);
+    await oneStep(h, capped, { promptTokens: 900, completionTokens: 50, totalTokens: 950 });
+    expect(json(await putBudget(h, capped.id, { tokens: 400 }))).toEqual({ tokens: 400, remaining: { tokens: 0 } });
+    expect(json(await putBudget(h, open.id, { tokens: 300 }))).toEqual({ tokens: 300, remaining: { tokens: 300 } });
+    // Raising one is a grant: up to what the root has left (50 more to spend), not beyond.
+    expect(json(await putBudget(h, capped.id, { tokens: 1000 }))).toEqual({ tokens: 1000, remaining: { tokens: 50 } });
+    const raised = await putBudget(h, capped.id, { tokens: 1001 });
+    expect(raised.statusCode).toBe(400);
+    expect(json<{ message: string }>(raised).message).toContain('more than the 50 that remain of the budget of');
+  });
+
   it('lists the subtree figures, parents first', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app);

@@ -39,7 +39,7 @@ export interface RootLifecycleDeps {
   /** Throws VALIDATION unless a `model` given at creation may be used; returns it normalised (see driver/model-policy.ts). */
   checkModel?: (spec: ModelSpec) => ModelSpec;
   /** Holds a forest's accounts while a resumed root is published (budgets.ts). */
-  budgets: Pick<BudgetPort, 'hold'>;
+  budgets: Pick<BudgetPort, 'hold' | 'forgetIfUnused'>;
 }
 
 export class RootLifecycle {
@@ -188,8 +188,9 @@ export class RootLifecycle {
     for (const root of roots) this.deps.log.dropForest(root);
   }
 
-  /** A creation or resume that failed gives its forest's lease back (kept while any of it is live). */
+  /** A creation or resume that failed gives its forest's lease and accounts back (kept while any of it is live). */
   private async releaseUnlessLive(id: string): Promise<void> {
+    this.deps.budgets.forgetIfUnused(id);
     await this.deps.ownership?.releaseIfIdle(id);
   }
 

@@ -40,12 +40,16 @@ export class BudgetChanges {
     }
     const header = (await log.summary(id))?.header;
     if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    const root = header.rootSession ?? id;
     try {
-      return await budgets.withForest(header.rootSession ?? id, async () => {
-        await this.deps.stored.append(header, 'change its budget', async () => ({ type: 'budget', at: clock.iso(), budget: this.next(id, change) }));
-        budgets.afterChange(id);
-        return this.view(id);
-      });
+      // The lease first (several instances): the accounts read next are then the forest's last.
+      return await this.deps.stored.leased(root, () =>
+        budgets.withForest(root, async () => {
+          await this.deps.stored.append(header, 'change its budget', async () => ({ type: 'budget', at: clock.iso(), budget: this.next(id, change) }));
+          budgets.afterChange(id);
+          return this.view(id);
+        }),
+      );
     } catch (error) {
       // It became live meanwhile (a cold resume): change the live incarnation's instead.
       if (error instanceof ServiceError && error.code === 'UNAUTHORIZED' && this.deps.registry.get(id) !== undefined) return this.change(id, change);
@@ -53,15 +57,22 @@ export class BudgetChanges {
     }
   }
 
-  /** The limits after `change`; a child's raised ones checked against the budgets above it. */
+  /**
+   * The limits after `change`. Only a child's raised limits are a grant, checked against the
+   * budgets above it: lowering one, or setting one where it had none, only restricts it.
+   */
   private next(id: string, change: BudgetChange): Budget {
     const account = this.deps.budgets.ledger.account(id);
     if (account === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
     const budget = changeBudget(account.budget, change);
     if (account.parent !== undefined) {
-      const granted: Budget = {};
-      for (const kind of BUDGET_KINDS) if (typeof change[kind] === 'number') granted[kind] = budget[kind]!;
-      this.deps.budgets.checkGrant(account.parent.id, granted, account.subtree);
+      const raised: Budget = {};
+      for (const kind of BUDGET_KINDS) {
+        const before = account.budget?.[kind];
+        const after = budget[kind];
+        if (before !== undefined && after !== undefined && after > before) raised[kind] = after;
+      }
+      this.deps.budgets.checkGrant(account.parent.id, raised, account.subtree);
     }
     return budget;
   }

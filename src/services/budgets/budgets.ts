@@ -86,6 +86,11 @@ export class Budgets {
     return this.ledger.hold(rootId);
   }
 
+  /** A forest none of whose agents became live (a creation that failed): its accounts may go. */
+  forgetIfUnused(rootId: string): void {
+    this.ledger.forgetIfUnused(rootId);
+  }
+
   /** A direct claim: BUDGET_EXHAUSTED while the agent's budget or an ancestor's is spent. */
   checkClaim(agent: LiveAgent): void {
     const by = this.exhaustedFor(agent.id);

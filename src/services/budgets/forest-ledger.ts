@@ -188,13 +188,14 @@ export class ForestLedger implements WriteObserver {
 
   private startReading(rootId: string): Reading {
     const reading: Reading = { holds: 0, queued: [], done: Promise.resolve() };
-    reading.done = this.readBack(rootId, reading.queued);
     this.forests.set(rootId, reading);
+    reading.done = this.readBack(rootId, reading);
     return reading;
   }
 
   /** One pass over the forest's headers and entries, then what was queued meanwhile. */
-  private async readBack(rootId: string, queued: (SessionHeader | BatchEntry)[]): Promise<void> {
+  private async readBack(rootId: string, reading: Reading): Promise<void> {
+    const queued = reading.queued;
     const accounts = new Map<string, Account>();
     try {
       await this.deps.log.durable();
@@ -228,12 +229,13 @@ export class ForestLedger implements WriteObserver {
         } else if (!accounts.has(item.id)) this.open(item, accounts);
       }
     } catch (error) {
-      this.forests.delete(rootId);
+      if (this.forests.get(rootId) === reading) this.forests.delete(rootId);
       throw error;
     }
+    // Forgotten meanwhile (this instance lost the forest): what was read is not installed.
+    if (this.forests.get(rootId) !== reading) return;
     for (const [id, account] of accounts) this.accounts.set(id, account);
-    const forest = this.forests.get(rootId);
-    this.forests.set(rootId, typeof forest === 'object' ? forest.holds : 0);
+    this.forests.set(rootId, reading.holds);
   }
 
   /** Open a session's account from its stored header, its parent's first. */

@@ -52,6 +52,8 @@ export interface BudgetPort {
   checkGrant(parentId: string, grant: Budget): void;
   /** Hold a forest's accounts (read back when not here) until the release. */
   hold(rootId: string): Promise<() => void>;
+  /** A forest none of whose agents became live (a creation that failed): its accounts may go. */
+  forgetIfUnused(rootId: string): void;
 }
 
 export interface ChildSpec {
