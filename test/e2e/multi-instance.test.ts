@@ -449,6 +449,33 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expect(created.status, `A2 creating a new forest: ${JSON.stringify(created.body)}`).toBe(201);
   });
 
+  it('lets a SIGKILLed instance restarted with the same instance id resume its forest at once, its lease unexpired', async () => {
+    db = await freshDatabase();
+    // A minute's lease: a resume within it can only be the same instance taking its own lease back.
+    const long = { AGENTFOREST_LEASE_MS: String(LONG_LEASE_MS) };
+    const a = await startInstance(db, 'instance-a', long);
+    const apiA = new ServerClient(a);
+    const root = await apiA.createRoot({ id: 'forest-k' });
+    await apiA.runTurn(root, 'a question', 'an answer');
+    const queued = await apiA.send(root.id, 'a followup the kill leaves queued');
+    a.child.kill('SIGKILL');
+    expect(await a.waitForExit()).toEqual({ code: null, signal: 'SIGKILL' });
+
+    const again = await startInstance(db, 'instance-a', long);
+    const api = new ServerClient(again);
+    const resumed = await api.request<AgentWithToken>('POST', `/v1/agents/${root.id}/resume`);
+    expect(resumed.status, JSON.stringify(resumed.body)).toBe(201);
+    const rootAgain: AgentRef = { id: root.id, token: resumed.body.agentToken };
+    expect(rootAgain.token).not.toBe(root.token);
+    // What the killed process had acknowledged is the restarted one's next turn.
+    const next = await api.claim(rootAgain, 5_000);
+    expect(next?.messages[next.messages.length - 1]).toEqual({ role: 'user', content: 'a followup the kill leaves queued' });
+    expect((await api.postOutput(rootAgain, next!.id, { content: 'a later answer' })).turn).toBe('ended');
+    const entries = await api.session(root.id);
+    expectGapFree(root.id, entries);
+    expect(entries.filter((e) => e.type === 'message' && e.messageId === queued.messageId)).toHaveLength(1);
+  });
+
   it('lets another instance resume a forest at once after its owner stops gracefully, because the stop gives the lease up', async () => {
     db = await freshDatabase();
     // A minute's lease: B may take the forest at once only if A gave it up. A short drain, since
