@@ -82,10 +82,7 @@ export class StepDispatcher<A extends StepSource, C> {
    */
   hold(agent: A): void {
     this.withdraw(agent);
-    if (!this.waiters.some((w) => w.filter.agent === agent)) return;
-    const released = this.waiters.filter((w) => w.filter.agent === agent);
-    this.waiters = this.waiters.filter((w) => w.filter.agent !== agent);
-    for (const w of released) w.resolve(null);
+    this.answerWaiters(agent);
   }
 
   /** The direct claimant takes the step it was offered (the caller checked it is claimable); null when the gate stops it. */
@@ -140,6 +137,11 @@ export class StepDispatcher<A extends StepSource, C> {
   /** Answer every waiter (of one incarnation, or all) with no step. */
   release(agent?: A): void {
     if (agent !== undefined && this.direct?.owns(agent) === true) this.direct.release(agent);
+    this.answerWaiters(agent);
+  }
+
+  /** Answer the waiters of one incarnation (or all) with no step. */
+  private answerWaiters(agent: A | undefined): void {
     const keep: Waiter<A, C>[] = [];
     const released: Waiter<A, C>[] = [];
     for (const w of this.waiters) {

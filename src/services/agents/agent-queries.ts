@@ -140,12 +140,17 @@ export class AgentQueries {
   private async childViews(parentId: string): Promise<AgentView[]> {
     await this.deps.log.durable();
     const children = await this.deps.log.store.children(parentId);
-    return Promise.all(
-      children.map(async ({ header }) => {
-        const live = this.deps.registry.get(header.id);
-        if (live !== undefined) return this.viewOfLive(live);
-        return storedChildView(header, await this.deps.log.store.lastActivation(header.id), await this.deps.budgets.storedFigures(header));
-      }),
+    const first = children[0]?.header;
+    if (first === undefined) return [];
+    // One forest: its accounts are held (read back, when they are not here) once for all of them.
+    return this.deps.budgets.withForest(first.rootSession ?? first.id, () =>
+      Promise.all(
+        children.map(async ({ header }) => {
+          const live = this.deps.registry.get(header.id);
+          if (live !== undefined) return this.viewOfLive(live);
+          return storedChildView(header, await this.deps.log.store.lastActivation(header.id), this.deps.budgets.figures(header.id));
+        }),
+      ),
     );
   }
 }

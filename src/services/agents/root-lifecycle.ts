@@ -16,7 +16,7 @@ import type { Clock, IdSource } from '../../domain/ports.js';
 import { SESSION_SCHEMA_VERSION, type SessionHeader } from '../../domain/session.js';
 import type { AgentRegistry } from '../agent-registry.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
-import type { BudgetPort } from '../continuation/types.js';
+import type { Budgets } from '../budgets/budgets.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwnership } from '../ownership.js';
 import type { SessionLog } from '../session-log.js';
@@ -39,7 +39,7 @@ export interface RootLifecycleDeps {
   /** Throws VALIDATION unless a `model` given at creation may be used; returns it normalised (see driver/model-policy.ts). */
   checkModel?: (spec: ModelSpec) => ModelSpec;
   /** Holds a forest's accounts while a resumed root is published (budgets.ts). */
-  budgets: Pick<BudgetPort, 'hold' | 'forgetIfUnused'>;
+  budgets: Pick<Budgets, 'hold' | 'forgetIfUnused'>;
 }
 
 export class RootLifecycle {

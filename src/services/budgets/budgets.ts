@@ -44,8 +44,8 @@ export interface BudgetsDeps {
 
 export class Budgets {
   readonly ledger: ForestLedger;
-  /** Agents paused by a budget, and by which. */
-  private readonly paused = new Map<LiveAgent, PausedBy>();
+  /** Agents paused by a budget (told once per pause). */
+  private readonly paused = new Set<LiveAgent>();
 
   constructor(private readonly deps: BudgetsDeps) {
     this.ledger = new ForestLedger({
@@ -124,7 +124,7 @@ export class Budgets {
     return out;
   }
 
-  /** The usage and budget of a live agent (its forest is held). */
+  /** The usage and budget of an agent whose forest is held (a live agent's always is). */
   figures(id: string): UsageFigures {
     return figuresOf(this.ledger.account(id));
   }
@@ -168,9 +168,8 @@ export class Budgets {
   afterChange(id: string): void {
     const account = this.ledger.account(id);
     if (account === undefined) return;
-    const below = new Set(subtreeOf(account).map((a) => a.id));
-    for (const agent of [...this.paused.keys()]) {
-      if (!below.has(agent.id) || this.exhaustedFor(agent.id) !== undefined) continue;
+    for (const agent of this.liveBelow(account)) {
+      if (!this.paused.has(agent) || this.exhaustedFor(agent.id) !== undefined) continue;
       this.paused.delete(agent);
       this.deps.events.emit('budget-resumed', agent);
     }
@@ -179,17 +178,23 @@ export class Budgets {
 
   /** Pause every live agent under `holder` that has a step to take and is stopped by a budget. */
   private pauseBelow(holder: Account): void {
-    for (const account of subtreeOf(holder)) {
-      const agent = this.deps.registry.get(account.id);
-      if (agent === undefined) continue;
+    for (const agent of this.liveBelow(holder)) {
       const by = this.pausedBy(agent);
       if (by !== undefined) this.pause(agent, by);
     }
   }
 
+  /** The live agents of `holder`'s subtree. */
+  private *liveBelow(holder: Account): Iterable<LiveAgent> {
+    for (const account of subtreeOf(holder)) {
+      const agent = this.deps.registry.get(account.id);
+      if (agent !== undefined) yield agent;
+    }
+  }
+
   private pause(agent: LiveAgent, by: PausedBy): void {
     if (this.paused.has(agent)) return;
-    this.paused.set(agent, by);
+    this.paused.add(agent);
     this.deps.events.emit('budget-exhausted', agent, by);
   }
 

@@ -10,7 +10,7 @@
  * read back while entries are being queued for it counts each of them once (the queued ones
  * past what the read found are applied after it).
  */
-import { addUsage, exhaustedKind, zeroUsage, type Budget, type BudgetKind, type Usage } from '../../domain/budget.js';
+import { addUsage, exhaustedKind, zeroUsage, type Budget, type Usage } from '../../domain/budget.js';
 import { chargeOf } from '../../domain/charges.js';
 import type { SessionHeader } from '../../domain/session.js';
 import type { SessionLog, WriteObserver } from '../session-log.js';
@@ -70,7 +70,7 @@ export interface LedgerDeps {
   /** Live agents of a forest here: a forest with some is held. */
   liveInForest: (rootId: string) => number;
   /** A charge made `holder`'s budget run out (in the span that queued the entry). */
-  onExhausted: (holder: Account, kind: BudgetKind) => void;
+  onExhausted: (holder: Account) => void;
   /**
    * Forests no one uses kept for later reads, the least recently used forgotten first. Only
    * where every write to them passes this process (one instance): with several, another
@@ -163,7 +163,7 @@ export class ForestLedger implements WriteObserver {
     for (const account of root === undefined ? [] : subtreeOf(root)) this.accounts.delete(account.id);
   }
 
-  /** Live agents' forests held, for the metrics. */
+  /** The forests whose accounts are here (live here, or kept from their last use), for the metrics. */
   heldForests(): string[] {
     return [...this.forests.keys()].filter((root) => this.holds(root));
   }
@@ -266,8 +266,7 @@ export class ForestLedger implements WriteObserver {
       const before = live && holder.budget !== undefined ? exhaustedKind(holder.budget, holder.subtree) : undefined;
       holder.chargeSubtree(charge);
       if (!live || holder.budget === undefined || before !== undefined) continue;
-      const after = exhaustedKind(holder.budget, holder.subtree);
-      if (after !== undefined) this.deps.onExhausted(holder, after);
+      if (exhaustedKind(holder.budget, holder.subtree) !== undefined) this.deps.onExhausted(holder);
     }
   }
 }

@@ -172,37 +172,31 @@ export class ChildLifecycle {
     const setup = this.deps.setup.apply(scope);
     let lastTurn: { open: SessionEntry[]; parkedThrough: number | undefined } = { open: [], parkedThrough: undefined };
     let pending: PendingRow[] = [];
-    let releaseAccounts: (() => void) | undefined;
-    try {
-      return await this.publishAfterWindow(
-        scope,
-        setup,
-        async () => {
-          pending = await this.deps.log.store.pending(id);
-          await this.deps.log.loadForest(header.rootSession ?? id);
-          releaseAccounts = await this.deps.budgets.hold(header.rootSession ?? id);
-          lastTurn = await this.deps.log.lastTurn(id);
-          await this.noteContinuableChildren(id);
-        },
-        () => {
-          this.admission.checkAdmission(parent);
-          this.admission.authorizeLineage(parent, header, path);
-          this.deps.registry.checkRoom(parent.id);
-        },
-        () => {
-          this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);
-          const child = this.publish(summary.header, scope, 'resumed', true);
-          this.deps.observer?.coldResumed();
-          // A turn the process stopped in goes on (its open step claimable again), then what it had accepted.
-          child.steps.reopenTurn(lastTurn.open);
-          child.restorePending(pending, lastTurn.parkedThrough);
-          return then(child);
-        },
-      );
-    } finally {
-      // Published (the forest has a live agent now) or failed.
-      releaseAccounts?.();
-    }
+    // Its parent is live, so its forest's budget accounts are here already (budgets.ts).
+    return this.publishAfterWindow(
+      scope,
+      setup,
+      async () => {
+        pending = await this.deps.log.store.pending(id);
+        await this.deps.log.loadForest(header.rootSession ?? id);
+        lastTurn = await this.deps.log.lastTurn(id);
+        await this.noteContinuableChildren(id);
+      },
+      () => {
+        this.admission.checkAdmission(parent);
+        this.admission.authorizeLineage(parent, header, path);
+        this.deps.registry.checkRoom(parent.id);
+      },
+      () => {
+        this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);
+        const child = this.publish(summary.header, scope, 'resumed', true);
+        this.deps.observer?.coldResumed();
+        // A turn the process stopped in goes on (its open step claimable again), then what it had accepted.
+        child.steps.reopenTurn(lastTurn.open);
+        child.restorePending(pending, lastTurn.parkedThrough);
+        return then(child);
+      },
+    );
   }
 
   /**

@@ -37,7 +37,7 @@ export interface ContinuationDeps {
   observer?: ContinuationObserver;
   /** The deepest a child may be (a root is depth 0). */
   maxDepth?: number;
-  /** Grants to children, and the forest accounts a cold resume holds (budgets.ts). */
+  /** Grants to children (budgets.ts). */
   budgets: BudgetPort;
   /**
    * Wakeup reports join a parent's queued wakeup turn (the inbox tail) instead of queueing a
@@ -50,10 +50,6 @@ export interface ContinuationDeps {
 export interface BudgetPort {
   /** Throws VALIDATION when the grant promises more than the budgets above `parentId` have left. */
   checkGrant(parentId: string, grant: Budget): void;
-  /** Hold a forest's accounts (read back when not here) until the release. */
-  hold(rootId: string): Promise<() => void>;
-  /** A forest none of whose agents became live (a creation that failed): its accounts may go. */
-  forgetIfUnused(rootId: string): void;
 }
 
 export interface ChildSpec {

@@ -132,16 +132,12 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     try {
       model = this.deps.checkModel(declared);
     } catch (error) {
-      await this.fail(agent, `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`);
-      return true;
+      return this.fail(agent, `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`);
     }
     const maxSteps = model.maxSteps ?? DEFAULT_MAX_STEPS;
     const turn = agent.state.turn;
     const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
-    if (index >= maxSteps) {
-      await this.fail(agent, `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
-      return true;
-    }
+    if (index >= maxSteps) return this.fail(agent, `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
     const claim = this.deps.dispatcher.claimDirect(agent);
     if (claim === null) return false;
     let answer: ChatAnswer;
@@ -171,8 +167,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       // completeChat redacts the key from everything the endpoint said.
       const reason = error instanceof ModelRequestError ? error.message : 'an internal error (see the service log)';
       if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, `a ${failed} unexpectedly`);
-      await this.fail(agent, `${failed}: ${reason}`);
-      return true;
+      return await this.fail(agent, `${failed}: ${reason}`);
     } finally {
       clearInterval(renew);
     }
@@ -261,10 +256,11 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     }
   }
 
-  /** End the open turn as failed with this reason, and wait until that is durable. */
-  private async fail(agent: LiveAgent, reason: string): Promise<void> {
+  /** End the open turn as failed with this reason, and wait until that is durable; true: the step was dealt with. */
+  private async fail(agent: LiveAgent, reason: string): Promise<true> {
     agent.failTurn(reason);
     await this.deps.log.durable();
+    return true;
   }
 }
 
