@@ -11,9 +11,9 @@ import { call, lastMessage, type ChatMessage, type ChatRequest, type Reply } fro
 import type { TokenUsage } from '../../../src/contract/index.js';
 import { COMPACTION_PROMPT } from '../../../src/services/driver/compaction.js';
 import { accepted, answer, DRIVER_WAIT, followup, picture, spec, start, text, turnEnded, view, type AgentView } from '../../fixtures/driver.js';
-import { claim, createRoot, send, session, until, type Entry, type Harness } from '../../fixtures/harness.js';
+import { createRoot, session, until, type Entry, type Harness } from '../../fixtures/harness.js';
 import { interrupted } from '../../fixtures/interrupts.js';
-import { atLapseOf, leaseCounts, liveAgent, openStep } from '../../fixtures/leases.js';
+import { atLapseOf, claimWitness, leaseCounts, liveAgent, openStep } from '../../fixtures/leases.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 import { deferred } from '../../fixtures/races.js';
 
@@ -278,9 +278,7 @@ describe('the built-in model driver compacts on its own', { timeout: 20_000 }, (
     expect(step).toMatchObject({ status: 'claimed', attempt: 1 });
 
     // A witness claimed after the driver's claim: when its lease runs out, the driver's first lease has too.
-    const witness = await createRoot(h.app, { id: 'witness' });
-    expect((await send(h.app, witness.id, 'go')).statusCode).toBe(202);
-    expect(await claim(h.app, witness)).not.toBeNull();
+    await claimWitness(h);
     expect(await atLapseOf(h, 'witness', () => ({ ...openStep(liveAgent(h, 'driven')) }))).toEqual(step);
 
     summary.resolve(answer('slow summary'));

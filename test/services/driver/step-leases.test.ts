@@ -9,8 +9,8 @@ import type { Reply } from '../../../demo/scripted-model.js';
 import { MemorySessionStore } from '../../../src/services/stores/memory-store.js';
 import { CrashingStore } from '../../fixtures/crashing-store.js';
 import { accepted, answer, DRIVER_WAIT, followup, picture, spec, start, turnEnded } from '../../fixtures/driver.js';
-import { claim, createRoot, send, until } from '../../fixtures/harness.js';
-import { atLapseOf, leaseCounts, liveAgent, openStep } from '../../fixtures/leases.js';
+import { createRoot, until } from '../../fixtures/harness.js';
+import { atLapseOf, claimWitness, leaseCounts, liveAgent, openStep } from '../../fixtures/leases.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 import { deferred } from '../../fixtures/races.js';
 
@@ -29,9 +29,7 @@ describe('the built-in model driver holds its steps under leases', { timeout: 20
     expect(step).toMatchObject({ status: 'claimed', attempt: 1 });
 
     // A witness claimed after the driver's claim: when its lease runs out, the driver's first lease has too.
-    const witness = await createRoot(h.app, { id: 'witness' });
-    expect((await send(h.app, witness.id, 'go')).statusCode).toBe(202);
-    expect(await claim(h.app, witness)).not.toBeNull();
+    await claimWitness(h);
     expect(await atLapseOf(h, 'witness', () => ({ ...openStep(liveAgent(h, 'driven')) }))).toEqual(step);
     expect(renewals.mock.calls.length).toBeGreaterThanOrEqual(2);
     expect(new Set(renewals.mock.calls.map((args) => JSON.stringify(args)))).toEqual(new Set([JSON.stringify([step.id, 1])]));
