@@ -8,9 +8,9 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { wireContract } from './plugins/contract.js';
 import { errorHandling, frameworkErrors } from './plugins/errors.js';
+import { forwarding } from './plugins/forwarding.js';
 import { gracefulClose } from './plugins/graceful-close.js';
 import { jsonBodies } from './plugins/json-bodies.js';
-import { misdirection } from './plugins/misdirection.js';
 import { openApi } from './plugins/openapi.js';
 import { requestId, requestIdHeader } from './plugins/request-id.js';
 import { OneLinePerRequest, requestMetrics } from './plugins/request-log.js';
@@ -28,6 +28,9 @@ import { stepRoutes } from './routes/steps/index.js';
 import type { System } from './services/system.js';
 
 export { API_VERSION } from './plugins/openapi.js';
+
+/** Event streams send a heartbeat comment this often unless configured otherwise. */
+const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
   system: Pick<System, 'agents' | 'steps' | 'packages' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership'>>;
@@ -67,7 +70,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerProtection(app, deps.protection ?? {});
   registerOperatorAuth(app, deps.apiKeys ?? []);
   // Several instances: a request for an agent whose forest another instance owns goes there.
-  if (deps.system.ownership !== undefined) await app.register(misdirection, { agents });
+  const ownership = deps.system.ownership;
+  if (ownership !== undefined) {
+    const streamTimeoutMs = 3 * (deps.eventHeartbeatMs ?? DEFAULT_HEARTBEAT_MS);
+    await app.register(forwarding, { agents, instanceId: ownership.options.instanceId, streamTimeoutMs });
+  }
   await app.register(openApi, deps.publicUrl === undefined ? {} : { publicUrl: deps.publicUrl });
 
   await app.register(healthRoutes, { agents });
@@ -79,7 +86,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(eventRoutes, {
     streams,
     hub,
-    heartbeatMs: deps.eventHeartbeatMs ?? 15_000,
+    heartbeatMs: deps.eventHeartbeatMs ?? DEFAULT_HEARTBEAT_MS,
     maxBufferedBytes: deps.eventBufferBytes ?? 1_048_576,
   });
   await app.register(packageRoutes, { packages });

@@ -596,7 +596,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -607,7 +607,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -957,39 +957,51 @@ export interface components {
                 };
             };
         };
-        /** @description Service Unavailable: AT_CAPACITY, OVERLOADED */
-        AtCapacityOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, AT_CAPACITY, OVERLOADED */
+        ForestFailingOverOrAtCapacityOrOverloaded: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
-                    code?: "AT_CAPACITY" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "AT_CAPACITY" | "OVERLOADED";
                 };
             };
         };
-        /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
-        DrainingOrAtCapacityOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, AT_CAPACITY, OVERLOADED */
+        ForestFailingOverOrDrainingOrAtCapacityOrOverloaded: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
-                    code?: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
                 };
             };
         };
-        /** @description Service Unavailable: DRAINING, OVERLOADED */
-        DrainingOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, OVERLOADED */
+        ForestFailingOverOrDrainingOrOverloaded: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
-                    code?: "DRAINING" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "OVERLOADED";
+                };
+            };
+        };
+        /** @description Service Unavailable: FOREST_FAILING_OVER, OVERLOADED */
+        ForestFailingOverOrOverloaded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "FOREST_FAILING_OVER" | "OVERLOADED";
                 };
             };
         };
@@ -1026,18 +1038,6 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
                     code?: "MISDIRECTED";
-                };
-            };
-        };
-        /** @description Service Unavailable: OVERLOADED */
-        Overloaded: {
-            headers: {
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["ErrorBody"] & {
-                    /** @enum {string} */
-                    code?: "OVERLOADED";
                 };
             };
         };
@@ -1125,15 +1125,15 @@ export interface components {
                 };
             };
         };
-        /** @description Service Unavailable: DRAINING, AT_CAPACITY, OVERLOADED */
-        ToolCallDrainingOrAtCapacityOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, AT_CAPACITY, OVERLOADED */
+        ToolCallForestFailingOverOrDrainingOrAtCapacityOrOverloaded: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ToolCallErrorBody"] & {
                     /** @enum {string} */
-                    code?: "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
                 };
             };
         };
@@ -1377,7 +1377,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     createAgent: {
@@ -1425,7 +1425,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
     };
     getAgent: {
@@ -1455,7 +1455,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     disposeAgent: {
@@ -1497,7 +1497,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     interruptAgent: {
@@ -1547,7 +1547,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     resumeAgent: {
@@ -1589,7 +1589,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
     };
     postMessage: {
@@ -1641,7 +1641,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["AgentBusyOrRateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
     };
     getSession: {
@@ -1680,7 +1680,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     listTools: {
@@ -1719,7 +1719,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     callTool: {
@@ -1777,7 +1777,7 @@ export interface operations {
             421: components["responses"]["ToolCallMisdirected"];
             429: components["responses"]["ToolCallAgentBusyOrParentBusyOrRateLimited"];
             500: components["responses"]["ToolCallInternal"];
-            503: components["responses"]["ToolCallDrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ToolCallForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
     };
     createChild: {
@@ -1841,7 +1841,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["DrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
     };
     getBudget: {
@@ -1881,7 +1881,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     putBudget: {
@@ -1934,7 +1934,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     getUsage: {
@@ -1981,7 +1981,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     claimStep: {
@@ -2036,7 +2036,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["AgentBusyOrRateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["DrainingOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
         };
     };
     claimAnyStep: {
@@ -2090,7 +2090,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["DrainingOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
         };
     };
     postStepOutput: {
@@ -2148,7 +2148,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     heartbeatStep: {
@@ -2193,7 +2193,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     postToolResults: {
@@ -2243,7 +2243,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     postCompaction: {
@@ -2297,7 +2297,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["AtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrAtCapacityOrOverloaded"];
         };
     };
     getMessageReceipt: {
@@ -2349,7 +2349,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     streamEvents: {
@@ -2387,7 +2387,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["AgentBusyOrRateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["DrainingOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
         };
     };
     listPackages: {
@@ -2415,7 +2415,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     installPackage: {
@@ -2452,7 +2452,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     uninstallPackage: {
@@ -2488,7 +2488,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["ActivationSetupReleaseFailedOrInternal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
     getMetrics: {
@@ -2514,7 +2514,7 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["Overloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };
 }

@@ -21,8 +21,10 @@ export const COMMON_CODES: readonly ErrorCode[] = [
   'UNAUTHENTICATED',
   'PAYLOAD_TOO_LARGE',
   'UNSUPPORTED_MEDIA_TYPE',
-  // Several instances on one PostgreSQL database: the forest is owned by another instance.
+  // Several instances on one PostgreSQL database: the forest is owned by another instance
+  // (421 only for `Prefer: redirect`), or its owner died and its lease still runs.
   'MISDIRECTED',
+  'FOREST_FAILING_OVER',
   'RATE_LIMITED',
   'OVERLOADED',
   'INTERNAL',

@@ -17,6 +17,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   ROUTE_NOT_FOUND: 404,
   AGENT_EXISTS: 409,
   MISDIRECTED: 421,
+  FOREST_FAILING_OVER: 503,
   // Never sent as such: the session log answers a fenced write's waiters with MISDIRECTED.
   FOREST_FENCED: 421,
   PARENT_UNAVAILABLE: 409,
@@ -47,6 +48,8 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
 export const RETRY_AFTER_SECONDS: Partial<Record<ErrorCode, number>> = {
   AGENT_BUSY: 1,
   PARENT_BUSY: 1,
+  // A forest moving between instances; an owner that died sends the rest of its lease instead.
+  FOREST_FAILING_OVER: 1,
   DRAINING: 5,
   AT_CAPACITY: 5,
   OVERLOADED: 2,

@@ -6,7 +6,7 @@
  * - agents/root-lifecycle.ts: create, resume, dispose, shutdown, dropping lost forests;
  * - agents/deliveries.ts: messages delivered and children started over HTTP;
  * - agents/agent-queries.ts and agents/receipts.ts: views, lists, session pages, receipts,
- *   misdirection;
+ *   ownerElsewhere;
  * - agents/authority.ts: tokens of live incarnations;
  * - agents/admission-gate.ts: draining;
  * - continuation/interrupts.ts: the operator's interrupt.
@@ -30,6 +30,7 @@ import { ServiceError } from '../domain/errors.js';
 import type { IdempotencyRequest } from './idempotency.js';
 import type { LiveAgent } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
+import type { LeaseHolder } from './stores/postgres-leases.js';
 import type { AgentView, AgentWithToken, Receipt, SessionPage } from '../contract/index.js';
 
 export type { ListFilter } from './agents/agent-queries.js';
@@ -152,9 +153,9 @@ export class AgentService {
     return this.deps.roots.shutdown();
   }
 
-  /** The base URL of the instance that owns agent `id`'s forest, when it is not this one. */
-  misdirection(id: string): Promise<string | undefined> {
-    return this.deps.queries.misdirection(id);
+  /** The lease of the instance that owns agent `id`'s forest, when it is not this one. */
+  ownerElsewhere(id: string): Promise<LeaseHolder | undefined> {
+    return this.deps.queries.ownerElsewhere(id);
   }
 
   /** Forests whose lease this instance lost: their agents leave at once, writing nothing. */

@@ -12,7 +12,7 @@
  */
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
-import type { ForestLeases } from './stores/postgres-leases.js';
+import type { ForestLeases, LeaseHolder } from './stores/postgres-leases.js';
 import type { PostgresSessionStore } from './stores/postgres-store.js';
 
 export interface OwnershipOptions {
@@ -79,11 +79,11 @@ export class ForestOwnership {
     });
   }
 
-  /** The base URL of the instance that holds this forest, when that is another live instance. */
-  async ownerElsewhere(rootId: string): Promise<string | undefined> {
+  /** The instance that holds this forest's unexpired lease, when that is another instance. */
+  async ownerElsewhere(rootId: string): Promise<LeaseHolder | undefined> {
     if (this.epochs.has(rootId)) return undefined;
     const holder = await this.leases.holder(rootId);
-    return holder !== undefined && holder.owner !== this.options.instanceId ? holder.ownerUrl : undefined;
+    return holder !== undefined && holder.owner !== this.options.instanceId ? holder : undefined;
   }
 
   /** Renew the held leases every third of their duration. */

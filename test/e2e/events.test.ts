@@ -15,6 +15,7 @@ import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
 import { createSystem, type System } from '../../src/services/system.js';
 import { claim, createRoot, postOutput, postResults, send, session, until, type ClaimedStep, type CreatedRoot, type Entry } from '../fixtures/harness.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
+import { closeStreams, parseSse, SseStream, type EntryEvent } from '../fixtures/sse.js';
 
 // ---------------------------------------------------------------------------------------------
 // A server on a real port
@@ -33,7 +34,6 @@ interface ServerOptions {
   eventBufferBytes?: number;
 }
 
-const streams: SseStream[] = [];
 const rawRequests: http.ClientRequest[] = [];
 
 async function startServer(options: ServerOptions = {}): Promise<Server> {
@@ -62,193 +62,9 @@ async function startServer(options: ServerOptions = {}): Promise<Server> {
 }
 
 afterEach(() => {
-  for (const stream of streams.splice(0)) stream.close();
+  closeStreams();
   for (const request of rawRequests.splice(0)) request.destroy();
 });
-
-// ---------------------------------------------------------------------------------------------
-// A small SSE client
-
-type SseItem =
-  | { kind: 'retry'; ms: number }
-  | { kind: 'comment'; text: string }
-  | { kind: 'event'; id: number | undefined; event: string; data: unknown };
-
-interface EntryData {
-  agentId: string;
-  entry: Entry;
-}
-
-interface EntryEvent extends EntryData {
-  id: number;
-}
-
-interface StatusData {
-  agentId: string;
-  status: string;
-  resident: boolean;
-  inbox: { queued: number };
-  staged: number;
-  claimable: boolean;
-}
-
-/** Parses one SSE block (the text between blank lines) into its comments, retry and event. */
-function parseBlock(block: string): SseItem[] {
-  const items: SseItem[] = [];
-  let id: number | undefined;
-  let event: string | undefined;
-  const data: string[] = [];
-  for (const line of block.split('\n')) {
-    if (line.startsWith(':')) {
-      items.push({ kind: 'comment', text: line.slice(1).trim() });
-      continue;
-    }
-    const colon = line.indexOf(':');
-    const field = colon < 0 ? line : line.slice(0, colon);
-    const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
-    if (field === 'retry') items.push({ kind: 'retry', ms: Number(value) });
-    else if (field === 'id') id = Number(value);
-    else if (field === 'event') event = value;
-    else if (field === 'data') data.push(value);
-  }
-  if (event !== undefined || data.length > 0) {
-    items.push({ kind: 'event', id, event: event ?? 'message', data: data.length === 0 ? undefined : JSON.parse(data.join('\n')) });
-  }
-  return items;
-}
-
-/** Parses a whole SSE text (complete blocks only). */
-function parseSse(text: string): SseItem[] {
-  const blocks = text.split('\n\n');
-  blocks.pop(); // the text after the last blank line is an incomplete block (or empty)
-  return blocks.flatMap(parseBlock);
-}
-
-class SseStream {
-  readonly items: SseItem[] = [];
-  /** The response body ended (the server ended it, or this side closed it). */
-  ended = false;
-  private closed = false;
-  private readonly waiters = new Set<() => void>();
-
-  private constructor(
-    readonly response: Response,
-    private readonly controller: AbortController,
-  ) {}
-
-  static async open(url: string, headers: Record<string, string> = {}): Promise<SseStream> {
-    const controller = new AbortController();
-    const response = await fetch(url, { headers: { accept: 'text/event-stream', ...headers }, signal: controller.signal });
-    const stream = new SseStream(response, controller);
-    streams.push(stream);
-    if (response.status !== 200) throw new Error(`stream ${url} answered ${response.status}: ${await response.text()}`);
-    void stream.pump();
-    return stream;
-  }
-
-  private async pump(): Promise<void> {
-    const body = this.response.body;
-    if (body === null) throw new Error('an event stream without a body');
-    const reader = body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = '';
-    try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done || this.closed) break;
-        buffer += decoder.decode(value, { stream: true });
-        let at: number;
-        while ((at = buffer.indexOf('\n\n')) >= 0) {
-          this.items.push(...parseBlock(buffer.slice(0, at)));
-          buffer = buffer.slice(at + 2);
-        }
-        this.notify();
-      }
-    } catch {
-      // Reading fails once this side aborts the request; the stream has simply ended.
-    }
-    this.ended = true;
-    this.notify();
-  }
-
-  private notify(): void {
-    for (const waiter of [...this.waiters]) waiter();
-  }
-
-  /**
-   * Resolves once `check` holds for what has been received; rejects if the stream ends first or
-   * after `timeoutMs`. `recheckOn` re-evaluates `check` when it settles (for outside state).
-   */
-  waitFor(check: () => boolean, what: string, timeoutMs = 5_000, recheckOn?: Promise<unknown>): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const finish = (error?: Error): void => {
-        clearTimeout(timer);
-        this.waiters.delete(evaluate);
-        if (error === undefined) resolve();
-        else reject(error);
-      };
-      const evaluate = (): void => {
-        if (check()) finish();
-        else if (this.ended) finish(new Error(`the stream ended before: ${what}`));
-      };
-      const timer = setTimeout(() => finish(new Error(`timed out after ${timeoutMs} ms waiting for: ${what}`)), timeoutMs);
-      this.waiters.add(evaluate);
-      void recheckOn?.then(evaluate, evaluate);
-      evaluate();
-    });
-  }
-
-  /** Waits until the server ends the response. */
-  waitForEnd(what: string, timeoutMs = 5_000): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters.delete(check);
-        reject(new Error(`timed out after ${timeoutMs} ms waiting for the end: ${what}`));
-      }, timeoutMs);
-      const check = (): void => {
-        if (!this.ended) return;
-        clearTimeout(timer);
-        this.waiters.delete(check);
-        resolve();
-      };
-      this.waiters.add(check);
-      check();
-    });
-  }
-
-  entries(): EntryEvent[] {
-    const out: EntryEvent[] = [];
-    for (const item of this.items) {
-      if (item.kind !== 'event' || item.event !== 'entry') continue;
-      if (item.id === undefined) throw new Error('an entry event without an id');
-      out.push({ id: item.id, ...(item.data as EntryData) });
-    }
-    return out;
-  }
-
-  ids(): number[] {
-    return this.entries().map((e) => e.id);
-  }
-
-  lastId(): number | undefined {
-    return this.ids().at(-1);
-  }
-
-  statuses(): StatusData[] {
-    return this.items.flatMap((item) => (item.kind === 'event' && item.event === 'status' ? [item.data as StatusData] : []));
-  }
-
-  comments(): string[] {
-    return this.items.flatMap((item) => (item.kind === 'comment' ? [item.text] : []));
-  }
-
-  /** Disconnect: nothing received after this call is kept. */
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.controller.abort();
-  }
-}
 
 function eventsUrl(server: Server, id: string, query = ''): string {
   return `${server.base}/v1/agents/${id}/events${query}`;

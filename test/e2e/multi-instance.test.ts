@@ -2,11 +2,13 @@
  * Several instances on one PostgreSQL database, end to end: real server processes on
  * 127.0.0.1 with their own instance ids and a short forest lease. What must hold:
  *
- * - a request for an agent whose forest another live instance owns is answered 421 MISDIRECTED,
- *   naming the owner's URL plus the request path in the body and the `Location` header, and
- *   nothing of it lands;
- * - when the owner is killed (SIGKILL), another instance may resume the forest only once the
- *   lease expired, and then holds every acknowledged message exactly once in gap-free sessions,
+ * - a request for an agent whose forest another live instance owns is forwarded to the owner
+ *   and answered as the owner answers it, an event stream included;
+ * - with `Prefer: redirect` it is answered 421 MISDIRECTED instead, naming the owner's URL plus
+ *   the request path in the body and the `Location` header, and nothing of it lands;
+ * - when the owner is killed (SIGKILL), requests for its forest are answered 503
+ *   FOREST_FAILING_OVER with `Retry-After` until its lease expires; then another instance
+ *   resumes the forest and holds every acknowledged message exactly once in gap-free sessions,
  *   and cold-resumes the forest's continuable child from its full session;
  * - an owner that was paused (SIGSTOP) past its lease and wakes up after a takeover cannot
  *   land a write: the database fences it, the instance drops the forest and sends its clients
@@ -22,6 +24,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { AgentView, AgentWithToken, ChildCreated, ErrorBody, MessageAccepted, ToolCallResult } from '../../src/contract/index.js';
 import type { Entry } from '../fixtures/wire.js';
 import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
+import { closeStreams, SseStream } from '../fixtures/sse.js';
 import {
   ServerClient,
   startServer,
@@ -56,6 +59,7 @@ interface Acknowledged {
 let db: TestDatabase | undefined;
 
 afterEach(async () => {
+  closeStreams();
   await stopLeftoverServers();
   await db?.dispose();
   db = undefined;
@@ -134,6 +138,18 @@ function loggedCounts(entries: readonly Entry[], acknowledged: readonly Acknowle
 
 function onceEach(acknowledged: readonly Acknowledged[]): Record<string, number> {
   return Object.fromEntries(acknowledged.map((ack) => [`${ack.what} ${ack.messageId}`, 1]));
+}
+
+/** Asks an instance not to forward a request for a forest it does not own, but to name the owner. */
+const REDIRECT = { prefer: 'redirect' };
+
+/** The answer while a dead owner's lease runs: 503, retry within the rest of the lease. */
+function expectFailingOver(res: HttpResponse<unknown>, path: string): void {
+  expect(res.status, `${path}: ${JSON.stringify(res.body)}`).toBe(503);
+  expect(res.body).toMatchObject({ statusCode: 503, code: 'FOREST_FAILING_OVER', error: 'Service Unavailable' });
+  const retryAfter = Number(res.headers.get('retry-after'));
+  expect(retryAfter).toBeGreaterThanOrEqual(1);
+  expect(retryAfter).toBeLessThanOrEqual(Math.ceil(LEASE_MS / 1000));
 }
 
 /** The 421 answer: the documented error shape, the owner's URL plus this path in the body and in `Location`. */
@@ -222,7 +238,7 @@ async function buildForest(api: ServerClient): Promise<{
 }
 
 describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL database', { timeout: 60_000 }, () => {
-  it('sends every request for a forest owned by another live instance to the owner with 421 MISDIRECTED, and lands none of them', async () => {
+  it('with Prefer: redirect, sends every request for a forest owned by another live instance to the owner with 421 MISDIRECTED, and lands none of them', async () => {
     db = await freshDatabase();
     const [a, b] = await Promise.all([startInstance(db, 'instance-a'), startInstance(db, 'instance-b')]);
     const apiA = new ServerClient(a);
@@ -232,18 +248,18 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     const childBefore = await apiA.session(child.id);
 
     let path = `/v1/agents/${root.id}`;
-    expectMisdirected(await apiB.request('GET', path), a.url, path);
+    expectMisdirected(await apiB.request('GET', path, { headers: REDIRECT }), a.url, path);
     path = `/v1/agents/${root.id}/session?after=0&limit=100`;
-    expectMisdirected(await apiB.request('GET', path), a.url, path);
+    expectMisdirected(await apiB.request('GET', path, { headers: REDIRECT }), a.url, path);
     path = `/v1/agents/${root.id}/resume`;
-    expectMisdirected(await apiB.request('POST', path), a.url, path);
+    expectMisdirected(await apiB.request('POST', path, { headers: REDIRECT }), a.url, path);
     path = `/v1/agents/${root.id}/messages`;
-    expectMisdirected(await apiB.request('POST', path, { body: { content: 'sent to the wrong instance', delivery: 'followup' } }), a.url, path);
+    expectMisdirected(await apiB.request('POST', path, { headers: REDIRECT, body: { content: 'sent to the wrong instance', delivery: 'followup' } }), a.url, path);
     path = `/v1/agents/${child.id}`;
-    expectMisdirected(await apiB.request('GET', path), a.url, path);
+    expectMisdirected(await apiB.request('GET', path, { headers: REDIRECT }), a.url, path);
     path = `/v1/agents/${child.id}/tool-calls`;
     expectMisdirected(
-      await apiB.request('POST', path, { token: child.token, body: { name: 'report', input: { output: 'to the wrong instance' } } }),
+      await apiB.request('POST', path, { headers: REDIRECT, token: child.token, body: { name: 'report', input: { output: 'to the wrong instance' } } }),
       a.url,
       path,
       true,
@@ -259,6 +275,42 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expect(unknown.body).toMatchObject({ code: 'AGENT_NOT_FOUND' });
   });
 
+  it('forwards every request for a forest owned by another live instance to the owner, an event stream resumed with Last-Event-ID included', async () => {
+    db = await freshDatabase();
+    const [a, b] = await Promise.all([startInstance(db, 'instance-a'), startInstance(db, 'instance-b')]);
+    const apiA = new ServerClient(a);
+    const apiB = new ServerClient(b);
+    const root = await apiA.createRoot({ id: 'forest-w' });
+
+    // Through B: a child, its report, the parent's turn, views and session pages.
+    const child = await startChild(apiB, root, 'Look into it.');
+    const reported = await report(apiB, child, 'a finding', 'w-call-1');
+    expect(await apiB.expect<AgentView>(200, 'GET', `/v1/agents/${child.id}`)).toMatchObject({ id: child.id, resident: true, status: 'running' });
+    await apiB.runTurn(root, 'a question', 'an answer');
+    const rootLog = await apiA.session(root.id);
+    expect(await apiB.session(root.id)).toEqual(rootLog);
+    expect(rootLog.filter((e) => e.type === 'message' && e.messageId === reported)).toHaveLength(1);
+
+    // The owner served it, under the caller's request id.
+    const traced = await apiB.request('GET', `/v1/agents/${root.id}`, { headers: { 'x-request-id': 'forwarded-1' } });
+    expect(traced.status).toBe(200);
+    expect(traced.headers.get('x-request-id')).toBe('forwarded-1');
+    await a.waitForLog('the forwarded request in the owner’s log', (line) => line.json?.reqId === 'forwarded-1');
+    // Errors come back as the owner answers them.
+    const wrongToken = await apiB.request<ErrorBody>('POST', `/v1/agents/${child.id}/tool-calls`, { token: 'not-the-token', body: { name: 'report', input: { output: 'x' } } });
+    expect(wrongToken.status).toBe(403);
+    expect(wrongToken.body).toMatchObject({ code: 'UNAUTHORIZED' });
+
+    // An event stream through B, resumed after the third-to-last entry, then followed live.
+    const last = rootLog[rootLog.length - 1]!.seq;
+    const stream = await SseStream.open(`${b.url}/v1/agents/${root.id}/events`, { 'last-event-id': String(last - 2) });
+    await stream.waitFor(() => stream.lastId() === last, 'the entries after the resume point');
+    expect(stream.ids()).toEqual([last - 1, last]);
+    const sent = await apiB.send(root.id, 'more work');
+    await stream.waitFor(() => stream.entries().some((e) => e.entry.type === 'message' && e.entry.messageId === sent.messageId), 'the new message, live through B');
+    stream.close();
+  });
+
   it('takes a SIGKILLed owner’s forest over only after its lease expires, with every acknowledged message exactly once, and cold-resumes its child', async () => {
     db = await freshDatabase();
     const [a, b] = await Promise.all([startInstance(db, 'instance-a'), startInstance(db, 'instance-b')]);
@@ -272,7 +324,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     a.child.kill('SIGKILL');
     expect(await a.waitForExit()).toEqual({ code: null, signal: 'SIGKILL' });
 
-    // Until the lease expires B sends the caller to the dead owner; then B resumes the forest.
+    // Until the lease expires B answers that the forest is failing over; then B resumes it.
     const refusals: HttpResponse<unknown>[] = [];
     const resumed = await pollUntil(
       'B to resume the root after the lease expired',
@@ -285,7 +337,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
       TAKEOVER_TIMEOUT_MS,
     );
     expect(refusals.length).toBeGreaterThan(0);
-    for (const refusal of refusals) expectMisdirected(refusal, a.url, resumePath);
+    for (const refusal of refusals) expectFailingOver(refusal, resumePath);
     const rootB: AgentRef = { id: resumed.agent.id, token: resumed.agentToken };
     expect(rootB.id).toBe(root.id);
     expect(rootB.token).not.toBe(root.token);
@@ -360,7 +412,7 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     });
   });
 
-  it('fences an owner paused past its lease: after the takeover its writes do not land, it sends the forest’s clients to the new owner, and it keeps serving its other forests', async () => {
+  it('fences an owner paused past its lease: after the takeover its writes do not land, it forwards the forest’s requests to the new owner, and it keeps serving its other forests', async () => {
     db = await freshDatabase();
     const [a2, b] = await Promise.all([startInstance(db, 'instance-a2'), startInstance(db, 'instance-b')]);
     const apiA2 = new ServerClient(a2);
@@ -388,21 +440,22 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
       TAKEOVER_TIMEOUT_MS,
     );
     expect(refusals.length).toBeGreaterThan(0);
-    for (const refusal of refusals) expectMisdirected(refusal, a2.url, resumePath);
+    for (const refusal of refusals) expectFailingOver(refusal, resumePath);
     const forestB: AgentRef = { id: forest.id, token: resumed.agentToken };
     const before = { forest: await apiB.session(forest.id), child: await apiB.session(child.id) };
     expectGapFree(forest.id, before.forest);
     expect(before.forest.slice(0, forestOnA2.length)).toEqual(forestOnA2);
 
     // Writes to the lost forest wait in A2's socket buffers, so A2 meets them the moment it
-    // wakes up, still believing it owns the forest.
+    // wakes up, still believing it owns the forest. (Not forwarded: A2 must serve or refuse them.)
     const stale = Promise.all([
-      apiA2.request<unknown>('POST', `/v1/agents/${forest.id}/messages`, { body: { content: 'stale inject', delivery: 'inject' } }),
+      apiA2.request<unknown>('POST', `/v1/agents/${forest.id}/messages`, { headers: REDIRECT, body: { content: 'stale inject', delivery: 'inject' } }),
       apiA2.request<unknown>('POST', `/v1/agents/${child.id}/tool-calls`, {
+        headers: REDIRECT,
         token: child.token,
         body: { name: 'report', input: { output: 'a stale finding' }, toolCallId: 'f-call-stale' },
       }),
-      apiA2.request<unknown>('POST', `/v1/agents/${forest.id}/messages`, { body: { content: 'stale followup', delivery: 'followup' } }),
+      apiA2.request<unknown>('POST', `/v1/agents/${forest.id}/messages`, { headers: REDIRECT, body: { content: 'stale followup', delivery: 'followup' } }),
     ]);
     await pollUntil('the stale requests to reach the paused instance', async () => (unreadConnections(a2.url) >= 3 ? true : undefined), 5_000);
     a2.child.kill('SIGCONT');
@@ -417,18 +470,21 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expect(await apiB.session(child.id)).toEqual(before.child);
     expect(await storedRowsContaining(db, 'stale')).toEqual({ entries: 0, pending: 0 });
 
-    // A2 no longer serves the forest: it sends its clients to B.
+    // A2 no longer serves the forest: it names B, and forwards what it is sent to B.
     let path = `/v1/agents/${forest.id}`;
-    expectMisdirected(await apiA2.request('GET', path), b.url, path);
-    path = `/v1/agents/${forest.id}/messages`;
-    expectMisdirected(await apiA2.request('POST', path, { body: { content: 'after the loss', delivery: 'followup' } }), b.url, path);
+    expectMisdirected(await apiA2.request('GET', path, { headers: REDIRECT }), b.url, path);
     path = `/v1/agents/${child.id}/tool-calls`;
     expectMisdirected(
-      await apiA2.request('POST', path, { token: child.token, body: { name: 'report', input: { output: 'after the loss' } } }),
+      await apiA2.request('POST', path, { headers: REDIRECT, token: child.token, body: { name: 'report', input: { output: 'after the loss' } } }),
       b.url,
       path,
       true,
     );
+    expect(await apiA2.expect<AgentView>(200, 'GET', `/v1/agents/${forest.id}`)).toMatchObject({ id: forest.id, resident: true });
+    // The child's token is A2's incarnation's: B, which serves the forwarded report, refuses it.
+    const staleReport = await apiA2.request<ErrorBody>('POST', path, { token: child.token, body: { name: 'report', input: { output: 'after the loss' } } });
+    expect(staleReport.status, JSON.stringify(staleReport.body)).toBe(403);
+    expect(staleReport.body).toMatchObject({ code: 'UNAUTHORIZED' });
 
     // B owns the forest and continues its log where the takeover found it.
     const step = await apiB.runTurn(forestB, 'second question', 'second answer');
@@ -491,8 +547,8 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
     expect(open).not.toBeNull();
     const queued = await apiA.send(root.id, 'a followup for later');
     const resumePath = `/v1/agents/${root.id}/resume`;
-    // The lease is held for a minute: B is sent to A.
-    expectMisdirected(await apiB.request('POST', resumePath), a.url, resumePath);
+    // The lease is held for a minute: B names A.
+    expectMisdirected(await apiB.request('POST', resumePath, { headers: REDIRECT }), a.url, resumePath);
 
     expect(await a.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     const resumed = await apiB.request<AgentWithToken>('POST', resumePath);

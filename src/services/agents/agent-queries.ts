@@ -14,6 +14,7 @@ import type { Budgets } from '../budgets/budgets.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwnership } from '../ownership.js';
+import type { LeaseHolder } from '../stores/postgres-leases.js';
 import type { SessionLog } from '../session-log.js';
 import { statusOf, storedChildView, viewOf } from '../views.js';
 
@@ -109,11 +110,11 @@ export class AgentQueries {
   }
 
   /**
-   * Where to send a request for agent `id` when another instance owns its forest (its base
-   * URL), or undefined when this instance may serve it: the agent is live here, the forest is
+   * The instance that owns agent `id`'s forest when that is another instance (its lease), or
+   * undefined when this instance may serve the request: the agent is live here, the forest is
    * unowned, or its owner's lease expired (resume it here).
    */
-  async misdirection(id: string): Promise<string | undefined> {
+  async ownerElsewhere(id: string): Promise<LeaseHolder | undefined> {
     const ownership = this.deps.ownership;
     if (ownership === undefined || this.deps.registry.get(id) !== undefined) return undefined;
     const header = (await this.deps.log.store.header(id))?.header;

@@ -26,6 +26,8 @@ export interface LeaseHolder {
   owner: string;
   ownerUrl: string;
   epoch: number;
+  /** How long the lease still runs unless renewed (ms, by the database's clock). */
+  expiresInMs: number;
 }
 
 /** A write refused because this instance no longer holds the lease of these forests. */
@@ -92,12 +94,13 @@ export class ForestLeases {
 
   /** Who holds an unexpired lease on a forest, if anyone. */
   async holder(rootId: string): Promise<LeaseHolder | undefined> {
-    const { rows } = await this.pool.query<{ owner: string; owner_url: string; epoch: string }>(
-      'SELECT owner, owner_url, epoch FROM forest_leases WHERE root_id = $1 AND expires_at > now()',
+    const { rows } = await this.pool.query<{ owner: string; owner_url: string; epoch: string; expires_in_ms: number }>(
+      `SELECT owner, owner_url, epoch, ceil(extract(epoch FROM expires_at - now()) * 1000)::int AS expires_in_ms
+       FROM forest_leases WHERE root_id = $1 AND expires_at > now()`,
       [rootId],
     );
     const row = rows[0];
-    return row === undefined ? undefined : { owner: row.owner, ownerUrl: row.owner_url, epoch: Number(row.epoch) };
+    return row === undefined ? undefined : { owner: row.owner, ownerUrl: row.owner_url, epoch: Number(row.epoch), expiresInMs: row.expires_in_ms };
   }
 
   /**

@@ -1,0 +1,112 @@
+/**
+ * Forwarding, with several instances on one database: any instance serves any request. A
+ * request for an agent whose forest another live instance owns is sent on to that instance
+ * over HTTP and its answer (an event stream included) streamed back, so a plain round-robin
+ * load balancer works. Registered only when instances share a database: on a single instance
+ * it would add an await to every agent request.
+ *
+ * What is checked here, before anything is forwarded: the operator key and the body limit and
+ * schema (earlier hooks). Agent tokens are checked by the owner, which holds them.
+ *
+ * - `Prefer: redirect` asks for the old answer instead: 421 MISDIRECTED naming the owner.
+ * - A forwarded request carries FORWARDED_BY; an instance never forwards such a request again
+ *   (no loops): if it is not the owner either, the forest is moving, and it answers 503.
+ * - An owner that does not answer (it died, and its lease has not run out) is answered 503
+ *   FOREST_FAILING_OVER with `Retry-After` set to the rest of its lease.
+ *
+ * This only routes; it is not enforcement. Writes are fenced by the store (a write for a
+ * forest this instance no longer owns is refused at commit).
+ */
+import replyFrom from '@fastify/reply-from';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { ServiceError } from '../domain/errors.js';
+import type { AgentService } from '../services/agent-service.js';
+import type { LeaseHolder } from '../services/stores/postgres-leases.js';
+import { rootPlugin } from './root-plugin.js';
+
+/** Set on a forwarded request, naming the instance that forwarded it. */
+export const FORWARDED_BY = 'x-agentforest-forwarded-by';
+
+export type ForwardingOptions = {
+  agents: Pick<AgentService, 'ownerElsewhere'>;
+  /** This instance's id, sent in FORWARDED_BY. */
+  instanceId: string;
+  /** Bound on a forwarded event stream's silence (it sends a heartbeat more often). */
+  streamTimeoutMs: number;
+};
+
+const CONNECT_TIMEOUT_MS = 3_000;
+/** Added to a forwarded request's bound: the owner's answer may take a moment beyond it. */
+const MARGIN_MS = 1_000;
+
+export const forwarding = rootPlugin<ForwardingOptions>('forwarding', async (app, options) => {
+  await app.register(replyFrom, {
+    undici: { connections: 64, keepAliveTimeout: 60_000, connect: { timeout: CONNECT_TIMEOUT_MS } },
+    // The owner's answer is the answer: never repeat a request on its behalf.
+    retryMethods: [],
+    maxRetriesOn503: 0,
+    disableRequestLogging: true,
+    destroyAgent: true,
+  });
+
+  app.addHook('preHandler', async (request, reply) => {
+    const id = (request.params as { id?: unknown } | undefined)?.id;
+    if (typeof id !== 'string') return;
+    const owner = await options.agents.ownerElsewhere(id);
+    if (owner === undefined) return;
+    if (request.headers[FORWARDED_BY] !== undefined) throw moving(id);
+    if (prefersRedirect(request)) throw misdirectedTo(id, owner);
+    forward(request, reply, owner, { instanceId: options.instanceId, timeoutMs: timeoutFor(request, owner, options.streamTimeoutMs) });
+    return reply;
+  });
+});
+
+/**
+ * How long a forwarded request may wait for each part of the owner's answer. An owner that
+ * lives renews its lease, so one that has not answered when its lease runs out is taken to be
+ * dead (or paused): the client is told to retry, and by then any instance can take over. A
+ * step claim may long-poll first; an event stream is silent at most a heartbeat's interval.
+ */
+function timeoutFor(request: FastifyRequest, owner: LeaseHolder, streamTimeoutMs: number): number {
+  if (request.routeOptions.url === '/v1/agents/:id/events') return Math.max(streamTimeoutMs, owner.expiresInMs + MARGIN_MS);
+  const waitMs = (request.body as { waitMs?: unknown } | null | undefined)?.waitMs;
+  return (typeof waitMs === 'number' ? waitMs : 0) + owner.expiresInMs + MARGIN_MS;
+}
+
+function forward(request: FastifyRequest, reply: FastifyReply, owner: LeaseHolder, how: { instanceId: string; timeoutMs: number }): void {
+  const instanceId = how.instanceId;
+  void reply.from(`${owner.ownerUrl.replace(/\/+$/, '')}${request.url}`, {
+    timeout: how.timeoutMs,
+    // A request sent without a body goes on without one (the routes read it as `{}`).
+    ...(request.headers['content-type'] === undefined ? { body: null } : {}),
+    rewriteRequestHeaders: (_request, headers) => ({ ...headers, [FORWARDED_BY]: instanceId, 'x-request-id': request.id }),
+    onError: (_reply, { error }) => {
+      request.log.warn({ err: error, owner: owner.owner, ownerUrl: owner.ownerUrl }, 'the owner of a forest did not answer a forwarded request');
+      void reply.header('retry-after', String(Math.max(1, Math.ceil(owner.expiresInMs / 1000))));
+      void reply.send(failingOver(owner));
+    },
+  });
+}
+
+/** `Prefer: redirect` (RFC 7240 preference tokens, any case, among others). */
+function prefersRedirect(request: FastifyRequest): boolean {
+  const prefer = request.headers.prefer;
+  if (prefer === undefined) return false;
+  const values = Array.isArray(prefer) ? prefer : [prefer];
+  return values.some((value) => value.split(',').some((token) => token.split(';')[0]!.trim().toLowerCase() === 'redirect'));
+}
+
+function misdirectedTo(id: string, owner: LeaseHolder): ServiceError {
+  return new ServiceError('MISDIRECTED', `agent "${id}" belongs to a forest owned by the instance at ${owner.ownerUrl}; send the request there`, { location: owner.ownerUrl });
+}
+
+function moving(id: string): ServiceError {
+  return new ServiceError('FOREST_FAILING_OVER', `the forest of agent "${id}" is moving between instances; retry shortly`);
+}
+
+function failingOver(owner: LeaseHolder): ServiceError {
+  return new ServiceError(
+    'FOREST_FAILING_OVER',
+    `the instance that owns this forest (${owner.owner}) does not answer; its lease runs out within ${Math.ceil(owner.expiresInMs / 1000)} s, then any instance can take the forest over`,
+  );
+}
