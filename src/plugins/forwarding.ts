@@ -21,11 +21,9 @@ import replyFrom from '@fastify/reply-from';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
 import type { AgentService } from '../services/agent-service.js';
+import { FORWARDED_BY } from '../services/cluster/peers.js';
 import type { LeaseHolder } from '../services/stores/postgres-leases.js';
 import { rootPlugin } from './root-plugin.js';
-
-/** Set on a forwarded request, naming the instance that forwarded it. */
-export const FORWARDED_BY = 'x-agentforest-forwarded-by';
 
 export type ForwardingOptions = {
   agents: Pick<AgentService, 'ownerElsewhere'>;

@@ -17,6 +17,7 @@ import type { ForestOwnership } from '../ownership.js';
 import type { LeaseHolder } from '../stores/postgres-leases.js';
 import type { SessionLog } from '../session-log.js';
 import { statusOf, storedChildView, viewOf } from '../views.js';
+import { compareOrder, decodeCursor, pageOf, type OrderKey } from './list-order.js';
 
 export interface ListFilter {
   parentId?: string;
@@ -154,36 +155,4 @@ export class AgentQueries {
       ),
     );
   }
-}
-
-/** What lists are ordered by: creation time, then id (a view and a session header both have them). */
-type OrderKey = Pick<AgentView, 'createdAt' | 'id'>;
-
-function compareOrder(a: OrderKey, b: OrderKey): number {
-  if (a.createdAt !== b.createdAt) return a.createdAt < b.createdAt ? -1 : 1;
-  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
-}
-
-/** The first `limit` of `sorted` as views, and the cursor after them when more follow. */
-function pageOf<T>(sorted: readonly T[], limit: number, view: (item: T) => AgentView): { items: AgentView[]; nextCursor: string | null } {
-  const items = sorted.slice(0, limit).map(view);
-  const last = items[items.length - 1];
-  return { items, nextCursor: sorted.length > limit && last !== undefined ? encodeCursor(last) : null };
-}
-
-function encodeCursor(view: AgentView): string {
-  return Buffer.from(JSON.stringify({ createdAt: view.createdAt, id: view.id })).toString('base64url');
-}
-
-function decodeCursor(cursor: string): { createdAt: string; id: string } {
-  try {
-    const parsed: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (typeof parsed === 'object' && parsed !== null && 'createdAt' in parsed && 'id' in parsed) {
-      const { createdAt, id } = parsed as { createdAt: unknown; id: unknown };
-      if (typeof createdAt === 'string' && typeof id === 'string') return { createdAt, id };
-    }
-  } catch {
-    // fall through: a cursor that does not decode is a client error
-  }
-  throw new ServiceError('VALIDATION', 'cursor is not a cursor this service returned');
 }
