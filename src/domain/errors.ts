@@ -68,7 +68,7 @@ export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
   AGENT_EXISTS: 'A live agent or a durable session already has this id.',
   MISDIRECTED: 'Another live instance owns this forest and the request asked not to be forwarded (`Prefer: redirect`), or the forest moved while it was served; `location` and the `Location` header name where to send it.',
   FOREST_FAILING_OVER: 'The instance that owns this forest does not answer and its lease has not run out yet, so no instance may serve it; retry after `Retry-After` (by then another instance can take it over).',
-  FOREST_FENCED: 'Internal, never sent: the database refused a write because another instance took over the forest; the waiting requests are answered MISDIRECTED.',
+  FOREST_FENCED: "Internal, never sent: the database left a forest's writes out of a commit because another instance took the forest over; the requests waiting on that forest are answered MISDIRECTED.",
   PARENT_UNAVAILABLE: 'The direct parent is not live or is being disposed: `direct parent is not live; report was not delivered`.',
   ACTIVATION_CLOSING: 'An Activation involved is being disposed: a report from a closing child, a message to one, or a new child under a parent being disposed. Nothing was delivered.',
   ACTIVATION_SETUP_REVOKED: 'A setup contribution was revoked while the child was being built; the child was not established.',

@@ -18,7 +18,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   AGENT_EXISTS: 409,
   MISDIRECTED: 421,
   FOREST_FAILING_OVER: 503,
-  // Never sent as such: the session log answers a fenced write's waiters with MISDIRECTED.
+  // Never sent as such: the session log answers the waiters of a fenced forest with MISDIRECTED.
   FOREST_FENCED: 421,
   PARENT_UNAVAILABLE: 409,
   ACTIVATION_CLOSING: 409,

@@ -69,7 +69,7 @@ export class AgentService {
       return { interrupted: [] };
     }
     const interrupted = this.deps.interrupts.byOperator(agent, options);
-    await this.deps.log.durable();
+    await this.deps.log.durable(agent.rootId);
     return { interrupted };
   }
 

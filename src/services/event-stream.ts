@@ -124,7 +124,7 @@ export class EventStreams {
     try {
       for (const status of await this.snapshot(target)) await replay({ kind: 'status', rootId: target.id, status });
       for (;;) {
-        await this.deps.log.durable();
+        await this.deps.log.settled();
         const page = target.forest
           ? (await this.deps.log.store.readForest(target.id, last, PAGE)).map((b) => ({ agentId: b.sessionId, seq: b.entry.seq, forestSeq: b.forestSeq, entry: b.entry }))
           : (await this.deps.log.store.read(target.id, last, PAGE)).map((entry) => ({ agentId: target.id, seq: entry.seq, forestSeq: 0, entry }));

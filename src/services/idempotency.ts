@@ -4,7 +4,8 @@
  * IDEMPOTENCY_CONFLICT. A result is recorded through the session log in the same batch as the
  * writes of its effect (the operation calls `record` in the synchronous span of the effect,
  * before durability is awaited), so after a crash either both the effect and its key exist or
- * neither does. Keys expire after a configurable window. Concurrent requests with one key run
+ * neither does; the record names the forest of the effect, so a write refused for that forest
+ * (another instance took it over) leaves the key out with it. Keys expire after a configurable window. Concurrent requests with one key run
  * one at a time: the second waits and then replays.
  */
 import { createHash } from 'node:crypto';
@@ -18,6 +19,13 @@ export interface IdempotencyRequest {
   key: string;
   /** A hash of the route and the request body. */
   fingerprint: string;
+}
+
+/** Who uses a key: the sender, and the forest the operation writes to. */
+export interface IdempotencyCaller {
+  /** `operator`, or the sending agent's id. */
+  sender: string;
+  rootId: string;
 }
 
 export interface IdempotentResult<T> {
@@ -39,12 +47,13 @@ export class IdempotencyKeys {
    * its effect and before it awaits durability. Without a request, `op` just runs.
    */
   async run<T>(
-    sender: string,
+    caller: IdempotencyCaller,
     request: IdempotencyRequest | undefined,
     status: number,
     op: (record: (body: T) => void) => Promise<T>,
   ): Promise<IdempotentResult<T>> {
     if (request === undefined) return { body: await op(() => undefined), replayed: false };
+    const { sender, rootId } = caller;
     const slot = `${sender}\u0000${request.key}`;
     for (;;) {
       const running = this.inflight.get(slot);
@@ -52,7 +61,7 @@ export class IdempotencyKeys {
         await running.catch(() => undefined);
         continue;
       }
-      await this.log.durable();
+      await this.log.durable(rootId);
       const stored = await this.log.store.idempotency(sender, request.key, this.clock.now());
       if (stored !== undefined) {
         if (stored.fingerprint !== request.fingerprint) {
@@ -74,6 +83,7 @@ export class IdempotencyKeys {
           response: body,
           createdAt: now,
           expiresAt: now + this.ttlMs,
+          rootId,
         });
       });
       this.inflight.set(slot, work);

@@ -2,7 +2,7 @@
  * One live incarnation of an agent: its turn state, its token and its place in the step
  * dispatcher. Every operation runs the domain transition and writes its log entries in one
  * synchronous span, so no other request can observe (or act on) a state whose entries were not
- * yet assigned their seq. Routes then await `SessionLog.durable()` before acknowledging.
+ * yet assigned their seq. Routes then await `SessionLog.durable(root)` before acknowledging.
  *
  * Authority is this object's identity: a token authenticates exactly one incarnation, and a
  * re-created or resumed agent is a different object with a different token.

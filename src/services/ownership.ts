@@ -7,8 +7,8 @@
  * or resumes a root, renews it every third of its duration, and gives it up when the root is
  * disposed or the instance stops. A lease that expired (its owner died or paused) can be taken
  * over by another instance, which raises the epoch; the store checks the epoch inside every
- * write's transaction, so a paused old owner's writes are refused by the database
- * (FOREST_FENCED), and it drops the forest when it notices.
+ * write's transaction, so a paused old owner's writes to it are left out by the database (the
+ * rest of the commit lands), and it drops the forest when it notices.
  */
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
@@ -30,8 +30,8 @@ export interface OwnershipDeps {
   onLost: (roots: readonly string[]) => void;
   /** How many agents of each forest are live here (see releaseIfIdle). */
   liveInForest: (rootId: string) => number;
-  /** Waits until every write accepted so far committed. */
-  durable: () => Promise<void>;
+  /** Waits until every write accepted so far committed; rejects if this forest's were refused. */
+  durable: (rootId: string) => Promise<void>;
   logger?: Logger;
 }
 
@@ -68,7 +68,7 @@ export class ForestOwnership {
   async releaseIfIdle(rootId: string): Promise<void> {
     const epoch = this.epochs.get(rootId);
     if (epoch === undefined || this.deps.liveInForest(rootId) > 0) return;
-    await this.deps.durable();
+    await this.deps.durable(rootId);
     if (this.epochs.get(rootId) !== epoch || this.deps.liveInForest(rootId) > 0) return;
     await this.release(rootId, epoch);
   }

@@ -2,33 +2,24 @@
  * The session log: the single writer in front of a SessionStore. It assigns each entry its
  * per-session `seq` synchronously (so the agent runtime can append inside the same synchronous
  * span as the state change it records) and commits everything appended in one event-loop turn
- * as one store batch (group commit). `durable()` resolves once everything appended before the
- * call is committed; routes await it before they acknowledge, so an acknowledged write is on
+ * as one store batch (group commit). `durable(root)` resolves once everything appended before
+ * the call is committed; routes await it before they acknowledge, so an acknowledged write is on
  * disk. Only sessions of live agents keep a seq counter in memory.
  *
  * Each entry also gets a forest-wide `forestSeq` (gap-free per root), the id of forest event
  * streams. Committed batches are announced to subscribers (event streams, metrics).
  *
  * A failed batch is kept and retried ahead of later writes, so the on-disk order never differs
- * from the assigned order; callers waiting on it get the error.
+ * from the assigned order; callers waiting on it get the error. A batch the store committed
+ * without the rows of forests it refused (this instance lost their lease) is not retried: the
+ * waiters of those forests are told MISDIRECTED, everyone else's writes committed and they are
+ * answered normally (pending-batch.ts).
  */
 import type { Logger } from 'pino';
-import { isServiceError, ServiceError } from '../domain/errors.js';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
+import { withoutForests } from './batch-forests.js';
+import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, type CommitResult, type PendingBatch } from './pending-batch.js';
 import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
-
-/**
- * What the waiters of a fenced commit are told. Another instance took over a forest written in
- * it; writes for other forests that shared the commit are retried and may still land.
- */
-const FENCED_MESSAGE =
-  'a commit was refused because another instance took over a forest written in it: a request for that forest should be sent again ' +
-  '(it will be redirected); a request for another forest may still have been written, so repeat it only with the same Idempotency-Key';
-
-interface PendingBatch extends WriteBatch {
-  done: Promise<void>;
-  settle: (error?: unknown) => void;
-}
 
 export type CommitListener = (batch: WriteBatch, elapsedMs: number) => void;
 
@@ -86,7 +77,7 @@ export class SessionLog {
     let loading = this.loadingForests.get(root);
     if (loading === undefined) {
       loading = (async () => {
-        await this.durable();
+        await this.durable(root);
         const last = await this.store.lastForestSeq(root);
         const known = this.forests.get(root);
         if (known === undefined) this.forests.set(root, { seq: last, open: 0 });
@@ -123,9 +114,9 @@ export class SessionLog {
    * them was acknowledged). The database refuses them anyway (a fenced write).
    */
   dropForest(root: string): void {
+    this.stripFailed([root]);
     for (const [id, session] of this.sessions) if (session.root === root) this.sessions.delete(id);
     this.forests.delete(root);
-    this.stripFailed([root]);
   }
 
   /**
@@ -133,18 +124,10 @@ export class SessionLog {
    * write: a write the database refuses for good (a fenced forest) must not block the others.
    */
   private stripFailed(roots: readonly string[]): void {
-    const batch = this.failedBatch;
-    if (batch === null) return;
-    const gone = new Set(roots);
-    batch.headers = batch.headers.filter((h) => !gone.has(h.rootSession ?? h.id));
-    batch.entries = batch.entries.filter((e) => !gone.has(e.rootId));
-    if (batch.pending !== undefined) {
-      batch.pending = batch.pending.filter((op) => {
-        const root = op.rootId ?? this.sessions.get(op.sessionId)?.root;
-        return root === undefined || !gone.has(root);
-      });
-    }
+    if (this.failedBatch !== null) this.failedBatch = withoutForests(this.failedBatch, new Set(roots), this.rootOfSession);
   }
+
+  private readonly rootOfSession = (id: string): string | undefined => this.sessions.get(id)?.root;
 
   isOpen(id: string): boolean {
     return this.sessions.has(id);
@@ -187,23 +170,54 @@ export class SessionLog {
     this.schedule();
   }
 
-  /** Record an idempotent result in the same batch as the writes it describes. */
+  /** Record an idempotent result in the same batch as the writes it describes (its `rootId` their forest). */
   putIdempotency(record: IdempotencyRecord): void {
     (this.pending.idempotency ??= []).push(record);
     this.schedule();
   }
 
-  /** Resolves when every write queued before this call is committed. */
-  durable(): Promise<void> {
-    if (!batchIsEmpty(this.pending)) return this.pending.done;
-    // A failed batch is not durable: retry it now rather than report success.
-    if (this.inflight === null && this.failedBatch !== null) this.commitNow();
-    return this.inflight?.done ?? Promise.resolve();
+  /**
+   * Resolves when every write queued before this call is committed, for a caller that wrote to
+   * forest `root`: it rejects when the store failed, or with MISDIRECTED when the store refused
+   * that forest (another instance owns it now; nothing of its writes landed). A refusal of other
+   * forests does not concern it. Without `root` it stands for writes to any forest, so it rejects
+   * when the store refused any forest of the commits it waited for.
+   */
+  durable(root?: string): Promise<void> {
+    const result = this.lastResult();
+    if (result === undefined) return Promise.resolve();
+    return result.then((r) => {
+      if (r.kind === 'failed') throw r.error;
+      if (r.refused.size === 0) return;
+      if (root === undefined) throw refusedWaiter([...r.refused]);
+      if (r.refused.has(root)) throw refusedWaiter([...r.refused], root);
+    });
   }
 
-  /** A session's header and last seq as committed (pending writes commit first). */
+  /**
+   * Resolves when every write queued before this call was settled by the store: committed, or
+   * refused for a forest this instance lost (those writes were never acknowledged). A read after
+   * it sees every acknowledged write; it rejects only when the store failed.
+   */
+  settled(): Promise<void> {
+    const result = this.lastResult();
+    if (result === undefined) return Promise.resolve();
+    return result.then((r) => {
+      if (r.kind === 'failed') throw r.error;
+    });
+  }
+
+  /** The result of the last commit holding what was queued so far; undefined when all of it committed. */
+  private lastResult(): Promise<CommitResult> | undefined {
+    if (!batchIsEmpty(this.pending)) return this.pending.result;
+    // A failed batch is not durable: retry it now rather than report success.
+    if (this.inflight === null && this.failedBatch !== null) this.commitNow();
+    return this.inflight?.result;
+  }
+
+  /** A session's header and last seq as committed (pending writes settled first). */
   async summary(id: string): Promise<SessionSummary | undefined> {
-    await this.durable();
+    await this.settled();
     return this.store.header(id);
   }
 
@@ -214,7 +228,7 @@ export class SessionLog {
    * messages (see turn-machine.ts `interrupt`).
    */
   async lastTurn(id: string): Promise<{ open: SessionEntry[]; parkedThrough: number | undefined }> {
-    await this.durable();
+    await this.settled();
     const boundary = await this.store.lastTurnBoundary(id);
     if (boundary === undefined) return { open: [], parkedThrough: undefined };
     if (boundary.type === 'turn-start') return { open: await this.store.read(id, boundary.seq - 1), parkedThrough: undefined };
@@ -222,9 +236,9 @@ export class SessionLog {
     return { open: [], parkedThrough: end?.type === 'turn-end' ? end.parkedThrough : undefined };
   }
 
-  /** The latest compaction entry at or before `atOrBefore` (committed first). */
+  /** The latest compaction entry at or before `atOrBefore` (pending writes settled first). */
   async lastCompaction(id: string, atOrBefore: number): Promise<CompactionEntry | undefined> {
-    await this.durable();
+    await this.settled();
     return this.store.lastCompaction(id, atOrBefore);
   }
 
@@ -233,15 +247,15 @@ export class SessionLog {
     return this.sessions.get(id)?.seq;
   }
 
-  /** Entries after `after` (committed first, so reads see every acknowledged write). */
+  /** Entries after `after` (pending writes settled first, so reads see every acknowledged write). */
   async read(id: string, after: number, limit?: number): Promise<SessionEntry[]> {
-    await this.durable();
+    await this.settled();
     return this.store.read(id, after, limit);
   }
 
-  /** Commit everything pending now and wait for it. */
+  /** Commit everything pending now and wait for it to settle (a refused forest does not fail it). */
   async flush(): Promise<void> {
-    const done = this.durable();
+    const done = this.settled();
     this.commitNow();
     await done;
   }
@@ -271,12 +285,11 @@ export class SessionLog {
     this.inflight = batch;
     const started = performance.now();
     this.store.write(toWrite).then(
-      () => {
+      (outcome) => {
         this.failedBatch = null;
         const elapsed = performance.now() - started;
-        const committed: WriteBatch = { headers: toWrite.headers, entries: toWrite.entries };
-        if (toWrite.pending !== undefined) committed.pending = toWrite.pending;
-        if (toWrite.idempotency !== undefined) committed.idempotency = toWrite.idempotency;
+        const refused = outcome?.refused ?? [];
+        const committed = refused.length === 0 ? writesOf(toWrite) : withoutForests(toWrite, new Set(refused), this.rootOfSession);
         for (const listener of this.listeners) {
           try {
             listener(committed, elapsed);
@@ -284,20 +297,17 @@ export class SessionLog {
             this.logger?.error({ err: error }, 'a commit listener failed');
           }
         }
-        batch.settle();
+        if (refused.length > 0) {
+          // Refused for good, and left out: the rest committed. Tell the owner, then the waiters.
+          this.logger?.error({ err: fencedWrite(refused), roots: refused }, 'a commit left out the writes of forests another instance took over');
+          this.onFenced(refused);
+        }
+        batch.settle(refused.length === 0 ? COMMITTED : { kind: 'committed', refused: new Set(refused) });
       },
       (error: unknown) => {
         this.failedBatch = toWrite;
-        let failure = error;
-        if (isServiceError(error) && error.code === 'FOREST_FENCED') {
-          // Refused for good: drop these forests' writes every time, then tell the owner.
-          const roots = error.roots ?? [];
-          this.stripFailed(roots);
-          this.onFenced(roots);
-          failure = new ServiceError('MISDIRECTED', FENCED_MESSAGE, { cause: error });
-        }
         this.logger?.error({ err: error, entries: toWrite.entries.length }, 'session batch commit failed; will retry');
-        batch.settle(failure);
+        batch.settle({ kind: 'failed', error });
       },
     ).finally(() => {
       this.inflight = null;
@@ -306,22 +316,10 @@ export class SessionLog {
   }
 }
 
-/** A failed batch followed by a newer one, in order. */
-function mergeBatches(first: WriteBatch, second: WriteBatch): WriteBatch {
-  return {
-    headers: [...first.headers, ...second.headers],
-    entries: [...first.entries, ...second.entries],
-    pending: [...(first.pending ?? []), ...(second.pending ?? [])],
-    idempotency: [...(first.idempotency ?? []), ...(second.idempotency ?? [])],
-  };
-}
-
-function emptyBatch(): PendingBatch {
-  let settle!: (error?: unknown) => void;
-  const done = new Promise<void>((resolve, reject) => {
-    settle = (error) => (error === undefined ? resolve() : reject(error));
-  });
-  // A batch nobody waits for must not become an unhandled rejection; waiters still see it.
-  done.catch(() => undefined);
-  return { headers: [], entries: [], done, settle };
+/** The writes of a batch, without what the log keeps beside them. */
+function writesOf(batch: WriteBatch): WriteBatch {
+  const writes: WriteBatch = { headers: batch.headers, entries: batch.entries };
+  if (batch.pending !== undefined) writes.pending = batch.pending;
+  if (batch.idempotency !== undefined) writes.idempotency = batch.idempotency;
+  return writes;
 }

@@ -1,8 +1,8 @@
 /**
- * The durable session store port. Implementations: stores/memory-store.ts (tests, `:memory:`)
- * and stores/sqlite-store.ts (the default). A store persists headers and entries; it never
- * decides seq numbers (the session log does) but rejects a batch that would leave a gap or a
- * duplicate, so the log on disk is always gap-free.
+ * The durable session store port. Implementations: stores/memory-store.ts (tests, `:memory:`),
+ * stores/sqlite-store.ts (the default) and stores/postgres-store.ts (several instances). A
+ * store persists headers and entries; it never decides seq numbers (the session log does) but
+ * rejects a batch that would leave a gap or a duplicate, so the log on disk is always gap-free.
  */
 import type { Message, ReceiptState } from '../domain/message.js';
 import type { PendingRowValue } from '../domain/pending-rows.js';
@@ -32,6 +32,11 @@ export interface IdempotencyRecord {
   response: unknown;
   createdAt: number;
   expiresAt: number;
+  /**
+   * The forest whose writes the result describes (not stored): the record is fenced and left
+   * out with that forest's rows, so a key never replays an effect that did not commit.
+   */
+  rootId?: string;
 }
 
 export interface BatchEntry {
@@ -81,10 +86,22 @@ export interface ActivationMark {
   seq: number;
 }
 
+/**
+ * A write that committed without some of its rows: the forests this instance no longer owns
+ * (another instance holds their lease), whose every row the store left out (batch-forests.ts).
+ */
+export interface WriteOutcome {
+  refused: readonly string[];
+}
+
 export interface SessionStore {
   readonly kind: 'memory' | 'sqlite' | 'postgres';
-  /** Writes one batch atomically: all headers and entries, or nothing. */
-  write(batch: WriteBatch): Promise<void>;
+  /**
+   * Writes one batch atomically: all headers and entries, or nothing. A store that fences
+   * forests (PostgreSQL with leases) leaves out the rows of forests it refuses, commits the rest
+   * in the same transaction and names those forests; the others never refuse (void).
+   */
+  write(batch: WriteBatch): Promise<WriteOutcome | void>;
   header(id: string): Promise<SessionSummary | undefined>;
   /** Entries with `seq > after`, in order, at most `limit` (no limit when omitted). */
   read(id: string, after: number, limit?: number): Promise<SessionEntry[]>;

@@ -30,10 +30,11 @@ export class StoredSessions {
    */
   async append<B extends EntryBody>(header: SessionHeader, instead: string, build: (lastSeq: number) => Promise<B>): Promise<B & { seq: number }> {
     const id = header.id;
-    return this.leased(header.rootSession ?? id, async () => {
+    const root = header.rootSession ?? id;
+    return this.leased(root, async () => {
       const write = (): Promise<B & { seq: number }> => this.write(header, instead, build);
       const entry = header.kind === 'root' ? await this.underReservation(id, write) : await this.deps.manager.underChildLock(id, write);
-      await this.deps.log.durable();
+      await this.deps.log.durable(root);
       return entry;
     });
   }

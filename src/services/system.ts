@@ -151,7 +151,7 @@ export function createSystem(options: SystemOptions): System {
     : new ForestOwnership(store as PostgresSessionStore, options.ownership, {
         logger,
         liveInForest: (root) => registry.liveInForest(root),
-        durable: () => log.durable(),
+        durable: (root) => log.durable(root),
         onLost: (roots) => events.emit('forests-lost', roots),
       });
   if (ownership !== undefined) {

@@ -1,17 +1,16 @@
 /**
  * Forest leases and write fencing on the PostgreSQL store: one owner at a time, takeover only
- * after expiry with a higher epoch, and the database refusing every write of an owner that lost
- * its lease (a paused process that wakes up too late). And what the session log makes of a
- * fenced write: the waiters are told MISDIRECTED, the owner is told which forests it lost, and
- * the writes of other forests in the same commit are retried.
+ * after expiry with a higher epoch, and the database leaving out every write of an owner that
+ * lost its lease (a paused process that wakes up too late) while the same commit's writes for
+ * the forests it still holds land. And what the session log makes of such a commit on a real
+ * database: the lost forest's waiters are told MISDIRECTED, the owner is told which forests it
+ * lost, and the other forests' waiters are answered normally.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import { SessionLog } from '../../src/services/session-log.js';
-import type { WriteBatch } from '../../src/services/session-store.js';
-import { fencedWrite } from '../../src/services/stores/postgres-leases.js';
+import type { IdempotencyRecord, PendingRow, WriteBatch } from '../../src/services/session-store.js';
 import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
-import { DelegatingStore } from '../fixtures/delegating-store.js';
 import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
 
@@ -22,6 +21,18 @@ const AT = '2026-01-01T00:00:00.000Z';
 
 function root(id: string): SessionHeader {
   return { version: 1, id, createdAt: AT, kind: 'root', parentSession: null, depth: 0, mode: null, provider: null };
+}
+
+function child(id: string, rootId: string): SessionHeader {
+  return { version: 1, id, createdAt: AT, kind: 'child', parentSession: rootId, rootSession: rootId, depth: 1, mode: 'continuable', provider: 'in-process' };
+}
+
+function pendingRow(messageId: string): PendingRow {
+  return { kind: 'queued', position: 0, itemId: `i-${messageId}`, acceptedAt: AT, message: { id: messageId, role: 'user', content: [], source: { kind: 'user' } } };
+}
+
+function record(key: string, rootId: string): IdempotencyRecord {
+  return { sender: 'operator', key, fingerprint: `f-${rootId}`, status: 202, response: { key }, createdAt: 0, expiresAt: 60_000, rootId };
 }
 
 function message(seq: number, text: string): SessionEntry {
@@ -74,7 +85,7 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
     expect((await a.leases.holder('kept'))?.owner).toBe('A');
   });
 
-  it("a paused owner's write after a takeover is refused by the database and leaves no trace", async () => {
+  it("a paused owner's write after a takeover is left out by the database and leaves no trace", async () => {
     const epochsA = new Map<string, number>();
     a.leases.fence = { owner: 'A', epochs: epochsA };
     const leased = await a.leases.acquire('r', 'A', 'http://a', 300);
@@ -90,7 +101,7 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
 
     // A wakes up and writes as if it still owned r.
     const stale = a.write({ headers: [], entries: [{ sessionId: 'r', entry: message(2, 'stale'), rootId: 'r', forestSeq: 2 }] });
-    await expect(stale).rejects.toMatchObject({ code: 'FOREST_FENCED', roots: ['r'] });
+    await expect(stale).resolves.toEqual({ refused: ['r'] });
     expect((await b.read('r', 0)).map((e) => e.seq)).toEqual([1]);
 
     // The new owner continues the log where the old one stopped.
@@ -101,10 +112,49 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
   it('a write touching a forest this instance never leased is refused, and so is one whose pending rows belong to such a forest', async () => {
     await b.write({ headers: [root('other')], entries: [] });
     a.leases.fence = { owner: 'A', epochs: new Map() };
-    await expect(a.write({ headers: [root('mine')], entries: [] })).rejects.toMatchObject({ code: 'FOREST_FENCED', roots: ['mine'] });
-    const row = { kind: 'queued' as const, position: 0, itemId: 'i', acceptedAt: AT, message: { id: 'm', role: 'user' as const, content: [], source: { kind: 'user' as const } } };
-    await expect(a.write({ headers: [], entries: [], pending: [{ op: 'put', sessionId: 'other', row }] })).rejects.toMatchObject({ code: 'FOREST_FENCED', roots: ['other'] });
+    await expect(a.write({ headers: [root('mine')], entries: [] })).resolves.toEqual({ refused: ['mine'] });
+    expect(await a.header('mine')).toBeUndefined();
+    await expect(a.write({ headers: [], entries: [], pending: [{ op: 'put', sessionId: 'other', row: pendingRow('m') }] })).resolves.toEqual({ refused: ['other'] });
     expect(await a.pending('other')).toEqual([]);
+  });
+
+  it('a commit touching a lost forest and a held one writes every row of the held one and none of the lost one', async () => {
+    const epochsA = new Map<string, number>();
+    a.leases.fence = { owner: 'A', epochs: epochsA };
+    for (const [id, ms] of [['lost', 300], ['kept', 60_000]] as const) {
+      const leased = await a.leases.acquire(id, 'A', 'http://a', ms);
+      if (!leased.owned) throw new Error(`A should own ${id}`);
+      epochsA.set(id, leased.epoch);
+    }
+    await a.write({ headers: [root('lost'), root('kept')], entries: [] });
+    await untilExpired(b, 'lost');
+    expect(await b.leases.acquire('lost', 'B', 'http://b', 60_000)).toMatchObject({ owned: true });
+
+    const batch: WriteBatch = {
+      headers: [child('lost-child', 'lost'), child('kept-child', 'kept')],
+      entries: [
+        { sessionId: 'lost', entry: message(1, 'lost-1'), rootId: 'lost', forestSeq: 1 },
+        { sessionId: 'kept', entry: message(1, 'kept-1'), rootId: 'kept', forestSeq: 1 },
+        { sessionId: 'kept-child', entry: message(1, 'kept-child-1'), rootId: 'kept', forestSeq: 2 },
+      ],
+      // One pending change names its forest; the others are attributed by their session.
+      pending: [
+        { op: 'put', sessionId: 'lost', rootId: 'lost', row: pendingRow('p-lost') },
+        { op: 'put', sessionId: 'lost-child', row: pendingRow('p-lost-child') },
+        { op: 'put', sessionId: 'kept', row: pendingRow('p-kept') },
+      ],
+      idempotency: [record('key-lost', 'lost'), record('key-kept', 'kept')],
+    };
+    await expect(a.write(batch)).resolves.toEqual({ refused: ['lost'] });
+
+    expect(await a.header('lost-child')).toBeUndefined();
+    expect(await a.read('lost', 0)).toEqual([]);
+    expect(await a.pending('lost')).toEqual([]);
+    expect(await a.idempotency('operator', 'key-lost', 0)).toBeUndefined();
+    expect((await a.header('kept-child'))?.lastSeq).toBe(1);
+    expect((await a.readForest('kept', 0, 10)).map((e) => e.entry.type === 'message' && e.entry.messageId)).toEqual(['msg-kept-1', 'msg-kept-child-1']);
+    expect((await a.pending('kept')).map((r) => r.message.id)).toEqual(['p-kept']);
+    expect(await a.idempotency('operator', 'key-kept', 0)).toMatchObject({ fingerprint: 'f-kept' });
   });
 
   it('a released lease is free at once, and the next owner still gets a higher epoch', async () => {
@@ -164,41 +214,65 @@ describe.skipIf(unavailable !== undefined)('forest leases held by a running inst
   });
 });
 
-/** A store that refuses, as fenced, every write touching one of `lost`. */
-class FencingStore extends DelegatingStore {
-  readonly lost = new Set<string>();
+describe.skipIf(unavailable !== undefined)('a fenced commit at the session log (PostgreSQL)', () => {
+  let db: TestDatabase;
+  let a: PostgresSessionStore;
+  let b: PostgresSessionStore;
 
-  override async write(batch: WriteBatch): Promise<void> {
-    const refused = [...new Set(batch.entries.map((e) => e.rootId).filter((root) => this.lost.has(root)))];
-    if (refused.length > 0) throw fencedWrite(refused);
-    await this.inner.write(batch);
-  }
-}
+  beforeEach(async () => {
+    db = await freshDatabase();
+    a = await PostgresSessionStore.open({ url: db.url });
+    b = await PostgresSessionStore.open({ url: db.url });
+  });
 
-describe('a fenced write at the session log', () => {
-  it('tells the waiters MISDIRECTED and the owner which forests it lost, and retries the other forests of the commit without them', async () => {
-    const store = new FencingStore();
-    await store.inner.write({ headers: [root('lost'), root('kept')], entries: [] });
+  afterEach(async () => {
+    await a.close();
+    await b.close();
+    await db.dispose();
+  });
+
+  it("answers the lost forest's waiter MISDIRECTED and the held forest's waiter normally, with only the held forest's writes committed", async () => {
+    const epochsA = new Map<string, number>();
+    a.leases.fence = { owner: 'A', epochs: epochsA };
     const fenced: (readonly string[])[] = [];
-    const log = new SessionLog(store, undefined, (roots) => fenced.push(roots));
-    for (const id of ['lost', 'kept']) {
+    const heard: string[] = [];
+    const log = new SessionLog(a, undefined, (roots) => fenced.push(roots));
+    log.subscribe((batch) => heard.push(...batch.entries.map((e) => `${e.rootId}:${e.entry.seq}`)));
+    for (const [id, ms] of [['lost', 300], ['kept', 60_000]] as const) {
+      const leased = await a.leases.acquire(id, 'A', 'http://a', ms);
+      if (!leased.owned) throw new Error(`A should own ${id}`);
+      epochsA.set(id, leased.epoch);
       await log.loadForest(id);
-      log.open(id, 0, id);
+      log.create(root(id));
     }
-    store.lost.add('lost');
+    await log.durable();
+    await untilExpired(b, 'lost');
+    expect(await b.leases.acquire('lost', 'B', 'http://b', 60_000)).toMatchObject({ owned: true });
+    heard.length = 0;
 
-    const { seq: _a, ...lostBody } = message(1, 'lost-1');
-    const { seq: _b, ...keptBody } = message(1, 'kept-1');
+    // One event-loop turn: one commit holding both forests' writes.
+    const { seq: _l, ...lostBody } = message(1, 'lost-1');
+    const { seq: _k, ...keptBody } = message(1, 'kept-1');
     log.append('lost', lostBody);
     log.append('kept', keptBody);
-    const refused = log.durable();
-    await expect(refused).rejects.toMatchObject({ code: 'MISDIRECTED', message: expect.stringContaining('another instance took over a forest') });
-    await expect(refused).rejects.toMatchObject({ cause: { code: 'FOREST_FENCED', roots: ['lost'] } });
-    expect(fenced).toEqual([['lost']]);
+    const lostWaiter = log.durable('lost');
+    const keptWaiter = log.durable('kept');
+    const anyWaiter = log.durable();
 
-    // The next commit retries what the fenced one held for the other forest, and only that.
-    await log.durable();
-    expect((await store.inner.read('kept', 0)).map((e) => (e.type === 'message' ? e.messageId : e.type))).toEqual(['msg-kept-1']);
-    expect(await store.inner.read('lost', 0)).toEqual([]);
+    await expect(keptWaiter).resolves.toBeUndefined();
+    await expect(lostWaiter).rejects.toMatchObject({ code: 'MISDIRECTED', message: expect.stringContaining('forest "lost"'), cause: { code: 'FOREST_FENCED', roots: ['lost'] } });
+    await expect(anyWaiter).rejects.toMatchObject({ code: 'MISDIRECTED' });
+    expect(fenced).toEqual([['lost']]);
+    expect(heard).toEqual(['kept:1']);
+    expect((await b.read('kept', 0)).map((e) => e.type === 'message' && e.messageId)).toEqual(['msg-kept-1']);
+    expect(await b.read('lost', 0)).toEqual([]);
+
+    // Nothing of the lost forest is retried: the held forest's next write commits on its own.
+    const { seq: _k2, ...keptNext } = message(2, 'kept-2');
+    log.append('kept', keptNext);
+    await log.durable('kept');
+    expect((await b.read('kept', 0)).map((e) => e.seq)).toEqual([1, 2]);
+    expect(heard).toEqual(['kept:1', 'kept:2']);
+    expect(fenced).toEqual([['lost']]);
   });
 });

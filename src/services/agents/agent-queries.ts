@@ -140,7 +140,7 @@ export class AgentQueries {
   }
 
   private async childViews(parentId: string): Promise<AgentView[]> {
-    await this.deps.log.durable();
+    await this.deps.log.settled();
     const children = await this.deps.log.store.children(parentId);
     const first = children[0]?.header;
     if (first === undefined) return [];

@@ -64,7 +64,7 @@ export class AgentDeliveries {
       if (spec.provider === 'remote') throw new ServiceError('VALIDATION', 'a remote child runs its turns elsewhere: it cannot have a model');
       spec = { ...spec, model: this.deps.checkModel?.(spec.model) ?? spec.model };
     }
-    const result = await this.deps.idempotency.run<StoredChild>(parent.id, idem, 201, async (record) => {
+    const result = await this.deps.idempotency.run<StoredChild>({ sender: parent.id, rootId: parent.rootId }, idem, 201, async (record) => {
       const { agent, messageId } = await this.deps.manager.startChild(parent, spec, (started) =>
         record({ agent: queries.viewOfLive(started.agent), messageId: started.messageId }),
       );
@@ -85,12 +85,12 @@ export class AgentDeliveries {
     if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
     let result: IdempotentResult<StoredDelivery>;
     if (header.kind === 'root') {
-      result = await this.deps.idempotency.run<StoredDelivery>(OPERATOR_SENDER, idem, 202, async (record) => {
+      result = await this.deps.idempotency.run<StoredDelivery>({ sender: OPERATOR_SENDER, rootId: id }, idem, 202, async (record) => {
         const agent = this.deps.registry.get(id);
         if (agent === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live; resume it first`);
         const accepted = agent.deliver(delivery, content);
         record(accepted);
-        await this.deps.log.durable();
+        await this.deps.log.durable(id);
         return accepted;
       });
     } else {
@@ -99,7 +99,7 @@ export class AgentDeliveries {
         throw new ServiceError('UNAUTHORIZED', `subagent "${id}" delivery requires the exact live parent agent`);
       }
       const source = { kind: 'coordinator' as const, senderSessionId: parent.id };
-      result = await this.deps.idempotency.run<StoredDelivery>(parent.id, idem, 202, async (record) => {
+      result = await this.deps.idempotency.run<StoredDelivery>({ sender: parent.id, rootId: parent.rootId }, idem, 202, async (record) => {
         const stored = (d: ChildDelivery): StoredDelivery => ({ ...d, ...(d.resumed === undefined ? {} : { resumed: { agentToken: '' } }) });
         const delivered = await this.deps.manager.deliverToChild(parent, id, delivery, content, source, 'http', (d) => record(stored(d)));
         return delivered;

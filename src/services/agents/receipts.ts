@@ -1,7 +1,7 @@
 /**
  * Message receipts: where a message is, read from durable state only (pending: queued or
  * staged; in a session's log; as a turn's prompt). Waits for the writes accepted so far to
- * commit first, so a receipt never lags an acknowledged request.
+ * settle first, so a receipt never lags an acknowledged request.
  */
 import type { Receipt } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
@@ -9,7 +9,7 @@ import type { SessionLog } from '../session-log.js';
 
 /** Where a message is, from durable state: pending (queued, staged), in a log, as a turn's prompt. */
 export async function receiptOf(log: SessionLog, messageId: string): Promise<Receipt> {
-  await log.durable();
+  await log.settled();
   const location = await log.store.locate(messageId);
   if (location === undefined) {
     throw new ServiceError('MESSAGE_NOT_FOUND', `message "${messageId}" is not queued, staged or in any session`);

@@ -51,7 +51,7 @@ export class RootLifecycle {
     const id = input.id ?? this.deps.ids.next('agent');
     this.deps.registry.reserve(id);
     try {
-      await this.deps.log.durable();
+      await this.deps.log.durable(id);
       if ((await this.deps.log.store.header(id)) !== undefined) {
         throw new ServiceError('AGENT_EXISTS', `a durable session already has the id "${id}"; resume it instead`);
       }
@@ -88,7 +88,7 @@ export class RootLifecycle {
     this.deps.registry.reserve(id);
     let releaseAccounts: (() => void) | undefined;
     try {
-      await this.deps.log.durable();
+      await this.deps.log.durable(id);
       const summary = await this.deps.log.store.header(id);
       if (summary === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
       if (summary.header.kind !== 'root') {
@@ -110,7 +110,7 @@ export class RootLifecycle {
       agent.steps.reopenTurn(lastTurn.open);
       agent.restorePending(pending, lastTurn.parkedThrough);
       try {
-        await this.deps.log.durable();
+        await this.deps.log.durable(id);
       } catch (error) {
         agent.suspend();
         this.deps.registry.remove(agent);
@@ -194,10 +194,10 @@ export class RootLifecycle {
     await this.deps.ownership?.releaseIfIdle(id);
   }
 
-  /** Wait for the opened session's writes; on failure stop tracking it so the id stays usable. */
+  /** Wait for the opened root session's writes; on failure stop tracking it so the id stays usable. */
   private async settleOpened(id: string): Promise<void> {
     try {
-      await this.deps.log.durable();
+      await this.deps.log.durable(id);
     } catch (error) {
       this.deps.log.release(id);
       throw error;

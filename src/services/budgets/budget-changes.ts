@@ -35,7 +35,7 @@ export class BudgetChanges {
     if (live !== undefined) {
       log.append(id, { type: 'budget', at: clock.iso(), budget: this.next(id, change) });
       budgets.afterChange(id);
-      await log.durable();
+      await log.durable(live.rootId);
       return this.view(id);
     }
     const header = (await log.summary(id))?.header;

@@ -198,7 +198,7 @@ export class ForestLedger implements WriteObserver {
     const queued = reading.queued;
     const accounts = new Map<string, Account>();
     try {
-      await this.deps.log.durable();
+      await this.deps.log.durable(rootId);
       const store = this.deps.log.store;
       const root = await store.header(rootId);
       if (root !== undefined) {

@@ -63,7 +63,7 @@ export class ChildLifecycle {
         this.admission.checkChildRoom(parent);
         grant();
       };
-      return this.publishAfterWindow(scope, setup, async () => undefined, recheck, () => {
+      return this.publishAfterWindow(parent.rootId, scope, setup, async () => undefined, recheck, () => {
         this.deps.log.create(header);
         const agent = this.publish(header, scope, 'created', continuable);
         if (spec.mode === 'continuable') this.activations.markParentOfContinuable(parent.id);
@@ -115,7 +115,7 @@ export class ChildLifecycle {
     );
     // Still before the batch that holds the message commits: a record made here commits with it.
     onAccepted?.(result);
-    await this.deps.log.durable();
+    await this.deps.log.durable(parent.rootId);
     return result;
   }
 
@@ -174,6 +174,7 @@ export class ChildLifecycle {
     let pending: PendingRow[] = [];
     // Its parent is live, so its forest's budget accounts are here already (budgets.ts).
     return this.publishAfterWindow(
+      parent.rootId,
       scope,
       setup,
       async () => {
@@ -200,10 +201,11 @@ export class ChildLifecycle {
   }
 
   /**
-   * The pre-publication window, then publication: await the window (pending writes, store
-   * reads), then re-check, commit the setup and publish in one synchronous span.
+   * The pre-publication window, then publication: await the window (the pending writes of forest
+   * `root`, store reads), then re-check, commit the setup and publish in one synchronous span.
    */
   private async publishAfterWindow<T>(
+    root: string,
     scope: AgentScope,
     setup: AgentSetupCommit | undefined,
     window: () => Promise<void>,
@@ -211,7 +213,7 @@ export class ChildLifecycle {
     publish: () => T,
   ): Promise<T> {
     try {
-      await this.deps.log.durable();
+      await this.deps.log.durable(root);
       await window();
       recheck();
       setup?.commit();
@@ -258,7 +260,7 @@ export class ChildLifecycle {
   /** Wait for a new child's first writes; if they cannot be made durable, close it again. */
   private async durableOrClose(agent: LiveAgent): Promise<void> {
     try {
-      await this.deps.log.durable();
+      await this.deps.log.durable(agent.rootId);
     } catch (error) {
       await this.closing.close(agent, true).catch(() => undefined);
       throw error;

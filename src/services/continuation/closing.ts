@@ -51,7 +51,7 @@ export class Closing {
       try {
         if (cascade) await this.closeChildren(agent);
         this.finish(agent, isRoot ? null : 'closed');
-        await this.deps.log.durable();
+        await this.deps.log.durable(agent.rootId);
       } finally {
         if (isRoot) this.admission.reopenScope(agent.id);
       }
@@ -82,7 +82,7 @@ export class Closing {
       this.deps.log.release(id);
       return true;
     });
-    await this.deps.log.durable();
+    await this.deps.log.durable(root);
     return closed;
   }
 
@@ -156,7 +156,7 @@ export class Closing {
         if (cascade) await this.closeChildren(agent);
         this.finish(agent, event);
         this.activations.remove(agent);
-        await this.deps.log.durable();
+        await this.deps.log.durable(agent.rootId);
       };
       const disposal = locked ? body() : this.lock.run(agent.id, body);
       disposal.catch(() => undefined);

@@ -259,7 +259,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
   /** End the open turn as failed with this reason, and wait until that is durable; true: the step was dealt with. */
   private async fail(agent: LiveAgent, reason: string): Promise<true> {
     agent.failTurn(reason);
-    await this.deps.log.durable();
+    await this.deps.log.durable(agent.rootId);
     return true;
   }
 }

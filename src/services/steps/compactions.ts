@@ -73,7 +73,7 @@ export class Compactions {
       const body = compactionBody(this.deps.clock.iso(), input.summary, throughSeq, this.priced(input.usage, agent.header));
       return { ...body, seq: this.deps.log.append(agent.id, body).seq };
     });
-    await this.deps.log.durable();
+    await this.deps.log.durable(agent.rootId);
     return entry;
   }
 

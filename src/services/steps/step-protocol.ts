@@ -131,7 +131,7 @@ export class StepProtocol {
     const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), usage);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
     if (calls.length > 0) await this.runCalls(agent, stepId, calls, refused, result);
-    await this.deps.log.durable();
+    await this.deps.log.durable(agent.rootId);
     return result;
   }
 
@@ -187,7 +187,7 @@ export class StepProtocol {
     // Validate the whole batch before writing any of it, so a rejected request changes nothing.
     agent.steps.checkToolResults(stepId, results.map((r) => r.toolCallId), attempt);
     for (const r of results) agent.steps.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true, attempt);
-    await this.deps.log.durable();
+    await this.deps.log.durable(agent.rootId);
     return { turn: 'open' };
   }
 

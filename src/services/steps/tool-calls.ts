@@ -79,7 +79,7 @@ export class ToolCalls {
       view.replayed = false;
       return view as CallResult & { replayed: boolean };
     }
-    const result = await this.deps.idempotency.run<CallResult>(agent.id, idem, 200, async (record) => {
+    const result = await this.deps.idempotency.run<CallResult>({ sender: agent.id, rootId: agent.rootId }, idem, 200, async (record) => {
       // The key lookup awaited: act only if this is still the live incarnation.
       if (authority.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name, token);
       return this.invoke(agent, body, signal, record);
@@ -155,7 +155,7 @@ export class ToolCalls {
     if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
     if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
     if (outcome.error === undefined) keep?.(view);
-    await this.deps.log.durable();
+    await this.deps.log.durable(agent.rootId);
     if (outcome.error !== undefined) throw outcome.error;
     return view;
   }

@@ -102,7 +102,7 @@ export class MemorySessionStore implements SessionStore {
         if (rows?.size === 0) this.pendingRows.delete(change.sessionId);
       }
     }
-    for (const record of batch.idempotency ?? []) this.keys.set(`${record.sender}\u0000${record.key}`, structuredClone(record));
+    for (const { rootId: _forest, ...record } of batch.idempotency ?? []) this.keys.set(`${record.sender}\u0000${record.key}`, structuredClone(record));
   }
 
   async header(id: string): Promise<SessionSummary | undefined> {

@@ -5,12 +5,13 @@
  *
  * Invariants: at most one unexpired lease per forest; a lease changes hands only once it has
  * expired, and every change of hands (or retake) raises the forest's epoch, which never goes
- * back (a released lease keeps its row, expired). With a fence set, a write commits only if
- * this instance holds every forest the write touches at the epoch it was granted; otherwise
- * the store throws FOREST_FENCED naming those forests, and nothing of the batch lands.
+ * back (a released lease keeps its row, expired). With a fence set, a write commits a forest's
+ * rows only if this instance holds that forest at the epoch it was granted; the rows of every
+ * other forest it touches are left out (nothing of them lands), the rest commits, and the
+ * store names the refused forests.
  */
 import type pg from 'pg';
-import { ServiceError } from '../../domain/errors.js';
+import { forestsOf, unattributedSessions, withoutForests } from '../batch-forests.js';
 import type { WriteBatch } from '../session-store.js';
 
 /** The leases this instance holds: every write is checked against them inside its transaction. */
@@ -30,17 +31,15 @@ export interface LeaseHolder {
   expiresInMs: number;
 }
 
-/** A write refused because this instance no longer holds the lease of these forests. */
-export function fencedWrite(roots: readonly string[]): ServiceError {
-  return new ServiceError(
-    'FOREST_FENCED',
-    `this instance no longer owns forest(s) ${roots.join(', ')} (its lease was lost or taken over); the write was refused`,
-    { roots },
-  );
+/** What a fenced write may commit: the batch without the refused forests' rows. */
+export interface AdmittedWrite {
+  batch: WriteBatch;
+  /** Forests the batch touches that this instance does not hold at its epoch. */
+  refused: string[];
 }
 
 export class ForestLeases {
-  /** When set, a batch commits only if this instance holds every forest it touches, at its epoch. */
+  /** When set, a batch commits the rows of a forest only if this instance holds it, at its epoch. */
   fence: WriteFence | null = null;
 
   constructor(private readonly pool: pg.Pool) {}
@@ -113,36 +112,37 @@ export class ForestLeases {
   }
 
   /**
-   * Inside a write's transaction, when a fence is set: every forest the batch touches must be
-   * leased to this instance at the epoch it holds, or FOREST_FENCED is thrown. The rows are
-   * locked (FOR SHARE) until the commit, so a takeover waits for this write or this write sees
-   * the takeover: a paused old owner cannot commit after losing its lease.
+   * Inside a write's transaction: the part of the batch this instance may write. With a fence
+   * set, every forest the batch touches must be leased to this instance at the epoch it holds;
+   * the rows of the others are left out. The lease rows are locked (FOR SHARE) until the
+   * commit, so a takeover waits for this write or this write sees the takeover: a paused old
+   * owner cannot commit after losing its lease.
    */
-  async checkWrite(client: pg.PoolClient, batch: WriteBatch): Promise<void> {
+  async admitWrite(client: pg.PoolClient, batch: WriteBatch): Promise<AdmittedWrite> {
     const fence = this.fence;
-    if (fence === null) return;
-    const roots = new Set<string>();
-    for (const h of batch.headers) roots.add(h.rootSession ?? h.id);
-    for (const e of batch.entries) roots.add(e.rootId);
-    const created = new Set(batch.headers.map((h) => h.id));
-    const pendingSessions = [...new Set((batch.pending ?? []).map((op) => op.sessionId))].filter((id) => !created.has(id));
-    if (pendingSessions.length > 0) {
-      const { rows } = await client.query<{ root: string }>(
-        `SELECT coalesce((header::jsonb)->>'rootSession', id) AS root FROM sessions WHERE id = ANY($1::text[])`,
-        [pendingSessions],
+    if (fence === null) return { batch, refused: [] };
+    const looked = new Map<string, string>();
+    const unattributed = unattributedSessions(batch);
+    if (unattributed.length > 0) {
+      const { rows } = await client.query<{ id: string; root: string }>(
+        `SELECT id, coalesce((header::jsonb)->>'rootSession', id) AS root FROM sessions WHERE id = ANY($1::text[])`,
+        [unattributed],
       );
-      for (const row of rows) roots.add(row.root);
+      for (const row of rows) looked.set(row.id, row.root);
     }
-    if (roots.size === 0) return;
+    const rootOf = (id: string): string | undefined => looked.get(id);
+    const roots = forestsOf(batch, rootOf);
+    if (roots.size === 0) return { batch, refused: [] };
     const { rows } = await client.query<{ root_id: string; owner: string; epoch: string }>(
       'SELECT root_id, owner, epoch FROM forest_leases WHERE root_id = ANY($1::text[]) FOR SHARE',
       [[...roots]],
     );
     const held = new Map(rows.map((r) => [r.root_id, r]));
-    const lost = [...roots].filter((root) => {
+    const refused = [...roots].filter((root) => {
       const row = held.get(root);
       return row === undefined || row.owner !== fence.owner || Number(row.epoch) !== fence.epochs.get(root);
     });
-    if (lost.length > 0) throw fencedWrite(lost);
+    if (refused.length === 0) return { batch, refused };
+    return { batch: withoutForests(batch, new Set(refused), rootOf), refused };
   }
 }
