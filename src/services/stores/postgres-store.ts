@@ -5,7 +5,8 @@
  * aborts the whole batch, and a forest position may be taken once (unique index). A write
  * resolves after COMMIT, which with PostgreSQL's default `synchronous_commit = on` means the
  * WAL is flushed: acknowledged means durable, as with SQLite's FULL. Forest leases, and the
- * fence they put on every write, are in postgres-leases.ts.
+ * fence they put on every write, are in postgres-leases.ts; the cluster's package configuration,
+ * and the fence it puts on a write delivering a report, in postgres-packages.ts.
  *
  * Bodies are kept as JSON text, as the other stores keep them, so what a reader gets back is
  * byte for byte what was written.
@@ -31,6 +32,7 @@ import {
 import { encodeRows, seqAdvances } from './batch-rows.js';
 import { ForestLeases } from './postgres-leases.js';
 import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
+import { PostgresPackages } from './postgres-packages.js';
 
 export interface PostgresStoreOptions {
   url: string;
@@ -54,9 +56,16 @@ export class PostgresSessionStore implements SessionStore {
   readonly kind = 'postgres' as const;
   /** The forests' leases on this database, which also fence this store's writes. */
   readonly leases: ForestLeases;
+  /** The cluster's package configuration, which also fences this store's report writes. */
+  readonly packages: PostgresPackages;
 
-  private constructor(private readonly pool: pg.Pool) {
+  private constructor(
+    private readonly pool: pg.Pool,
+    /** The database URL, for connections of their own (a LISTEN). */
+    readonly url: string,
+  ) {
     this.leases = new ForestLeases(pool);
+    this.packages = new PostgresPackages(pool);
   }
 
   /** Connect and migrate; refuses a database whose schema is newer than this build. */
@@ -71,7 +80,7 @@ export class PostgresSessionStore implements SessionStore {
       const reason = error instanceof Error ? error.message : String(error);
       throw new Error(`cannot open the session store at ${redactUrl(options.url)}: ${reason}`, { cause: error });
     }
-    return new PostgresSessionStore(pool);
+    return new PostgresSessionStore(pool, options.url);
   }
 
   /** Run `work` in one transaction on one connection. */
@@ -94,6 +103,7 @@ export class PostgresSessionStore implements SessionStore {
     const rows = encodeRows(batch);
     await this.transaction(async (client) => {
       await this.leases.checkWrite(client, batch);
+      await this.packages.checkReports(client, batch);
       if (rows.sessions.length > 0) {
         await client.query(
           `INSERT INTO sessions (id, kind, parent_session, created_at, header, last_seq)
