@@ -19,10 +19,13 @@ import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRe
 
 /**
  * What the waiters of a fenced commit are told. Another instance took over a forest written in
- * it; writes for other forests that shared the commit are retried and may still land.
+ * it, or a report in it came from an instance behind the revocation of `report`
+ * (stores/postgres-packages.ts); writes for other forests that shared the commit are retried
+ * and may still land.
  */
 const FENCED_MESSAGE =
-  'a commit was refused because another instance took over a forest written in it: a request for that forest should be sent again ' +
+  'a commit was refused because another instance took over a forest written in it (or, for a report, because this instance had not yet ' +
+  'applied a package change that revoked report): a request for that forest should be sent again ' +
   '(it will be redirected); a request for another forest may still have been written, so repeat it only with the same Idempotency-Key';
 
 interface PendingBatch extends WriteBatch {

@@ -59,11 +59,8 @@ export class PostgresSessionStore implements SessionStore {
   /** The cluster's package configuration, which also fences this store's report writes. */
   readonly packages: PostgresPackages;
 
-  private constructor(
-    private readonly pool: pg.Pool,
-    /** The database URL, for connections of their own (a LISTEN). */
-    readonly url: string,
-  ) {
+  /** `url` is kept for connections of their own (a LISTEN). */
+  private constructor(private readonly pool: pg.Pool, readonly url: string) {
     this.leases = new ForestLeases(pool);
     this.packages = new PostgresPackages(pool);
   }
