@@ -33,7 +33,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packages' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership'>>;
+  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -60,7 +60,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     frameworkErrors,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  const { agents, steps, packages, streams, hub, metrics, budgets, budgetChanges } = deps.system;
+  const { agents, steps, packageChanges, streams, hub, metrics, budgets, budgetChanges } = deps.system;
   await app.register(requestIdHeader);
   await app.register(requestMetrics, { metrics });
   await app.register(gracefulClose);
@@ -89,7 +89,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     heartbeatMs: deps.eventHeartbeatMs ?? DEFAULT_HEARTBEAT_MS,
     maxBufferedBytes: deps.eventBufferBytes ?? 1_048_576,
   });
-  await app.register(packageRoutes, { packages });
+  await app.register(packageRoutes, { packages: packageChanges });
   await app.register(metricsRoutes, { metrics });
   return app;
 }

@@ -6,6 +6,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from './domain/packages.js';
 import { NO_PRICES, parseModelPrices, type ModelPrices } from './domain/pricing.js';
+import { DEFAULT_CONFIRM_MS } from './services/packages/cluster-packages.js';
 import { DEFAULT_LEASE } from './services/step-lease.js';
 import { DEFAULT_DRIVER_OPTIONS } from './services/driver/model-driver.js';
 import { parseBaseUrl } from './services/driver/model-policy.js';
@@ -26,9 +27,10 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_INSTANCE_ID: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'This instance\'s identity in forest leases (PostgreSQL only); random when unset. Set one that survives restarts (a container or unit name): a restarted instance with the same id takes its forests back at once.' })),
   AGENTFOREST_ADVERTISE_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'The URL other instances send misdirected clients to; unset, the listen address. Set it behind a proxy or when listening on 0.0.0.0.' })),
   AGENTFOREST_LEASE_MS: Type.Integer({ default: 15_000, minimum: 300, description: 'How long a forest lease lasts without renewal; a dead instance\'s forests can be resumed elsewhere after this.' }),
+  AGENTFOREST_CONFIG_CONFIRM_MS: Type.Integer({ default: DEFAULT_CONFIRM_MS, minimum: 0, maximum: 600_000, description: 'With several instances (PostgreSQL): how long a PUT or DELETE on /v1/packages waits for every other instance holding a forest lease to apply the change; one that does not is named in the answer (`unconfirmed`) and cannot deliver a report until it catches up.' }),
   AGENTFOREST_REPORT_DELIVERY: Type.Union(REPORT_DELIVERIES.map((d) => Type.Literal(d)), { default: 'quiet', description: 'How a child\'s report reaches its parent: `quiet` adds context without a turn, `wakeup` queues one parent turn, `next-step` joins the next step of the parent\'s open turn (with none open, it queues like `wakeup`).' }),
   AGENTFOREST_SETTLEMENT_NOTICES: Type.Union(SETTLEMENT_NOTICE_MODES.map((m) => Type.Literal(m)), { default: 'off', description: 'Which turn ends of a continuable child put one quiet notice (context, never a turn) in its live parent: `off`, `failures` (failed turns, with the error) or `all`. Needs the `subagent-report` package.' }),
-  AGENTFOREST_PACKAGES: Type.Optional(Type.String({ description: 'Comma-separated packages to install at start-up (`subagent`, `subagent-control`, `subagent-report`); unset, all of them.' })),
+  AGENTFOREST_PACKAGES: Type.Optional(Type.String({ description: 'Comma-separated packages to install at start-up (`subagent`, `subagent-control`, `subagent-report`); unset, all of them. With PostgreSQL, this and the two report options only seed a fresh database: the database\'s configuration is the cluster\'s.' })),
   AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024, description: 'Request body limit in bytes (413 PAYLOAD_TOO_LARGE beyond).' }),
   AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0, description: 'How long SIGTERM waits for in-flight model requests to be recorded before closing.' }),
   AGENTFOREST_IDEMPOTENCY_TTL_MS: Type.Integer({ default: 86_400_000, minimum: 1000, description: 'How long `Idempotency-Key` results are kept.' }),
@@ -82,6 +84,8 @@ export interface Config {
   instanceId: Env['AGENTFOREST_INSTANCE_ID'];
   advertiseUrl: Env['AGENTFOREST_ADVERTISE_URL'];
   leaseMs: Env['AGENTFOREST_LEASE_MS'];
+  /** With a database URL: how long a package change waits for the other instances to apply it. */
+  configConfirmMs: Env['AGENTFOREST_CONFIG_CONFIRM_MS'];
   apiKeys: string[];
   reportDelivery: Env['AGENTFOREST_REPORT_DELIVERY'];
   settlementNotices: Env['AGENTFOREST_SETTLEMENT_NOTICES'];
@@ -184,6 +188,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     instanceId: converted.AGENTFOREST_INSTANCE_ID,
     advertiseUrl: converted.AGENTFOREST_ADVERTISE_URL,
     leaseMs: converted.AGENTFOREST_LEASE_MS,
+    configConfirmMs: converted.AGENTFOREST_CONFIG_CONFIRM_MS,
     apiKeys,
     reportDelivery: converted.AGENTFOREST_REPORT_DELIVERY,
     settlementNotices: converted.AGENTFOREST_SETTLEMENT_NOTICES,

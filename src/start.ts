@@ -50,8 +50,13 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     spawnBudgets: config.spawnBudgets,
     ...(config.databaseUrl === undefined
       ? {}
-      : { ownership: { instanceId: config.instanceId ?? randomUUID(), url: config.advertiseUrl ?? `http://${config.host}:${config.port}`, leaseMs: config.leaseMs } }),
+      : {
+          ownership: { instanceId: config.instanceId ?? randomUUID(), url: config.advertiseUrl ?? `http://${config.host}:${config.port}`, leaseMs: config.leaseMs },
+          clusterPackages: { confirmMs: config.configConfirmMs },
+        }),
   });
+  // With several instances, the database's package configuration replaces the environment's.
+  await system.packageChanges.start();
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -85,6 +90,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
     await app.close();
     await system.agents.shutdown();
+    await system.packageChanges.stop();
     await system.ownership?.stop();
     await store.close();
     logger.info('drained and closed');

@@ -431,7 +431,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Installed packages and their config */
+        /**
+         * Installed packages and their config
+         * @description With several instances on one PostgreSQL database, the configuration this instance has applied: the cluster's.
+         */
         get: operations["listPackages"];
         put?: never;
         post?: never;
@@ -451,13 +454,13 @@ export interface paths {
         get?: never;
         /**
          * Install or reconfigure a package
-         * @description Installing and `reportDelivery` apply to the next Activation: a resident child keeps the report tool and delivery mode it was set up with. `settlementNotices` applies at once, to the next turn end of any continuable child.
+         * @description Installing and `reportDelivery` apply to the next Activation: a resident child keeps the report tool and delivery mode it was set up with. `settlementNotices` applies at once, to the next turn end of any continuable child. With several instances on one PostgreSQL database the change is stored in the database and applied by every instance: the answer comes once every other instance holding a forest lease has applied it, or after AGENTFOREST_CONFIG_CONFIRM_MS, naming in `unconfirmed` the instances that did not; those cannot deliver a report until they catch up.
          */
         put: operations["installPackage"];
         post?: never;
         /**
          * Uninstall a package
-         * @description Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once, and settlement notices stop.
+         * @description Global tools vanish for every agent at once; a child-scoped tool is revoked from resident children at once, and settlement notices stop. With several instances on one PostgreSQL database the change is stored in the database and applied by every instance: the answer comes once every other instance holding a forest lease has applied it, or after AGENTFOREST_CONFIG_CONFIRM_MS, naming in `unconfirmed` the instances that did not; those cannot deliver a report until they catch up.
          */
         delete: operations["uninstallPackage"];
         options?: never;
@@ -834,6 +837,21 @@ export interface components {
             name: "subagent" | "subagent-control" | "subagent-report";
             installed: boolean;
             config: components["schemas"]["PackageConfig"];
+        };
+        /** @description An instance holding a live forest lease that did not confirm a package change in time; it cannot deliver a report until it applies the change. */
+        UnconfirmedInstance: {
+            /** @description The instance's id in forest leases (AGENTFOREST_INSTANCE_ID). */
+            instanceId: string;
+            /** @description The URL it advertises. */
+            url: string;
+        };
+        /** @description A tool package and its configuration after a change. */
+        PackageChangeView: {
+            name: "subagent" | "subagent-control" | "subagent-report";
+            installed: boolean;
+            config: components["schemas"]["PackageConfig"];
+            /** @description Several instances on PostgreSQL only, and only when not empty: the instances that did not confirm the change within AGENTFOREST_CONFIG_CONFIRM_MS. */
+            unconfirmed?: components["schemas"]["UnconfirmedInstance"][];
         };
     };
     responses: {
@@ -2435,13 +2453,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description A tool package and its configuration. */
+            /** @description A tool package and its configuration after a change. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PackageView"];
+                    "application/json": components["schemas"]["PackageChangeView"];
                 };
             };
             400: components["responses"]["Validation"];
@@ -2471,13 +2489,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description A tool package and its configuration. */
+            /** @description A tool package and its configuration after a change. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PackageView"];
+                    "application/json": components["schemas"]["PackageChangeView"];
                 };
             };
             400: components["responses"]["Validation"];

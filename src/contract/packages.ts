@@ -35,6 +35,38 @@ export const PackageView = shared(
 );
 export type PackageView = Static<typeof PackageView>;
 
+export const UnconfirmedInstance = shared(
+  'UnconfirmedInstance',
+  Type.Object(
+    {
+      instanceId: Type.String({ description: "The instance's id in forest leases (AGENTFOREST_INSTANCE_ID)." }),
+      url: Type.String({ description: 'The URL it advertises.' }),
+    },
+    { additionalProperties: false, description: 'An instance holding a live forest lease that did not confirm a package change in time; it cannot deliver a report until it applies the change.' },
+  ),
+);
+export type UnconfirmedInstance = Static<typeof UnconfirmedInstance>;
+
+/** The answer to a package change: the package as it is now, and who has not applied the change yet. */
+export const PackageChangeView = shared(
+  'PackageChangeView',
+  Type.Object(
+    {
+      name: literals(PACKAGE_NAMES),
+      installed: Type.Boolean(),
+      config: ref(PackageConfig),
+      unconfirmed: Type.Optional(
+        Type.Array(ref(UnconfirmedInstance), {
+          minItems: 1,
+          description: 'Several instances on PostgreSQL only, and only when not empty: the instances that did not confirm the change within AGENTFOREST_CONFIG_CONFIRM_MS.',
+        }),
+      ),
+    },
+    { additionalProperties: false, description: 'A tool package and its configuration after a change.' },
+  ),
+);
+export type PackageChangeView = Static<typeof PackageChangeView>;
+
 /** One item of the `list_agents` tool's output (subagent-control): a background subagent the caller started. */
 export const ChildListing = Type.Object(
   {
@@ -49,4 +81,4 @@ export const ChildListing = Type.Object(
 );
 export type ChildListing = Static<typeof ChildListing>;
 
-export const PACKAGE_SCHEMAS = [PackageConfig, PackageView] as const;
+export const PACKAGE_SCHEMAS = [PackageConfig, PackageView, UnconfirmedInstance, PackageChangeView] as const;

@@ -38,8 +38,8 @@ export function fencedWrite(roots: readonly string[]): ServiceError {
  */
 export function refusedWaiter(refused: readonly string[], root?: string): ServiceError {
   const message = root === undefined
-    ? 'another instance took over a forest this request wrote to, and its writes there were refused: send the request again (it will be redirected)'
-    : `another instance took over forest "${root}": this request's writes to it were refused and did not land; send the request again (it will be redirected to the owner)`;
+    ? 'the writes of this request to one of its forests were refused: another instance took the forest over (or, for a report, this instance had not yet applied a package change that revoked report); send the request again'
+    : `the writes of this request to forest "${root}" were refused and did not land: another instance took the forest over (or, for a report, this instance had not yet applied a package change that revoked report); send the request again`;
   return new ServiceError('MISDIRECTED', message, { cause: fencedWrite(root === undefined ? refused : [root]) });
 }
 

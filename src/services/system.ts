@@ -36,6 +36,8 @@ import { ContinuationManager, type ContinuationObserver } from './continuation/c
 import { ActivationSetupRegistry } from './continuation/setup-registry.js';
 import { SettlementNotices } from './continuation/settlement-notices.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from './live-agent.js';
+import { ClusterPackages, DEFAULT_CONFIRM_MS, DEFAULT_POLL_MS, type ClusterPackagesOptions } from './packages/cluster-packages.js';
+import { localPackageChanges, type PackageChanges } from './packages/package-changes.js';
 import { PackageManager } from './packages/package-manager.js';
 import { ServiceEvents } from './service-events.js';
 import { SessionLog } from './session-log.js';
@@ -63,6 +65,11 @@ export interface System {
   agents: AgentService;
   steps: StepService;
   packages: PackageManager;
+  /**
+   * What the package routes change: this process's packages, or with forest ownership the
+   * cluster's (started before serving, stopped at close).
+   */
+  packageChanges: PackageChanges;
   idempotency: IdempotencyKeys;
   hub: EventHub;
   streams: EventStreams;
@@ -103,6 +110,8 @@ export interface SystemOptions {
   lease?: Partial<LeaseOptions>;
   /** Forest leases, for several instances on one PostgreSQL database (PostgreSQL store only). */
   ownership?: OwnershipOptions;
+  /** With forest leases: how long a package change waits for the other instances, and the fallback version check's period. */
+  clusterPackages?: Partial<Pick<ClusterPackagesOptions, 'confirmMs' | 'pollMs'>>;
   /** The built-in model driver: retry policy, timeout, concurrency, key lookup (default: process.env). */
   driver?: Partial<DriverOptions>;
   /** What a `model` may name (default: keys named *_API_KEY, any endpoint); keys are read from the driver's env. */
@@ -288,10 +297,22 @@ export function createSystem(options: SystemOptions): System {
       modelGrants: options.spawnBudgets ?? false,
     },
   );
+  // With several instances the database holds the configuration; the options above only seed a fresh one.
+  const packageChanges: PackageChanges = ownership === undefined
+    ? localPackageChanges(packages)
+    : new ClusterPackages(
+        { manager: packages, table: (store as PostgresSessionStore).packages, databaseUrl: (store as PostgresSessionStore).url, logger },
+        {
+          instanceId: ownership.options.instanceId,
+          url: () => ownership.options.url,
+          confirmMs: options.clusterPackages?.confirmMs ?? DEFAULT_CONFIRM_MS,
+          pollMs: options.clusterPackages?.pollMs ?? DEFAULT_POLL_MS,
+        },
+      );
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
   events.on('turn-ended', (agent, end) => notices.onTurnEnd(agent, end));
   ownership?.start();
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, idempotency, hub, streams, metrics, ownership, driver, gate, queries, events, budgets, budgetChanges };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, packageChanges, idempotency, hub, streams, metrics, ownership, driver, gate, queries, events, budgets, budgetChanges };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */

@@ -69,11 +69,11 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
     const first = await a.leases.acquire('r', 'A', 'http://a', 300);
     expect(first).toEqual({ owned: true, epoch: 1 });
     expect(await b.leases.acquire('r', 'B', 'http://b', 300)).toEqual({ owned: false, ownerUrl: 'http://a' });
-    expect(await b.leases.holder('r')).toEqual({ owner: 'A', ownerUrl: 'http://a', epoch: 1 });
+    expect(await b.leases.holder('r')).toEqual({ owner: 'A', ownerUrl: 'http://a', epoch: 1, expiresInMs: expect.any(Number) });
 
     await untilExpired(b, 'r');
     expect(await b.leases.acquire('r', 'B', 'http://b', 10_000)).toEqual({ owned: true, epoch: 2 });
-    expect(await a.leases.holder('r')).toEqual({ owner: 'B', ownerUrl: 'http://b', epoch: 2 });
+    expect(await a.leases.holder('r')).toEqual({ owner: 'B', ownerUrl: 'http://b', epoch: 2, expiresInMs: expect.any(Number) });
   });
 
   it('renewal keeps a lease at its epoch and reports the ones taken over', async () => {

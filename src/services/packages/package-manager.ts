@@ -7,7 +7,7 @@
  * at once.
  */
 import type { PackageConfig, PackageView } from '../../contract/index.js';
-import { ServiceError } from '../../domain/errors.js';
+import { changedState, requirePackage, type PackageState } from '../../domain/package-state.js';
 import { PACKAGE_NAMES, type PackageName, type ReportDelivery, type SettlementNoticeMode } from '../../domain/packages.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
 import type { ActivationSetupRegistry } from '../continuation/setup-registry.js';
@@ -57,19 +57,22 @@ export class PackageManager {
     return { name, installed: this.installed.has(name), config: this.configOf(name) };
   }
 
+  /** The whole configuration now, as a state (see domain/package-state.ts). */
+  state(): PackageState {
+    return {
+      installed: PACKAGE_NAMES.filter((name) => this.installed.has(name)),
+      reportDelivery: this.reportDelivery,
+      settlementNotices: this.settlementNotices,
+    };
+  }
+
   /**
    * Install, or reconfigure an installed package. `reportDelivery` applies to the next
    * Activation; `settlementNotices` to the next turn end.
    */
   install(name: string, config: PackageConfig): PackageView {
     const pkg = requirePackage(name);
-    if (pkg !== 'subagent-report') {
-      const option = REPORT_OPTIONS.find((key) => config[key] !== undefined);
-      if (option !== undefined) throw new ServiceError('VALIDATION', `package "${pkg}" takes no ${option}`);
-    }
-    if (config.reportDelivery !== undefined) this.reportDelivery = config.reportDelivery;
-    if (config.settlementNotices !== undefined) this.settlementNotices = config.settlementNotices;
-    if (!this.installed.has(pkg)) this.installed.set(pkg, this.activate(pkg));
+    this.apply(changedState(this.state(), { kind: 'install', name: pkg, config }));
     return this.view(pkg);
   }
 
@@ -81,10 +84,32 @@ export class PackageManager {
   /** Uninstall; a child-scoped tool is revoked from resident children at once. */
   uninstall(name: string): PackageView {
     const pkg = requirePackage(name);
-    const teardown = this.installed.get(pkg);
-    this.installed.delete(pkg);
-    teardown?.();
+    this.apply(changedState(this.state(), { kind: 'uninstall', name: pkg }));
     return this.view(pkg);
+  }
+
+  /**
+   * Make this process match `state`, idempotently: install what it names and is missing,
+   * uninstall what it does not name, take its options. Every part is applied even when a
+   * teardown throws; the first such error is thrown after.
+   */
+  apply(state: PackageState): void {
+    this.reportDelivery = state.reportDelivery;
+    this.settlementNotices = state.settlementNotices;
+    let failure: { error: unknown } | undefined;
+    for (const name of PACKAGE_NAMES) {
+      const wanted = state.installed.includes(name);
+      if (wanted && !this.installed.has(name)) this.installed.set(name, this.activate(name));
+      const teardown = this.installed.get(name);
+      if (wanted || teardown === undefined) continue;
+      this.installed.delete(name);
+      try {
+        teardown();
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+    if (failure !== undefined) throw failure.error;
   }
 
   private activate(name: PackageName): () => void {
@@ -109,14 +134,4 @@ export class PackageManager {
   private configOf(name: PackageName): PackageConfig {
     return name === 'subagent-report' ? { reportDelivery: this.reportDelivery, settlementNotices: this.settlementNotices } : {};
   }
-}
-
-/** The config keys only `subagent-report` takes. */
-const REPORT_OPTIONS = ['reportDelivery', 'settlementNotices'] as const satisfies readonly (keyof PackageConfig)[];
-
-function requirePackage(name: string): PackageName {
-  if (!(PACKAGE_NAMES as readonly string[]).includes(name)) {
-    throw new ServiceError('PACKAGE_NOT_FOUND', `unknown package "${name}"; known: ${PACKAGE_NAMES.join(', ')}`);
-  }
-  return name as PackageName;
 }

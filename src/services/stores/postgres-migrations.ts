@@ -1,7 +1,8 @@
 /**
  * Schema migrations for the PostgreSQL store, applied in order, each in one transaction, under
  * an advisory lock so instances starting together migrate once. The schema mirrors the SQLite
- * store's at its version 3 (sessions, entries with forest order, pending rows, idempotency).
+ * store's at its version 3 (sessions, entries with forest order, pending rows, idempotency);
+ * forest leases and the cluster's package configuration exist only here.
  */
 import type { Migration } from './sqlite-migrations.js';
 
@@ -78,6 +79,25 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
     description: 'compaction entries found by session through an index of their own',
     sql: `
       CREATE INDEX entries_compactions ON entries (session_id, seq) WHERE type = 'compaction';
+    `,
+  },
+  {
+    version: 4,
+    description: 'the cluster package configuration (one versioned row) and the version each instance applied',
+    sql: `
+      CREATE TABLE cluster_packages (
+        id           SMALLINT PRIMARY KEY CHECK (id = 1),
+        version      BIGINT NOT NULL,
+        report_fence BIGINT NOT NULL,
+        state        TEXT NOT NULL,
+        changed_at   TIMESTAMPTZ NOT NULL
+      );
+      CREATE TABLE cluster_instances (
+        instance_id     TEXT PRIMARY KEY,
+        url             TEXT NOT NULL,
+        applied_version BIGINT NOT NULL,
+        seen_at         TIMESTAMPTZ NOT NULL
+      );
     `,
   },
 ];

@@ -6,7 +6,8 @@
  * index). A write resolves after COMMIT, which with PostgreSQL's default
  * `synchronous_commit = on` means the WAL is flushed: acknowledged means durable, as with
  * SQLite's FULL. Forest leases, and the fence they put on every write (a lost forest's rows are
- * left out, the rest commits), are in postgres-leases.ts.
+ * left out, the rest commits), are in postgres-leases.ts; the cluster's package configuration,
+ * and the fence it puts on a write delivering a report, in postgres-packages.ts.
  *
  * Bodies are kept as JSON text, as the other stores keep them, so what a reader gets back is
  * byte for byte what was written.
@@ -33,6 +34,7 @@ import {
 import { encodeRows } from './batch-rows.js';
 import { ForestLeases } from './postgres-leases.js';
 import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
+import { PostgresPackages } from './postgres-packages.js';
 import { writeRows } from './postgres-writes.js';
 
 export interface PostgresStoreOptions {
@@ -57,9 +59,13 @@ export class PostgresSessionStore implements SessionStore {
   readonly kind = 'postgres' as const;
   /** The forests' leases on this database, which also fence this store's writes. */
   readonly leases: ForestLeases;
+  /** The cluster's package configuration, which also fences this store's report writes. */
+  readonly packages: PostgresPackages;
 
-  private constructor(private readonly pool: pg.Pool) {
+  /** `url` is kept for connections of their own (a LISTEN). */
+  private constructor(private readonly pool: pg.Pool, readonly url: string) {
     this.leases = new ForestLeases(pool);
+    this.packages = new PostgresPackages(pool);
   }
 
   /** Connect and migrate; refuses a database whose schema is newer than this build. */
@@ -74,7 +80,7 @@ export class PostgresSessionStore implements SessionStore {
       const reason = error instanceof Error ? error.message : String(error);
       throw new Error(`cannot open the session store at ${redactUrl(options.url)}: ${reason}`, { cause: error });
     }
-    return new PostgresSessionStore(pool);
+    return new PostgresSessionStore(pool, options.url);
   }
 
   /** Run `work` in one transaction on one connection. */
@@ -98,8 +104,10 @@ export class PostgresSessionStore implements SessionStore {
     const rows = encodeRows(batch);
     return this.transaction(async (client) => {
       const admitted = await this.leases.admitWrite(client, batch);
-      await writeRows(client, admitted.refused.length === 0 ? rows : encodeRows(admitted.batch));
-      return admitted.refused.length === 0 ? undefined : { refused: admitted.refused };
+      const reports = await this.packages.admitReports(client, admitted.batch);
+      const refused = [...admitted.refused, ...reports.refused];
+      await writeRows(client, refused.length === 0 ? rows : encodeRows(reports.batch));
+      return refused.length === 0 ? undefined : { refused };
     });
   }
 
