@@ -1,0 +1,103 @@
+/**
+ * Two instances on one PostgreSQL database behind a plain round-robin proxy, end to end: the
+ * contract scenarios (test/fixtures/contract-scenarios.ts) run through the proxy, which sends
+ * each request to the next instance in turn with no affinity, so about half of every
+ * scenario's requests land on the instance that does not own the forest. What must hold: every
+ * scenario passes, the proxy never returns 421, and both instances serve each scenario.
+ *
+ * Scenarios that need cluster-wide state (the package config, the worker pool) wait in
+ * test/fixtures/pending-scenarios.ts, not run here yet.
+ *
+ * The same scenarios also run against one instance directly, so a failure tells a cluster bug
+ * (it fails only through the proxy) from a scenario bug (it fails on one instance too).
+ * Instances are shared by a describe's scenarios; each scenario makes and disposes its own
+ * roots. Skipped only when no PostgreSQL server can be had (postgresUnavailable()).
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { children, eventsWithResume, reportQuiet, roots } from '../fixtures/contract-scenarios.js';
+import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
+import { startRoundRobinProxy, type RoundRobinProxy } from '../fixtures/round-robin-proxy.js';
+import { ServerClient, startServer, stopLeftoverServers, type RunningServer } from '../fixtures/server-process.js';
+import { closeStreams } from '../fixtures/sse.js';
+
+const unavailable = postgresUnavailable();
+if (unavailable !== undefined) console.warn(`cluster e2e skipped: ${unavailable}`);
+
+const SCENARIOS: [string, (api: ServerClient) => Promise<void>][] = [
+  ['a root is created, messaged, stepped, read and disposed', roots],
+  ['one-shot and continuable children run, close or settle, and a settled child cold-resumes on its parent’s followup', children],
+  ['a quiet report is appended to an idle parent and staged for a running one, exactly once each', reportQuiet],
+  ['agent and forest event streams resumed with Last-Event-ID lose and repeat nothing', eventsWithResume],
+];
+
+async function startInstance(db: TestDatabase, instanceId: string): Promise<RunningServer> {
+  return startServer({
+    // Ignored with a database URL; `:memory:` keeps a misconfiguration from writing a file.
+    dataPath: ':memory:',
+    env: { AGENTFOREST_DATABASE_URL: db.url, AGENTFOREST_INSTANCE_ID: instanceId, LOG_LEVEL: 'info' },
+  });
+}
+
+/** The logs of every instance, for a failing request's message. */
+function logsOf(instances: readonly RunningServer[]): () => string {
+  return () => instances.map((s, i) => `--- instance ${i} (${s.url}) ---\n${s.text()}`).join('\n');
+}
+
+describe.skipIf(unavailable !== undefined)('the contract through a round-robin proxy in front of two instances', { timeout: 30_000 }, () => {
+  let db: TestDatabase | undefined;
+  let proxy: RoundRobinProxy | undefined;
+  let api: ServerClient;
+
+  beforeAll(async () => {
+    db = await freshDatabase();
+    const instances = await Promise.all([startInstance(db, 'cluster-a'), startInstance(db, 'cluster-b')]);
+    proxy = await startRoundRobinProxy(instances.map((s) => s.url));
+    api = new ServerClient({ url: proxy.url, text: logsOf(instances) });
+  });
+
+  afterEach(() => closeStreams());
+
+  afterAll(async () => {
+    closeStreams();
+    await proxy?.close();
+    await stopLeftoverServers();
+    await db?.dispose();
+  });
+
+  for (const [behaviour, scenario] of SCENARIOS) {
+    it(`${behaviour}, through the proxy, with no 421 and both instances serving`, async () => {
+      const from = proxy!.answers.length;
+      const sentBefore = proxy!.byBackend();
+      await scenario(api);
+      const answers = proxy!.answers.slice(from);
+      expect(answers.filter((a) => a.status === 421)).toEqual([]);
+      expect(answers.filter((a) => a.status >= 500)).toEqual([]);
+      const served = proxy!.byBackend().map((n, i) => n - sentBefore[i]!);
+      expect(served.every((n) => n > 0), `requests per instance: ${served.join(', ')}`).toBe(true);
+    });
+  }
+});
+
+describe.skipIf(unavailable !== undefined)('the contract on one instance, directly', { timeout: 30_000 }, () => {
+  let db: TestDatabase | undefined;
+  let api: ServerClient;
+
+  beforeAll(async () => {
+    db = await freshDatabase();
+    api = new ServerClient(await startInstance(db, 'single'));
+  });
+
+  afterEach(() => closeStreams());
+
+  afterAll(async () => {
+    closeStreams();
+    await stopLeftoverServers();
+    await db?.dispose();
+  });
+
+  for (const [behaviour, scenario] of SCENARIOS) {
+    it(`${behaviour}, on one instance`, async () => {
+      await scenario(api);
+    });
+  }
+});
