@@ -21,9 +21,11 @@ import replyFrom from '@fastify/reply-from';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
 import type { AgentService } from '../services/agent-service.js';
-import { FORWARDED_BY } from '../services/cluster/peers.js';
 import type { LeaseHolder } from '../services/stores/postgres-leases.js';
 import { rootPlugin } from './root-plugin.js';
+
+/** Set on a forwarded request, naming the instance that forwarded it. */
+export const FORWARDED_BY = 'x-agentforest-forwarded-by';
 
 export type ForwardingOptions = {
   agents: Pick<AgentService, 'ownerElsewhere'>;
@@ -54,7 +56,7 @@ export const forwarding = rootPlugin<ForwardingOptions>('forwarding', async (app
     if (owner === undefined) return;
     if (request.headers[FORWARDED_BY] !== undefined) throw moving(id);
     if (prefersRedirect(request)) throw misdirectedTo(id, owner);
-    forward(request, reply, owner, { instanceId: options.instanceId, timeoutMs: timeoutFor(request, owner, options.streamTimeoutMs) });
+    forward(request, reply, owner, options.instanceId, timeoutFor(request, owner, options.streamTimeoutMs));
     return reply;
   });
 });
@@ -71,17 +73,17 @@ function timeoutFor(request: FastifyRequest, owner: LeaseHolder, streamTimeoutMs
   return (typeof waitMs === 'number' ? waitMs : 0) + owner.expiresInMs + MARGIN_MS;
 }
 
-function forward(request: FastifyRequest, reply: FastifyReply, owner: LeaseHolder, how: { instanceId: string; timeoutMs: number }): void {
-  const instanceId = how.instanceId;
+function forward(request: FastifyRequest, reply: FastifyReply, owner: LeaseHolder, instanceId: string, timeoutMs: number): void {
   void reply.from(`${owner.ownerUrl.replace(/\/+$/, '')}${request.url}`, {
-    timeout: how.timeoutMs,
+    timeout: timeoutMs,
     // A request sent without a body goes on without one (the routes read it as `{}`).
     ...(request.headers['content-type'] === undefined ? { body: null } : {}),
     rewriteRequestHeaders: (_request, headers) => ({ ...headers, [FORWARDED_BY]: instanceId, 'x-request-id': request.id }),
     onError: (_reply, { error }) => {
       request.log.warn({ err: error, owner: owner.owner, ownerUrl: owner.ownerUrl }, 'the owner of a forest did not answer a forwarded request');
-      void reply.header('retry-after', String(Math.max(1, Math.ceil(owner.expiresInMs / 1000))));
-      void reply.send(failingOver(owner));
+      const retryAfterSeconds = Math.max(1, Math.ceil(owner.expiresInMs / 1000));
+      void reply.header('retry-after', String(retryAfterSeconds));
+      void reply.send(failingOver(owner, retryAfterSeconds));
     },
   });
 }
@@ -102,9 +104,9 @@ function moving(id: string): ServiceError {
   return new ServiceError('FOREST_FAILING_OVER', `the forest of agent "${id}" is moving between instances; retry shortly`);
 }
 
-function failingOver(owner: LeaseHolder): ServiceError {
+function failingOver(owner: LeaseHolder, retryAfterSeconds: number): ServiceError {
   return new ServiceError(
     'FOREST_FAILING_OVER',
-    `the instance that owns this forest (${owner.owner}) does not answer; its lease runs out within ${Math.ceil(owner.expiresInMs / 1000)} s, then any instance can take the forest over`,
+    `the instance that owns this forest (${owner.owner}) does not answer; its lease runs out within ${retryAfterSeconds} s, then any instance can take the forest over`,
   );
 }

@@ -163,6 +163,54 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
     expect(await b.leases.holder('r')).toBeUndefined();
     expect(await b.leases.acquire('r', 'B', 'http://b', 60_000)).toEqual({ owned: true, epoch: 2 });
   });
+
+  // The same two stores, under a session log.
+  describe('a fenced commit at the session log', () => {
+    it("answers the lost forest's waiter MISDIRECTED and the held forest's waiter normally, with only the held forest's writes committed", async () => {
+      const epochsA = new Map<string, number>();
+      a.leases.fence = { owner: 'A', epochs: epochsA };
+      const fenced: (readonly string[])[] = [];
+      const heard: string[] = [];
+      const log = new SessionLog(a, undefined, (roots) => fenced.push(roots));
+      log.subscribe((batch) => heard.push(...batch.entries.map((e) => `${e.rootId}:${e.entry.seq}`)));
+      for (const [id, ms] of [['lost', 300], ['kept', 60_000]] as const) {
+        const leased = await a.leases.acquire(id, 'A', 'http://a', ms);
+        if (!leased.owned) throw new Error(`A should own ${id}`);
+        epochsA.set(id, leased.epoch);
+        await log.loadForest(id);
+        log.create(root(id));
+      }
+      await log.durable();
+      await untilExpired(b, 'lost');
+      expect(await b.leases.acquire('lost', 'B', 'http://b', 60_000)).toMatchObject({ owned: true });
+      heard.length = 0;
+
+      // One event-loop turn: one commit holding both forests' writes.
+      const { seq: _l, ...lostBody } = message(1, 'lost-1');
+      const { seq: _k, ...keptBody } = message(1, 'kept-1');
+      log.append('lost', lostBody);
+      log.append('kept', keptBody);
+      const lostWaiter = log.durable('lost');
+      const keptWaiter = log.durable('kept');
+      const anyWaiter = log.durable();
+
+      await expect(keptWaiter).resolves.toBeUndefined();
+      await expect(lostWaiter).rejects.toMatchObject({ code: 'MISDIRECTED', message: expect.stringContaining('forest "lost"'), cause: { code: 'FOREST_FENCED', roots: ['lost'] } });
+      await expect(anyWaiter).rejects.toMatchObject({ code: 'MISDIRECTED' });
+      expect(fenced).toEqual([['lost']]);
+      expect(heard).toEqual(['kept:1']);
+      expect((await b.read('kept', 0)).map((e) => e.type === 'message' && e.messageId)).toEqual(['msg-kept-1']);
+      expect(await b.read('lost', 0)).toEqual([]);
+
+      // Nothing of the lost forest is retried: the held forest's next write commits on its own.
+      const { seq: _k2, ...keptNext } = message(2, 'kept-2');
+      log.append('kept', keptNext);
+      await log.durable('kept');
+      expect((await b.read('kept', 0)).map((e) => e.seq)).toEqual([1, 2]);
+      expect(heard).toEqual(['kept:1', 'kept:2']);
+      expect(fenced).toEqual([['lost']]);
+    });
+  });
 });
 
 describe.skipIf(unavailable !== undefined)('forest leases held by a running instance', () => {
@@ -211,68 +259,5 @@ describe.skipIf(unavailable !== undefined)('forest leases held by a running inst
     expect(closed.json()).toMatchObject({ agent: { status: 'closed' } });
     expect((await store.lastActivation(child.agent.id))?.event).toBe('closed');
     expect((await createRoot(h.app, { id: 'next' })).id).toBe('next');
-  });
-});
-
-describe.skipIf(unavailable !== undefined)('a fenced commit at the session log (PostgreSQL)', () => {
-  let db: TestDatabase;
-  let a: PostgresSessionStore;
-  let b: PostgresSessionStore;
-
-  beforeEach(async () => {
-    db = await freshDatabase();
-    a = await PostgresSessionStore.open({ url: db.url });
-    b = await PostgresSessionStore.open({ url: db.url });
-  });
-
-  afterEach(async () => {
-    await a.close();
-    await b.close();
-    await db.dispose();
-  });
-
-  it("answers the lost forest's waiter MISDIRECTED and the held forest's waiter normally, with only the held forest's writes committed", async () => {
-    const epochsA = new Map<string, number>();
-    a.leases.fence = { owner: 'A', epochs: epochsA };
-    const fenced: (readonly string[])[] = [];
-    const heard: string[] = [];
-    const log = new SessionLog(a, undefined, (roots) => fenced.push(roots));
-    log.subscribe((batch) => heard.push(...batch.entries.map((e) => `${e.rootId}:${e.entry.seq}`)));
-    for (const [id, ms] of [['lost', 300], ['kept', 60_000]] as const) {
-      const leased = await a.leases.acquire(id, 'A', 'http://a', ms);
-      if (!leased.owned) throw new Error(`A should own ${id}`);
-      epochsA.set(id, leased.epoch);
-      await log.loadForest(id);
-      log.create(root(id));
-    }
-    await log.durable();
-    await untilExpired(b, 'lost');
-    expect(await b.leases.acquire('lost', 'B', 'http://b', 60_000)).toMatchObject({ owned: true });
-    heard.length = 0;
-
-    // One event-loop turn: one commit holding both forests' writes.
-    const { seq: _l, ...lostBody } = message(1, 'lost-1');
-    const { seq: _k, ...keptBody } = message(1, 'kept-1');
-    log.append('lost', lostBody);
-    log.append('kept', keptBody);
-    const lostWaiter = log.durable('lost');
-    const keptWaiter = log.durable('kept');
-    const anyWaiter = log.durable();
-
-    await expect(keptWaiter).resolves.toBeUndefined();
-    await expect(lostWaiter).rejects.toMatchObject({ code: 'MISDIRECTED', message: expect.stringContaining('forest "lost"'), cause: { code: 'FOREST_FENCED', roots: ['lost'] } });
-    await expect(anyWaiter).rejects.toMatchObject({ code: 'MISDIRECTED' });
-    expect(fenced).toEqual([['lost']]);
-    expect(heard).toEqual(['kept:1']);
-    expect((await b.read('kept', 0)).map((e) => e.type === 'message' && e.messageId)).toEqual(['msg-kept-1']);
-    expect(await b.read('lost', 0)).toEqual([]);
-
-    // Nothing of the lost forest is retried: the held forest's next write commits on its own.
-    const { seq: _k2, ...keptNext } = message(2, 'kept-2');
-    log.append('kept', keptNext);
-    await log.durable('kept');
-    expect((await b.read('kept', 0)).map((e) => e.seq)).toEqual([1, 2]);
-    expect(heard).toEqual(['kept:1', 'kept:2']);
-    expect(fenced).toEqual([['lost']]);
   });
 });
