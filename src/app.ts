@@ -18,6 +18,7 @@ import { agentRoutes } from './routes/agents/index.js';
 import { registerOperatorAuth } from './routes/auth.js';
 import { budgetRoutes } from './routes/budgets/index.js';
 import { childRoutes } from './routes/children/index.js';
+import { clusterRoutes } from './routes/cluster/index.js';
 import { eventRoutes } from './routes/events/index.js';
 import { healthRoutes } from './routes/health/index.js';
 import { messageRoutes } from './routes/messages/index.js';
@@ -33,7 +34,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership'>>;
+  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership' | 'cluster'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -78,10 +79,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(openApi, deps.publicUrl === undefined ? {} : { publicUrl: deps.publicUrl });
 
   await app.register(healthRoutes, { agents });
-  await app.register(agentRoutes, { agents, steps });
+  const cluster = deps.system.cluster;
+  await app.register(agentRoutes, { agents, steps, cluster });
   await app.register(childRoutes, { agents });
   await app.register(budgetRoutes, { budgets, changes: budgetChanges });
-  await app.register(stepRoutes, { steps });
+  await app.register(stepRoutes, { steps, cluster });
   await app.register(messageRoutes, { agents });
   await app.register(eventRoutes, {
     streams,
@@ -91,5 +93,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   await app.register(packageRoutes, { packages: packageChanges });
   await app.register(metricsRoutes, { metrics });
+  if (cluster !== undefined) await app.register(clusterRoutes, { cluster });
   return app;
 }

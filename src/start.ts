@@ -57,6 +57,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   });
   // With several instances, the database's package configuration replaces the environment's.
   await system.packageChanges.start();
+  await system.cluster?.start();
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -89,6 +90,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     system.agents.startDrain();
     await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
     await app.close();
+    await system.cluster?.stop();
     await system.agents.shutdown();
     await system.packageChanges.stop();
     await system.ownership?.stop();

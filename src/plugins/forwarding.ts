@@ -21,11 +21,9 @@ import replyFrom from '@fastify/reply-from';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
 import type { AgentService } from '../services/agent-service.js';
+import { FORWARDED_BY } from '../services/cluster/peers.js';
 import type { LeaseHolder } from '../services/stores/postgres-leases.js';
 import { rootPlugin } from './root-plugin.js';
-
-/** Set on a forwarded request, naming the instance that forwarded it. */
-export const FORWARDED_BY = 'x-agentforest-forwarded-by';
 
 export type ForwardingOptions = {
   agents: Pick<AgentService, 'ownerElsewhere'>;
@@ -50,8 +48,8 @@ export const forwarding = rootPlugin<ForwardingOptions>('forwarding', async (app
   });
 
   app.addHook('preHandler', async (request, reply) => {
-    const id = (request.params as { id?: unknown } | undefined)?.id;
-    if (typeof id !== 'string') return;
+    const id = agentRoutedBy(request);
+    if (id === undefined) return;
     const owner = await options.agents.ownerElsewhere(id);
     if (owner === undefined) return;
     if (request.headers[FORWARDED_BY] !== undefined) throw moving(id);
@@ -60,6 +58,20 @@ export const forwarding = rootPlugin<ForwardingOptions>('forwarding', async (app
     return reply;
   });
 });
+
+/**
+ * The agent whose forest answers this request: the one in its path, the forest a pool claim
+ * keeps to (`rootId`), the parent whose children are listed (`parentId`: their live status is
+ * the owner's). Requests that name none are answered where they land.
+ */
+function agentRoutedBy(request: FastifyRequest): string | undefined {
+  const candidates = [
+    (request.params as { id?: unknown } | undefined)?.id,
+    request.routeOptions.url === '/v1/steps/next' ? (request.body as { rootId?: unknown } | undefined)?.rootId : undefined,
+    request.routeOptions.url === '/v1/agents' ? (request.query as { parentId?: unknown } | undefined)?.parentId : undefined,
+  ];
+  return candidates.find((value): value is string => typeof value === 'string');
+}
 
 /**
  * How long a forwarded request may wait for each part of the owner's answer. An owner that

@@ -12,6 +12,7 @@
  */
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
+import type { Peer } from './cluster/peers.js';
 import type { ForestLeases, LeaseHolder } from './stores/postgres-leases.js';
 import type { PostgresSessionStore } from './stores/postgres-store.js';
 
@@ -84,6 +85,12 @@ export class ForestOwnership {
     if (this.epochs.has(rootId)) return undefined;
     const holder = await this.leases.holder(rootId);
     return holder !== undefined && holder.owner !== this.options.instanceId ? holder : undefined;
+  }
+
+  /** The other instances holding forests now (each has live agents), at their advertised URLs. */
+  async peers(): Promise<Peer[]> {
+    const holders = await this.leases.otherHolders(this.options.instanceId);
+    return holders.map((h) => ({ instanceId: h.owner, url: h.ownerUrl }));
   }
 
   /** Renew the held leases every third of their duration. */

@@ -42,7 +42,11 @@ export interface ClaimGate<A> {
 
 export class StepDispatcher<A extends StepSource, C> {
   private readonly ready = new Map<string, A>();
+  /** When each agent in `ready` was parked there (ms since the epoch): the cluster's FIFO compares these. */
+  private readonly parkedAt = new Map<string, number>();
   private waiters: Waiter<A, C>[] = [];
+  /** Told when a step is parked with nobody here waiting for it (another instance's pool may claim it). */
+  onParked: (() => void) | undefined;
 
   constructor(
     private readonly claim: (agent: A) => C,
@@ -65,6 +69,8 @@ export class StepDispatcher<A extends StepSource, C> {
     const index = this.waiters.findIndex((w) => matches(w.filter, agent));
     if (index === -1) {
       this.ready.set(agent.id, agent);
+      this.parkedAt.set(agent.id, Date.now());
+      this.onParked?.();
       return;
     }
     const [waiter] = this.waiters.splice(index, 1);
@@ -73,7 +79,7 @@ export class StepDispatcher<A extends StepSource, C> {
 
   /** The agent no longer has a claimable step (claimed elsewhere, disposed). */
   withdraw(agent: A): void {
-    if (this.ready.get(agent.id) === agent) this.ready.delete(agent.id);
+    if (this.ready.get(agent.id) === agent) this.unpark(agent);
   }
 
   /**
@@ -95,12 +101,12 @@ export class StepDispatcher<A extends StepSource, C> {
     if (filter.agent !== undefined) {
       const agent = this.ready.get(filter.agent.id);
       if (agent === undefined || !matches(filter, agent)) return null;
-      this.ready.delete(agent.id);
+      this.unpark(agent);
       return this.gate?.admits(agent) === false ? null : this.claim(agent);
     }
     for (const agent of this.ready.values()) {
       if (!matches(filter, agent)) continue;
-      this.ready.delete(agent.id);
+      this.unpark(agent);
       if (this.gate?.admits(agent) === false) continue;
       return this.claim(agent);
     }
@@ -154,6 +160,17 @@ export class StepDispatcher<A extends StepSource, C> {
 
   get waiting(): number {
     return this.waiters.length;
+  }
+
+  /** When the oldest parked step was parked (ms since the epoch), if one is. */
+  oldestParkedAt(): number | undefined {
+    for (const at of this.parkedAt.values()) return at;
+    return undefined;
+  }
+
+  private unpark(agent: A): void {
+    this.ready.delete(agent.id);
+    this.parkedAt.delete(agent.id);
   }
 
   get readyCount(): number {

@@ -26,6 +26,7 @@ import { Budgets } from './budgets/budgets.js';
 import { EventHub } from './event-hub.js';
 import { timeOrderedIds } from './ids.js';
 import { DEFAULT_LIMITS, WaiterGate, type Limits } from './limits.js';
+import { Cluster } from './cluster/cluster.js';
 import { ForestOwnership, type OwnershipOptions } from './ownership.js';
 import { EventStreams } from './event-stream.js';
 import { Metrics } from './metrics.js';
@@ -75,6 +76,8 @@ export interface System {
   streams: EventStreams;
   metrics: Metrics;
   ownership: ForestOwnership | undefined;
+  /** With forest ownership: the list and the worker pool across instances (started before serving, stopped at close). */
+  cluster: Cluster | undefined;
   driver: ModelDriver;
   /** Whether new work is admitted (draining). */
   gate: AdmissionGate;
@@ -271,6 +274,7 @@ export function createSystem(options: SystemOptions): System {
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
   const compactions = new Compactions({ authority, registry, log, clock, manager, stored, price });
   const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, cache: stepCache, compactions, waiters, budgets, price });
+  const cluster = ownership === undefined ? undefined : new Cluster({ ownership, store: store as PostgresSessionStore, dispatcher, steps, queries, logger });
   const driver = new ModelDriver(
     { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
@@ -312,7 +316,7 @@ export function createSystem(options: SystemOptions): System {
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
   events.on('turn-ended', (agent, end) => notices.onTurnEnd(agent, end));
   ownership?.start();
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, packageChanges, idempotency, hub, streams, metrics, ownership, driver, gate, queries, events, budgets, budgetChanges };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, packageChanges, idempotency, hub, streams, metrics, ownership, cluster, driver, gate, queries, events, budgets, budgetChanges };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */

@@ -5,8 +5,8 @@
  * scenario's requests land on the instance that does not own the forest. What must hold: every
  * scenario passes, the proxy never returns 421, and both instances serve each scenario.
  *
- * Scenarios that need cluster-wide state (the package config, the worker pool) wait in
- * test/fixtures/pending-scenarios.ts, not run here yet.
+ * What the whole service shares (the package config, the worker pool, the list of live agents)
+ * is exercised by test/fixtures/cluster-wide-scenarios.ts.
  *
  * The same scenarios also run against one instance directly, so a failure tells a cluster bug
  * (it fails only through the proxy) from a scenario bug (it fails on one instance too).
@@ -15,6 +15,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { children, eventsWithResume, reportQuiet, roots } from '../fixtures/contract-scenarios.js';
+import { listing, reportWakeup, revocation, wakeupRace, workerPoolAnyRoot, workerPoolByRoot, workerPoolWaiting } from '../fixtures/cluster-wide-scenarios.js';
 import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
 import { startRoundRobinProxy, type RoundRobinProxy } from '../fixtures/round-robin-proxy.js';
 import { ServerClient, startServer, stopLeftoverServers, type RunningServer } from '../fixtures/server-process.js';
@@ -28,6 +29,13 @@ const SCENARIOS: [string, (api: ServerClient) => Promise<void>][] = [
   ['one-shot and continuable children run, close or settle, and a settled child cold-resumes on its parent’s followup', children],
   ['a quiet report is appended to an idle parent and staged for a running one, exactly once each', reportQuiet],
   ['agent and forest event streams resumed with Last-Event-ID lose and repeat nothing', eventsWithResume],
+  ['after a PUT to wakeup delivery, a report to an idle parent starts one parent turn', reportWakeup],
+  ['a DELETE of subagent-report revokes report from resident children at once, and a PUT installs it again', revocation],
+  ['racing reports to an idle parent in wakeup mode start exactly one turn and queue the rest', wakeupRace],
+  ['the worker pool kept to one forest hands out each step once', workerPoolByRoot],
+  ['the worker pool of every forest hands out the oldest step first, each once', workerPoolAnyRoot],
+  ['a waiting pool claim gets a step that becomes claimable on any instance', workerPoolWaiting],
+  ['the list of live agents holds every agent once, in order, with its live status', listing],
 ];
 
 async function startInstance(db: TestDatabase, instanceId: string): Promise<RunningServer> {

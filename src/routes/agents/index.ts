@@ -4,9 +4,11 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AgentService } from '../../services/agent-service.js';
+import type { Cluster } from '../../services/cluster/cluster.js';
 import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
+import { clusterCaller } from '../cluster/index.js';
 import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
 import { AgentView, ref } from '../../contract/index.js';
 import { AGENT_SECURITY, AgentIdParams, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
@@ -31,9 +33,11 @@ import {
 export interface AgentRoutesOptions {
   agents: AgentService;
   steps: StepService;
+  /** Several instances: the list of every instance's live agents, for lists without `parentId`. */
+  cluster?: Pick<Cluster, 'list'> | undefined;
 }
 
-export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { agents, steps }) => {
+export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { agents, steps, cluster }) => {
   app.post('/v1/agents', {
     schema: {
       tags: ['agents'],
@@ -62,7 +66,10 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
     },
   }, async (request) => {
     const { parentId, status, limit, cursor } = request.query;
-    return agents.list({ limit: limit ?? 100, ...(parentId === undefined ? {} : { parentId }), ...(status === undefined ? {} : { status }), ...(cursor === undefined ? {} : { cursor }) });
+    const filter = { limit: limit ?? 100, ...(status === undefined ? {} : { status }), ...(cursor === undefined ? {} : { cursor }) };
+    const caller = clusterCaller(request);
+    if (cluster !== undefined && parentId === undefined && caller !== undefined) return cluster.list.list(filter, caller);
+    return agents.list(parentId === undefined ? filter : { ...filter, parentId });
   });
 
   app.get('/v1/agents/:id', {

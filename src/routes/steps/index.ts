@@ -5,10 +5,12 @@
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
+import type { Cluster } from '../../services/cluster/cluster.js';
 import type { StepService } from '../../services/step-service.js';
 import { stepJsonPieces } from '../../services/steps/rendered-step.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
+import { clusterCaller } from '../cluster/index.js';
 import { AGENT_SECURITY, AgentIdParams, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
   ClaimBody,
@@ -28,6 +30,8 @@ import {
 
 export interface StepRoutesOptions {
   steps: StepService;
+  /** Several instances: the pool of every forest, for claims without `rootId`. */
+  cluster?: Pick<Cluster, 'pool'> | undefined;
 }
 
 /** A step is sent as the JSON the step cache rendered (see services/steps/rendered-step.ts). */
@@ -45,7 +49,7 @@ function sendPieces(reply: FastifyReply, pieces: Buffer[]): FastifyReply {
 
 const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;
 
-export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { steps }) => {
+export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { steps, cluster }) => {
   app.post('/v1/agents/:id/steps/next', {
     schema: {
       tags: ['steps'],
@@ -79,7 +83,16 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       response: { 200: PoolClaimResult, 204: noStep, ...errorResponses(['DRAINING']) },
     },
   }, async (request, reply) => {
-    const claimed = await steps.claimAny(request.body.waitMs ?? 0, request.body.rootId, clientGone(reply), request.body.since);
+    const { waitMs = 0, rootId, since } = request.body;
+    const caller = clusterCaller(request);
+    if (cluster !== undefined && rootId === undefined && caller !== undefined) {
+      const claim = await cluster.pool.claim(waitMs, clientGone(reply), since, caller);
+      if (claim === null) return reply.status(204).send();
+      // Another instance's answer is already this route's JSON.
+      if ('forwarded' in claim) return reply.type(JSON_TYPE).send(claim.forwarded);
+      return sendPieces(reply, stepJsonPieces(claim.local.step, { agentId: claim.local.agentId, agentToken: claim.local.agentToken }));
+    }
+    const claimed = await steps.claimAny(waitMs, rootId, clientGone(reply), since);
     if (claimed === null) return reply.status(204).send();
     return sendPieces(reply, stepJsonPieces(claimed.step, { agentId: claimed.agentId, agentToken: claimed.agentToken }));
   });

@@ -102,6 +102,15 @@ export class ForestLeases {
     return row === undefined ? undefined : { owner: row.owner, ownerUrl: row.owner_url, epoch: Number(row.epoch), expiresInMs: row.expires_in_ms };
   }
 
+  /** The other instances that hold an unexpired lease now: the ones with live agents. */
+  async otherHolders(owner: string): Promise<{ owner: string; ownerUrl: string }[]> {
+    const { rows } = await this.pool.query<{ owner: string; owner_url: string }>(
+      `SELECT DISTINCT ON (owner) owner, owner_url FROM forest_leases WHERE expires_at > now() AND owner <> $1 ORDER BY owner, expires_at DESC`,
+      [owner],
+    );
+    return rows.map((r) => ({ owner: r.owner, ownerUrl: r.owner_url }));
+  }
+
   /**
    * Inside a write's transaction: the part of the batch this instance may write. With a fence
    * set, every forest the batch touches must be leased to this instance at the epoch it holds;

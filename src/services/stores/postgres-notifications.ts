@@ -53,7 +53,7 @@ export class NotificationListener {
       if (this.client === client) this.client = undefined;
       client.end().catch(() => undefined);
       if (this.stopped) return;
-      this.options.logger?.warn({ err }, 'the package-configuration listener lost its connection; reconnecting');
+      this.options.logger?.warn({ err, channels: this.options.channels }, 'a LISTEN connection to the database dropped; reconnecting');
       this.retryLater();
     };
     client.on('error', drop);

@@ -83,6 +83,11 @@ export class PostgresSessionStore implements SessionStore {
     return new PostgresSessionStore(pool, options.url);
   }
 
+  /** NOTIFY `channel` (the LISTENing connections of every instance hear it). */
+  async notify(channel: string, payload: string): Promise<void> {
+    await this.pool.query('SELECT pg_notify($1, $2)', [channel, payload]);
+  }
+
   /** Run `work` in one transaction on one connection. */
   async transaction<T>(work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();

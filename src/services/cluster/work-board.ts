@@ -1,0 +1,75 @@
+/**
+ * The work board, with several instances on one database: news that an instance has parked a
+ * step nobody there waits for, so pool claims waiting on the other instances wake and look.
+ * It carries no state to trust: a woken claim asks the instances what they hold (cluster-pool.ts).
+ *
+ * An instance announces (NOTIFY on WORK_CHANNEL, its id as the payload) when a step is parked
+ * for its pool, at most every ANNOUNCE_MIN_MS, and again every ANNOUNCE_EVERY_MS while any
+ * stays parked, so a notice lost with a dropped connection costs a second at most.
+ */
+import type { Logger } from 'pino';
+
+export const WORK_CHANNEL = 'agentforest_work';
+
+const ANNOUNCE_MIN_MS = 20;
+const ANNOUNCE_EVERY_MS = 1_000;
+
+export interface WorkBoardDeps {
+  instanceId: string;
+  /** Whether a step is parked here for the pool. */
+  hasParked: () => boolean;
+  /** Send a payload on WORK_CHANNEL. */
+  notify: (payload: string) => Promise<void>;
+  logger?: Logger | undefined;
+}
+
+export class WorkBoard {
+  private readonly listeners = new Set<() => void>();
+  private lastAnnounced = 0;
+  private announceTimer: NodeJS.Timeout | undefined;
+  private repeatTimer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly deps: WorkBoardDeps) {}
+
+  /** Re-announce while steps stay parked here. */
+  start(): void {
+    this.repeatTimer = setInterval(() => {
+      if (this.deps.hasParked()) this.announce();
+    }, ANNOUNCE_EVERY_MS);
+    this.repeatTimer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.repeatTimer);
+    clearTimeout(this.announceTimer);
+    this.announceTimer = undefined;
+  }
+
+  /** A step was parked here for the pool: tell the others soon. */
+  parked(): void {
+    if (this.announceTimer !== undefined) return;
+    const wait = Math.max(0, this.lastAnnounced + ANNOUNCE_MIN_MS - Date.now());
+    this.announceTimer = setTimeout(() => {
+      this.announceTimer = undefined;
+      if (this.deps.hasParked()) this.announce();
+    }, wait);
+    this.announceTimer.unref();
+  }
+
+  /** A notice on WORK_CHANNEL; this instance's own are ignored. */
+  heard(payload: string | undefined): void {
+    if (payload === undefined || payload === this.deps.instanceId) return;
+    for (const listener of [...this.listeners]) listener();
+  }
+
+  /** Be told when another instance announces work; returns the unsubscribe. */
+  onWork(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private announce(): void {
+    this.lastAnnounced = Date.now();
+    this.deps.notify(this.deps.instanceId).catch((err: unknown) => this.deps.logger?.warn({ err }, 'announcing pool work to the other instances failed'));
+  }
+}
