@@ -1,7 +1,9 @@
 /**
  * StepDispatcher with fake agents and a claim function that records every claim: FIFO parking,
  * filters by root and by exact incarnation, long-poll waiters, and the exactly-once guarantee
- * under many waiters and offers. Timeouts run on fake timers.
+ * under many waiters and offers; when the oldest parked step was parked (the cluster pool's
+ * FIFO across instances) and the news of a step parked with nobody waiting (onParked).
+ * Timeouts and park times run on fake timers.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { StepDispatcher } from '../../src/services/step-dispatcher.js';
@@ -368,5 +370,128 @@ describe('StepDispatcher with a direct claimant', () => {
     dispatcher.release(driven);
 
     expect(released).toEqual([driven]);
+  });
+});
+
+describe('StepDispatcher: when the oldest step was parked, and news of a park', () => {
+  it('oldestParkedAt is undefined while nothing is parked', async () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    expect(dispatcher.oldestParkedAt()).toBeUndefined();
+
+    const pending = dispatcher.claimOrWait({}, 1_000);
+    dispatcher.offer(agent('a'));
+
+    expect((await pending)?.agent.id).toBe('a');
+    expect(dispatcher.oldestParkedAt()).toBeUndefined();
+  });
+
+  it('is the park time of the first parked agent, which a re-offer does not move', () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    const [a, b] = [agent('a'), agent('b')];
+    vi.setSystemTime(1_000);
+    dispatcher.offer(a);
+    vi.setSystemTime(2_000);
+    dispatcher.offer(b);
+
+    expect(dispatcher.oldestParkedAt()).toBe(1_000);
+    vi.setSystemTime(3_000);
+    dispatcher.offer(a);
+    expect(dispatcher.oldestParkedAt()).toBe(1_000);
+  });
+
+  it('moves to the next parked agent once the first is claimed', () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    vi.setSystemTime(1_000);
+    dispatcher.offer(agent('a'));
+    vi.setSystemTime(2_000);
+    dispatcher.offer(agent('b'));
+
+    expect(dispatcher.tryClaim({})?.agent.id).toBe('a');
+    expect(dispatcher.oldestParkedAt()).toBe(2_000);
+    expect(dispatcher.tryClaim({})?.agent.id).toBe('b');
+    expect(dispatcher.oldestParkedAt()).toBeUndefined();
+  });
+
+  it('moves to the next parked agent once the first is withdrawn, and not when another incarnation is', () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    const a = agent('a');
+    vi.setSystemTime(1_000);
+    dispatcher.offer(a);
+    vi.setSystemTime(2_000);
+    dispatcher.offer(agent('b'));
+
+    dispatcher.withdraw(agent('a'));
+    expect(dispatcher.oldestParkedAt()).toBe(1_000);
+    dispatcher.withdraw(a);
+    expect(dispatcher.oldestParkedAt()).toBe(2_000);
+  });
+
+  it('a claim of a later agent by root leaves the oldest in place', () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    vi.setSystemTime(1_000);
+    dispatcher.offer(agent('a', 'r1'));
+    vi.setSystemTime(2_000);
+    dispatcher.offer(agent('b', 'r2'));
+    vi.setSystemTime(3_000);
+    dispatcher.offer(agent('c', 'r1'));
+
+    expect(dispatcher.tryClaim({ rootId: 'r2' })?.agent.id).toBe('b');
+    expect(dispatcher.oldestParkedAt()).toBe(1_000);
+    expect(dispatcher.tryClaim({ rootId: 'r1' })?.agent.id).toBe('a');
+    expect(dispatcher.oldestParkedAt()).toBe(3_000);
+  });
+
+  it('onParked is called when a step is parked with nobody waiting for it', async () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    const onParked = vi.fn();
+    dispatcher.onParked = onParked;
+    const forOtherRoot = dispatcher.claimOrWait({ rootId: 'r9' }, 1_000);
+
+    dispatcher.offer(agent('a', 'r1'));
+
+    expect(onParked).toHaveBeenCalledTimes(1);
+    expect(dispatcher.readyCount).toBe(1);
+    dispatcher.release();
+    expect(await forOtherRoot).toBeNull();
+  });
+
+  it('onParked is not called when the step goes straight to a waiter, nor when a parked agent is offered again', async () => {
+    vi.useFakeTimers();
+    const { dispatcher } = setup();
+    const onParked = vi.fn();
+    dispatcher.onParked = onParked;
+    const pending = dispatcher.claimOrWait({}, 1_000);
+    const a = agent('a');
+
+    dispatcher.offer(a);
+    expect((await pending)?.agent).toBe(a);
+    expect(onParked).not.toHaveBeenCalled();
+
+    const b = agent('b');
+    dispatcher.offer(b);
+    dispatcher.offer(b);
+    expect(onParked).toHaveBeenCalledTimes(1);
+  });
+
+  it('onParked is not called for a step a direct claimant owns, nor for one the gate stops', () => {
+    const onParked = vi.fn();
+    const dispatcher = new StepDispatcher<FakeAgent, Claim>(
+      (a) => ({ agent: a }),
+      { owns: (a) => a.rootId === 'driven', offer: () => undefined, release: () => undefined },
+      { admits: (a) => a.rootId !== 'stopped' },
+    );
+    dispatcher.onParked = onParked;
+
+    dispatcher.offer(agent('d', 'driven'));
+    dispatcher.offer(agent('s', 'stopped'));
+
+    expect(onParked).not.toHaveBeenCalled();
+    expect(dispatcher.oldestParkedAt()).toBeUndefined();
   });
 });
