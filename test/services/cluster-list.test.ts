@@ -183,4 +183,29 @@ describe('ClusterList', () => {
     expect(ids(page)).toEqual(['a']);
     expect(warn).toHaveBeenCalledTimes(1);
   });
+
+  it('lists an agent found in two pages (its forest moved while they were read) once', async () => {
+    const { list } = setup({ items: [view('a', '2026-01-01T00:00:01.000Z'), view('moved', '2026-01-01T00:00:02.000Z')], nextCursor: null }, {
+      b: () => Promise.resolve(ok({ items: [view('moved', '2026-01-01T00:00:02.000Z'), view('c', '2026-01-01T00:00:03.000Z')], nextCursor: null })),
+    });
+
+    const page = await list.list({ limit: 10 }, CALLER);
+
+    expect(ids(page)).toEqual(['a', 'moved', 'c']);
+  });
+
+  it('answers with this instance’s page, and logs why, when the other instances cannot be read from the database', async () => {
+    const warn = vi.fn();
+    const list = new ClusterList({
+      local: () => Promise.resolve({ items: [view('a', '2026-01-01T00:00:01.000Z')], nextCursor: null }),
+      peers: () => Promise.reject(new Error('connection terminated')),
+      client: { call: () => Promise.reject(new Error('no peer may be called')) } as unknown as PeerClient,
+      logger: { warn } as unknown as Logger,
+    });
+
+    const page = await list.list({ limit: 10 }, CALLER);
+
+    expect(ids(page)).toEqual(['a']);
+    expect(warn).toHaveBeenCalledTimes(1);
+  });
 });

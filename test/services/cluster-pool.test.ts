@@ -70,7 +70,7 @@ function localClaim(agentId: string): LocalClaim {
   return { agentId, agentToken: `token-${agentId}`, step: { id: `step-of-${agentId}` } as unknown as RenderedStep };
 }
 
-function setup(options: { logger?: boolean } = {}) {
+function setup(options: { logger?: boolean; peersFail?: boolean } = {}) {
   const peers = new Map<string, FakePeer>();
   const calls: { peer: Peer; call: PeerCall }[] = [];
   const hereCalls: HereCall[] = [];
@@ -122,7 +122,10 @@ function setup(options: { logger?: boolean } = {}) {
   const pool = new ClusterPool({
     claimHere,
     oldestHere: () => here.oldest,
-    peers: () => Promise.resolve([...peers.keys()].map((instanceId) => ({ instanceId, url: `http://${instanceId}.invalid:1` }))),
+    peers: () =>
+      options.peersFail === true
+        ? Promise.reject(new Error('connection terminated'))
+        : Promise.resolve([...peers.keys()].map((instanceId) => ({ instanceId, url: `http://${instanceId}.invalid:1` }))),
     client,
     board,
     logger: options.logger === false ? undefined : ({ warn } as unknown as Logger),
@@ -492,5 +495,29 @@ describe('ClusterPool: the caller goes with every peer call', () => {
       expect(call.authorization).toBeUndefined();
       expect(call.requestId).toBe('req-1');
     }
+  });
+});
+
+describe('ClusterPool: when the other instances cannot be known', () => {
+  it('claims here, and logs why, when the database cannot say which instances hold forests', async () => {
+    const f = setup({ peersFail: true });
+    f.here.oldest = 100;
+    f.here.steps.push(localClaim('here'));
+
+    const claim = await f.pool.claim(0, undefined, undefined, CALLER);
+
+    expect(claim).toEqual({ local: localClaim('here') });
+    expect(f.calls).toEqual([]);
+    expect(f.warn).toHaveBeenCalledTimes(1);
+  });
+
+  it('gives the forwarded claim the caller’s signal, so a caller that leaves abandons it', async () => {
+    const f = setup();
+    f.peers.set('b', { peek: poolState(100), next: answersWith(stepBody('on-b')) });
+    const signal = new AbortController().signal;
+
+    await f.pool.claim(0, signal, undefined, CALLER);
+
+    expect(f.calls.find((c) => c.call.method === 'POST')?.call.signal).toBe(signal);
   });
 });

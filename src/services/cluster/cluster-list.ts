@@ -34,9 +34,14 @@ export class ClusterList {
   constructor(private readonly deps: ClusterListDeps) {}
 
   async list(filter: Omit<ListFilter, 'parentId'>, caller: Caller): Promise<AgentPage> {
-    const peers = await this.deps.peers();
+    const peers = await this.deps.peers().catch((err: unknown) => {
+      this.deps.logger?.warn({ err }, 'the other instances could not be read from the database; this page holds this instance\'s agents only');
+      return [];
+    });
     const pages = await Promise.all([this.deps.local(filter), ...peers.map((peer) => this.peerPage(peer, filter, caller))]);
-    const items = pages.flatMap((page) => page?.items ?? []).sort(compareOrder);
+    // An agent whose forest moved while the pages were read may be in two of them: once is enough.
+    const byId = new Map(pages.flatMap((page) => page?.items ?? []).map((item) => [item.id, item]));
+    const items = [...byId.values()].sort(compareOrder);
     const page = items.slice(0, filter.limit);
     const last = page[page.length - 1];
     const more = items.length > filter.limit || pages.some((p) => p !== undefined && p.nextCursor !== null);

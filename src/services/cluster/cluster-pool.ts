@@ -40,7 +40,10 @@ export interface ClusterPoolDeps {
   logger?: Logger | undefined;
 }
 
-const PEER_TIMEOUT_MS = 5_000;
+/** A live instance answers what its pool holds in milliseconds; one that does not is skipped for this claim. */
+const ASK_TIMEOUT_MS = 1_000;
+/** A forwarded claim does not wait (`waitMs: 0`), so its answer is as quick. */
+const CLAIM_TIMEOUT_MS = 5_000;
 
 type Candidate = { peer: Peer | undefined; oldestAt: number };
 
@@ -73,7 +76,10 @@ export class ClusterPool {
 
   /** Where steps are parked now, the longest-parked first (this instance as `peer: undefined`). */
   private async candidates(caller: Caller): Promise<Candidate[]> {
-    const peers = await this.deps.peers();
+    const peers = await this.deps.peers().catch((err: unknown) => {
+      this.deps.logger?.warn({ err }, 'the other instances could not be read from the database; this claim looks here only');
+      return [];
+    });
     const states = await Promise.all(peers.map(async (peer) => ({ peer, oldestAt: await this.oldestAt(peer, caller) })));
     const found: Candidate[] = [];
     for (const { peer, oldestAt } of states) if (oldestAt !== undefined) found.push({ peer, oldestAt });
@@ -84,7 +90,7 @@ export class ClusterPool {
 
   private async oldestAt(peer: Peer, caller: Caller): Promise<number | undefined> {
     try {
-      const answer = await this.deps.client.call(peer, { method: 'GET', path: '/v1/cluster/pool', ...caller, timeoutMs: PEER_TIMEOUT_MS });
+      const answer = await this.deps.client.call(peer, { method: 'GET', path: '/v1/cluster/pool', ...caller, timeoutMs: ASK_TIMEOUT_MS });
       if (answer.status === 200) return (JSON.parse(answer.body.toString('utf8')) as PoolState).oldestParkedAt ?? undefined;
       this.deps.logger?.warn({ peer, status: answer.status }, 'an instance refused to say what its pool holds');
     } catch (err) {
@@ -102,7 +108,7 @@ export class ClusterPool {
     if (isAborted(signal)) return null;
     try {
       const body = since === undefined ? { waitMs: 0 } : { waitMs: 0, since };
-      const answer = await this.deps.client.call(peer, { method: 'POST', path: '/v1/steps/next', ...caller, body, timeoutMs: PEER_TIMEOUT_MS });
+      const answer = await this.deps.client.call(peer, { method: 'POST', path: '/v1/steps/next', ...caller, body, timeoutMs: CLAIM_TIMEOUT_MS, signal });
       if (answer.status === 200) return { forwarded: answer.body };
       if (answer.status !== 204) this.deps.logger?.warn({ peer, status: answer.status }, 'an instance refused a forwarded pool claim');
     } catch (err) {

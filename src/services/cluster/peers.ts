@@ -29,6 +29,8 @@ export interface PeerCall extends Caller {
   path: string;
   body?: unknown;
   timeoutMs: number;
+  /** The caller went away: abandon the call (the peer sees its client go, as a direct caller's would). */
+  signal?: AbortSignal | undefined;
 }
 
 export interface PeerAnswer {
@@ -58,6 +60,7 @@ export class PeerClient {
       dispatcher: this.dispatcher,
       headersTimeout: call.timeoutMs,
       bodyTimeout: call.timeoutMs,
+      ...(call.signal === undefined ? {} : { signal: call.signal }),
     });
     return { status: response.statusCode, body: Buffer.from(await response.body.arrayBuffer()) };
   }

@@ -33,6 +33,7 @@ export class WorkBoard {
 
   /** Re-announce while steps stay parked here. */
   start(): void {
+    if (this.repeatTimer !== undefined) return;
     this.repeatTimer = setInterval(() => {
       if (this.deps.hasParked()) this.announce();
     }, ANNOUNCE_EVERY_MS);
@@ -41,6 +42,7 @@ export class WorkBoard {
 
   stop(): void {
     clearInterval(this.repeatTimer);
+    this.repeatTimer = undefined;
     clearTimeout(this.announceTimer);
     this.announceTimer = undefined;
   }
