@@ -12,7 +12,6 @@
  */
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
-import type { Peer } from './cluster/peers.js';
 import type { ForestLeases, LeaseHolder } from './stores/postgres-leases.js';
 import type { PostgresSessionStore } from './stores/postgres-store.js';
 
@@ -88,7 +87,7 @@ export class ForestOwnership {
   }
 
   /** The other instances holding forests now (each has live agents), at their advertised URLs. */
-  async peers(): Promise<Peer[]> {
+  async peers(): Promise<{ instanceId: string; url: string }[]> {
     const holders = await this.leases.otherHolders(this.options.instanceId);
     return holders.map((h) => ({ instanceId: h.owner, url: h.ownerUrl }));
   }
