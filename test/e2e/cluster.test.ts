@@ -8,6 +8,9 @@
  * What the whole service shares (the package config, the worker pool, the list of live agents)
  * is exercised by test/fixtures/cluster-wide-scenarios.ts.
  *
+ * Operator keys are required, as in production: the key a client sends is checked where the
+ * request lands and passed on to the instance that answers.
+ *
  * The same scenarios also run against one instance directly, so a failure tells a cluster bug
  * (it fails only through the proxy) from a scenario bug (it fails on one instance too).
  * Instances are shared by a describe's scenarios; each scenario makes and disposes its own
@@ -38,11 +41,14 @@ const SCENARIOS: [string, (api: ServerClient) => Promise<void>][] = [
   ['the list of live agents holds every agent once, in order, with its live status', listing],
 ];
 
+/** Every instance requires this operator key; instances pass the caller's own on to each other. */
+const KEY = 'cluster-operator-key';
+
 async function startInstance(db: TestDatabase, instanceId: string): Promise<RunningServer> {
   return startServer({
     // Ignored with a database URL; `:memory:` keeps a misconfiguration from writing a file.
     dataPath: ':memory:',
-    env: { AGENTFOREST_DATABASE_URL: db.url, AGENTFOREST_INSTANCE_ID: instanceId, LOG_LEVEL: 'info' },
+    env: { AGENTFOREST_DATABASE_URL: db.url, AGENTFOREST_INSTANCE_ID: instanceId, AGENTFOREST_API_KEYS: KEY, LOG_LEVEL: 'info' },
   });
 }
 
@@ -60,7 +66,7 @@ describe.skipIf(unavailable !== undefined)('the contract through a round-robin p
     db = await freshDatabase();
     const instances = await Promise.all([startInstance(db, 'cluster-a'), startInstance(db, 'cluster-b')]);
     proxy = await startRoundRobinProxy(instances.map((s) => s.url));
-    api = new ServerClient({ url: proxy.url, text: logsOf(instances) });
+    api = new ServerClient({ url: proxy.url, text: logsOf(instances) }, KEY);
   });
 
   afterEach(() => closeStreams());
@@ -70,6 +76,22 @@ describe.skipIf(unavailable !== undefined)('the contract through a round-robin p
     await proxy?.close();
     await stopLeftoverServers();
     await db?.dispose();
+  });
+
+  it('refuses a request without the operator key where it lands, before forwarding or asking the other instances', async () => {
+    const roots = [await api.createRoot({}), await api.createRoot({})];
+    try {
+      for (const root of roots) {
+        // Two requests each: one lands on the owner, one on the instance that would forward it.
+        for (let i = 0; i < 2; i++) expect((await api.request('GET', `/v1/agents/${root.id}`, { key: null })).status).toBe(401);
+      }
+      for (let i = 0; i < 2; i++) {
+        expect((await api.request('GET', '/v1/agents', { key: 'not-the-key' })).status).toBe(401);
+        expect((await api.request('POST', '/v1/steps/next', { key: null, body: { waitMs: 0 } })).status).toBe(401);
+      }
+    } finally {
+      for (const root of roots) await api.expect(202, 'DELETE', `/v1/agents/${root.id}`);
+    }
   });
 
   for (const [behaviour, scenario] of SCENARIOS) {
@@ -92,7 +114,7 @@ describe.skipIf(unavailable !== undefined)('the contract on one instance, direct
 
   beforeAll(async () => {
     db = await freshDatabase();
-    api = new ServerClient(await startInstance(db, 'single'));
+    api = new ServerClient(await startInstance(db, 'single'), KEY);
   });
 
   afterEach(() => closeStreams());
