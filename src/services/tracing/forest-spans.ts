@@ -21,7 +21,7 @@
  * kept per agent goes when its turn ends (spans) or when it leaves the registry (the rest);
  * the causes kept are bounded (the oldest go first); no token is ever put on a span.
  */
-import { context as otelContext, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Link, type Span, type SpanContext, type Tracer } from '@opentelemetry/api';
+import { context as otelContext, diag, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Link, type Span, type SpanContext, type Tracer } from '@opentelemetry/api';
 import { ServiceError } from '../../domain/errors.js';
 import { joinText, type Message, type ToolCall } from '../../domain/message.js';
 import type { MessageEntryFields, SessionHeader } from '../../domain/session.js';
@@ -94,6 +94,23 @@ export class ForestSpans implements Tracing, WriteObserver {
   }
 
   appended(item: BatchEntry): void {
+    // Called inside the transition that appends: a failure here must never reach it.
+    try {
+      this.follow(item);
+    } catch (error) {
+      diag.error('agentforest: a span could not be made from a session entry', error);
+    }
+  }
+
+  inbox(agent: LiveAgent, event: InboxEvent, item: InboxItem): void {
+    try {
+      this.remember(agent, event, item);
+    } catch (error) {
+      diag.error('agentforest: the cause of a queued message could not be kept', error);
+    }
+  }
+
+  private follow(item: BatchEntry): void {
     const entry = item.entry;
     switch (entry.type) {
       case 'turn-start':
@@ -113,7 +130,7 @@ export class ForestSpans implements Tracing, WriteObserver {
     }
   }
 
-  inbox(agent: LiveAgent, event: InboxEvent, item: InboxItem): void {
+  private remember(agent: LiveAgent, event: InboxEvent, item: InboxItem): void {
     const id = item.message.id;
     if (event === 'enqueue') {
       const cause = this.causeOf(item.message);
