@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../fixtures/otlp-receiver.js';
-import { ServerClient, startServer, type AgentRef } from '../fixtures/server-process.js';
+import { ServerClient, startServer, type AgentRef, type RunningServer } from '../fixtures/server-process.js';
 import { until } from '../fixtures/until.js';
 
 const OPERATOR_KEY = 'operator-key-for-tracing-e2e';
@@ -17,7 +17,11 @@ const ALPHA_PROMPT = 'count the apple trees';
 const REPORT_TEXT = 'forty-two apple trees';
 
 async function tracedServer(receiver: OtlpReceiver, env: Record<string, string> = {}): Promise<ServerClient> {
-  const server = await startServer({
+  return new ServerClient(await tracedProcess(receiver, env), OPERATOR_KEY);
+}
+
+function tracedProcess(receiver: OtlpReceiver, env: Record<string, string> = {}): Promise<RunningServer> {
+  return startServer({
     dataPath: ':memory:',
     env: {
       AGENTFOREST_API_KEYS: OPERATOR_KEY,
@@ -28,7 +32,6 @@ async function tracedServer(receiver: OtlpReceiver, env: Record<string, string> 
       ...env,
     },
   });
-  return new ServerClient(server, OPERATOR_KEY);
 }
 
 function claimed(api: ServerClient, agent: AgentRef) {
@@ -186,5 +189,18 @@ describe('traces over OTLP/HTTP', () => {
     const all = receiver.bodies.join('\n');
     expect(all).toContain(ALPHA_PROMPT);
     for (const secret of [...tokens, OPERATOR_KEY]) expect(all).not.toContain(secret);
+  });
+
+  it('exports the spans still buffered when the server stops, after the drain', async () => {
+    const receiver = await startOtlpReceiver();
+    // Nothing goes out on the schedule within the test: only the flush at stop exports.
+    const server = await tracedProcess(receiver, { OTEL_BSP_SCHEDULE_DELAY: '600000' });
+    const api = new ServerClient(server, OPERATOR_KEY);
+    const created = await api.expect<{ agent: { id: string }; agentToken: string }>(201, 'POST', '/v1/agents', { body: {} });
+    const root = { id: created.agent.id, token: created.agentToken };
+    await api.runTurn(root, 'one turn', 'done');
+    expect(receiver.spans).toEqual([]);
+    expect((await server.stop('SIGTERM')).code).toBe(0);
+    expect(receiver.spans.map((s) => s.name)).toEqual(expect.arrayContaining([`invoke_agent ${root.id}`, 'chat']));
   });
 });
