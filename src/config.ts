@@ -14,6 +14,7 @@ import { DEFAULT_STEP_CACHE_BYTES } from './services/steps/step-cache.js';
 import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
+import { tracesWanted } from './services/tracing/tracing.js';
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 const ON_OFF = ['on', 'off'] as const;
@@ -63,6 +64,10 @@ export const EnvSchema = Type.Object({
     }),
   ),
   AGENTFOREST_SPAWN_BUDGETS: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off', description: '`on`: `spawn_subagent` takes a `budget` grant from the model (shown in its input schema); `off`: the model cannot grant.' }),
+  AGENTFOREST_OTEL_CONTENT: Type.Union(ON_OFF.map((v) => Type.Literal(v)), {
+    default: 'off',
+    description: '`on`: traces carry message content, tool arguments and results (`gen_ai.input.messages` and the like); `off`: only names, ids and token counts. Traces are exported when `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.',
+  }),
   LOG_LEVEL: Type.Union(LOG_LEVELS.map((l) => Type.Literal(l)), { default: 'info', description: 'pino log level.' }),
 });
 
@@ -118,6 +123,11 @@ export interface Config {
   modelPolicy: { keyEnvs?: string[]; baseUrls?: string[] };
   modelPrices: ModelPrices;
   spawnBudgets: boolean;
+  /**
+   * Traces: exported over OTLP/HTTP when the standard OpenTelemetry variables ask for it (the
+   * exporter reads the endpoint, headers and timeout itself), under OTEL_SERVICE_NAME.
+   */
+  tracing: { export: boolean; serviceName: string; content: boolean };
 }
 
 export class ConfigError extends Error {
@@ -179,6 +189,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
         'refusing to serve an unauthenticated API beyond this machine. Set AGENTFOREST_API_KEYS=<key>[,<key>...] or HOST=127.0.0.1.',
     );
   }
+  const exportTraces = tracesWanted(env);
+  if (exportTraces) {
+    for (const key of ['OTEL_EXPORTER_OTLP_PROTOCOL', 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL']) {
+      const protocol = env[key]?.trim();
+      if (protocol !== undefined && protocol !== '' && protocol !== 'http/json') {
+        problems.push(`${key}=${JSON.stringify(protocol)}: traces are exported as OTLP over HTTP with JSON only; set it to http/json or unset it`);
+      }
+    }
+  }
   if (problems.length > 0) throw new ConfigError(`invalid configuration:\n  - ${[...new Set(problems)].join('\n  - ')}`);
   return {
     host: converted.HOST,
@@ -221,6 +240,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     modelPolicy: { ...(keyEnvs === undefined ? {} : { keyEnvs }), ...(baseUrls === undefined ? {} : { baseUrls }) },
     modelPrices,
     spawnBudgets: converted.AGENTFOREST_SPAWN_BUDGETS === 'on',
+    tracing: {
+      export: exportTraces,
+      serviceName: env.OTEL_SERVICE_NAME?.trim() || 'agentforest',
+      content: converted.AGENTFOREST_OTEL_CONTENT === 'on',
+    },
   };
 }
 

@@ -12,6 +12,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { createSystem, openStore } from './services/system.js';
+import { startTraceExport } from './services/tracing/tracing.js';
 
 export interface StartOptions {
   /** Called once the drain handlers own SIGTERM/SIGINT (server.ts stops handling them then). */
@@ -32,6 +33,8 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     throw error;
   }
   const logger = createLogger(config.logLevel);
+  // Before anything runs a turn; off, no OpenTelemetry module is loaded.
+  const traces = config.tracing.export ? await startTraceExport(config.tracing) : undefined;
   const store = await openStore({ dataPath: config.dataPath, databaseUrl: config.databaseUrl, synchronous: config.sqliteSynchronous });
   const system = createSystem({
     store,
@@ -48,6 +51,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     modelPolicy: config.modelPolicy,
     modelPrices: config.modelPrices,
     spawnBudgets: config.spawnBudgets,
+    ...(traces === undefined ? {} : { tracing: traces.tracing }),
     ...(config.databaseUrl === undefined
       ? {}
       : {
@@ -95,6 +99,8 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     await system.packageChanges.stop();
     await system.ownership?.stop();
     await store.close();
+    // After the drain closed the last turns: their spans are exported before the process ends.
+    await traces?.shutdown().catch((err: unknown) => logger.warn({ err }, 'exporting the last traces failed'));
     logger.info('drained and closed');
   });
   onSignalsHandled();
@@ -103,7 +109,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   // Misdirected clients are sent here; with PORT=0 the port is known only now.
   if (system.ownership !== undefined && config.advertiseUrl === undefined) system.ownership.options.url = address;
   logger.info(
-    { url: address, store: store.kind, data: config.databaseUrl === undefined ? config.dataPath : redactUrl(config.databaseUrl), auth: config.apiKeys.length > 0 },
+    { url: address, store: store.kind, data: config.databaseUrl === undefined ? config.dataPath : redactUrl(config.databaseUrl), auth: config.apiKeys.length > 0, traces: config.tracing.export },
     `agentforest listening on ${address}`,
   );
 }

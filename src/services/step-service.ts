@@ -30,6 +30,7 @@ import type { CompactionEntry } from '../domain/session.js';
 import { StepProtocol } from './steps/step-protocol.js';
 import { ToolCalls, type CallResult } from './steps/tool-calls.js';
 import type { ToolRegistry } from './tool-registry.js';
+import type { Tracing } from './tracing/tracing.js';
 
 export type { CallResult } from './steps/tool-calls.js';
 
@@ -49,6 +50,8 @@ export interface StepServiceDeps {
   budgets: Pick<Budgets, 'checkClaim'>;
   /** Gives an output's usage its cost (domain/pricing.ts). */
   price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
+  /** Spans of tool calls and steps (NO_TRACING when off). */
+  tracing: Tracing;
 }
 
 export class StepService {
@@ -57,9 +60,9 @@ export class StepService {
   private readonly compactions: Compactions;
 
   constructor(deps: StepServiceDeps) {
-    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters, budgets, price } = deps;
-    this.calls = new ToolCalls({ authority, tools, log, logger, idempotency });
-    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters, budgets, price });
+    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters, budgets, price, tracing } = deps;
+    this.calls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing });
+    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters, budgets, price, tracing });
     this.compactions = deps.compactions;
   }
 

@@ -54,6 +54,7 @@ import { MemorySessionStore } from './stores/memory-store.js';
 import { PostgresSessionStore } from './stores/postgres-store.js';
 import { SqliteSessionStore, type SqliteSyncMode } from './stores/sqlite-store.js';
 import { ToolRegistry } from './tool-registry.js';
+import { NO_TRACING, type Tracing, type TracingFactory } from './tracing/tracing.js';
 
 export interface System {
   store: SessionStore;
@@ -87,6 +88,8 @@ export interface System {
   events: ServiceEvents;
   /** Tree budgets: the claim gate, usage figures, grants. */
   budgets: Budgets;
+  /** Spans of turns, steps and tool calls (NO_TRACING unless traces are exported). */
+  tracing: Tracing;
   /** The operator's budget changes. */
   budgetChanges: BudgetChanges;
 }
@@ -123,6 +126,8 @@ export interface SystemOptions {
   modelPrices?: ModelPrices;
   /** spawn_subagent's input takes a `budget` grant from the model (default off). */
   spawnBudgets?: boolean;
+  /** Builds the OpenTelemetry tracing (tracing/otel-sdk.ts); unset, tracing is off. */
+  tracing?: TracingFactory;
 }
 
 /** Forests no agent uses whose accounts one instance keeps for later reads (see ForestLedger). */
@@ -153,6 +158,10 @@ export function createSystem(options: SystemOptions): System {
   const gate = new AdmissionGate(events);
   const log = new SessionLog(store, logger, (roots) => events.emit('fenced', roots));
   const registry = new AgentRegistry(limits, events);
+  // Right after the log and the registry, which it reads: off, nothing observes the log.
+  const tracing = options.tracing === undefined ? NO_TRACING : options.tracing({ registry });
+  if (tracing.entries !== undefined) log.observe(tracing.entries);
+  events.on('agent-left', (agent) => tracing.agentLeft(agent));
   // Before the dispatcher, whose claim gate it is.
   const budgets = new Budgets({ log, registry, events, keepUnused: options.ownership === undefined ? KEEP_UNUSED_FORESTS : 0 });
   const prices = options.modelPrices ?? NO_PRICES;
@@ -203,7 +212,8 @@ export function createSystem(options: SystemOptions): System {
     clock,
     ids,
     dispatcher,
-    onInbox: (agent, event) => {
+    onInbox: (agent, event, item) => {
+      tracing.inbox(agent, event, item);
       if (event !== 'enqueue') events.emit('inbox-exit', agent);
     },
     onChange: (agent) => events.emit('agent-changed', agent),
@@ -273,7 +283,7 @@ export function createSystem(options: SystemOptions): System {
   const stored = new StoredSessions({ registry, log, manager, ownership });
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
   const compactions = new Compactions({ authority, registry, log, clock, manager, stored, price });
-  const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, cache: stepCache, compactions, waiters, budgets, price });
+  const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, cache: stepCache, compactions, waiters, budgets, price, tracing });
   const cluster = ownership === undefined ? undefined : new Cluster({ ownership, store: store as PostgresSessionStore, dispatcher, steps, queries, logger });
   const driver = new ModelDriver(
     { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
@@ -316,7 +326,7 @@ export function createSystem(options: SystemOptions): System {
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
   events.on('turn-ended', (agent, end) => notices.onTurnEnd(agent, end));
   ownership?.start();
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, packageChanges, idempotency, hub, streams, metrics, ownership, cluster, driver, gate, queries, events, budgets, budgetChanges };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, packageChanges, idempotency, hub, streams, metrics, ownership, cluster, driver, gate, queries, events, budgets, budgetChanges, tracing };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */

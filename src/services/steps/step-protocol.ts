@@ -22,6 +22,7 @@ import type { LiveAgent, StepClaim } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 import type { StepDispatcher } from '../step-dispatcher.js';
 import type { ToolRegistry } from '../tool-registry.js';
+import type { Tracing } from '../tracing/tracing.js';
 import { loggableCall } from './redaction.js';
 import { estimateTokens, type RenderedStep } from './rendered-step.js';
 import type { StepCache } from './step-cache.js';
@@ -42,6 +43,8 @@ export interface StepProtocolDeps {
   budgets: Pick<Budgets, 'checkClaim'>;
   /** Gives an output's usage its cost (domain/pricing.ts). */
   price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
+  /** Told which model a backend said answered, for the step's span. */
+  tracing: Pick<Tracing, 'answeredBy'>;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -128,6 +131,7 @@ export class StepProtocol {
     const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
     if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
     const usage = output.usage === undefined ? undefined : this.deps.price(output.usage, output.model ?? agent.header.model?.model);
+    this.deps.tracing.answeredBy(agent, output.model);
     const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), usage);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
     if (calls.length > 0) await this.runCalls(agent, stepId, calls, refused, result);

@@ -17,6 +17,7 @@ import type { IdempotencyKeys, IdempotencyRequest } from '../idempotency.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 import type { ServiceTool, ToolExecution, ToolOutcome, ToolRegistry } from '../tool-registry.js';
+import type { Tracing } from '../tracing/tracing.js';
 import { loggableCall, withoutTokens } from './redaction.js';
 
 /** A call's result as the route sees it: the contract's tool result plus the credentials it returns (the route's wire shape drops `name`). */
@@ -36,6 +37,8 @@ export interface ToolCallDeps {
   log: SessionLog;
   logger: Logger;
   idempotency: IdempotencyKeys;
+  /** Runs each service-owned call (under its span when tracing). */
+  tracing: Pick<Tracing, 'runTool'>;
 }
 
 /** A failed call: its result carries the error's text, and the error is kept to be thrown. */
@@ -107,7 +110,7 @@ export class ToolCalls {
       const exec: ToolExecution = { agent, toolCallId: call.id };
       if (signal !== undefined) exec.signal = signal;
       if (accepted !== undefined) exec.accepted = accepted;
-      const outcome = await tool.execute(call.input, exec);
+      const outcome = await this.deps.tracing.runTool(tool, call, exec);
       return {
         result: { toolCallId: call.id, name: call.name, isError: false, output: outcome.output, content: outcome.content },
         spawned: outcome.spawned ?? [],
