@@ -32,6 +32,8 @@ export class AgentNode {
     this.li = el('li', { class: 'agent', dataset: { agentId: agent.id } }, this.row, this.earlier, this.reports, this.childList);
     this.collapsed = false;
     this.reportCount = 0;
+    /** @type {Map<string, HTMLElement[]>} the "report from" buttons, by the child that sent them */
+    this.senders = new Map();
     this.update(agent);
   }
 
@@ -59,8 +61,17 @@ export class AgentNode {
     setText(this.toggle, text.replace(/^[▸▾]/, collapsed ? '▸' : '▾'));
   }
 
+  /** A child's name became known (or changed): its reports here say it. */
+  renameSender(id) {
+    for (const button of this.senders.get(id) ?? []) setText(button, this.hooks.nameOf(id));
+  }
+
   /** @param {import('./forest-model.js').Report} report */
   addReport(report) {
+    const from = el('button', { class: 'report-from link', type: 'button', text: this.hooks.nameOf(report.from), title: report.from, onclick: () => this.hooks.onSelect(report.from) });
+    const senders = this.senders.get(report.from) ?? [];
+    senders.push(from);
+    this.senders.set(report.from, senders);
     const item = el(
       'li',
       { class: `report ${report.kind}`, dataset: { messageId: report.messageId, from: report.from } },
@@ -68,7 +79,7 @@ export class AgentNode {
         'div',
         { class: 'report-head' },
         el('span', { class: 'report-kind', text: report.kind === 'subagent-notice' ? 'notice from' : 'report from' }),
-        el('button', { class: 'report-from', type: 'button', text: this.hooks.nameOf(report.from), onclick: () => this.hooks.onSelect(report.from) }),
+        from,
         el('time', { datetime: report.at, text: clock(report.at) }),
       ),
       el('div', { class: 'report-text', text: report.text, title: 'Show all of it', onclick: (event) => event.currentTarget.classList.toggle('open') }),

@@ -33,7 +33,7 @@ export function showKeyAction() {
 
 /** A message in place of the page's content. */
 export function showMessage(main, title, detail) {
-  replaceChildren(main, el('section', { class: 'message' }, el('h1', { text: title }), detail === undefined ? null : el('p', { text: detail }), el('p', {}, el('a', { href: '/ui', text: 'All forests' }))));
+  replaceChildren(main, el('section', { class: 'page-message' }, el('h1', { text: title }), detail === undefined ? null : el('p', { text: detail }), el('p', {}, el('a', { href: '/ui', text: 'All forests' }))));
 }
 
 /** The link to a forest's page. */

@@ -50,7 +50,10 @@ export class TreeView {
     const added = [...this.added].map((id) => this.model.agents.get(id)).filter((a) => a !== undefined);
     this.added.clear();
     added.sort((a, b) => a.depth - b.depth);
-    for (const agent of added) this.insert(agent);
+    for (const agent of added) {
+      this.insert(agent);
+      if (agent.parentId !== null) this.nodes.get(agent.parentId)?.renameSender(agent.id);
+    }
     for (const id of this.changed) {
       const agent = this.model.agents.get(id);
       if (agent !== undefined) this.nodes.get(id)?.update(agent);
