@@ -143,6 +143,21 @@ describe.skipIf(unavailable !== undefined)('the forest view in a browser', () =>
     expect(pageFaults(errors)).toEqual([]);
   });
 
+  it('with no keys configured, shows the forests without asking for one, and says when a root is not live', async () => {
+    const open = await startServer({ dataPath: ':memory:' });
+    const openApi = new ServerClient(open);
+    const root = await openApi.createRoot({ id: uniqueId('keyless') });
+    const { page, errors } = await openPage(browser, `${open.url}/ui`);
+    await page.locator(`tr.root[data-agent-id=${JSON.stringify(root.id)}]`).waitFor();
+    expect(await page.locator('dialog.key-dialog').count()).toBe(0);
+    expect(await storedKey(page)).toBeNull();
+    expect(await page.locator('#top-actions button').count()).toBe(0);
+
+    await page.goto(`${open.url}/ui/forests/no-such-root`);
+    expect(await page.locator('.page-message h1').textContent()).toBe('No live root "no-such-root"');
+    expect(pageFaults(errors)).toEqual([]);
+  });
+
   it('lists the live roots on the start page, each linking to its forest', async () => {
     const roots = [await createRoot('listed'), await createRoot('listed')];
     const child = await startChild(roots[0]!, 'not-a-root');
