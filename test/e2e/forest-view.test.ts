@@ -10,9 +10,9 @@
  */
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ChildCreated, OutputResult } from '../../src/contract/index.js';
 import { browserUnavailable, launchBrowser, openPage, screenshot, storedKey } from '../fixtures/browser.js';
 import { startCuttableProxy } from '../fixtures/cuttable-proxy.js';
+import { buildResearchForest, startLabelledChild, stepWith, usage, type ResearchForest } from '../fixtures/research-forest.js';
 import { report, uniqueId, view, waitForSession, WAIT_MS, type ChildRef } from '../fixtures/scenario-steps.js';
 import { ServerClient, startServer, stopLeftoverServers, type AgentRef, type RunningServer } from '../fixtures/server-process.js';
 
@@ -46,68 +46,10 @@ describe.skipIf(unavailable !== undefined)('the forest view in a browser', () =>
 
   const createRoot = (prefix: string): Promise<AgentRef> => api.createRoot({ id: uniqueId(prefix), instructions: 'You coordinate research.' });
 
-  async function startChild(parent: AgentRef, label: string, prompt = `Work on ${label}.`): Promise<ChildRef> {
-    const created = await api.expect<ChildCreated>(201, 'POST', `/v1/agents/${parent.id}/children`, {
-      token: parent.token,
-      body: { mode: 'continuable', prompt, label },
-    });
-    return { id: created.agent.id, token: created.agentToken, messageId: created.messageId };
-  }
-
-  /** One step of `agent`'s open turn: claim it and post `output`. */
-  async function step(agent: AgentRef, output: Record<string, unknown>): Promise<OutputResult> {
-    const claimed = await api.claim(agent, WAIT_MS);
-    if (claimed === null) throw new Error(`no step of ${agent.id} became claimable`);
-    return api.expect<OutputResult>(200, 'POST', `/v1/agents/${agent.id}/steps/${claimed.id}/output`, { token: agent.token, body: output });
-  }
-
-  const usage = (promptTokens: number, completionTokens: number) => ({
-    promptTokens,
-    completionTokens,
-    totalTokens: promptTokens + completionTokens,
-    costMicroUsd: Math.round(promptTokens * 1.25 + completionTokens * 10),
-  });
-
-  const spawn = (label: string, prompt: string) => ({ id: uniqueId(`call-${label}`), name: 'spawn_subagent', input: { label, prompt } });
-  const reportCall = (output: string) => ({ id: uniqueId('call-report'), name: 'report', input: { output } });
-
-  /**
-   * A small research forest, driven over the step protocol as a backend would: the root spawns
-   * three children in one step, they spawn and report, two settle, one is still at work.
-   */
-  async function researchForest(): Promise<{ root: AgentRef; papers: AgentRef; benchmarks: AgentRef; openProblems: AgentRef; retrieval: AgentRef }> {
-    const root = await api.createRoot({ id: uniqueId('agent-memory-survey'), instructions: 'You lead a literature survey. Split the work, then merge what your subagents report.' });
-    await api.send(root.id, 'Survey recent work on long-term memory for LLM agents: the key papers, how it is benchmarked, and what is still open.');
-    const split = await step(root, {
-      content: 'Three threads: papers, benchmarks, open problems. I will merge their reports.',
-      toolCalls: [
-        spawn('papers', 'Find the key papers of 2025-2026 on long-term memory for LLM agents.'),
-        spawn('benchmarks', 'List the benchmarks used to evaluate agent memory and what they measure.'),
-        spawn('open-problems', 'Collect the open problems the literature names.'),
-      ],
-      usage: usage(812, 164),
-    });
-    const [papers, benchmarks, openProblems] = split.spawned!.map((c) => ({ id: c.agentId, token: c.agentToken }));
-    await step(root, { content: 'Waiting for the reports.', usage: usage(1040, 12) });
-
-    const delegated = await step(papers!, {
-      content: 'Retrieval-based memory is its own thread; I will hand it off.',
-      toolCalls: [spawn('retrieval', 'Compare retrieval methods for agent memory: dense, sparse, hybrid.'), reportCall('Three lines of work stand out: episodic stores with reflection, hierarchical summaries, and learned retrieval over past trajectories.')],
-      usage: usage(640, 210),
-    });
-    const retrieval = { id: delegated.spawned![0]!.agentId, token: delegated.spawned![0]!.agentToken };
-    await step(papers!, { content: 'Reported; the retrieval thread goes on.', usage: usage(930, 18) });
-    await step(retrieval, { content: 'Done comparing.', toolCalls: [reportCall('Hybrid retrieval (BM25 + dense) wins on 2 of 3 long-horizon tasks; dense alone degrades past ~10k stored episodes.')], usage: usage(520, 150) });
-    await step(retrieval, { content: 'Reported.', usage: usage(700, 6) });
-    await step(benchmarks!, { content: 'Found four.', toolCalls: [reportCall('LoCoMo, LongMemEval, MemoryBench and a long-horizon WebArena split; only two test forgetting.')], usage: usage(480, 120) });
-    await step(benchmarks!, { content: 'Reported.', usage: usage(610, 5) });
-    await step(openProblems!, { content: 'A first finding.', toolCalls: [reportCall('Open: when to forget, how to keep memories consistent across agents, and evaluation beyond recall.')], usage: usage(455, 98) });
-    return { root, papers: papers!, benchmarks: benchmarks!, openProblems: openProblems!, retrieval };
-  }
-
-  async function nameButton(page: Page, id: string) {
-    return page.locator(`${agentNode(id)} > .row .name`);
-  }
+  const startChild = (parent: AgentRef, label: string): Promise<ChildRef> => startLabelledChild(api, parent, label);
+  const researchForest = (): Promise<ResearchForest> => buildResearchForest(api);
+  const step = (agent: AgentRef, output: Record<string, unknown>) => stepWith(api, agent, output);
+  const nameButton = (page: Page, id: string) => page.locator(`${agentNode(id)} > .row .name`);
 
   it('asks for the operator key, refuses a wrong one, and keeps the right one in sessionStorage, never in a URL', async () => {
     const root = await createRoot('auth');
@@ -297,7 +239,7 @@ describe.skipIf(unavailable !== undefined)('the forest view in a browser', () =>
     await page.locator(`${agentNode(forest.root.id)} > .row .usage:text-matches("^2 steps .*subtree 9 steps")`).waitFor();
     await screenshot(page, 'forest-view');
 
-    await (await nameButton(page, forest.root.id)).click();
+    await nameButton(page, forest.root.id).click();
     const panel = page.locator(`aside.session-panel[data-agent-id=${JSON.stringify(forest.root.id)}]`);
     await panel.locator('li.entry.turn-end').waitFor();
     const types = await panel.locator('li.entry').evaluateAll((nodes) => nodes.map((n) => n.getAttribute('data-type')));
@@ -317,7 +259,7 @@ describe.skipIf(unavailable !== undefined)('the forest view in a browser', () =>
     expect(JSON.parse((await panel.locator('li.entry.turn-start pre.raw-json').textContent()) ?? '')).toMatchObject({ seq: 1, type: 'turn-start' });
 
     // A child still at work: its next entries join the open transcript as they are committed.
-    await (await nameButton(page, forest.openProblems.id)).click();
+    await nameButton(page, forest.openProblems.id).click();
     const childPanel = page.locator(`aside.session-panel[data-agent-id=${JSON.stringify(forest.openProblems.id)}]`);
     await childPanel.locator('li.entry.role-tool').waitFor();
     const shown = await childPanel.locator('li.entry').count();
@@ -330,7 +272,7 @@ describe.skipIf(unavailable !== undefined)('the forest view in a browser', () =>
     expect(await childPanel.locator('li.entry').count()).toBe(log.length);
     const seqs = await childPanel.locator('li.entry').evaluateAll((nodes) => nodes.map((n) => Number(n.getAttribute('data-seq'))));
     expect(seqs).toEqual(seqs.map((_, i) => i + 1));
-    await (await nameButton(page, forest.papers.id)).click();
+    await nameButton(page, forest.papers.id).click();
     await page.locator(`aside.session-panel[data-agent-id=${JSON.stringify(forest.papers.id)}] li.entry.source-subagent-report`).waitFor();
     await screenshot(page, 'session');
     expect(pageFaults(errors)).toEqual([]);
@@ -340,7 +282,7 @@ describe.skipIf(unavailable !== undefined)('the forest view in a browser', () =>
     const root = await createRoot('long');
     for (let i = 0; i < 230; i++) await api.send(root.id, `note ${i + 1}`, 'inject');
     const { page, errors } = await openPage(browser, `${server.url}/ui/forests/${root.id}`, { key: KEY });
-    await (await nameButton(page, root.id)).click();
+    await nameButton(page, root.id).click();
     const panel = page.locator('aside.session-panel');
     await panel.locator('li.entry').nth(199).waitFor();
     await panel.locator('button.more').waitFor();
