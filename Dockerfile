@@ -18,6 +18,8 @@ COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+# The build's second half copies the forest view's static files (src/ui) to dist/ui.
+COPY scripts/copy-ui.ts ./scripts/
 # Once the addon is linked, only build/Release/better_sqlite3.node of better-sqlite3's build
 # is needed: its SQLite sources and object files (~25 MB) are dead weight.
 RUN npm run build \

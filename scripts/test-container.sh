@@ -6,7 +6,8 @@
 #   AGENTFOREST_API_KEYS the container refuses to start (exit 78, a clear message); SIGTERM right
 #   after start-up begins still stops it promptly; run it (node as PID 1, no --init) with a data
 #   volume and time start-to-healthy; the process has a non-zero uid; smoke over HTTP (root,
-#   continuable child via spawn_subagent, quiet report, session read); SIGTERM: an open long-poll
+#   continuable child via spawn_subagent, quiet report, session read); the forest view's page and
+#   assets served without a key; SIGTERM: an open long-poll
 #   ends, the logs show the drain, exit 0 promptly; a new container (with --init) on the same
 #   volume: the root resumes with its whole session and goes on; SIGTERM through the init.
 # Cleanup (on success, failure, Ctrl-C or the overall time limit): the containers (with their
@@ -305,6 +306,13 @@ check "$body" 'r.entries.filter((e) => e.type === "turn-end").map((e) => e.reaso
   "root session: one completed turn, gap-free seq ($(jget "$body" r.entries.length) entries)"
 http GET "/v1/agents/$child/session?after=0&limit=1000"; expect 200 "read the child's session"
 child_session_before=$(jget "$body" r.entries)
+
+step "the forest view is served from the image"
+for path in /ui "/ui/forests/$root" /ui/assets/app.js /ui/assets/styles.css; do
+  ui_code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "$base$path") || fail "GET $path: no HTTP answer"
+  [ "$ui_code" = 200 ] || fail "GET $path (no key): expected HTTP 200, got $ui_code"
+done
+ok "/ui, /ui/forests/$root and its assets served without a key"
 
 step "SIGTERM (no --init): an open long-poll ends, the drain is logged, prompt exit 0"
 curl -sS -o /dev/null -w '%{http_code}' --max-time 30 -X POST "$base/v1/agents/$root/steps/next" \

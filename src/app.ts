@@ -26,6 +26,7 @@ import { metricsRoutes } from './routes/metrics/index.js';
 import { packageRoutes } from './routes/packages/index.js';
 import { registerProtection, type ProtectionOptions } from './routes/protection.js';
 import { stepRoutes } from './routes/steps/index.js';
+import { uiRoutes } from './routes/ui/index.js';
 import type { System } from './services/system.js';
 
 export { API_VERSION } from './plugins/openapi.js';
@@ -94,5 +95,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(packageRoutes, { packages: packageChanges });
   await app.register(metricsRoutes, { metrics });
   if (cluster !== undefined) await app.register(clusterRoutes, { cluster });
+  await app.register(uiRoutes);
   return app;
 }

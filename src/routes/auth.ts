@@ -19,9 +19,16 @@ export function bearerKey(header: string | undefined): string | undefined {
   return header === undefined ? undefined : /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
 }
 
-/** Routes anyone may call: health and the API documentation. Everything else needs a key: deny by default. */
+/**
+ * Routes anyone may call: health, the API documentation and the forest view's static shell
+ * (it holds no data; the page calls /v1 with a key). Everything else needs a key: deny by default.
+ */
 const PUBLIC_ROUTES = new Set(['/healthz', '/readyz']);
-const PUBLIC_PREFIX = '/docs';
+const PUBLIC_PREFIXES = ['/docs', '/ui'];
+
+function isPublic(route: string): boolean {
+  return PUBLIC_ROUTES.has(route) || PUBLIC_PREFIXES.some((prefix) => route === prefix || route.startsWith(`${prefix}/`));
+}
 
 export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly string[]): void {
   if (apiKeys.length === 0) return;
@@ -30,7 +37,7 @@ export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly str
     // The matched route pattern, not the raw URL: a percent-encoded spelling of a path routes
     // the same way, so it must be judged the same way.
     const route = request.routeOptions.url ?? '';
-    if (PUBLIC_ROUTES.has(route) || route === PUBLIC_PREFIX || route.startsWith(`${PUBLIC_PREFIX}/`)) return;
+    if (isPublic(route)) return;
     if (!matchesAny(bearerKey(request.headers.authorization), digests)) {
       throw new ServiceError('UNAUTHENTICATED', 'a valid operator key is required: Authorization: Bearer <key>');
     }

@@ -1,0 +1,118 @@
+/**
+ * The session reader beside the tree: the chosen agent's durable session
+ * (GET /v1/agents/{id}/session, PAGE entries at a time, `after` the last seq shown) as a
+ * transcript, and, once the last page is read, the agent's new entries from the forest stream
+ * as they arrive. Entries are shown in seq order, each once: stream entries that arrive while a
+ * page loads wait for it, and a gap (entries not read yet) is left for "Load more".
+ */
+import { getJson } from './api.js';
+import { el, replaceChildren, setText } from './dom.js';
+import { renderEntry } from './transcript.js';
+
+const PAGE = 200;
+
+export class SessionPanel {
+  /**
+   * @param {{ nameOf: (id: string) => string, onSelect: (id: string) => void, onClose: () => void }} hooks
+   */
+  constructor(hooks) {
+    this.hooks = hooks;
+    this.title = el('h2', { class: 'panel-title' });
+    this.meta = el('div', { class: 'panel-meta' });
+    this.entries = el('ol', { class: 'transcript' });
+    this.more = el('button', { type: 'button', class: 'more', text: 'Load more', hidden: true, onclick: () => void this.loadPage() });
+    this.state = el('p', { class: 'panel-state' });
+    const close = el('button', { type: 'button', class: 'close', title: 'Close', 'aria-label': 'Close the session', text: '×', onclick: () => this.close() });
+    this.element = el('aside', { class: 'session-panel', hidden: true, 'aria-label': 'Session' }, el('div', { class: 'panel-head' }, this.title, close), this.meta, this.entries, this.state, this.more);
+    /** @type {string | undefined} */
+    this.agentId = undefined;
+    this.generation = 0;
+  }
+
+  /**
+   * @param {string} id
+   * @param {import('./forest-model.js').AgentRecord | undefined} agent
+   */
+  open(id, agent) {
+    this.agentId = id;
+    this.generation++;
+    this.lastSeq = 0;
+    this.atEnd = false;
+    this.loading = false;
+    /** @type {any[]} stream entries that arrived while a page was loading */
+    this.buffered = [];
+    this.context = { nameOf: this.hooks.nameOf, onSelect: this.hooks.onSelect, toolNames: new Map() };
+    this.element.hidden = false;
+    this.element.dataset.agentId = id;
+    replaceChildren(this.entries);
+    this.refreshHeader(agent);
+    void this.loadPage();
+  }
+
+  close() {
+    this.agentId = undefined;
+    this.generation++;
+    this.element.hidden = true;
+    this.hooks.onClose();
+  }
+
+  /** @param {import('./forest-model.js').AgentRecord | undefined} agent */
+  refreshHeader(agent) {
+    if (this.agentId === undefined) return;
+    setText(this.title, agent?.label ?? this.agentId);
+    const facts = agent === undefined ? [] : [agent.label === undefined ? null : agent.id, agent.kind === 'root' ? 'root' : agent.mode, agent.status];
+    setText(this.meta, facts.filter(Boolean).join(' · '));
+  }
+
+  /** An event of the forest stream: the open agent's new entries join the transcript. */
+  onEvent({ event, data }) {
+    if (event !== 'entry' || data.agentId !== this.agentId) return;
+    if (this.loading) this.buffered.push(data.entry);
+    else this.follow(data.entry);
+  }
+
+  /** @private */
+  async loadPage() {
+    const generation = this.generation;
+    this.loading = true;
+    this.more.hidden = true;
+    setText(this.state, 'Loading…');
+    let page;
+    try {
+      page = (await getJson(`/v1/agents/${encodeURIComponent(this.agentId)}/session?after=${this.lastSeq}&limit=${PAGE}`)).body;
+    } catch (error) {
+      if (generation !== this.generation) return;
+      this.loading = false;
+      setText(this.state, `The session could not be read: ${error.message}`);
+      this.more.hidden = false;
+      return;
+    }
+    if (generation !== this.generation) return;
+    for (const entry of page.entries) this.show(entry);
+    this.loading = false;
+    this.atEnd = page.nextAfter === null;
+    for (const entry of this.buffered.splice(0)) this.follow(entry);
+    this.settle();
+  }
+
+  /** @private A live entry: shown if it is the next one, else the transcript is behind. */
+  follow(entry) {
+    if (entry.seq <= this.lastSeq) return;
+    if (this.atEnd && entry.seq === this.lastSeq + 1) this.show(entry);
+    else this.atEnd = false;
+    this.settle();
+  }
+
+  /** @private */
+  show(entry) {
+    if (entry.seq <= this.lastSeq) return;
+    this.entries.append(renderEntry(entry, this.context));
+    this.lastSeq = entry.seq;
+  }
+
+  /** @private */
+  settle() {
+    this.more.hidden = this.atEnd;
+    setText(this.state, this.lastSeq === 0 && this.atEnd ? 'No entries yet.' : this.atEnd ? '' : 'There is more.');
+  }
+}

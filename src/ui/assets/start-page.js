@@ -1,0 +1,44 @@
+/**
+ * The start page: the live roots (GET /v1/agents, every page, roots kept), each linking to
+ * its forest, with its status, inbox and what its forest spent.
+ */
+import { getAllPages } from './api.js';
+import { forestHref, setCrumbs, showMessage } from './chrome.js';
+import { el, replaceChildren } from './dom.js';
+import { clock, usageText } from './format.js';
+
+/** @param {HTMLElement} main */
+export async function showStartPage(main) {
+  setCrumbs([{ text: 'Forests' }]);
+  const refresh = el('button', { type: 'button', text: 'Refresh', onclick: () => void load() });
+  const body = el('div', { class: 'roots-body' }, el('p', { class: 'placeholder', text: 'Loading…' }));
+  replaceChildren(main, el('section', { class: 'start' }, el('div', { class: 'page-head' }, el('h1', { text: 'Live forests' }), refresh), body));
+
+  const load = async () => {
+    let roots;
+    try {
+      roots = (await getAllPages('/v1/agents')).items.filter((agent) => agent.kind === 'root');
+    } catch (error) {
+      showMessage(main, 'The list of agents could not be read', error.message);
+      return;
+    }
+    replaceChildren(body, roots.length === 0 ? el('p', { class: 'placeholder', text: 'No live roots. Create one with POST /v1/agents.' }) : rootTable(roots));
+  };
+  await load();
+}
+
+function rootTable(roots) {
+  const rows = roots.map((root) =>
+    el(
+      'tr',
+      { class: 'root', dataset: { agentId: root.id, status: root.status } },
+      el('td', {}, el('a', { href: forestHref(root.id), text: root.label ?? root.id })),
+      el('td', {}, el('span', { class: 'status', text: root.status })),
+      el('td', { text: root.inbox.queued > 0 ? String(root.inbox.queued) : '' }),
+      el('td', { text: usageText(root.usage.subtree) }),
+      el('td', {}, el('time', { datetime: root.createdAt, text: clock(root.createdAt) })),
+    ),
+  );
+  const head = el('tr', {}, ...['Root', 'Status', 'Inbox', 'Forest spent', 'Created'].map((text) => el('th', { text })));
+  return el('table', { class: 'roots' }, el('thead', {}, head), el('tbody', {}, ...rows));
+}
