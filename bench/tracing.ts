@@ -5,17 +5,21 @@
  * continuable child whose quiet `report` calls are the load. With tracing on, every report is
  * one `execute_tool report` span, batched and exported.
  *
- * After one warm-up of each, `rounds` rounds alternate off and on, `roundSeconds` each; req/s
+ * Beside them, the usual yardsticks: a truly bare Fastify route and the off server's baseline
+ * route. After one warm-up of each, `rounds` rounds of bare, baseline, off and on, `roundSeconds` each; req/s
  * is each side's median round, CPU per request the server's CPU over the requests it answered,
  * and the ratios on/off are per round (their median, and every round for the spread). The
- * receiver's span count checks that the spans were exported rather than dropped.
+ * receiver's span count checks that the spans were exported rather than dropped. Writes
+ * bench/tracing.json.
  *
  *   npx tsx bench/tracing.ts [--rounds 5] [--round-seconds 3] [--connections 50]
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
-import { buildServer, call, load, startServer, warmUp, type Load, type Server } from './lib.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { buildServer, call, load, root, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
 
 const arg = (name: string, fallback: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -27,7 +31,9 @@ const connections = arg('connections', 50);
 const report = { name: 'report', input: { output: 'a finding worth reporting to the parent' } };
 
 type Side = 'off' | 'on';
-const SIDES: readonly Side[] = ['off', 'on'];
+/** The two sides, and beside them the usual yardsticks: a truly bare Fastify route and the off server's baseline route. */
+type Route = Side | 'bare' | 'baseline';
+const ROUTES: readonly Route[] = ['bare', 'baseline', 'off', 'on'];
 
 /** The receiver: counts the spans of every `POST /v1/traces`; `GET /spans` answers the count. */
 const RECEIVER = `
@@ -88,21 +94,29 @@ try {
   servers.push(off);
   const on = await startServer(':memory:', { ...unbounded, OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url });
   servers.push(on);
-  const server: Record<Side, Server> = { off, on };
-  const target: Record<Side, { url: string; headers: Record<string, string> }> = { off: await reporter(off), on: await reporter(on) };
+  const bare = await startBareServer();
+  servers.push(bare);
+  const server: Record<Route, Server> = { bare, baseline: off, off, on };
+  const reporters = { off: await reporter(off), on: await reporter(on) };
+  // Both yardsticks get the report's request, its token header included, and ignore it.
+  const target: Record<Route, { url: string; headers: Record<string, string> }> = {
+    bare: { url: `${bare.url}/bench/baseline`, headers: reporters.off.headers },
+    baseline: { url: `${off.url}/bench/baseline`, headers: reporters.off.headers },
+    ...reporters,
+  };
 
-  for (const side of SIDES) await warmUp(target[side].url, report, target[side].headers, 2, connections);
-  const loads: Record<Side, Load[]> = { off: [], on: [] };
-  const cpu: Record<Side, number[]> = { off: [], on: [] };
+  for (const route of ROUTES) await warmUp(target[route].url, report, target[route].headers, 2, connections);
+  const loads: Record<Route, Load[]> = { bare: [], baseline: [], off: [], on: [] };
+  const cpu: Record<Route, number[]> = { bare: [], baseline: [], off: [], on: [] };
   let reportsTraced = 0;
   for (let r = 0; r < rounds; r++) {
-    for (const side of SIDES) {
-      const before = server[side].cpuSeconds() ?? Number.NaN;
-      const result = await load(target[side].url, report, target[side].headers, roundSeconds, connections, 0);
-      if (result.errors > 0) throw new Error(`${side}: ${result.errors} requests failed in round ${r + 1}`);
-      loads[side].push(result);
-      cpu[side].push((((server[side].cpuSeconds() ?? Number.NaN) - before) / result.requests) * 1e6);
-      if (side === 'on') reportsTraced += result.requests;
+    for (const route of ROUTES) {
+      const before = server[route].cpuSeconds() ?? Number.NaN;
+      const result = await load(target[route].url, report, target[route].headers, roundSeconds, connections, 0);
+      if (result.errors > 0) throw new Error(`${route}: ${result.errors} requests failed in round ${r + 1}`);
+      loads[route].push(result);
+      cpu[route].push((((server[route].cpuSeconds() ?? Number.NaN) - before) / result.requests) * 1e6);
+      if (route === 'on') reportsTraced += result.requests;
     }
   }
   // What the batch processor still holds goes out within its schedule delay (5 s by default).
@@ -113,27 +127,29 @@ try {
     exported = await receiver.spans();
   }
 
-  const perSide = SIDES.map((side) => ({
-    tracing: side,
-    requestsPerSecond: median(loads[side].map((l) => l.requestsPerSecond)),
-    p50Ms: median(loads[side].map((l) => l.p50Ms)),
-    p99Ms: median(loads[side].map((l) => l.p99Ms)),
-    cpuMicrosPerRequest: +median(cpu[side]).toFixed(1),
+  const perRoute = ROUTES.map((route) => ({
+    route,
+    requestsPerSecond: median(loads[route].map((l) => l.requestsPerSecond)),
+    p50Ms: median(loads[route].map((l) => l.p50Ms)),
+    p99Ms: median(loads[route].map((l) => l.p99Ms)),
+    cpuMicrosPerRequest: +median(cpu[route]).toFixed(1),
   }));
-  console.table(perSide);
+  console.table(perRoute);
   const cpuRounds = cpu.on.map((c, i) => round3(c / cpu.off[i]!));
   const throughputRounds = loads.on.map((l, i) => round3(l.requestsPerSecond / loads.off[i]!.requestsPerSecond));
-  console.log(
-    JSON.stringify({
-      rounds,
-      roundSeconds,
-      connections,
-      onOverOff: { throughput: round3(median(throughputRounds)), throughputRounds, cpu: round3(median(cpuRounds)), cpuRounds },
-      // Reports measured with tracing on, against the spans the receiver got (the warm-up's too): fewer spans than reports were dropped.
-      reportsTraced,
-      spansExported: exported,
-    }),
-  );
+  const summary = {
+    rounds,
+    roundSeconds,
+    connections,
+    onOverOff: { throughput: round3(median(throughputRounds)), throughputRounds, cpu: round3(median(cpuRounds)), cpuRounds },
+    offOverBaselineCpu: round3(median(cpu.off.map((c, i) => c / cpu.baseline[i]!))),
+    baselineOverBareCpu: round3(median(cpu.baseline.map((c, i) => c / cpu.bare[i]!))),
+    // Reports measured with tracing on, against the spans the receiver got (the warm-up's too): fewer spans than reports were dropped.
+    reportsTraced,
+    spansExported: exported,
+  };
+  console.log(JSON.stringify(summary.onOverOff));
+  writeFileSync(join(root, 'bench', 'tracing.json'), `${JSON.stringify({ at: new Date().toISOString(), routes: perRoute, ...summary }, null, 2)}\n`);
 } finally {
   for (const s of servers) await s.stop();
   receiver.stop();

@@ -414,7 +414,9 @@ describe.skipIf(unavailable !== undefined)('several instances on one PostgreSQL 
 
   it('fences an owner paused past its lease: after the takeover its writes do not land, it forwards the forest’s requests to the new owner, and it keeps serving its other forests', async () => {
     db = await freshDatabase();
-    const [a2, b] = await Promise.all([startInstance(db, 'instance-a2'), startInstance(db, 'instance-b')]);
+    // The pause itself reads as event-loop delay once A2 wakes; what must answer then is the
+    // fence, not the overload guard (503 OVERLOADED for the seconds the reading takes to fade).
+    const [a2, b] = await Promise.all([startInstance(db, 'instance-a2', { AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: '0' }), startInstance(db, 'instance-b')]);
     const apiA2 = new ServerClient(a2);
     const apiB = new ServerClient(b);
     const forest = await apiA2.createRoot({ id: 'forest-f' });
