@@ -3,7 +3,7 @@
  * the server's resident memory, and seeding large sessions straight into a SQLite file.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, cpSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -48,6 +48,10 @@ function cpuSecondsOf(pid: number | undefined, thread?: number): number | undefi
 export function buildServer(): void {
   execFileSync('npm', ['run', '--silent', 'build'], { cwd: root, stdio: 'inherit' });
   execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'bench', 'tsconfig.server.json')], { cwd: root, stdio: 'inherit' });
+  // The forest view's files, which tsc leaves behind, where the compiled routes look for them.
+  const ui = join(root, 'dist', 'bench-server', 'src', 'ui');
+  rmSync(ui, { recursive: true, force: true });
+  cpSync(join(root, 'src', 'ui'), ui, { recursive: true });
 }
 
 /** The compiled bench/server.ts: the service as src/server.ts starts it, plus the benchmark's routes. */
