@@ -14,13 +14,9 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { buildServer, call, load, root, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
+import { arg, buildServer, load, median, reportingChild, root, round3, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
 import { benchDatabase } from './postgres.js';
 
-const arg = (name: string, fallback: number): number => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i === -1 ? fallback : Number(process.argv[i + 1]);
-};
 const rounds = arg('rounds', 5);
 const roundSeconds = arg('round-seconds', 3);
 const connections = arg('connections', 50);
@@ -33,12 +29,6 @@ function cpuOf(servers: readonly Server[]): number {
   return servers.reduce((sum, s) => sum + (s.cpuSeconds() ?? Number.NaN), 0);
 }
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
-}
-
-const round3 = (n: number): number => +n.toFixed(3);
 
 const database = await benchDatabase();
 if ('unavailable' in database) {
@@ -57,15 +47,9 @@ try {
   const bare = await startBareServer();
   servers.push(bare);
 
-  const parent = await call<{ agent: { id: string }; agentToken: string }>(`${a.url}/v1/agents`, 'POST', {});
-  const child = await call<{ agent: { id: string }; agentToken: string }>(
-    `${a.url}/v1/agents/${parent.agent.id}/children`,
-    'POST',
-    { mode: 'continuable', prompt: 'report findings' },
-    { 'x-agent-token': parent.agentToken },
-  );
-  const token = { 'x-agent-token': child.agentToken };
-  const path = `/v1/agents/${child.agent.id}/tool-calls`;
+  const { child } = await reportingChild(a.url);
+  const token = { 'x-agent-token': child.token };
+  const path = `/v1/agents/${child.id}/tool-calls`;
   const urls: Record<Route, string> = {
     bare: `${bare.url}/bench/baseline`,
     baseline: `${a.url}/bench/baseline`,

@@ -252,3 +252,32 @@ export function childHeader(id: string, parent: string): SessionHeader {
     provider: 'in-process',
   };
 }
+
+/** The number given on the command line as `--name N`, or `fallback`. */
+export function arg(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  return i === -1 ? fallback : Number(process.argv[i + 1]);
+}
+
+/** The middle value (the upper one of an even count). */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)]!;
+}
+
+export const round3 = (n: number): number => +n.toFixed(3);
+
+/**
+ * A root and a continuable child of it on the server at `url`, the reporter of the report
+ * benches: the child reports without taking a step, so every report is staged or appended.
+ */
+export async function reportingChild(url: string): Promise<{ parent: { id: string; token: string }; child: { id: string; token: string } }> {
+  const parent = await call<{ agent: { id: string }; agentToken: string }>(`${url}/v1/agents`, 'POST', {});
+  const child = await call<{ agent: { id: string }; agentToken: string }>(
+    `${url}/v1/agents/${parent.agent.id}/children`,
+    'POST',
+    { mode: 'continuable', prompt: 'report findings' },
+    { 'x-agent-token': parent.agentToken },
+  );
+  return { parent: { id: parent.agent.id, token: parent.agentToken }, child: { id: child.agent.id, token: child.agentToken } };
+}

@@ -12,11 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { LOG_CHUNK_BYTES, loggerOptions } from '../src/logger.js';
+import { arg } from './lib.js';
 
-const arg = (name: string, fallback: number): number => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i === -1 ? fallback : Number(process.argv[i + 1]);
-};
 const lines = arg('lines', 400_000);
 const rounds = arg('rounds', 3);
 const dir = mkdtempSync(join(tmpdir(), 'agentforest-log-'));

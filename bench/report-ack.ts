@@ -14,13 +14,9 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildServer, call, load, root, startServer } from './lib.js';
+import { arg, buildServer, load, reportingChild, root, startServer } from './lib.js';
 import { benchDatabase } from './postgres.js';
 
-const arg = (name: string, fallback: number): number => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i === -1 ? fallback : Number(process.argv[i + 1]);
-};
 const seconds = arg('seconds', 10);
 const connections = arg('connections', 50);
 
@@ -28,17 +24,11 @@ async function measure(label: string, data: string, env: Record<string, string> 
   // One child reports without taking a step, staging every call: no inbox bound here.
   const server = await startServer(data, { AGENTFOREST_MAX_INBOX: String(2 ** 31), ...env });
   try {
-    const parent = await call<{ agent: { id: string }; agentToken: string }>(`${server.url}/v1/agents`, 'POST', {});
-    const child = await call<{ agent: { id: string }; agentToken: string }>(
-      `${server.url}/v1/agents/${parent.agent.id}/children`,
-      'POST',
-      { mode: 'continuable', prompt: 'report findings' },
-      { 'x-agent-token': parent.agentToken },
-    );
+    const { child } = await reportingChild(server.url);
     const result = await load(
-      `${server.url}/v1/agents/${child.agent.id}/tool-calls`,
+      `${server.url}/v1/agents/${child.id}/tool-calls`,
       { name: 'report', input: { output: 'a finding worth reporting' } },
-      { 'x-agent-token': child.agentToken },
+      { 'x-agent-token': child.token },
       seconds,
       connections,
     );

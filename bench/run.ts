@@ -11,14 +11,10 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { buildServer, call, childHeader, load, pool, root, rootHeader, settledMemory, seedSessions, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
+import { arg, buildServer, call, childHeader, load, pool, root, rootHeader, seedSessions, settledMemory, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
 import { budgetClaimCases, budgetClaimRows, type BudgetClaimResult } from './budget-claims.js';
 import { stepContextCases, stepContextRows, type StepContextResult } from './step-context.js';
 
-const arg = (name: string, fallback: number): number => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i === -1 ? fallback : Number(process.argv[i + 1]);
-};
 const seconds = arg('seconds', 4);
 // The two ratios: rounds of baseline then report, each route measured this long per round.
 const rounds = arg('rounds', 5);

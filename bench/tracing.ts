@@ -19,12 +19,8 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { buildServer, call, load, root, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
+import { arg, buildServer, load, median, reportingChild, root, round3, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
 
-const arg = (name: string, fallback: number): number => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i === -1 ? fallback : Number(process.argv[i + 1]);
-};
 const rounds = arg('rounds', 5);
 const roundSeconds = arg('round-seconds', 3);
 const connections = arg('connections', 50);
@@ -65,23 +61,11 @@ async function startReceiver(): Promise<{ url: string; spans(): Promise<number>;
   };
 }
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
-}
 
-const round3 = (n: number): number => +n.toFixed(3);
-
-/** A parent and a continuable child on `server`: the child's report path and its token. */
+/** A reporting child on `server`: its report path and its token. */
 async function reporter(server: Server): Promise<{ url: string; headers: Record<string, string> }> {
-  const parent = await call<{ agent: { id: string }; agentToken: string }>(`${server.url}/v1/agents`, 'POST', {});
-  const child = await call<{ agent: { id: string }; agentToken: string }>(
-    `${server.url}/v1/agents/${parent.agent.id}/children`,
-    'POST',
-    { mode: 'continuable', prompt: 'report findings' },
-    { 'x-agent-token': parent.agentToken },
-  );
-  return { url: `${server.url}/v1/agents/${child.agent.id}/tool-calls`, headers: { 'x-agent-token': child.agentToken } };
+  const { child } = await reportingChild(server.url);
+  return { url: `${server.url}/v1/agents/${child.id}/tool-calls`, headers: { 'x-agent-token': child.token } };
 }
 
 const servers: Server[] = [];
