@@ -47,7 +47,7 @@ export interface paths {
         };
         /**
          * List agents
-         * @description Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. Ordered by creation time, then id. Filters combine.
+         * @description Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. `kind` keeps roots or children only. Ordered by creation time, then id. Filters combine.
          */
         get: operations["listAgents"];
         put?: never;
@@ -1368,6 +1368,8 @@ export interface operations {
                 /** @description An agent (and session) id. */
                 parentId?: string;
                 status?: "idle" | "running" | "paused" | "disposing" | "settled" | "closed";
+                /** @description Only roots, or only children. */
+                kind?: "root" | "child";
                 limit?: number;
                 cursor?: string;
             };

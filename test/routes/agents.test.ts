@@ -486,6 +486,25 @@ describe('GET /v1/agents', () => {
     expect(idle.items.map((a) => a.id)).toEqual(['zeta', 'alpha', 'gamma']);
   });
 
+  it('filters by kind: roots only, or children only, and a kind that is neither is refused', async () => {
+    const h = await fourRoots();
+    const zeta = await createRoot(h.app, { id: 'zeta-2' });
+    const created = await h.app.inject({
+      method: 'POST',
+      url: `/v1/agents/${zeta.id}/children`,
+      headers: { 'x-agent-token': zeta.token },
+      payload: { mode: 'continuable', prompt: 'watch' },
+    });
+    expect(created.statusCode).toBe(201);
+    const child = (created.json() as { agent: AgentView }).agent;
+
+    const roots = (await list(h, '?kind=root')).json() as { items: AgentView[] };
+    expect(roots.items.map((a) => a.id)).toEqual(['zeta', 'alpha', 'beta', 'gamma', 'zeta-2']);
+    const children = (await list(h, '?kind=child&limit=1')).json() as { items: AgentView[]; nextCursor: string | null };
+    expect(children).toEqual({ items: [expect.objectContaining({ id: child.id, kind: 'child' })], nextCursor: null });
+    expect((await list(h, '?kind=agent')).statusCode).toBe(400);
+  });
+
   it('the status filter and the cursor combine: pages of idle agents skip the running one', async () => {
     const h = await fourRoots();
     await send(h.app, 'alpha', 'work');

@@ -1,6 +1,6 @@
 /**
  * ClusterList with a fake local page, fake peers and a fake peer client: this instance's page
- * and every peer's page (asked with the same limit, status and cursor, and the caller's key)
+ * and every peer's page (asked with the same limit, status, kind and cursor, and the caller's key)
  * merged in list order (createdAt, then id) and cut at the limit; the cursor after the page
  * when more follow anywhere, null otherwise; a peer that fails or refuses is left out of the
  * page, logged, and the rest still returned.
@@ -125,20 +125,20 @@ describe('ClusterList', () => {
     expect(await list.list({ limit: 5 }, CALLER)).toEqual({ items: [], nextCursor: null });
   });
 
-  it('asks every peer for the same limit, status and cursor, with the caller’s key and request id', async () => {
+  it('asks every peer for the same limit, status, kind and cursor, with the caller’s key and request id', async () => {
     const empty = (): Promise<PeerAnswer> => Promise.resolve(ok({ items: [], nextCursor: null }));
     const { list, calls, localFilters } = setup({ items: [], nextCursor: null }, { p: empty, q: empty });
     const cursor = encodeCursor(view('x', '2026-01-01T00:00:09.000Z'));
 
-    await list.list({ limit: 7, status: 'running', cursor }, CALLER);
+    await list.list({ limit: 7, status: 'running', kind: 'root', cursor }, CALLER);
 
-    expect(localFilters).toEqual([{ limit: 7, status: 'running', cursor }]);
+    expect(localFilters).toEqual([{ limit: 7, status: 'running', kind: 'root', cursor }]);
     expect(calls.map((c) => c.peer.instanceId).sort()).toEqual(['p', 'q']);
     for (const { call } of calls) {
       expect(call.method).toBe('GET');
       const url = new URL(call.path, 'http://peer.invalid');
       expect(url.pathname).toBe('/v1/agents');
-      expect(Object.fromEntries(url.searchParams)).toEqual({ limit: '7', status: 'running', cursor });
+      expect(Object.fromEntries(url.searchParams)).toEqual({ limit: '7', status: 'running', kind: 'root', cursor });
       expect(call.authorization).toBe(CALLER.authorization);
       expect(call.requestId).toBe(CALLER.requestId);
       expect(call.timeoutMs).toBeGreaterThan(0);

@@ -58,15 +58,15 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       operationId: 'listAgents',
       summary: 'List agents',
       description:
-        'Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. ' +
+        'Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. `kind` keeps roots or children only. ' +
         'Ordered by creation time, then id. Filters combine.',
       security: OPERATOR_SECURITY,
       querystring: ListQuery,
       response: { 200: AgentList, ...errorResponses([], { bodyless: true }) },
     },
   }, async (request) => {
-    const { parentId, status, limit, cursor } = request.query;
-    const filter = { limit: limit ?? 100, ...(status === undefined ? {} : { status }), ...(cursor === undefined ? {} : { cursor }) };
+    const { parentId, status, kind, limit, cursor } = request.query;
+    const filter = { limit: limit ?? 100, ...(status === undefined ? {} : { status }), ...(kind === undefined ? {} : { kind }), ...(cursor === undefined ? {} : { cursor }) };
     const caller = clusterCaller(request);
     if (cluster !== undefined && parentId === undefined && caller !== undefined) return cluster.list.list(filter, caller);
     return agents.list(parentId === undefined ? filter : { ...filter, parentId });

@@ -3,7 +3,7 @@
  * The shapes they share with other operations are in the wire contract (src/contract/).
  */
 import { Type } from '@sinclair/typebox';
-import { AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
+import { AGENT_KINDS, AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
 import { AgentId, AgentView, Budget, Content, literals, ModelSpec, ref } from '../../contract/index.js';
 
 export { AgentWithToken, MessageAccepted, SessionPage, ToolCallBody, ToolCallResult } from '../../contract/index.js';
@@ -23,6 +23,7 @@ export const ListQuery = Type.Object(
   {
     parentId: Type.Optional(AgentId),
     status: Type.Optional(literals(AGENT_STATUSES)),
+    kind: Type.Optional(literals(AGENT_KINDS, { description: 'Only roots, or only children.' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
     cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 1000 })),
   },

@@ -51,6 +51,7 @@ export class ClusterList {
   private async peerPage(peer: Peer, filter: Omit<ListFilter, 'parentId'>, caller: Caller): Promise<AgentPage | undefined> {
     const query = new URLSearchParams({ limit: String(filter.limit) });
     if (filter.status !== undefined) query.set('status', filter.status);
+    if (filter.kind !== undefined) query.set('kind', filter.kind);
     if (filter.cursor !== undefined) query.set('cursor', filter.cursor);
     try {
       const answer = await this.deps.client.call(peer, { method: 'GET', path: `/v1/agents?${query.toString()}`, ...caller, timeoutMs: PEER_TIMEOUT_MS });

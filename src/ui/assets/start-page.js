@@ -1,5 +1,5 @@
 /**
- * The start page: the live roots (GET /v1/agents, every page, roots kept), each linking to
+ * The start page: the live roots (GET /v1/agents?kind=root, every page), each linking to
  * its forest, with its status, inbox and what its forest spent.
  */
 import { getAllPages } from './api.js';
@@ -17,7 +17,7 @@ export async function showStartPage(main) {
   const load = async () => {
     let roots;
     try {
-      roots = (await getAllPages('/v1/agents')).items.filter((agent) => agent.kind === 'root');
+      roots = (await getAllPages('/v1/agents?kind=root')).items;
     } catch (error) {
       showMessage(main, 'The list of agents could not be read', error.message);
       return;
