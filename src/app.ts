@@ -35,7 +35,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership' | 'cluster'>>;
+  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership' | 'cluster' | 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -71,6 +71,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(errorHandling);
   await registerProtection(app, deps.protection ?? {});
   registerOperatorAuth(app, deps.apiKeys ?? []);
+  // Traces on: a request's `traceparent` names the trace the turns it starts continue. First of
+  // the handler hooks (after the body is read), so the handler runs in that context.
+  const requestContext = deps.system.tracing?.requestContext;
+  if (requestContext !== undefined) app.addHook('preHandler', (request, _reply, done) => requestContext(request.headers, done));
   // Several instances: a request for an agent whose forest another instance owns goes there.
   const ownership = deps.system.ownership;
   if (ownership !== undefined) {

@@ -3,7 +3,8 @@
  * runs over HTTP (a root whose output starts two children, calls a backend tool and a failing
  * service tool; a child reports; the report wakes the root) and the spans it exports are
  * checked as a tree: names, GenAI attributes, parents, links, one trace. Content stays off the
- * spans unless AGENTFOREST_OTEL_CONTENT=on, and no token or operator key is ever exported.
+ * spans unless AGENTFOREST_OTEL_CONTENT=on, and no token or operator key is ever exported. A
+ * turn an operator's message starts continues the trace its `traceparent` names.
  */
 import { describe, expect, it } from 'vitest';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../fixtures/otlp-receiver.js';
@@ -189,6 +190,36 @@ describe('traces over OTLP/HTTP', () => {
     const all = receiver.bodies.join('\n');
     expect(all).toContain(ALPHA_PROMPT);
     for (const secret of [...tokens, OPERATOR_KEY]) expect(all).not.toContain(secret);
+  });
+
+  it('a turn an operator’s message starts continues the trace its traceparent names; a child started in that turn stays under the turn', async () => {
+    const receiver = await startOtlpReceiver();
+    const api = await tracedServer(receiver);
+    const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const callerSpan = '00f067aa0ba902b7';
+    const created = await api.expect<{ agent: { id: string }; agentToken: string }>(201, 'POST', '/v1/agents', { body: {} });
+    const root = { id: created.agent.id, token: created.agentToken };
+    await api.expect(202, 'POST', `/v1/agents/${root.id}/messages`, {
+      body: { content: 'traced from the backend', delivery: 'followup' },
+      headers: { traceparent: `00-${traceId}-${callerSpan}-01` },
+    });
+    const step = await claimed(api, root);
+    // The backend's own trace names another of its spans; the child's cause is the root's turn.
+    const child = await api.expect<{ agent: { id: string }; agentToken: string }>(201, 'POST', `/v1/agents/${root.id}/children`, {
+      token: root.token,
+      body: { mode: 'continuable', prompt: 'help', label: 'helper' },
+      headers: { traceparent: `00-${traceId}-1111111111111111-01` },
+    });
+    await api.postOutput(root, step.id, { content: 'asked for help' });
+    const helper = { id: child.agent.id, token: child.agentToken };
+    const childStep = await claimed(api, helper);
+    await api.postOutput(helper, childStep.id, { content: 'helped' });
+
+    const turns = await turnSpans(receiver, 2);
+    const rootTurn = one(turns, 'the root turn', (s) => s.attributes['gen_ai.agent.id'] === root.id);
+    const childTurn = one(turns, 'the child turn', (s) => s.attributes['gen_ai.agent.id'] === helper.id);
+    expect(rootTurn).toMatchObject({ traceId, parentSpanId: callerSpan });
+    expect(childTurn).toMatchObject({ traceId, parentSpanId: rootTurn.spanId });
   });
 
   it('exports the spans still buffered when the server stops, after the drain', async () => {

@@ -14,14 +14,14 @@
  *
  * Causality: a message queued for an agent remembers the span that queued it (the active one:
  * the tool call that started or messaged a child, or the child's `report`; else the sender's
- * turn), by message id, in memory. The turn that message starts is a child of that span, so
+ * turn; else the span an operator's request named in its `traceparent`), by message id, in memory. The turn that message starts is a child of that span, so
  * a forest reads as one trace; a turn started by reports also links to each report's span.
  *
  * Invariants: everything happens in the synchronous span of the entry it follows; what is
  * kept per agent goes when its turn ends (spans) or when it leaves the registry (the rest);
  * the causes kept are bounded (the oldest go first); no token is ever put on a span.
  */
-import { context as otelContext, diag, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Link, type Span, type SpanContext, type Tracer } from '@opentelemetry/api';
+import { context as otelContext, diag, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Link, type Span, type SpanContext, type Tracer } from '@opentelemetry/api';
 import { ServiceError } from '../../domain/errors.js';
 import { joinText, type Message, type ToolCall } from '../../domain/message.js';
 import type { MessageEntryFields, SessionHeader } from '../../domain/session.js';
@@ -82,6 +82,12 @@ export class ForestSpans implements Tracing, WriteObserver {
   private readonly typedErrors = new WeakSet<Span>();
   /** Tool spans of calls the service ran; the others were the backend's. */
   private readonly ranHere = new WeakSet<Span>();
+
+  readonly requestContext = (headers: Readonly<Record<string, string | string[] | undefined>>, next: () => void): void => {
+    const caller = propagation.extract(ROOT_CONTEXT, headers);
+    if (trace.getSpanContext(caller) === undefined) next();
+    else otelContext.with(caller, next);
+  };
 
   constructor(
     private readonly tracer: Tracer,
@@ -193,14 +199,17 @@ export class ForestSpans implements Tracing, WriteObserver {
     return spans;
   }
 
-  /** What caused a message queued now: the active span (a tool call), else the sender's turn. */
+  /**
+   * What caused a message queued now: the active span (a tool call), else the sender's turn,
+   * else the caller's span its request named (`traceparent`): within a forest its own causes
+   * come first.
+   */
   private causeOf(message: Message): Cause | undefined {
     const report = message.source.kind === 'subagent-report';
-    const active = trace.getSpan(otelContext.active());
-    if (active !== undefined) return { span: active.spanContext(), report };
-    if (!('senderSessionId' in message.source)) return undefined;
-    const sender = this.agents.get(message.source.senderSessionId);
-    const span = sender?.turn?.spanContext() ?? sender?.lastTurn;
+    const active = trace.getSpanContext(otelContext.active());
+    if (active !== undefined && active.isRemote !== true) return { span: active, report };
+    const sender = 'senderSessionId' in message.source ? this.agents.get(message.source.senderSessionId) : undefined;
+    const span = sender?.turn?.spanContext() ?? sender?.lastTurn ?? active;
     return span === undefined ? undefined : { span, report };
   }
 

@@ -29,6 +29,11 @@ export interface Tracing {
   runTool(tool: ServiceTool, call: ToolCall, exec: ToolExecution): Promise<ToolOutcome> | ToolOutcome;
   /** An agent left the live registry: what the traces kept for it goes. */
   agentLeft(agent: LiveAgent): void;
+  /**
+   * Runs the rest of a request's handling in the trace its W3C `traceparent` header names, so
+   * a turn an operator's message starts continues the caller's trace; undefined when off.
+   */
+  readonly requestContext: ((headers: Readonly<Record<string, string | string[] | undefined>>, next: () => void) => void) | undefined;
 }
 
 /** Tracing off: every method does nothing (runTool just runs the tool). */
@@ -38,6 +43,7 @@ export const NO_TRACING: Tracing = {
   answeredBy: () => undefined,
   runTool: (tool, call, exec) => tool.execute(call.input, exec),
   agentLeft: () => undefined,
+  requestContext: undefined,
 };
 
 /** What the system hands the OpenTelemetry tracing when it builds it. */
