@@ -12,7 +12,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { createSystem, openStore } from './services/system.js';
-import { startTraceExport } from './services/tracing/tracing.js';
+import { startTraceExport } from './services/tracing/trace-export.js';
 
 export interface StartOptions {
   /** Called once the drain handlers own SIGTERM/SIGINT (server.ts stops handling them then). */

@@ -4,7 +4,7 @@
  * reaches the messages it queues), a batch span processor and the OTLP/HTTP (JSON) exporter.
  * The processor and the exporter read the standard variables themselves (OTEL_BSP_*,
  * OTEL_EXPORTER_OTLP_* endpoint, headers and timeout); the resource takes OTEL_RESOURCE_ATTRIBUTES
- * and the service name. Loaded only by tracing.ts's dynamic import, when traces are exported.
+ * and the service name. Loaded only by trace-export.ts's dynamic import, when traces are exported.
  */
 import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';

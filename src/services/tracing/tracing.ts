@@ -1,8 +1,9 @@
 /**
  * The tracing port: what the services tell the traces, and NO_TRACING, whose methods do
  * nothing. Traces are off unless an OTLP endpoint is configured; then start.ts loads the
- * OpenTelemetry implementation (otel-sdk.ts, forest-spans.ts) with a dynamic import, so with
- * tracing off no OpenTelemetry module is loaded and the services call only these no-ops.
+ * OpenTelemetry implementation (otel-sdk.ts, forest-spans.ts) with a dynamic import
+ * (trace-export.ts), so with tracing off no OpenTelemetry module is loaded and the services
+ * call only these no-ops.
  *
  * Invariants: nothing here changes what the service does (a span that cannot be made is
  * dropped, never an error); no agent token or operator key is put on a span, and message
@@ -61,20 +62,11 @@ export interface TracingOptions {
   content: boolean;
 }
 
-/** A started OpenTelemetry SDK exporting over OTLP/HTTP. */
+/** A started OpenTelemetry SDK exporting over OTLP/HTTP (trace-export.ts starts it). */
 export interface TraceExport {
   tracing: TracingFactory;
   /** Export what is buffered, then stop (after the drain). */
   shutdown(): Promise<void>;
-}
-
-/**
- * Start the OpenTelemetry SDK: its modules are loaded here, only when traces are exported. The
- * exporter reads the standard OTEL_EXPORTER_OTLP_* variables itself (endpoint, headers, timeout).
- */
-export async function startTraceExport(options: TracingOptions): Promise<TraceExport> {
-  const { startOtel } = await import('./otel-sdk.js');
-  return startOtel(options);
 }
 
 /**
