@@ -41,9 +41,8 @@ export interface ClaimGate<A> {
 }
 
 export class StepDispatcher<A extends StepSource, C> {
-  private readonly ready = new Map<string, A>();
-  /** When each agent in `ready` was parked there (ms since the epoch): the cluster's FIFO compares these. */
-  private readonly parkedAt = new Map<string, number>();
+  /** Each parked agent, with when it was parked (ms since the epoch): the cluster's FIFO compares these. */
+  private readonly ready = new Map<string, { agent: A; at: number }>();
   private waiters: Waiter<A, C>[] = [];
   /** Told when a step is parked with nobody here waiting for it (another instance's pool may claim it). */
   onParked: (() => void) | undefined;
@@ -65,11 +64,10 @@ export class StepDispatcher<A extends StepSource, C> {
       this.direct.offer(agent);
       return;
     }
-    if (this.ready.get(agent.id) === agent) return;
+    if (this.ready.get(agent.id)?.agent === agent) return;
     const index = this.waiters.findIndex((w) => matches(w.filter, agent));
     if (index === -1) {
-      this.ready.set(agent.id, agent);
-      this.parkedAt.set(agent.id, Date.now());
+      this.ready.set(agent.id, { agent, at: Date.now() });
       this.onParked?.();
       return;
     }
@@ -79,7 +77,7 @@ export class StepDispatcher<A extends StepSource, C> {
 
   /** The agent no longer has a claimable step (claimed elsewhere, disposed). */
   withdraw(agent: A): void {
-    if (this.ready.get(agent.id) === agent) this.unpark(agent);
+    if (this.ready.get(agent.id)?.agent === agent) this.ready.delete(agent.id);
   }
 
   /**
@@ -99,14 +97,14 @@ export class StepDispatcher<A extends StepSource, C> {
 
   tryClaim(filter: ClaimFilter<A>): C | null {
     if (filter.agent !== undefined) {
-      const agent = this.ready.get(filter.agent.id);
+      const agent = this.ready.get(filter.agent.id)?.agent;
       if (agent === undefined || !matches(filter, agent)) return null;
-      this.unpark(agent);
+      this.ready.delete(agent.id);
       return this.gate?.admits(agent) === false ? null : this.claim(agent);
     }
-    for (const agent of this.ready.values()) {
+    for (const { agent } of this.ready.values()) {
       if (!matches(filter, agent)) continue;
-      this.unpark(agent);
+      this.ready.delete(agent.id);
       if (this.gate?.admits(agent) === false) continue;
       return this.claim(agent);
     }
@@ -164,13 +162,8 @@ export class StepDispatcher<A extends StepSource, C> {
 
   /** When the oldest parked step was parked (ms since the epoch), if one is. */
   oldestParkedAt(): number | undefined {
-    for (const at of this.parkedAt.values()) return at;
+    for (const { at } of this.ready.values()) return at;
     return undefined;
-  }
-
-  private unpark(agent: A): void {
-    this.ready.delete(agent.id);
-    this.parkedAt.delete(agent.id);
   }
 
   get readyCount(): number {
