@@ -85,15 +85,14 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
   }, async (request, reply) => {
     const { waitMs = 0, rootId, since } = request.body;
     const caller = clusterCaller(request);
-    if (cluster !== undefined && rootId === undefined && caller !== undefined) {
-      const claim = await cluster.pool.claim(waitMs, clientGone(reply), since, caller);
-      if (claim === null) return reply.status(204).send();
-      // Another instance's answer is already this route's JSON.
-      if ('forwarded' in claim) return reply.type(JSON_TYPE).send(claim.forwarded);
-      return sendPieces(reply, stepJsonPieces(claim.local.step, { agentId: claim.local.agentId, agentToken: claim.local.agentToken }));
-    }
-    const claimed = await steps.claimAny(waitMs, rootId, clientGone(reply), since);
-    if (claimed === null) return reply.status(204).send();
+    const claim =
+      cluster !== undefined && rootId === undefined && caller !== undefined
+        ? await cluster.pool.claim(waitMs, clientGone(reply), since, caller)
+        : await steps.claimAny(waitMs, rootId, clientGone(reply), since).then((local) => (local === null ? null : { local }));
+    if (claim === null) return reply.status(204).send();
+    // Another instance's answer is already this route's JSON.
+    if ('forwarded' in claim) return reply.type(JSON_TYPE).send(claim.forwarded);
+    const claimed = claim.local;
     return sendPieces(reply, stepJsonPieces(claimed.step, { agentId: claimed.agentId, agentToken: claimed.agentToken }));
   });
 
