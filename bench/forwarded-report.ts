@@ -14,7 +14,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { arg, buildServer, load, median, reportingChild, root, round3, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
+import { arg, buildServer, load, median, medianRound, reportingChild, root, round3, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
 import { benchDatabase } from './postgres.js';
 
 const rounds = arg('rounds', 5);
@@ -76,13 +76,7 @@ try {
     }
   }
 
-  const perRoute = ROUTES.map((route) => ({
-    route,
-    requestsPerSecond: median(loads[route].map((l) => l.requestsPerSecond)),
-    p50Ms: median(loads[route].map((l) => l.p50Ms)),
-    p99Ms: median(loads[route].map((l) => l.p99Ms)),
-    cpuMicrosPerRequest: +median(cpu[route]).toFixed(1),
-  }));
+  const perRoute = ROUTES.map((route) => ({ route, ...medianRound(loads[route], cpu[route]) }));
   console.table(perRoute);
   const ratios = (over: Route, under: Route) => cpu[over].map((c, i) => round3(c / cpu[under][i]!));
   const summary = {

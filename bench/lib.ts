@@ -267,6 +267,16 @@ export function median(values: readonly number[]): number {
 
 export const round3 = (n: number): number => +n.toFixed(3);
 
+/** One route's rounds as one row: the median of each figure (CPU per request in µs, one decimal). */
+export function medianRound(loads: readonly Load[], cpuMicros: readonly number[]): { requestsPerSecond: number; p50Ms: number; p99Ms: number; cpuMicrosPerRequest: number } {
+  return {
+    requestsPerSecond: median(loads.map((l) => l.requestsPerSecond)),
+    p50Ms: median(loads.map((l) => l.p50Ms)),
+    p99Ms: median(loads.map((l) => l.p99Ms)),
+    cpuMicrosPerRequest: +median(cpuMicros).toFixed(1),
+  };
+}
+
 /**
  * A root and a continuable child of it on the server at `url`, the reporter of the report
  * benches: the child reports without taking a step, so every report is staged or appended.

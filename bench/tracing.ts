@@ -19,7 +19,7 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { arg, buildServer, load, median, reportingChild, root, round3, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
+import { arg, buildServer, load, median, medianRound, reportingChild, root, round3, startBareServer, startServer, warmUp, type Load, type Server } from './lib.js';
 
 const rounds = arg('rounds', 5);
 const roundSeconds = arg('round-seconds', 3);
@@ -111,13 +111,7 @@ try {
     exported = await receiver.spans();
   }
 
-  const perRoute = ROUTES.map((route) => ({
-    route,
-    requestsPerSecond: median(loads[route].map((l) => l.requestsPerSecond)),
-    p50Ms: median(loads[route].map((l) => l.p50Ms)),
-    p99Ms: median(loads[route].map((l) => l.p99Ms)),
-    cpuMicrosPerRequest: +median(cpu[route]).toFixed(1),
-  }));
+  const perRoute = ROUTES.map((route) => ({ route, ...medianRound(loads[route], cpu[route]) }));
   console.table(perRoute);
   const cpuRounds = cpu.on.map((c, i) => round3(c / cpu.off[i]!));
   const throughputRounds = loads.on.map((l, i) => round3(l.requestsPerSecond / loads.off[i]!.requestsPerSecond));
