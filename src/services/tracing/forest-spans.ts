@@ -296,8 +296,9 @@ export class ForestSpans implements Tracing, WriteObserver {
       chat.setAttribute(ATTR.inputTokens, message.usage.promptTokens);
       chat.setAttribute(ATTR.outputTokens, message.usage.completionTokens);
     }
-    chat.setAttribute(ATTR.finishReasons, [finishReason(message)]);
-    if (this.options.content) chat.setAttribute(ATTR.outputMessages, jsonAttribute([chatMessage(message, finishReason(message))]));
+    const finish = finishReason(message);
+    chat.setAttribute(ATTR.finishReasons, [finish]);
+    if (this.options.content) chat.setAttribute(ATTR.outputMessages, jsonAttribute([chatMessage(message, finish)]));
     chat.end();
     for (const call of message.toolCalls ?? []) spans.tools.set(call.id, this.startTool(id, spans, call));
   }
