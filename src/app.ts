@@ -17,6 +17,7 @@ import { OneLinePerRequest, requestMetrics } from './plugins/request-log.js';
 import { agentRoutes } from './routes/agents/index.js';
 import { registerOperatorAuth } from './routes/auth.js';
 import { budgetRoutes } from './routes/budgets/index.js';
+import { webhookRoutes } from './routes/webhooks/index.js';
 import { childRoutes } from './routes/children/index.js';
 import { clusterRoutes } from './routes/cluster/index.js';
 import { eventRoutes } from './routes/events/index.js';
@@ -35,7 +36,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges'> & Partial<Pick<System, 'ownership' | 'cluster' | 'tracing'>>;
+  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks'> & Partial<Pick<System, 'ownership' | 'cluster' | 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -97,6 +98,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     maxBufferedBytes: deps.eventBufferBytes ?? 1_048_576,
   });
   await app.register(packageRoutes, { packages: packageChanges });
+  await app.register(webhookRoutes, { subscriptions: deps.system.webhooks.subscriptions });
   await app.register(metricsRoutes, { metrics });
   if (cluster !== undefined) await app.register(clusterRoutes, { cluster });
   await app.register(uiRoutes);

@@ -2,6 +2,7 @@
  * Configuration from the environment: one TypeBox schema, the type derived from it, and a
  * loader that reports every problem at once in words an operator can act on.
  */
+import { DEFAULT_DELIVERY } from './services/webhooks/delivery-worker.js';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from './domain/packages.js';
@@ -64,6 +65,14 @@ export const EnvSchema = Type.Object({
     }),
   ),
   AGENTFOREST_SPAWN_BUDGETS: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off', description: '`on`: `spawn_subagent` takes a `budget` grant from the model (shown in its input schema); `off`: the model cannot grant.' }),
+  AGENTFOREST_WEBHOOK_ALLOW_PRIVATE: Type.Union([Type.Literal('true'), Type.Literal('false')], {
+    default: 'false',
+    description: '`true`: webhook URLs may name loopback, link-local and private addresses (self-hosted receivers, tests); `false`: such addresses are refused, after DNS resolution, at subscription and at every delivery.',
+  }),
+  AGENTFOREST_WEBHOOK_MAX_AGE_MS: Type.Integer({ default: DEFAULT_DELIVERY.maxAgeMs, minimum: 1000, description: 'How long a webhook delivery is retried (5xx, 429, network errors) from when its event was queued; then it is marked failed.' }),
+  AGENTFOREST_WEBHOOK_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DELIVERY.timeoutMs, minimum: 100, maximum: 120_000, description: 'The deadline of one webhook request, connection included.' }),
+  AGENTFOREST_WEBHOOK_BACKOFF_MS: Type.Integer({ default: DEFAULT_DELIVERY.backoff.baseMs, minimum: 10, maximum: 3_600_000, description: 'The first retry delay of a webhook delivery; each later one doubles (with jitter), up to an hour.' }),
+  AGENTFOREST_WEBHOOK_PER_ENDPOINT: Type.Integer({ default: DEFAULT_DELIVERY.perEndpoint, minimum: 1, maximum: 256, description: 'Webhook requests in flight to one origin at most (each subscription and forest sends in order, one at a time).' }),
   AGENTFOREST_OTEL_CONTENT: Type.Union(ON_OFF.map((v) => Type.Literal(v)), {
     default: 'off',
     description: '`on`: traces carry message content, tool arguments and results (`gen_ai.input.messages` and the like); `off`: only names, ids and token counts. Traces are exported when `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.',
@@ -128,6 +137,8 @@ export interface Config {
    * exporter reads the endpoint, headers and timeout itself), under OTEL_SERVICE_NAME.
    */
   tracing: { export: boolean; serviceName: string; content: boolean };
+  /** Webhook delivery. */
+  webhooks: { allowPrivate: boolean; maxAgeMs: number; timeoutMs: number; backoffMs: number; perEndpoint: number };
 }
 
 export class ConfigError extends Error {
@@ -244,6 +255,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       export: exportTraces,
       serviceName: env.OTEL_SERVICE_NAME?.trim() || 'agentforest',
       content: converted.AGENTFOREST_OTEL_CONTENT === 'on',
+    },
+    webhooks: {
+      allowPrivate: converted.AGENTFOREST_WEBHOOK_ALLOW_PRIVATE === 'true',
+      maxAgeMs: converted.AGENTFOREST_WEBHOOK_MAX_AGE_MS,
+      timeoutMs: converted.AGENTFOREST_WEBHOOK_TIMEOUT_MS,
+      backoffMs: converted.AGENTFOREST_WEBHOOK_BACKOFF_MS,
+      perEndpoint: converted.AGENTFOREST_WEBHOOK_PER_ENDPOINT,
     },
   };
 }

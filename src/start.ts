@@ -12,6 +12,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { createSystem, openStore } from './services/system.js';
+import { DEFAULT_DELIVERY } from './services/webhooks/delivery-worker.js';
 import { startTraceExport } from './services/tracing/trace-export.js';
 
 export interface StartOptions {
@@ -51,6 +52,13 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     modelPolicy: config.modelPolicy,
     modelPrices: config.modelPrices,
     spawnBudgets: config.spawnBudgets,
+    webhooks: {
+      allowPrivate: config.webhooks.allowPrivate,
+      maxAgeMs: config.webhooks.maxAgeMs,
+      timeoutMs: config.webhooks.timeoutMs,
+      backoff: { ...DEFAULT_DELIVERY.backoff, baseMs: config.webhooks.backoffMs },
+      perEndpoint: config.webhooks.perEndpoint,
+    },
     ...(traces === undefined ? {} : { tracing: traces.tracing }),
     ...(config.databaseUrl === undefined
       ? {}
@@ -62,6 +70,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   // With several instances, the database's package configuration replaces the environment's.
   await system.packageChanges.start();
   await system.cluster?.start();
+  await system.webhooks.start();
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -94,6 +103,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     system.agents.startDrain();
     await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
     await app.close();
+    system.webhooks.stop();
     await system.cluster?.stop();
     await system.agents.shutdown();
     await system.packageChanges.stop();

@@ -468,6 +468,91 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The webhook subscriptions
+         * @description Oldest first; secrets are never listed.
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Subscribe a URL to events
+         * @description Events of the named types (of every forest, or of `rootId`) are POSTed to `url`, signed with the secret as Standard Webhooks prescribes (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Answered once durable; the secret is shown only here. Only events that happen after the subscription are delivered.
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One webhook subscription */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook subscription
+         * @description Nothing more is sent to it, and its deliveries (pending ones included) are dropped.
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A subscription's deliveries
+         * @description Newest first, optionally of one state; `failed` ones were given up and can be retried. Delivered ones are kept for a week.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries/{deliveryId}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a delivery again
+         * @description Makes the delivery pending and due now, whatever its state (a failed one, or a delivered one to send again), with a new retry window. It goes out when it is the oldest pending delivery of its forest to this subscription.
+         */
+        post: operations["retryWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -599,7 +684,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -610,7 +695,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -1296,6 +1381,30 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
                     code?: "VALIDATION";
+                };
+            };
+        };
+        /** @description Not Found: WEBHOOK_NOT_FOUND */
+        WebhookNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "WEBHOOK_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Not Found: WEBHOOK_NOT_FOUND, DELIVERY_NOT_FOUND */
+        WebhookNotFoundOrDeliveryNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND";
                 };
             };
         };
@@ -2508,6 +2617,291 @@ export interface operations {
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["ActivationSetupReleaseFailedOrInternal"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: {
+                            /** @description A webhook subscription id. */
+                            id: string;
+                            url: string;
+                            events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired")[];
+                            /** @description Only this forest's events; null for every forest. */
+                            rootId: string | null;
+                            /** @description When the subscription was created (ISO 8601). */
+                            createdAt: string;
+                        }[];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Where deliveries are POSTed: http or https; private, loopback and link-local addresses are refused unless the deployment allows them. */
+                    url: string;
+                    /** @description The event types to deliver. */
+                    events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired")[];
+                    /** @description An agent (and session) id. */
+                    rootId?: string;
+                    /** @description The signing secret, `whsec_` and base64 of 16 to 64 bytes; generated when absent. */
+                    secret?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description A webhook subscription id. */
+                        id: string;
+                        url: string;
+                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired")[];
+                        /** @description Only this forest's events; null for every forest. */
+                        rootId: string | null;
+                        /** @description The signing secret: shown only in this answer. */
+                        secret: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook subscription id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description A webhook subscription id. */
+                        id: string;
+                        url: string;
+                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired")[];
+                        /** @description Only this forest's events; null for every forest. */
+                        rootId: string | null;
+                        /** @description When the subscription was created (ISO 8601). */
+                        createdAt: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["WebhookNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook subscription id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["WebhookNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description `pending`: to be sent (again); `delivered`: the receiver answered 2xx; `failed`: given up (retry it by hand). */
+                state?: "pending" | "delivered" | "failed";
+                limit?: number;
+                /** @description From `nextCursor` of the page before. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description A webhook subscription id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Newest first. */
+                        items: {
+                            /** @description A delivery's id within its subscription: the event's id, sent as `webhook-id`. */
+                            id: string;
+                            /** @description A webhook subscription id. */
+                            webhookId: string;
+                            /** @description An event type a subscription may name. */
+                            type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired";
+                            /** @description An agent (and session) id. */
+                            rootId: string;
+                            /** @description `pending`: to be sent (again); `delivered`: the receiver answered 2xx; `failed`: given up (retry it by hand). */
+                            state: "pending" | "delivered" | "failed";
+                            attempts: number;
+                            /** @description When the event was queued (ISO 8601). */
+                            createdAt: string;
+                            /** @description When a pending delivery is next sent; null otherwise. */
+                            nextAttemptAt: string | null;
+                            /** @description When it was last sent. */
+                            lastAttemptAt: string | null;
+                            /** @description The last answer's HTTP status (null when none came). */
+                            lastStatus: number | null;
+                            /** @description What went wrong last. */
+                            lastError: string | null;
+                            /** @description When a 2xx answered it. */
+                            deliveredAt: string | null;
+                        }[];
+                        /** @description Pass as `cursor` for the next (older) page; null at the end. */
+                        nextCursor: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["WebhookNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloaded"];
+        };
+    };
+    retryWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook subscription id. */
+                id: string;
+                /** @description A delivery's id within its subscription: the event's id, sent as `webhook-id`. */
+                deliveryId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description A delivery's id within its subscription: the event's id, sent as `webhook-id`. */
+                        id: string;
+                        /** @description A webhook subscription id. */
+                        webhookId: string;
+                        /** @description An event type a subscription may name. */
+                        type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired";
+                        /** @description An agent (and session) id. */
+                        rootId: string;
+                        /** @description `pending`: to be sent (again); `delivered`: the receiver answered 2xx; `failed`: given up (retry it by hand). */
+                        state: "pending" | "delivered" | "failed";
+                        attempts: number;
+                        /** @description When the event was queued (ISO 8601). */
+                        createdAt: string;
+                        /** @description When a pending delivery is next sent; null otherwise. */
+                        nextAttemptAt: string | null;
+                        /** @description When it was last sent. */
+                        lastAttemptAt: string | null;
+                        /** @description The last answer's HTTP status (null when none came). */
+                        lastStatus: number | null;
+                        /** @description What went wrong last. */
+                        lastError: string | null;
+                        /** @description When a 2xx answered it. */
+                        deliveredAt: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["WebhookNotFoundOrDeliveryNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
     };

@@ -20,6 +20,7 @@ export * from './packages.js';
 export * from './receipts.js';
 export * from './sessions.js';
 export * from './steps.js';
+export * from './webhooks.js';
 export { literals, ref } from './schema.js';
 
 /** Every shared schema, each after the ones it refers to. */

@@ -35,7 +35,7 @@ export function clockOf(now: () => number): Clock {
   };
 }
 
-export const ID_KINDS = ['agent', 'message', 'inbox', 'turn', 'step', 'activation'] as const;
+export const ID_KINDS = ['agent', 'message', 'inbox', 'turn', 'step', 'activation', 'webhook'] as const;
 export type IdKind = (typeof ID_KINDS)[number];
 
 export interface IdSource {

@@ -21,6 +21,7 @@ export const TAGS = [
   { name: 'messages', description: 'Delivery receipts: where a message is.' },
   { name: 'events', description: 'Server-Sent Events of an agent or a forest.' },
   { name: 'packages', description: 'Tool packages: installed, configured, removed.' },
+  { name: 'webhooks', description: 'Webhook subscriptions: events pushed to a URL, signed, at least once; their deliveries.' },
   { name: 'health', description: 'Liveness and readiness; no key needed.' },
   { name: 'operations', description: 'Metrics for operators.' },
 ] as const;

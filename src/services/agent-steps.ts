@@ -46,7 +46,8 @@ export interface StepHost {
   apply(transition: Transition): number[];
   failTurn(error: string): void;
   now(): string;
-  onLease?: ((event: LeaseEvent) => void) | undefined;
+  /** A lease event of the step `stepId`, under `attempt` (the lapsed one, or the new claim's). */
+  onLease?: ((event: LeaseEvent, stepId: string, attempt: number) => void) | undefined;
 }
 
 export class AgentSteps {
@@ -86,7 +87,7 @@ export class AgentSteps {
     if (running.phase !== 'running') throw new Error('a claimed step leaves its turn running');
     const step = running.turn.step;
     this.recent.remember(step.id);
-    if (step.attempt > 1) this.host.onLease?.('reclaimed');
+    if (step.attempt > 1) this.host.onLease?.('reclaimed', step.id, step.attempt);
     const lease = this.lease.grant(step.id, step.attempt);
     return { agent: this.host.agent, stepId: step.id, turnId: running.turn.id, index: step.index, upToSeq: entries[entries.length - 1]!, lease };
   }
@@ -201,7 +202,7 @@ export class AgentSteps {
       this.lease.renew(stepId, attempt);
       return;
     }
-    this.host.onLease?.('expired');
+    this.host.onLease?.('expired', stepId, attempt);
     const max = this.lease.options.maxAttempts;
     if (step.status === 'claimed' && attempt >= max) {
       this.recent.endEarly(stepId, `the lease of step "${stepId}" expired on its last attempt (${attempt}); the turn failed`);

@@ -3,10 +3,12 @@
  * one forest's rows out and commit the rest, and the session log can tell its listeners exactly
  * what committed. A header belongs to its root (`rootSession`, or itself); an entry names its
  * root; a pending change names it (`rootId`) or belongs to a session the batch creates, else
- * `rootOfSession` is asked; an idempotency record belongs to the forest it names. A row whose
+ * `rootOfSession` is asked; an idempotency record belongs to the forest it names, and so do an
+ * outbox event and a delivery's state change. A row whose
  * forest cannot be told belongs to none: it is never fenced and never left out.
  */
 import type { PendingOp, WriteBatch } from './session-store.js';
+import { changeRoot } from './webhooks/outbox.js';
 
 /** The forest of a session the batch neither creates nor names, when known. */
 export type RootOfSession = (sessionId: string) => string | undefined;
@@ -38,6 +40,11 @@ export function forestsOf(batch: WriteBatch, rootOfSession: RootOfSession): Set<
     if (root !== undefined) roots.add(root);
   }
   for (const record of batch.idempotency ?? []) if (record.rootId !== undefined) roots.add(record.rootId);
+  for (const event of batch.outbox ?? []) roots.add(event.rootId);
+  for (const change of batch.webhooks ?? []) {
+    const root = changeRoot(change);
+    if (root !== undefined) roots.add(root);
+  }
   return roots;
 }
 
@@ -55,5 +62,12 @@ export function withoutForests(batch: WriteBatch, gone: ReadonlySet<string>, roo
     });
   }
   if (batch.idempotency !== undefined) kept.idempotency = batch.idempotency.filter((r) => r.rootId === undefined || !gone.has(r.rootId));
+  if (batch.outbox !== undefined) kept.outbox = batch.outbox.filter((e) => !gone.has(e.rootId));
+  if (batch.webhooks !== undefined) {
+    kept.webhooks = batch.webhooks.filter((c) => {
+      const root = changeRoot(c);
+      return root === undefined || !gone.has(root);
+    });
+  }
   return kept;
 }

@@ -17,6 +17,7 @@ const ID_PREFIX: Record<IdKind, string> = {
   turn: 'turn',
   step: 'step',
   activation: 'act',
+  webhook: 'wh',
 };
 
 /** Character codes of the 16 hex digits. */

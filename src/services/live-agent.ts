@@ -49,7 +49,7 @@ export interface LiveAgentDeps {
   maxInbox?: number;
   /** Step leases (default DEFAULT_LEASE). */
   lease?: LeaseOptions;
-  onLease?: (agent: LiveAgent, event: LeaseEvent) => void;
+  onLease?: (agent: LiveAgent, event: LeaseEvent, stepId: string, attempt: number) => void;
 }
 
 export class LiveAgent {
@@ -331,7 +331,7 @@ export class LiveAgent {
       apply: (transition) => this.apply(transition),
       failTurn: (error) => this.failTurn(error),
       now: () => this.now(),
-      onLease: deps.onLease === undefined ? undefined : (event) => deps.onLease?.(this, event),
+      onLease: deps.onLease === undefined ? undefined : (event, stepId, attempt) => deps.onLease?.(this, event, stepId, attempt),
     };
     return new AgentSteps(host, deps.clock, deps.lease ?? DEFAULT_LEASE);
   }

@@ -58,5 +58,7 @@ export function mergeBatches(first: WriteBatch, second: WriteBatch): WriteBatch 
     entries: [...first.entries, ...second.entries],
     pending: [...(first.pending ?? []), ...(second.pending ?? [])],
     idempotency: [...(first.idempotency ?? []), ...(second.idempotency ?? [])],
+    outbox: [...(first.outbox ?? []), ...(second.outbox ?? [])],
+    webhooks: [...(first.webhooks ?? []), ...(second.webhooks ?? [])],
   };
 }

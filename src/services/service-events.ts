@@ -37,9 +37,9 @@ export interface ServiceEventMap {
   /** A driven agent's incarnation stopped: its model request in flight is cancelled. */
   'driven-released': [agent: LiveAgent];
   /** A report call ended (accepted or an error code); wakeups name the message they queued. */
-  report: [delivery: ReportDelivery, outcome: string, messageId: string | undefined];
+  report: [delivery: ReportDelivery, outcome: string, messageId: string | undefined, child: LiveAgent | undefined];
   /** A step lease ran out, or a lapsed step was claimed again. */
-  'step-lease': [event: LeaseEvent];
+  'step-lease': [event: LeaseEvent, agent: LiveAgent, stepId: string, attempt: number];
   /** A budget stopped the step a live agent has to take (once per pause). */
   'budget-exhausted': [agent: LiveAgent, pausedBy: PausedBy];
   /** A budget change let a paused agent's step be handed out again. */

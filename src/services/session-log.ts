@@ -19,6 +19,7 @@ import type { Logger } from 'pino';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
 import { withoutForests } from './batch-forests.js';
 import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, type CommitResult, type PendingBatch } from './pending-batch.js';
+import type { OutboxEvent, WebhookChange } from './webhooks/outbox.js';
 import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 export type CommitListener = (batch: WriteBatch, elapsedMs: number) => void;
@@ -177,6 +178,21 @@ export class SessionLog {
   }
 
   /**
+   * Queue a webhook event in the same batch as the writes that caused it (appended so far, in
+   * the same synchronous span), so the store commits its deliveries with them or not at all.
+   */
+  queueEvent(event: OutboxEvent): void {
+    (this.pending.outbox ??= []).push(event);
+    this.schedule();
+  }
+
+  /** Change webhook subscriptions or delivery states in the next batch (see WebhookChange). */
+  changeWebhooks(change: WebhookChange): void {
+    (this.pending.webhooks ??= []).push(change);
+    this.schedule();
+  }
+
+  /**
    * Resolves when every write queued before this call is committed, for a caller that wrote to
    * forest `root`: it rejects when the store failed, or with MISDIRECTED when the store refused
    * that forest (another instance owns it now; nothing of its writes landed). A refusal of other
@@ -321,5 +337,7 @@ function writesOf(batch: WriteBatch): WriteBatch {
   const writes: WriteBatch = { headers: batch.headers, entries: batch.entries };
   if (batch.pending !== undefined) writes.pending = batch.pending;
   if (batch.idempotency !== undefined) writes.idempotency = batch.idempotency;
+  if (batch.outbox !== undefined) writes.outbox = batch.outbox;
+  if (batch.webhooks !== undefined) writes.webhooks = batch.webhooks;
   return writes;
 }

@@ -7,6 +7,7 @@
 import type { Message, ReceiptState } from '../domain/message.js';
 import type { PendingRowValue } from '../domain/pending-rows.js';
 import type { CompactionEntry, SessionEntry, SessionHeader } from '../domain/session.js';
+import type { OutboxEvent, WebhookChange, WebhookReads } from './webhooks/outbox.js';
 
 export type { CompactionEntry } from '../domain/session.js';
 
@@ -53,6 +54,10 @@ export interface WriteBatch {
   /** Changes to pending rows, applied in order after the entries. */
   pending?: PendingOp[];
   idempotency?: IdempotencyRecord[];
+  /** Webhook events the batch's writes caused: the store adds a delivery per matching subscription. */
+  outbox?: OutboxEvent[];
+  /** Changes to webhook subscriptions and delivery states, applied after the outbox events. */
+  webhooks?: WebhookChange[];
 }
 
 /** Where a message is, from durable state. */
@@ -125,11 +130,20 @@ export interface SessionStore {
   idempotency(sender: string, key: string, now: number): Promise<IdempotencyRecord | undefined>;
   /** Drop idempotency records that expired before `now`; returns how many. */
   expireIdempotency(now: number): Promise<number>;
+  /** Webhook subscriptions and the outbox. */
+  readonly webhooks: WebhookReads;
   close(): Promise<void>;
 }
 
 export function batchIsEmpty(batch: WriteBatch): boolean {
-  return batch.headers.length === 0 && batch.entries.length === 0 && (batch.pending?.length ?? 0) === 0 && (batch.idempotency?.length ?? 0) === 0;
+  return (
+    batch.headers.length === 0 &&
+    batch.entries.length === 0 &&
+    (batch.pending?.length ?? 0) === 0 &&
+    (batch.idempotency?.length ?? 0) === 0 &&
+    (batch.outbox?.length ?? 0) === 0 &&
+    (batch.webhooks?.length ?? 0) === 0
+  );
 }
 
 /** Receipt of a logged message from its entries: the message entry and, for a prompt, its turn. */

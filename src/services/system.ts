@@ -55,6 +55,9 @@ import { PostgresSessionStore } from './stores/postgres-store.js';
 import { SqliteSessionStore, type SqliteSyncMode } from './stores/sqlite-store.js';
 import { ToolRegistry } from './tool-registry.js';
 import { NO_TRACING, type Tracing, type TracingFactory } from './tracing/tracing.js';
+import { DEFAULT_DELIVERY, type DeliveryOptions } from './webhooks/delivery-worker.js';
+import { webhookMetrics } from './webhooks/webhook-metrics.js';
+import { Webhooks, type WebhookDeps } from './webhooks/webhooks.js';
 
 export interface System {
   store: SessionStore;
@@ -92,6 +95,8 @@ export interface System {
   tracing: Tracing;
   /** The operator's budget changes. */
   budgetChanges: BudgetChanges;
+  /** Webhook subscriptions, the outbox's events and their delivery (started before serving, stopped at close). */
+  webhooks: Webhooks;
 }
 
 export interface SystemOptions {
@@ -128,6 +133,10 @@ export interface SystemOptions {
   spawnBudgets?: boolean;
   /** Builds the OpenTelemetry tracing (tracing/otel-sdk.ts); unset, tracing is off. */
   tracing?: TracingFactory;
+  /** Webhook delivery (default DEFAULT_DELIVERY: private addresses refused, retried for 24 h). */
+  webhooks?: Partial<DeliveryOptions>;
+  /** The webhook transport (tests wrap it; default: HTTP with the address guard). */
+  webhookSend?: WebhookDeps['send'];
 }
 
 /** Forests no agent uses whose accounts one instance keeps for later reads (see ForestLedger). */
@@ -218,7 +227,7 @@ export function createSystem(options: SystemOptions): System {
     },
     onChange: (agent) => events.emit('agent-changed', agent),
     onTurnEnd: (agent, end) => events.emit('turn-ended', agent, end),
-    onLease: (_agent, event) => events.emit('step-lease', event),
+    onLease: (agent, event, stepId, attempt) => events.emit('step-lease', event, agent, stepId, attempt),
     maxInbox: limits.inbox,
     lease: { ...DEFAULT_LEASE, ...options.lease },
   };
@@ -323,10 +332,22 @@ export function createSystem(options: SystemOptions): System {
           pollMs: options.clusterPackages?.pollMs ?? DEFAULT_POLL_MS,
         },
       );
+  const webhooks = new Webhooks(
+    { log, reads: store.webhooks, clock, ids, logger, ownership, observe: webhookMetrics(metrics.registry, store.webhooks, clock), send: options.webhookSend },
+    { ...DEFAULT_DELIVERY, ...options.webhooks },
+  );
+  events.on('report', (_delivery, outcome, messageId, child) => {
+    if (outcome === 'accepted' && messageId !== undefined && child !== undefined) webhooks.events.reportDelivered(child, messageId);
+  });
+  events.on('budget-exhausted', (agent, pausedBy) => webhooks.events.paused(agent, pausedBy));
+  events.on('step-lease', (event, agent, stepId, attempt) => {
+    if (event === 'expired') webhooks.events.leaseExpired(agent, stepId, attempt);
+  });
+
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
   events.on('turn-ended', (agent, end) => notices.onTurnEnd(agent, end));
   ownership?.start();
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, packageChanges, idempotency, hub, streams, metrics, ownership, cluster, driver, gate, queries, events, budgets, budgetChanges, tracing };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, packageChanges, idempotency, hub, streams, metrics, ownership, cluster, driver, gate, queries, events, budgets, budgetChanges, tracing, webhooks };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */
@@ -337,7 +358,7 @@ function leftStatus(agent: LiveAgent, manager: ContinuationManager): 'settled' |
 /** The continuation manager's observer, as service events (the metrics subscribe to them). */
 function observerOver(events: ServiceEvents): ContinuationObserver {
   return {
-    report: (delivery, outcome, messageId) => events.emit('report', delivery, outcome, messageId),
+    report: (delivery, outcome, messageId, child) => events.emit('report', delivery, outcome, messageId, child),
     coldResumed: () => events.emit('cold-resumed'),
     settled: () => events.emit('settled'),
   };

@@ -3,67 +3,10 @@
  * PostgreSQL) joins by adding one factory to STORE_FACTORIES; the cases stay store-agnostic:
  * they only use the SessionStore port and assert that a rejected write leaves no trace.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CompactionEntry, SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry, SessionStore, WriteBatch } from '../../src/services/session-store.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
-import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
-import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
-import { freshDatabase, postgresUnavailable } from '../fixtures/postgres.js';
-
-interface StoreFixture {
-  store: SessionStore;
-  dispose(): Promise<void>;
-}
-
-interface StoreFactory {
-  name: string;
-  /** Why this store's cases skip, saying so: only on a run that opted out (AGENTFOREST_SKIP_POSTGRES=1). */
-  unavailable?: string | undefined;
-  create(): Promise<StoreFixture>;
-}
-
-const STORE_FACTORIES: StoreFactory[] = [
-  {
-    name: 'memory',
-    async create() {
-      const store = new MemorySessionStore();
-      return { store, dispose: () => store.close() };
-    },
-  },
-  {
-    name: 'sqlite',
-    async create() {
-      const dir = mkdtempSync(join(tmpdir(), 'agentforest-store-'));
-      const store = new SqliteSessionStore({ path: join(dir, 'sessions.db') });
-      return {
-        store,
-        async dispose() {
-          await store.close();
-          rmSync(dir, { recursive: true, force: true });
-        },
-      };
-    },
-  },
-  {
-    name: 'postgres',
-    unavailable: postgresUnavailable(),
-    async create() {
-      const db = await freshDatabase();
-      const store = await PostgresSessionStore.open({ url: db.url });
-      return {
-        store,
-        async dispose() {
-          await store.close();
-          await db.dispose();
-        },
-      };
-    },
-  },
-];
+import { STORE_FACTORIES, type StoreFixture } from '../fixtures/store-factories.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 

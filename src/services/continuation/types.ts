@@ -19,7 +19,8 @@ import type { ActivationSetupRegistry } from './setup-registry.js';
 
 /** What the manager tells the metrics about (all optional). */
 export interface ContinuationObserver {
-  report(delivery: ReportDelivery, outcome: string, messageId?: string): void;
+  /** A report call ended; an accepted one names the parent's message and the reporting child. */
+  report(delivery: ReportDelivery, outcome: string, messageId?: string, child?: LiveAgent): void;
   coldResumed(): void;
   settled(): void;
 }

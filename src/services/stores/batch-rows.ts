@@ -3,6 +3,7 @@
  * from: it crosses a thread boundary as strings and numbers, and binds to statements as is.
  */
 import type { WriteBatch } from '../session-store.js';
+import type { WebhookChange } from '../webhooks/outbox.js';
 
 export type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
 /** One entry; `body` is the entry without `seq`, as JSON. */
@@ -11,12 +12,16 @@ export type PendingChangeRow =
   | [sessionId: string, messageId: string]
   | [sessionId: string, messageId: string, position: number, kind: string, itemId: string | null, message: string, acceptedAt: string];
 export type IdempotencyRow = [sender: string, key: string, fingerprint: string, status: number, response: string, createdAt: number, expiresAt: number];
+export type OutboxRow = [eventId: string, type: string, rootId: string, at: number, payload: string];
 
 export interface BatchRows {
   sessions: SessionRow[];
   entries: EntryRow[];
   pending: PendingChangeRow[];
   idempotency: IdempotencyRow[];
+  outbox: OutboxRow[];
+  /** Plain objects of primitives already: they cross a thread boundary as they are. */
+  webhooks: WebhookChange[];
 }
 
 export function encodeRows(batch: WriteBatch): BatchRows {
@@ -34,6 +39,8 @@ export function encodeRows(batch: WriteBatch): BatchRows {
       return [change.sessionId, r.message.id, r.position, r.kind, r.itemId, JSON.stringify(r.message), r.acceptedAt];
     }),
     idempotency: (batch.idempotency ?? []).map((r) => [r.sender, r.key, r.fingerprint, r.status, JSON.stringify(r.response), r.createdAt, r.expiresAt]),
+    outbox: (batch.outbox ?? []).map((e) => [e.id, e.type, e.rootId, e.at, e.payload]),
+    webhooks: batch.webhooks ?? [],
   };
 }
 

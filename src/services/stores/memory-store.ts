@@ -24,6 +24,7 @@ import {
   type TurnBoundary,
   type WriteBatch,
 } from '../session-store.js';
+import { MemoryWebhooks } from './memory-webhooks.js';
 
 /** One committed entry: its JSON text, and what lookups read without parsing it. */
 interface StoredEntry {
@@ -72,6 +73,7 @@ export class MemorySessionStore implements SessionStore {
   private readonly forests = new Map<string, StoredEntry[]>();
   private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
+  readonly webhooks = new MemoryWebhooks();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
@@ -103,6 +105,7 @@ export class MemorySessionStore implements SessionStore {
       }
     }
     for (const { rootId: _forest, ...record } of batch.idempotency ?? []) this.keys.set(`${record.sender}\u0000${record.key}`, structuredClone(record));
+    this.webhooks.apply(batch.outbox ?? [], batch.webhooks ?? []);
   }
 
   async header(id: string): Promise<SessionSummary | undefined> {

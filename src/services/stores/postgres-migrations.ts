@@ -4,6 +4,7 @@
  * store's at its version 3 (sessions, entries with forest order, pending rows, idempotency);
  * forest leases and the cluster's package configuration exist only here.
  */
+import { POSTGRES_WEBHOOK_TABLES } from './postgres-webhooks.js';
 import type { Migration } from './sqlite-migrations.js';
 
 export const POSTGRES_MIGRATIONS: readonly Migration[] = [
@@ -99,6 +100,11 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
         seen_at         TIMESTAMPTZ NOT NULL
       );
     `,
+  },
+  {
+    version: 5,
+    description: 'webhook subscriptions and the outbox of their deliveries',
+    sql: POSTGRES_WEBHOOK_TABLES,
   },
 ];
 

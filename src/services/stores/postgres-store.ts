@@ -36,6 +36,7 @@ import { ForestLeases } from './postgres-leases.js';
 import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
 import { PostgresPackages } from './postgres-packages.js';
 import { writeRows } from './postgres-writes.js';
+import { PostgresWebhooks } from './postgres-webhooks.js';
 
 export interface PostgresStoreOptions {
   url: string;
@@ -61,10 +62,12 @@ export class PostgresSessionStore implements SessionStore {
   readonly leases: ForestLeases;
   /** The cluster's package configuration, which also fences this store's report writes. */
   readonly packages: PostgresPackages;
+  readonly webhooks: PostgresWebhooks;
 
   /** `url` is kept for connections of their own (a LISTEN). */
   private constructor(private readonly pool: pg.Pool, readonly url: string) {
     this.leases = new ForestLeases(pool);
+    this.webhooks = new PostgresWebhooks(pool);
     this.packages = new PostgresPackages(pool);
   }
 

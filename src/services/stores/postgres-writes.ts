@@ -1,10 +1,12 @@
 /**
  * The rows of one batch into PostgreSQL, on the client of the transaction that holds them:
  * sessions, entries (advancing each session's `last_seq` by compare-and-set, so a gap or a
- * duplicate seq aborts the transaction), pending changes in order, idempotency records.
+ * duplicate seq aborts the transaction), pending changes in order, idempotency records, the
+ * webhook outbox and changes (postgres-webhooks.ts).
  */
 import type pg from 'pg';
 import { seqAdvances, type BatchRows } from './batch-rows.js';
+import { writeWebhookRows } from './postgres-webhooks.js';
 
 export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise<void> {
   if (rows.sessions.length > 0) {
@@ -52,6 +54,7 @@ export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise
       row,
     );
   }
+  if (rows.outbox.length > 0 || rows.webhooks.length > 0) await writeWebhookRows(client, rows.outbox, rows.webhooks);
 }
 
 /** Rows of tuples as one array per column, for `unnest`. */

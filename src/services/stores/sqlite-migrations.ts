@@ -5,6 +5,7 @@
 import type Database from 'better-sqlite3';
 import type { EntryRow } from './batch-rows.js';
 import { encodeEntries, entryInserter, PAGE_ENTRIES } from './sqlite-writes.js';
+import { WEBHOOK_TABLES } from './sqlite-webhooks.js';
 
 export interface Migration {
   version: number;
@@ -143,6 +144,11 @@ export const MIGRATIONS: readonly Migration[] = [
     sql: `
       CREATE INDEX entry_marks_compactions ON entry_marks (session_id, seq) WHERE type = 'compaction';
     `,
+  },
+  {
+    version: 6,
+    description: 'webhook subscriptions and the outbox of their deliveries',
+    sql: WEBHOOK_TABLES,
   },
 ];
 

@@ -27,6 +27,7 @@ import {
 } from '../session-store.js';
 import type { Message } from '../../domain/message.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
+import { SqliteWebhooks } from './sqlite-webhooks.js';
 import { InlineWriter, ThreadWriter, type SqliteWriter } from './sqlite-writer.js';
 import { encodeBatch, LAST_FOREST_SEQ, openConnection, type SqliteSyncMode, type WriterSettings } from './sqlite-writes.js';
 
@@ -42,6 +43,7 @@ export class SqliteSessionStore implements SessionStore {
   private readonly db: Database.Database;
   private readonly statements;
   private readonly writer: SqliteWriter;
+  readonly webhooks: SqliteWebhooks;
 
   constructor(options: SqliteStoreOptions) {
     const connection = { path: options.path, synchronous: options.synchronous ?? 'full' };
@@ -56,6 +58,7 @@ export class SqliteSessionStore implements SessionStore {
     }
     this.db = db;
     this.writer = options.path === ':memory:' ? new InlineWriter(db) : new ThreadWriter(connection);
+    this.webhooks = new SqliteWebhooks(db);
     this.statements = {
       // Pages tile a forest's positions in order, and chunks a session's seqs: the page or chunk
       // holding position `after + 1` is the one with the greatest start not past it.

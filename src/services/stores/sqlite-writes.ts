@@ -15,6 +15,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { WriteBatch } from '../session-store.js';
+import { webhookWriter } from './sqlite-webhooks.js';
 import { encodeRows, seqAdvances, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from './batch-rows.js';
 
 export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
@@ -104,6 +105,8 @@ export function encodeBatch(batch: WriteBatch): EncodedBatch {
     marks: entries.marks,
     pending: rows.pending,
     idempotency: rows.idempotency,
+    outbox: rows.outbox,
+    webhooks: rows.webhooks,
   };
 }
 
@@ -231,6 +234,7 @@ export class SqliteWrites {
          response = excluded.response, created_at = excluded.created_at, expires_at = excluded.expires_at`,
     );
     this.expireStatement = db.prepare('DELETE FROM idempotency WHERE expires_at <= ?');
+    const writeWebhooks = webhookWriter(db);
     // Any throw inside rolls the whole batch back.
     this.apply = db.transaction((batch: EncodedBatch) => {
       for (const row of batch.sessions) insertSession.run(...row);
@@ -246,6 +250,7 @@ export class SqliteWrites {
         else putPending.run(...row);
       }
       for (const row of batch.idempotency) putIdempotency.run(...row);
+      if (batch.outbox.length > 0 || batch.webhooks.length > 0) writeWebhooks(batch.outbox, batch.webhooks);
     });
   }
 
