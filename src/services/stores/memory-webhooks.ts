@@ -132,6 +132,13 @@ export class MemoryWebhooks implements WebhookReads {
       });
   }
 
+  async head(webhookId: string, rootId: string, afterSeq: number, now: number): Promise<DueDelivery | undefined> {
+    const row = this.rows.find((r) => r.webhookId === webhookId && r.rootId === rootId && r.state === 'pending' && r.seq > afterSeq);
+    const sub = this.subs.get(webhookId);
+    if (row === undefined || sub === undefined || row.nextAt > now) return undefined;
+    return { ...publicOf(row), payload: row.payload, url: sub.url, secret: sub.secret };
+  }
+
   async backlog(): Promise<OutboxBacklog> {
     let pending = 0;
     let oldest: number | null = null;

@@ -144,6 +144,16 @@ export class PostgresWebhooks implements WebhookReads {
     return rows.map((row) => ({ ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret }));
   }
 
+  async head(webhookId: string, rootId: string, afterSeq: number, now: number): Promise<DueDelivery | undefined> {
+    const { rows } = await this.pool.query<DeliveryRow & { payload: string; url: string; secret: string }>(
+      `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+       WHERE d.webhook_id = $1 AND d.root_id = $2 AND d.state = 'pending' AND d.seq > $3 ORDER BY d.seq LIMIT 1`,
+      [webhookId, rootId, afterSeq],
+    );
+    const row = rows[0];
+    return row === undefined || Number(row.next_at) > now ? undefined : { ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret };
+  }
+
   async backlog(): Promise<OutboxBacklog> {
     const { rows } = await this.pool.query<{ pending: string; oldest: string | null }>(
       "SELECT count(*) AS pending, min(created_at) AS oldest FROM webhook_deliveries WHERE state = 'pending'",

@@ -148,10 +148,15 @@ export class SqliteWebhooks implements WebhookReads {
       ),
       delivery: db.prepare<[string, string], DeliveryRow>(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE d.webhook_id = ? AND d.event_id = ?`),
       due: db.prepare<{ now: number; limit: number }, DeliveryRow & { payload: string; url: string; secret: string }>(
-        `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-         WHERE d.state = 'pending' AND d.next_at <= @now
-           AND d.seq = (SELECT min(h.seq) FROM webhook_deliveries h WHERE h.webhook_id = d.webhook_id AND h.root_id = d.root_id AND h.state = 'pending')
+        `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret
+         FROM (SELECT min(seq) AS seq FROM webhook_deliveries WHERE state = 'pending' GROUP BY webhook_id, root_id) h
+         JOIN webhook_deliveries d ON d.seq = h.seq JOIN webhooks w ON w.id = d.webhook_id
+         WHERE d.next_at <= @now
          ORDER BY d.next_at, d.seq LIMIT @limit`,
+      ),
+      head: db.prepare<{ webhookId: string; rootId: string; afterSeq: number }, DeliveryRow & { payload: string; url: string; secret: string }>(
+        `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+         WHERE d.webhook_id = @webhookId AND d.root_id = @rootId AND d.state = 'pending' AND d.seq > @afterSeq ORDER BY d.seq LIMIT 1`,
       ),
       backlog: db.prepare<[], { pending: number; oldest: number | null }>(
         "SELECT count(*) AS pending, min(created_at) AS oldest FROM webhook_deliveries WHERE state = 'pending'",
@@ -181,6 +186,11 @@ export class SqliteWebhooks implements WebhookReads {
 
   async due(now: number, limit: number): Promise<DueDelivery[]> {
     return this.statements.due.all({ now, limit }).map((row) => ({ ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret }));
+  }
+
+  async head(webhookId: string, rootId: string, afterSeq: number, now: number): Promise<DueDelivery | undefined> {
+    const row = this.statements.head.get({ webhookId, rootId, afterSeq });
+    return row === undefined || row.next_at > now ? undefined : { ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret };
   }
 
   async backlog(): Promise<OutboxBacklog> {

@@ -1,81 +1,189 @@
 /**
- * Where webhooks may go: http(s) URLs without credentials, and, unless the deployment allows
- * private destinations, only public addresses, checked after DNS resolution. The sender
- * connects to the very addresses checked here (its `lookup`), so a name cannot resolve to a
- * public address for the check and a private one for the connection.
+ * The address guard: a webhook goes only to an http(s) URL without credentials, and, unless
+ * private destinations are allowed, only to public addresses. Otherwise a webhook URL would
+ * let whoever registers it reach the service's own network (loopback, link-local metadata
+ * endpoints, RFC 1918 ranges).
+ *
+ * The check is made on the addresses the connection will use: `guardedLookup` is the resolver
+ * handed to the HTTP client, so the address that is checked is the one that is connected to,
+ * and a name cannot resolve to a public address for the check and a private one for the
+ * connection. IPv6 forms that embed an IPv4 address (mapped, compatible, NAT64) are judged by
+ * that IPv4 address.
  */
-import { promises as dns } from 'node:dns';
+import { promises as dns, type LookupAddress } from 'node:dns';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
 
+/** Why a webhook destination is refused. */
+export type WebhookAddressReason = 'scheme' | 'malformed' | 'credentials' | 'private';
+
+/** A webhook destination that is refused; the message never contains the URL's credentials. */
 export class WebhookAddressError extends Error {
   override readonly name = 'WebhookAddressError';
+
   constructor(
-    readonly reason: 'scheme' | 'malformed' | 'credentials' | 'private',
+    readonly reason: WebhookAddressReason,
     message: string,
   ) {
     super(message);
   }
 }
 
+/** One address a destination resolves to. */
+export interface ResolvedAddress {
+  address: string;
+  family: 4 | 6;
+}
+
+const PRIVATE_IPV4: [string, number][] = [
+  ['0.0.0.0', 8],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10],
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.0.0.0', 24],
+  ['192.168.0.0', 16],
+  ['198.18.0.0', 15],
+  // Multicast (224/4) and everything above it: reserved, and the limited broadcast address.
+  ['224.0.0.0', 3],
+];
+
+const PRIVATE_IPV6: [string, number][] = [
+  ['::', 128],
+  ['::1', 128],
+  ['fe80::', 10],
+  // Deprecated site-local addresses: as private as the unique local ones that replaced them.
+  ['fec0::', 10],
+  ['fc00::', 7],
+  ['ff00::', 8],
+];
+
+const privateV4 = blockList(PRIVATE_IPV4, 'ipv4');
+const privateV6 = blockList(PRIVATE_IPV6, 'ipv6');
+
+function blockList(subnets: [string, number][], type: 'ipv4' | 'ipv6'): BlockList {
+  const list = new BlockList();
+  for (const [network, prefix] of subnets) list.addSubnet(network, prefix, type);
+  return list;
+}
+
+/**
+ * The URL a webhook is sent to: throws a WebhookAddressError unless `raw` parses as an
+ * `http:` or `https:` URL without a username or password.
+ */
 export function parseWebhookUrl(raw: string): URL {
   let url: URL;
   try {
     url = new URL(raw);
   } catch {
-    throw new WebhookAddressError('malformed', 'the webhook URL does not parse');
+    throw new WebhookAddressError('malformed', 'the webhook URL does not parse as a URL');
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new WebhookAddressError('scheme', 'a webhook URL is http or https');
-  if (url.username !== '' || url.password !== '') throw new WebhookAddressError('credentials', 'a webhook URL may not carry credentials');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new WebhookAddressError('scheme', `a webhook URL is http: or https:, not ${url.protocol}`);
+  }
+  if (url.username !== '' || url.password !== '') {
+    throw new WebhookAddressError('credentials', `the webhook URL for ${url.protocol}//${url.host} may not carry credentials`);
+  }
+  if (url.hostname === '') throw new WebhookAddressError('malformed', 'the webhook URL has no host');
   return url;
 }
 
-const PRIVATE = new BlockList();
-for (const [net, bits] of [
-  ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12],
-  ['192.0.0.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['224.0.0.0', 3],
-] as const) PRIVATE.addSubnet(net, bits, 'ipv4');
-for (const [net, bits] of [['::', 128], ['::1', 128], ['fe80::', 10], ['fc00::', 7], ['ff00::', 8]] as const) PRIVATE.addSubnet(net, bits, 'ipv6');
-
-/** Whether an address is loopback, link-local, private or otherwise not for the public (unparseable: true). */
+/**
+ * Whether `ip` is an address a webhook may not go to by default: loopback, private, link-local,
+ * shared, benchmarking, multicast or reserved. Anything that is not an IP address is refused too.
+ */
 export function isPrivateAddress(ip: string): boolean {
   const family = isIP(ip);
-  if (family === 4) return PRIVATE.check(ip, 'ipv4');
+  if (family === 4) return privateV4.check(ip, 'ipv4');
   if (family !== 6) return true;
-  const lower = ip.toLowerCase();
-  // IPv4-mapped and IPv4-compatible forms are judged by their IPv4 part.
-  const embedded = /^(?:::ffff:|::)(\d+\.\d+\.\d+\.\d+)$/.exec(lower)?.[1];
-  if (embedded !== undefined) return isPrivateAddress(embedded);
-  const mappedHex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(lower);
-  if (mappedHex !== null) {
-    const hi = parseInt(mappedHex[1]!, 16);
-    const lo = parseInt(mappedHex[2]!, 16);
-    return isPrivateAddress(`${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`);
-  }
-  return PRIVATE.check(ip, 'ipv6');
+  const address = withoutZone(ip);
+  const embedded = embeddedIpv4(ipv6Groups(address));
+  if (embedded !== undefined) return privateV4.check(embedded, 'ipv4');
+  return privateV6.check(address, 'ipv6');
 }
 
-/** The host's addresses; throws WebhookAddressError('private') when one is private and that is not allowed. */
-export async function resolvePublic(hostname: string, allowPrivate: boolean): Promise<{ address: string; family: 4 | 6 }[]> {
+/**
+ * The addresses `hostname` (a name or an IP literal, IPv6 in brackets or not) resolves to.
+ * Unless `allowPrivate`, rejects with a WebhookAddressError('private') when any of them is
+ * private; a name that does not resolve rejects with the resolver's error.
+ */
+export async function resolvePublic(hostname: string, allowPrivate: boolean): Promise<ResolvedAddress[]> {
   const host = hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname;
   const literal = isIP(host);
-  const addresses = literal !== 0
-    ? [{ address: host, family: literal as 4 | 6 }]
-    : (await dns.lookup(host, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family as 4 | 6 }));
+  const addresses: ResolvedAddress[] =
+    literal === 4 || literal === 6
+      ? [{ address: host, family: literal }]
+      : (await dns.lookup(host, { all: true, verbatim: true })).map(toResolved);
+  if (addresses.length === 0) throw new WebhookAddressError('malformed', 'the webhook host resolves to no address');
   if (!allowPrivate && addresses.some((a) => isPrivateAddress(a.address))) {
-    throw new WebhookAddressError('private', 'the webhook URL names a loopback, link-local or private address');
+    throw new WebhookAddressError('private', 'the webhook host resolves to a private address');
   }
   return addresses;
 }
 
-/** A `lookup` for http.request that resolves through resolvePublic (the connection goes to a checked address). */
+/**
+ * A `lookup` for `http.request` that resolves through resolvePublic, so the connection goes
+ * only to an address that passed the check; a refused host calls back with the
+ * WebhookAddressError.
+ */
 export function guardedLookup(allowPrivate: boolean): LookupFunction {
   return (hostname, options, callback) => {
     resolvePublic(hostname, allowPrivate).then(
-      (addresses) => {
-        if (options.all === true) (callback as unknown as (e: null, a: typeof addresses) => void)(null, addresses);
-        else callback(null, addresses[0]!.address, addresses[0]!.family);
+      (resolved) => {
+        const wanted = familyNumber(options.family);
+        const addresses = wanted === 0 ? resolved : resolved.filter((a) => a.family === wanted);
+        const first = addresses[0];
+        if (first === undefined) {
+          callback(new WebhookAddressError('malformed', `the webhook host has no IPv${wanted} address`), '');
+        } else if (options.all === true) {
+          callback(null, addresses.map((a): LookupAddress => ({ address: a.address, family: a.family })));
+        } else {
+          callback(null, first.address, first.family);
+        }
       },
-      (error: NodeJS.ErrnoException) => callback(error, '', 0),
+      (error: Error) => callback(error, ''),
     );
   };
+}
+
+function familyNumber(family: number | string | undefined): 0 | 4 | 6 {
+  if (family === 4 || family === 'IPv4') return 4;
+  if (family === 6 || family === 'IPv6') return 6;
+  return 0;
+}
+
+function toResolved(entry: LookupAddress): ResolvedAddress {
+  return { address: entry.address, family: entry.family === 6 ? 6 : 4 };
+}
+
+function withoutZone(ip: string): string {
+  const zone = ip.indexOf('%');
+  return zone === -1 ? ip : ip.slice(0, zone);
+}
+
+/** The eight 16-bit groups of a valid IPv6 address (no zone). */
+function ipv6Groups(address: string): number[] {
+  const lastColon = address.lastIndexOf(':');
+  let text = address;
+  if (address.includes('.', lastColon)) {
+    const [a = 0, b = 0, c = 0, d = 0] = address.slice(lastColon + 1).split('.').map(Number);
+    text = `${address.slice(0, lastColon + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const parse = (part: string): number[] => (part === '' ? [] : part.split(':').map((g) => parseInt(g, 16)));
+  const gap = text.indexOf('::');
+  if (gap === -1) return parse(text);
+  const head = parse(text.slice(0, gap));
+  const rest = parse(text.slice(gap + 2));
+  return [...head, ...new Array<number>(8 - head.length - rest.length).fill(0), ...rest];
+}
+
+/** The IPv4 address an IPv4-mapped, IPv4-compatible or NAT64 (64:ff9b::/96) address carries. */
+function embeddedIpv4(groups: number[]): string | undefined {
+  const [g0, g1, g2, g3, g4, g5, g6 = 0, g7 = 0] = groups;
+  const zeroMiddle = g2 === 0 && g3 === 0 && g4 === 0;
+  const mapped = g0 === 0 && g1 === 0 && zeroMiddle && g5 === 0xffff;
+  const compatible = g0 === 0 && g1 === 0 && zeroMiddle && g5 === 0;
+  const nat64 = g0 === 0x64 && g1 === 0xff9b && zeroMiddle && g5 === 0;
+  if (!mapped && !compatible && !nat64) return undefined;
+  return [g6 >> 8, g6 & 0xff, g7 >> 8, g7 & 0xff].join('.');
 }

@@ -5,9 +5,10 @@
  * - a stream (one subscription's deliveries of one forest) has at most one delivery in flight,
  *   and it is the stream's oldest pending one: deliveries reach a receiver in log order, a
  *   later one only after the earlier was delivered or given up;
- * - an attempt's outcome is committed (through the session log, fenced with its forest) before
- *   the stream's next delivery is looked up: a delivery marked delivered is never sent again by
- *   this worker, and one whose mark did not commit is sent again (at least once, same id);
+ * - an attempt's outcome is committed through the session log, fenced with its forest. A retry
+ *   waits for its mark; a settled delivery (delivered or given up) lets its stream go on at once,
+ *   and no look at the outbox sends it again while its mark commits. One whose mark did not
+ *   commit (a crash, a store failure) is sent again later: at least once, under the same id;
  * - at most `perEndpoint` requests are in flight to one origin and `concurrency` in all, so a
  *   slow receiver holds only its own slots;
  * - 5xx, 429 and network errors are retried with exponential backoff and jitter (at least what
@@ -54,6 +55,9 @@ export const DEFAULT_DELIVERY: DeliveryOptions = {
   retentionMs: 7 * 24 * 3_600_000,
 };
 
+/** The least time between two full looks at the outbox when nudged. */
+const MIN_POLL_GAP_MS = 100;
+
 export type AttemptOutcome = 'delivered' | 'retrying' | 'failed';
 
 export interface DeliveryDeps {
@@ -71,6 +75,8 @@ export interface DeliveryDeps {
 
 export class DeliveryWorker {
   private readonly streams = new Set<string>();
+  /** Deliveries settled here whose mark has not committed yet (`webhookId eventId`). */
+  private readonly recording = new Set<string>();
   private readonly endpoints = new Map<string, number>();
   private inFlight = 0;
   private timer: NodeJS.Timeout | undefined;
@@ -78,6 +84,9 @@ export class DeliveryWorker {
   private again = false;
   private stopped = true;
   private lastPrune = 0;
+  private lastPoll = 0;
+  /** When the scheduled look is due. */
+  private soonest = 0;
 
   constructor(
     private readonly deps: DeliveryDeps,
@@ -97,18 +106,23 @@ export class DeliveryWorker {
     this.timer = undefined;
   }
 
-  /** Look at the outbox soon (something was queued, or a stream is free). */
+  /**
+   * Look at the outbox soon (something was queued, or a stream is free): at once, or
+   * MIN_POLL_GAP_MS after the last look, so a burst of commits makes a few looks, not one each.
+   */
   nudge(): void {
     if (this.stopped) return;
     if (this.polling) {
       this.again = true;
       return;
     }
-    this.schedule(0);
+    if (this.timer !== undefined && this.soonest <= Date.now() + MIN_POLL_GAP_MS) return;
+    this.schedule(Math.max(0, this.lastPoll + MIN_POLL_GAP_MS - Date.now()));
   }
 
   private schedule(ms: number): void {
     if (this.timer !== undefined) clearTimeout(this.timer);
+    this.soonest = Date.now() + ms;
     this.timer = setTimeout(() => {
       this.timer = undefined;
       void this.poll();
@@ -120,6 +134,7 @@ export class DeliveryWorker {
     if (this.stopped) return;
     this.polling = true;
     this.again = false;
+    this.lastPoll = Date.now();
     try {
       await this.pruneNow();
       const free = this.options.concurrency - this.inFlight;
@@ -131,6 +146,7 @@ export class DeliveryWorker {
           const stream = streamKey(delivery.webhookId, delivery.rootId);
           const endpoint = originOf(delivery.url);
           if (this.streams.has(stream) || (this.endpoints.get(endpoint) ?? 0) >= this.options.perEndpoint) continue;
+          if (this.recording.has(`${delivery.webhookId} ${delivery.eventId}`)) continue;
           if (!(await this.mayDeliver(delivery.rootId, tried))) continue;
           if (this.streams.has(stream) || this.stopped) continue;
           this.begin(delivery, stream, endpoint);
@@ -140,7 +156,7 @@ export class DeliveryWorker {
       this.deps.logger?.error({ err }, 'reading the webhook outbox failed; retrying');
     } finally {
       this.polling = false;
-      if (!this.stopped) this.schedule(this.again ? 0 : this.options.pollMs);
+      if (!this.stopped) this.schedule(this.again ? MIN_POLL_GAP_MS : this.options.pollMs);
     }
   }
 
@@ -162,15 +178,30 @@ export class DeliveryWorker {
     this.streams.add(stream);
     this.endpoints.set(endpoint, (this.endpoints.get(endpoint) ?? 0) + 1);
     this.inFlight += 1;
-    void this.attempt(delivery).finally(() => {
-      this.streams.delete(stream);
-      const left = (this.endpoints.get(endpoint) ?? 1) - 1;
-      if (left === 0) this.endpoints.delete(endpoint);
-      else this.endpoints.set(endpoint, left);
-      this.inFlight -= 1;
-      if (this.deps.ownership !== undefined && !this.hasStreamOf(delivery.rootId)) void this.deps.ownership.releaseIfIdle(delivery.rootId);
-      this.nudge();
-    });
+    void this.attempt(delivery)
+      .then(async (settled) => {
+        // Settled (delivered or given up): the stream's next delivery, by an index seek past this
+        // one, whose mark may not have committed yet; a full look costs as much as the backlog.
+        if (!settled || this.stopped) return undefined;
+        return this.deps.reads.head(delivery.webhookId, delivery.rootId, delivery.seq, this.deps.clock.now());
+      })
+      .catch((err: unknown) => {
+        this.deps.logger?.error({ err }, 'reading the webhook outbox failed; retrying');
+        return undefined;
+      })
+      .then((next) => {
+        this.streams.delete(stream);
+        const left = (this.endpoints.get(endpoint) ?? 1) - 1;
+        if (left === 0) this.endpoints.delete(endpoint);
+        else this.endpoints.set(endpoint, left);
+        this.inFlight -= 1;
+        if (next !== undefined && !this.stopped && this.inFlight < this.options.concurrency && (this.endpoints.get(endpoint) ?? 0) < this.options.perEndpoint) {
+          this.begin(next, stream, originOf(next.url));
+          return;
+        }
+        if (this.deps.ownership !== undefined && !this.hasStreamOf(delivery.rootId)) void this.deps.ownership.releaseIfIdle(delivery.rootId);
+        if (next !== undefined) this.nudge();
+      });
   }
 
   private hasStreamOf(rootId: string): boolean {
@@ -178,10 +209,11 @@ export class DeliveryWorker {
     return false;
   }
 
-  private async attempt(delivery: DueDelivery): Promise<void> {
+  /** Sends once and queues the outcome's mark; true when the delivery is settled (delivered or failed). */
+  private async attempt(delivery: DueDelivery): Promise<boolean> {
     const started = this.deps.clock.now();
     const outcome = await this.sendOne(delivery, started);
-    if (this.stopped) return;
+    if (this.stopped) return false;
     const at = this.deps.clock.now();
     const change = this.changeFor(delivery, outcome, at);
     this.deps.observe?.(change.state === 'delivered' ? 'delivered' : change.state === 'failed' ? 'failed' : 'retrying', (at - started) / 1000);
@@ -189,11 +221,22 @@ export class DeliveryWorker {
       this.deps.logger?.warn({ webhookId: delivery.webhookId, deliveryId: delivery.eventId, attempts: change.attempts, error: change.error }, 'a webhook delivery failed for good');
     }
     this.deps.log.changeWebhooks(change);
-    try {
-      await this.deps.log.durable(delivery.rootId);
-    } catch (err) {
-      this.deps.logger?.warn({ err, webhookId: delivery.webhookId, deliveryId: delivery.eventId }, 'recording a webhook attempt failed; the delivery will be sent again');
+    const key = `${delivery.webhookId} ${delivery.eventId}`;
+    const recorded = this.deps.log.durable(delivery.rootId).then(
+      () => this.recording.delete(key),
+      (err: unknown) => {
+        this.recording.delete(key);
+        this.deps.logger?.warn({ err, webhookId: delivery.webhookId, deliveryId: delivery.eventId }, 'recording a webhook attempt failed; the delivery will be sent again');
+      },
+    );
+    if (change.state === 'pending') {
+      // A retry is not due before its mark commits: wait, so no look finds it still due now.
+      await recorded;
+      return false;
     }
+    // Settled: the stream goes on before the mark commits; until then no look sends this one again.
+    this.recording.add(key);
+    return true;
   }
 
   private async sendOne(delivery: DueDelivery, now: number): Promise<SendOutcome> {

@@ -118,6 +118,11 @@ export interface WebhookReads {
    * leases (`instanceId` given), forests another instance holds are left out.
    */
   due(now: number, limit: number, instanceId?: string): Promise<DueDelivery[]>;
+  /**
+   * The oldest pending delivery of one stream after outbox position `afterSeq`, when it is due
+   * at `now` (an index seek, not a scan).
+   */
+  head(webhookId: string, rootId: string, afterSeq: number, now: number): Promise<DueDelivery | undefined>;
   backlog(): Promise<OutboxBacklog>;
 }
 

@@ -1,13 +1,25 @@
 /**
- * One webhook request: a POST with a whole-request timeout, to a checked address (see
- * address-guard.ts), never following a redirect, reading at most `maxResponseBytes` of the
- * answer. It never rejects: every failure is an outcome, with a message that holds no header.
+ * One webhook delivery attempt: a single HTTP POST, its outcome told as a value, never thrown.
+ *
+ * The attempt is bounded in every direction a receiver could stretch it: one timer covers the
+ * whole exchange (resolving, connecting, waiting and reading); at most `maxResponseBytes` of
+ * the answer are read before the connection is dropped; redirects are not followed, so a 3xx
+ * is an answer like any other. The destination passes the address guard, by the lookup the
+ * connection resolves through, or before connecting when the host is an IP literal (which
+ * the client connects to without a lookup).
+ *
+ * Error messages are the transport's own short ones (`connect ECONNREFUSED 127.0.0.1:1234`),
+ * with any request header value cut out: the headers carry the signature.
+ *
+ * Every attempt opens its own connection: a pooled one could have been opened under another
+ * attempt's address policy.
  */
-import http from 'node:http';
-import https from 'node:https';
-import { guardedLookup, resolvePublic, WebhookAddressError } from './address-guard.js';
+import { request as httpRequest, type ClientRequest, type IncomingMessage, type RequestOptions } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
+import { guardedLookup, parseWebhookUrl, resolvePublic, WebhookAddressError } from './address-guard.js';
 
+/** One POST to send. */
 export interface WebhookRequest {
   url: URL;
   headers: Record<string, string>;
@@ -17,65 +29,112 @@ export interface WebhookRequest {
   allowPrivate: boolean;
 }
 
+/**
+ * How an attempt ended: the receiver's answer (`body` is at most `maxResponseBytes` bytes of
+ * it, decoded as UTF-8), or why there was none.
+ */
 export type SendOutcome =
   | { kind: 'response'; status: number; retryAfter: string | undefined; body: string }
   | { kind: 'error'; reason: 'timeout' | 'network' | 'address'; message: string };
 
-export async function sendWebhook(request: WebhookRequest): Promise<SendOutcome> {
-  const host = request.url.hostname.replace(/^\[|\]$/g, '');
-  if (isIP(host) !== 0) {
-    // Node does not call `lookup` for an address literal: check it here.
-    try {
-      await resolvePublic(host, request.allowPrivate);
-    } catch (error) {
-      return { kind: 'error', reason: 'address', message: error instanceof Error ? error.message : 'refused address' };
-    }
-  }
-  return new Promise((resolve) => {
+const USER_AGENT = 'agentforest-webhooks';
+const REDACTED = '[redacted]';
+
+/** POST `request.body` to `request.url`; resolves with the outcome and never rejects. */
+export function sendWebhook(request: WebhookRequest): Promise<SendOutcome> {
+  return new Promise<SendOutcome>((resolve) => {
     let settled = false;
-    const finish = (outcome: SendOutcome): void => {
+    let outgoing: ClientRequest | undefined;
+    const settle = (outcome: SendOutcome): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      outgoing?.destroy();
       resolve(outcome);
     };
-    const body = Buffer.from(request.body);
-    const transport = request.url.protocol === 'https:' ? https : http;
-    const req = transport.request(request.url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'user-agent': 'agentforest-webhooks', ...request.headers, 'content-length': String(body.length) },
-      lookup: guardedLookup(request.allowPrivate),
-      agent: false,
-    });
-    const timer = setTimeout(() => {
-      finish({ kind: 'error', reason: 'timeout', message: `timed out after ${request.timeoutMs} ms` });
-      req.destroy();
-    }, request.timeoutMs);
-    req.on('error', (error: Error & { code?: string }) => {
-      if (error instanceof WebhookAddressError) finish({ kind: 'error', reason: 'address', message: error.message });
-      else finish({ kind: 'error', reason: 'network', message: error.code === undefined ? error.message : `${error.code}: ${error.message}` });
-    });
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      const done = (): void => {
-        const retryAfter = res.headers['retry-after'];
-        finish({ kind: 'response', status: res.statusCode ?? 0, retryAfter: Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, body: Buffer.concat(chunks).subarray(0, request.maxResponseBytes).toString('utf8') });
-      };
-      res.on('data', (chunk: Buffer) => {
-        if (size >= request.maxResponseBytes) return;
-        chunks.push(chunk);
-        size += chunk.length;
-        if (size >= request.maxResponseBytes) {
-          done();
-          res.destroy();
-          req.destroy();
-        }
-      });
-      res.on('end', done);
-      res.on('error', done);
-      res.on('aborted', done);
-    });
-    req.end(body);
+    const fail = (error: unknown): void => settle(failure(error, request.headers));
+    const timer = setTimeout(
+      () => settle({ kind: 'error', reason: 'timeout', message: `timed out after ${request.timeoutMs} ms` }),
+      request.timeoutMs,
+    );
+
+    checkedUrl(request).then((url) => {
+      if (settled) return;
+      outgoing = open(url, request, (response) => readResponse(response, request.maxResponseBytes, settle, fail));
+      outgoing.on('error', fail);
+      outgoing.end(request.body);
+    }).catch(fail);
   });
+}
+
+/** The URL, once its scheme and credentials pass and, for an IP literal host, its address. */
+async function checkedUrl(request: WebhookRequest): Promise<URL> {
+  const url = parseWebhookUrl(request.url.href);
+  const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
+  if (isIP(host) !== 0) await resolvePublic(host, request.allowPrivate);
+  return url;
+}
+
+function open(url: URL, request: WebhookRequest, onResponse: (response: IncomingMessage) => void): ClientRequest {
+  const options: RequestOptions = {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'user-agent': USER_AGENT,
+      ...request.headers,
+      'content-length': String(Buffer.byteLength(request.body)),
+    },
+    lookup: guardedLookup(request.allowPrivate),
+    agent: false,
+  };
+  return url.protocol === 'https:' ? httpsRequest(url, options, onResponse) : httpRequest(url, options, onResponse);
+}
+
+/** Read at most `maxBytes` of the body, then settle with the response and stop reading. */
+function readResponse(
+  response: IncomingMessage,
+  maxBytes: number,
+  settle: (outcome: SendOutcome) => void,
+  fail: (error: unknown) => void,
+): void {
+  const chunks: Buffer[] = [];
+  let length = 0;
+  const finish = (): void => {
+    const retryAfter = response.headers['retry-after'];
+    settle({ kind: 'response', status: response.statusCode ?? 0, retryAfter, body: Buffer.concat(chunks).toString('utf8') });
+    response.destroy();
+  };
+  response.on('error', fail);
+  response.on('end', finish);
+  response.on('close', () => {
+    if (!response.complete) fail(new Error('the connection closed before the response ended'));
+  });
+  response.on('data', (chunk: Buffer) => {
+    const room = maxBytes - length;
+    if (chunk.length < room) {
+      chunks.push(chunk);
+      length += chunk.length;
+      return;
+    }
+    chunks.push(chunk.subarray(0, room));
+    length = maxBytes;
+    response.pause();
+    finish();
+  });
+  if (maxBytes <= 0) finish();
+}
+
+function failure(error: unknown, headers: Record<string, string>): SendOutcome {
+  const message = redact(error instanceof Error ? error.message : String(error), headers);
+  if (error instanceof WebhookAddressError) return { kind: 'error', reason: 'address', message };
+  return { kind: 'error', reason: 'network', message };
+}
+
+/** `message` with every request header value in it replaced. */
+function redact(message: string, headers: Record<string, string>): string {
+  let redacted = message;
+  for (const value of Object.values(headers)) {
+    if (value !== '') redacted = redacted.split(value).join(REDACTED);
+  }
+  return redacted;
 }
