@@ -39,37 +39,52 @@ export class WebhookEvents implements WriteObserver {
 
   appended({ sessionId, entry, rootId, forestSeq }: BatchEntry): void {
     if (entry.type === 'turn-end') {
-      const data = { agentId: sessionId, rootId, turnId: entry.turnId, reason: entry.reason, ...(entry.error === undefined ? {} : { error: entry.error }), seq: entry.seq, forestSeq };
-      this.queue('turn.ended', rootId, `entry ${rootId} ${forestSeq}`, Date.parse(entry.at), data);
+      this.queue('turn.ended', rootId, () => ({
+        cause: `entry ${rootId} ${forestSeq}`,
+        at: Date.parse(entry.at),
+        data: { agentId: sessionId, rootId, turnId: entry.turnId, reason: entry.reason, ...(entry.error === undefined ? {} : { error: entry.error }), seq: entry.seq, forestSeq },
+      }));
     } else if (entry.type === 'activation' && (entry.event === 'settled' || entry.event === 'closed')) {
-      const data = { agentId: sessionId, rootId, activationId: entry.activationId, seq: entry.seq, forestSeq };
-      this.queue(entry.event === 'settled' ? 'agent.settled' : 'agent.closed', rootId, `entry ${rootId} ${forestSeq}`, Date.parse(entry.at), data);
+      this.queue(entry.event === 'settled' ? 'agent.settled' : 'agent.closed', rootId, () => ({
+        cause: `entry ${rootId} ${forestSeq}`,
+        at: Date.parse(entry.at),
+        data: { agentId: sessionId, rootId, activationId: entry.activationId, seq: entry.seq, forestSeq },
+      }));
     }
   }
 
   /** A report was accepted into the parent's inbox as message `messageId`. */
   reportDelivered(child: LiveAgent, messageId: string): void {
-    const data = { messageId, from: child.id, to: child.header.parentSession, rootId: child.rootId };
-    this.queue('report.delivered', child.rootId, `report ${messageId}`, this.deps.clock.now(), data);
+    this.queue('report.delivered', child.rootId, () => ({
+      cause: `report ${messageId}`,
+      at: this.deps.clock.now(),
+      data: { messageId, from: child.id, to: child.header.parentSession, rootId: child.rootId },
+    }));
   }
 
   /** A budget stopped the step `agent` has to take. */
   paused(agent: LiveAgent, by: PausedBy): void {
-    const data = { agentId: agent.id, rootId: agent.rootId, pausedBy: by };
-    const position = this.deps.log.lastSeq(agent.id) ?? 0;
-    this.queue('agent.paused', agent.rootId, `paused ${agent.id} ${position} ${by.agentId} ${by.budget}`, this.deps.clock.now(), data);
+    this.queue('agent.paused', agent.rootId, () => ({
+      cause: `paused ${agent.id} ${this.deps.log.lastSeq(agent.id) ?? 0} ${by.agentId} ${by.budget}`,
+      at: this.deps.clock.now(),
+      data: { agentId: agent.id, rootId: agent.rootId, pausedBy: by },
+    }));
   }
 
   /** The lease of step `stepId` under `attempt` ran out. */
   leaseExpired(agent: LiveAgent, stepId: string, attempt: number): void {
-    const data = { agentId: agent.id, rootId: agent.rootId, stepId, attempt };
-    this.queue('step.lease_expired', agent.rootId, `lease ${stepId} ${attempt}`, this.deps.clock.now(), data);
+    this.queue('step.lease_expired', agent.rootId, () => ({
+      cause: `lease ${stepId} ${attempt}`,
+      at: this.deps.clock.now(),
+      data: { agentId: agent.id, rootId: agent.rootId, stepId, attempt },
+    }));
   }
 
-  private queue(type: WebhookEventType, rootId: string, cause: string, at: number, data: Record<string, unknown>): void {
+  /** Queues the event `describe` gives, built only when someone may want it (reports are a hot path). */
+  private queue(type: WebhookEventType, rootId: string, describe: () => { cause: string; at: number; data: Record<string, unknown> }): void {
     if (!this.deps.interested(type, rootId)) return;
-    const id = eventId(cause);
-    this.deps.log.queueEvent({ id, type, rootId, at, payload: JSON.stringify({ type, timestamp: new Date(at).toISOString(), data }) });
+    const { cause, at, data } = describe();
+    this.deps.log.queueEvent({ id: eventId(cause), type, rootId, at, payload: JSON.stringify({ type, timestamp: new Date(at).toISOString(), data }) });
   }
 }
 
