@@ -11,7 +11,7 @@
 import type pg from 'pg';
 import { eventsColumn, type Delivery, type DeliveryQuery, type DueDelivery, type OutboxBacklog, type WebhookChange, type WebhookReads, type WebhookSubscription } from '../webhooks/outbox.js';
 import type { OutboxRow } from './batch-rows.js';
-import { deliveryOf, subscriptionOf, type DeliveryRow, type SubscriptionRow } from './sqlite-webhooks.js';
+import { deliveryOf, subscriptionOf, type DeliveryRow, type SubscriptionRow } from './webhook-rows.js';
 
 export const POSTGRES_WEBHOOK_TABLES = `
   CREATE TABLE webhooks (

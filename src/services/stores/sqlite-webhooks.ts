@@ -8,18 +8,16 @@
 import type Database from 'better-sqlite3';
 import {
   eventsColumn,
-  eventsOfColumn,
   type Delivery,
   type DeliveryQuery,
-  type DeliveryState,
   type DueDelivery,
   type OutboxBacklog,
   type WebhookChange,
-  type WebhookEventType,
   type WebhookReads,
   type WebhookSubscription,
 } from '../webhooks/outbox.js';
 import type { OutboxRow } from './batch-rows.js';
+import { deliveryOf, subscriptionOf, type DeliveryRow, type SubscriptionRow } from './webhook-rows.js';
 
 export const WEBHOOK_TABLES = `
   CREATE TABLE webhooks (
@@ -104,32 +102,6 @@ export function webhookWriter(db: Database.Database): (outbox: readonly OutboxRo
   };
 }
 
-export interface SubscriptionRow {
-  id: string;
-  url: string;
-  events: string;
-  root_id: string | null;
-  secret: string;
-  created_at: number;
-}
-
-export interface DeliveryRow {
-  seq: number;
-  webhook_id: string;
-  event_id: string;
-  root_id: string;
-  type: string;
-  state: string;
-  attempts: number;
-  created_at: number;
-  next_at: number;
-  window_start: number;
-  last_attempt_at: number | null;
-  last_status: number | null;
-  last_error: string | null;
-  delivered_at: number | null;
-}
-
 const DELIVERY_COLUMNS = `d.seq, d.webhook_id, d.event_id, d.root_id, d.type, d.state, d.attempts, d.created_at, d.next_at,
   d.window_start, d.last_attempt_at, d.last_status, d.last_error, d.delivered_at`;
 
@@ -197,27 +169,4 @@ export class SqliteWebhooks implements WebhookReads {
     const row = this.statements.backlog.get()!;
     return { pending: row.pending, oldestPendingAt: row.oldest };
   }
-}
-
-export function subscriptionOf(row: SubscriptionRow): WebhookSubscription {
-  return { id: row.id, url: row.url, events: eventsOfColumn(row.events), rootId: row.root_id, secret: row.secret, createdAt: Number(row.created_at) };
-}
-
-export function deliveryOf(row: DeliveryRow): Delivery {
-  return {
-    webhookId: row.webhook_id,
-    eventId: row.event_id,
-    type: row.type as WebhookEventType,
-    rootId: row.root_id,
-    state: row.state as DeliveryState,
-    attempts: Number(row.attempts),
-    createdAt: Number(row.created_at),
-    nextAt: Number(row.next_at),
-    windowStart: Number(row.window_start),
-    lastAttemptAt: row.last_attempt_at === null ? null : Number(row.last_attempt_at),
-    lastStatus: row.last_status === null ? null : Number(row.last_status),
-    lastError: row.last_error,
-    deliveredAt: row.delivered_at === null ? null : Number(row.delivered_at),
-    seq: Number(row.seq),
-  };
 }
