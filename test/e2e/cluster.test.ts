@@ -14,18 +14,16 @@
  * The same scenarios also run against one instance directly, so a failure tells a cluster bug
  * (it fails only through the proxy) from a scenario bug (it fails on one instance too).
  * Instances are shared by a describe's scenarios; each scenario makes and disposes its own
- * roots. Skipped only when no PostgreSQL server can be had (postgresUnavailable()).
+ * roots.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { children, eventsWithResume, reportQuiet, roots } from '../fixtures/contract-scenarios.js';
 import { listing, reportWakeup, revocation, wakeupRace, workerPoolAnyRoot, workerPoolByRoot, workerPoolWaiting } from '../fixtures/cluster-wide-scenarios.js';
-import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
+import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
 import { startRoundRobinProxy, type RoundRobinProxy } from '../fixtures/round-robin-proxy.js';
 import { ServerClient, startServer, stopLeftoverServers, type RunningServer } from '../fixtures/server-process.js';
 import { closeStreams } from '../fixtures/sse.js';
 
-const unavailable = postgresUnavailable();
-if (unavailable !== undefined) console.warn(`cluster e2e skipped: ${unavailable}`);
 
 const SCENARIOS: [string, (api: ServerClient) => Promise<void>][] = [
   ['a root is created, messaged, stepped, read and disposed', roots],
@@ -57,7 +55,7 @@ function logsOf(instances: readonly RunningServer[]): () => string {
   return () => instances.map((s, i) => `--- instance ${i} (${s.url}) ---\n${s.text()}`).join('\n');
 }
 
-describe.skipIf(unavailable !== undefined)('the contract through a round-robin proxy in front of two instances', { timeout: 30_000 }, () => {
+describe('the contract through a round-robin proxy in front of two instances', { timeout: 30_000 }, () => {
   let db: TestDatabase | undefined;
   let proxy: RoundRobinProxy | undefined;
   let api: ServerClient;
@@ -108,7 +106,7 @@ describe.skipIf(unavailable !== undefined)('the contract through a round-robin p
   }
 });
 
-describe.skipIf(unavailable !== undefined)('the contract on one instance, directly', { timeout: 30_000 }, () => {
+describe('the contract on one instance, directly', { timeout: 30_000 }, () => {
   let db: TestDatabase | undefined;
   let api: ServerClient;
 

@@ -29,7 +29,7 @@ import {
 } from '../fixtures/server-process.js';
 import type { Entry } from '../fixtures/wire.js';
 import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
-import { freshDatabase, postgresUnavailable } from '../fixtures/postgres.js';
+import { freshDatabase } from '../fixtures/postgres.js';
 
 /** Reports the load would send if the kill never came; the kill lands after KILL_AFTER_ACKS. */
 const PLANNED_REPORTS = 300;
@@ -53,8 +53,6 @@ interface Acknowledged {
   what: string;
 }
 
-const unavailable = postgresUnavailable();
-if (unavailable !== undefined) console.warn(`the PostgreSQL crash test is skipped: ${unavailable}`);
 
 /** What the load left: every acknowledged message, and the id of every session it made. */
 interface CrashOutcome {
@@ -262,7 +260,7 @@ describe('a SQLite server killed with SIGKILL under concurrent report load', { t
   });
 });
 
-describe.skipIf(unavailable !== undefined)('a PostgreSQL server killed with SIGKILL under concurrent report load', { timeout: 60_000 }, () => {
+describe('a PostgreSQL server killed with SIGKILL under concurrent report load', { timeout: 60_000 }, () => {
   it('keeps every acknowledged message exactly once, gap-free sessions and forests, and each open root turn going on after resume', async () => {
     const database = await freshDatabase();
     closeWithTest(() => database.dispose());

@@ -12,7 +12,8 @@ const run = promisify(execFile);
 
 describe('npm run demo', () => {
   it('drives a whole forest with the built-in driver, compacts a settled child that then resumes from the summary, interrupts a child whose queued task then waits for the next message, stops a forest at its steps budget until the operator raises it, and passes its own checks', async () => {
-    const env: NodeJS.ProcessEnv = { ...process.env, DEMO_FROM_SOURCE: '1' };
+    // The overload guard off, as for every spawned test server: this test is not about it.
+    const env: NodeJS.ProcessEnv = { ...process.env, DEMO_FROM_SOURCE: '1', AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: '0' };
     delete env.DEMO_MODEL_URL;
     const { stdout } = await run(process.execPath, ['--import', 'tsx', 'demo/run.ts'], { env, timeout: 60_000 });
     expect(stdout).toContain('root coordinator  [idle]');

@@ -4,20 +4,17 @@
  * page's live roots, the tree from the forest stream with a child that appears live and reports
  * under the parent that received them, the session reader, a dropped stream that resumes with
  * Last-Event-ID and shows every agent and report exactly once, and a forest of 1,000 agents.
- * Skipped only when Debian's Chromium is not installed (browserUnavailable()).
+ * Runs wherever the tests run: with no browser that can start, it fails and says why.
  *
  * With AGENTFOREST_SCREENSHOTS=1 it writes docs/images/forest-view.png and session.png.
  */
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { browserUnavailable, launchBrowser, openPage, screenshot, storedKey } from '../fixtures/browser.js';
+import { launchBrowser, openPage, screenshot, storedKey } from '../fixtures/browser.js';
 import { startCuttableProxy } from '../fixtures/cuttable-proxy.js';
 import { buildResearchForest, startLabelledChild, stepWith, usage, type ResearchForest } from '../fixtures/research-forest.js';
 import { report, uniqueId, view, waitForSession, WAIT_MS, type ChildRef } from '../fixtures/scenario-steps.js';
 import { ServerClient, startServer, stopLeftoverServers, type AgentRef, type RunningServer } from '../fixtures/server-process.js';
-
-const unavailable = browserUnavailable();
-if (unavailable !== undefined) console.warn(`forest view browser tests skipped: ${unavailable}`);
 
 const KEY = 'forest-view-test-key';
 
@@ -28,7 +25,7 @@ const reportNode = (parentId: string, messageId: string): string => `${agentNode
 /** Chromium logs every non-2xx fetch as a console error; the page expects 401s (and drops). */
 const pageFaults = (errors: readonly string[]): string[] => errors.filter((e) => !e.includes('Failed to load resource'));
 
-describe.skipIf(unavailable !== undefined)('the forest view in a browser', () => {
+describe('the forest view in a browser', () => {
   let server: RunningServer;
   let api: ServerClient;
   let browser: Browser;
@@ -256,7 +253,10 @@ describe.skipIf(unavailable !== undefined)('the forest view in a browser', () =>
     expect(await panel.locator('li.entry.turn-end .divider span').textContent()).toBe('Turn completed');
     // Raw JSON one click away.
     await panel.locator('li.entry.turn-start details.raw summary').click();
-    expect(JSON.parse((await panel.locator('li.entry.turn-start pre.raw-json').textContent()) ?? '')).toMatchObject({ seq: 1, type: 'turn-start' });
+    // The JSON is written on the details' toggle event, which comes a task after the click.
+    const raw = panel.locator('li.entry.turn-start pre.raw-json').filter({ hasText: /\S/ });
+    await raw.waitFor();
+    expect(JSON.parse((await raw.textContent()) ?? '')).toMatchObject({ seq: 1, type: 'turn-start' });
 
     // A child still at work: its next entries join the open transcript as they are committed.
     await nameButton(page, forest.openProblems.id).click();

@@ -1,14 +1,29 @@
 /**
  * The README's walk-through, run as written (bash + curl) against a real server on
- * 127.0.0.1, so the documentation cannot drift from the service.
+ * 127.0.0.1, so the documentation cannot drift from the service. A machine without curl (a
+ * fresh one has Node and npm only) runs it with fixtures/bin/curl, a stand-in that sends the
+ * same requests and refuses any flag it does not implement.
  */
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { delimiter } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startHarness, type Harness } from '../fixtures/harness.js';
 
 const run = promisify(execFile);
+
+/** PATH for the walk-through: the machine's curl if it has one, else the stand-in. */
+function pathWithCurl(): string {
+  const path = process.env.PATH ?? '';
+  try {
+    execFileSync('bash', ['-c', 'command -v curl'], { stdio: 'ignore' });
+    return path;
+  } catch {
+    return `${fileURLToPath(new URL('../fixtures/bin', import.meta.url))}${delimiter}${path}`;
+  }
+}
 
 function walkThrough(): string {
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
@@ -35,6 +50,7 @@ describe('README walk-through', () => {
     const script = walkThrough();
     expect(script).toContain('B=http://127.0.0.1:3000');
     const { stdout } = await run('bash', ['-euo', 'pipefail', '-c', script.replace('B=http://127.0.0.1:3000', `B=${url}`)], {
+      env: { ...process.env, PATH: pathWithCurl() },
       timeout: 20_000,
     });
     const lines = stdout.trim().split('\n');

@@ -150,9 +150,7 @@ async function forestWithUsage(h: Harness, rootBudget: Record<string, number> = 
 }
 
 for (const kind of DURABLE_DISKS) {
-  if (kind.unavailable !== undefined) console.warn(`budget durability on ${kind.name} skipped: ${kind.unavailable}`);
-
-  describe.skipIf(kind.unavailable !== undefined)(`budgets across a restart (${kind.name} store)`, () => {
+  describe(`budgets across a restart (${kind.name} store)`, () => {
     it('a forest stopped while paused is resumed with the same figures and limits: still paused until a PUT raises the budget', async () => {
       const disk = kind.make();
       const first = await processOver(disk);

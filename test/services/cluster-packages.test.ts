@@ -15,10 +15,7 @@ import { PostgresSessionStore } from '../../src/services/stores/postgres-store.j
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { callReport, report, startChild } from '../fixtures/forest.js';
 import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
-import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
-
-const unavailable = postgresUnavailable();
-if (unavailable !== undefined) console.warn(`cluster package configuration skipped: ${unavailable}`);
+import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
 
 interface InstanceOptions {
   packages?: string[];
@@ -34,7 +31,6 @@ interface Instance extends Harness {
 let db: TestDatabase;
 
 beforeEach(async () => {
-  if (unavailable !== undefined) return;
   db = await freshDatabase();
   // Registered first, so it runs after every instance of the test closed.
   closeWithTest(() => db.dispose());
@@ -89,7 +85,7 @@ const IO_WAIT = { timeoutMs: 5_000 };
 
 const REPORT_REMOVED = { name: 'subagent-report', installed: false, config: { reportDelivery: 'quiet', settlementNotices: 'off' } };
 
-describe.skipIf(unavailable !== undefined)('one package configuration for the cluster (PostgreSQL)', () => {
+describe('one package configuration for the cluster (PostgreSQL)', () => {
   it("a DELETE of subagent-report on one instance makes a resident child's report on the other TOOL_NOT_FOUND before the DELETE returns", async () => {
     const a = await instance('A');
     const b = await instance('B');

@@ -12,10 +12,8 @@ import { SessionLog } from '../../src/services/session-log.js';
 import type { IdempotencyRecord, PendingRow, WriteBatch } from '../../src/services/session-store.js';
 import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
 import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
-import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
+import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
 
-const unavailable = postgresUnavailable();
-if (unavailable !== undefined) console.warn(`forest leases skipped: ${unavailable}`);
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -48,7 +46,7 @@ async function untilExpired(store: PostgresSessionStore, rootId: string): Promis
   throw new Error(`the lease of ${rootId} never expired`);
 }
 
-describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
+describe('forest leases (PostgreSQL)', () => {
   let db: TestDatabase;
   let a: PostgresSessionStore;
   let b: PostgresSessionStore;
@@ -213,7 +211,7 @@ describe.skipIf(unavailable !== undefined)('forest leases (PostgreSQL)', () => {
   });
 });
 
-describe.skipIf(unavailable !== undefined)('forest leases held by a running instance', () => {
+describe('forest leases held by a running instance', () => {
   let db: TestDatabase;
   let store: PostgresSessionStore;
   let h: Harness;

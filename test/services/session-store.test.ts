@@ -68,12 +68,7 @@ class ForestNumbering {
   }
 }
 
-for (const factory of STORE_FACTORIES) {
-  // Printed, so a run that opted out of PostgreSQL says what it did not test and why.
-  if (factory.unavailable !== undefined) console.warn(`SessionStore contract (${factory.name}) skipped: ${factory.unavailable}`);
-}
-
-for (const factory of STORE_FACTORIES) describe.skipIf(factory.unavailable !== undefined)(`SessionStore contract (${factory.name})`, () => {
+for (const factory of STORE_FACTORIES) describe(`SessionStore contract (${factory.name})`, () => {
   let fixture: StoreFixture;
   let store: SessionStore;
   let forest: ForestNumbering;

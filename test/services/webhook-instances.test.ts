@@ -9,14 +9,12 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { claim, createRoot, postOutput, send, startHarness, until, type Harness } from '../fixtures/harness.js';
-import { freshDatabase, postgresUnavailable, type TestDatabase } from '../fixtures/postgres.js';
+import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
 
-const unavailable = postgresUnavailable();
 let db: TestDatabase;
 const servers: Server[] = [];
 
 beforeEach(async () => {
-  if (unavailable !== undefined) return;
   db = await freshDatabase();
   closeWithTest(() => db.dispose());
 });
@@ -33,7 +31,7 @@ async function instance(id: string): Promise<Harness> {
   });
 }
 
-describe.skipIf(unavailable !== undefined)('webhooks across instances', () => {
+describe('webhooks across instances', () => {
   it('the owner delivers its forest; once it goes, another instance takes the pending deliveries over', async () => {
     let healthy = false;
     const got: { id: string; phase: string }[] = [];
