@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
@@ -5,6 +6,9 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/fixtures/postgres-global-setup.ts'],
     environment: 'node',
+    // Most test files wait on real servers, sockets and timers rather than compute, so two
+    // files at a time pay off even on two cores (vitest's default there is one).
+    maxWorkers: Math.max(2, availableParallelism() - 1),
     testTimeout: 20_000,
     hookTimeout: 30_000,
   },

@@ -6,21 +6,23 @@
  * delivered at least once, nothing was delivered that no log holds, and a repeated delivery
  * always repeats the same event under the same `webhook-id`.
  *
- * Bounded: every request and wait has a timeout. The seed is printed; set WEBHOOK_CRASH_SEED to
- * replay a run.
+ * Bounded: every request and wait has a timeout. `npm test` runs a fixed seed and a few kills;
+ * `npm run test:chaos` runs many more on a random seed, printed for replay
+ * (AGENTFOREST_CHAOS_SEED=<seed>; see fixtures/chaos.ts).
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { chaosRuns, chaosSeed } from '../fixtures/chaos.js';
 import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
 import { mulberry32 } from '../fixtures/random.js';
 import { ServerClient, startServer, type AgentRef, type RunningServer } from '../fixtures/server-process.js';
 import { until } from '../fixtures/until.js';
 
-const ITERATIONS = 20;
+const ITERATIONS = chaosRuns(6, 40);
 const ROOTS = 3;
-const SEED = Number(process.env.WEBHOOK_CRASH_SEED ?? Date.now() % 1_000_000);
+const SEED = chaosSeed('webhook crash test', 664738);
 
 interface Delivered {
   id: string;
@@ -64,8 +66,7 @@ async function load(client: ServerClient, root: AgentRef, stop: () => boolean, n
 }
 
 describe('webhooks across crashes', () => {
-  it(`every turn-end in the logs is delivered at least once and nothing else, duplicates under one webhook-id (seed ${SEED})`, { timeout: 600_000 }, async () => {
-    console.log(`webhook crash test seed: ${SEED}`);
+  it(`every turn-end in the logs is delivered at least once and nothing else, duplicates under one webhook-id (seed ${SEED})`, { timeout: chaosRuns(120_000, 900_000) }, async () => {
     const random = mulberry32(SEED);
     const hook = await startReceiver(mulberry32(SEED + 1));
     const dir = tempDir('agentforest-webhook-crash-');

@@ -50,6 +50,7 @@ import {
   type EventKind,
   type ReportRecord,
 } from '../fixtures/continuation-lab.js';
+import { chaosRuns, chaosSeed } from '../fixtures/chaos.js';
 import { postOutput, send, settle } from '../fixtures/harness.js';
 import { afterMicrotasks, immediates, Rng } from '../fixtures/races.js';
 
@@ -462,8 +463,12 @@ async function randomScenario(lab: Lab, rng: Rng, name: string, last: boolean): 
   return settleAndVerify(lab);
 }
 
-/** 40 seeds x 5 scenarios = 200 random iterations; one harness per seed, closed at its end. */
-const SEEDS: readonly number[] = Array.from({ length: 40 }, (_, i) => ((Math.imul(i + 1, 0x9e3779b1) ^ 0x5eed) >>> 0));
+/**
+ * 40 seeds x 5 scenarios = 200 random iterations under `npm test` (400 seeds under
+ * `npm run test:chaos`, from a random base); one harness per seed, closed at its end.
+ */
+const BASE_SEED = chaosSeed('continuation races', 0x5eed);
+const SEEDS: readonly number[] = Array.from({ length: chaosRuns(40, 400) }, (_, i) => ((Math.imul(i + 1, 0x9e3779b1) ^ BASE_SEED) >>> 0));
 const SCENARIOS_PER_SEED = 5;
 
 describe('random interleavings of revocation, disposal, settlement, reports and drain', () => {
