@@ -4,7 +4,7 @@
 
 # ---- build: compile the native module (better-sqlite3) and TypeScript, then keep only
 # production dependencies.
-FROM node:20-slim AS build
+FROM node:24-slim AS build
 # node-gyp needs python3, make and a C++ compiler whenever no prebuilt better-sqlite3 binary
 # can be fetched (always, on a machine that reaches only the npm registry).
 RUN apt-get update \
@@ -33,7 +33,7 @@ RUN npm run build \
 # ---- runtime: dist/, production node_modules, openapi.yaml (and package.json, whose
 # "type": "module" makes Node load dist/*.js as ES modules). Code is owned by root and
 # read-only for the service user; only /data is writable.
-FROM node:20-slim AS runtime
+FROM node:24-slim AS runtime
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=3000 \

@@ -165,34 +165,39 @@ bash "$base_script" >"$tmp/base.log" 2>&1 || { tail -n 30 "$tmp/base.log" >&2; f
 source <(bash "$base_script" --env)
 podman info >/dev/null 2>&1 || fail "podman does not work after container-base.sh"
 ok "podman $(podman --version | awk '{print $3}') ready in $(secs $(($(now_ms) - t))) s"
-# The official node:20-slim has a working npm and Node's headers in /usr/local/include/node
-# (the build compiles better-sqlite3 against them, as no prebuilt binary can be fetched). The
-# shared stand-in lacks both (its npm folder lands one level too high), so add a layer that
-# fixes that and point node:20-slim at it. A real node:20-slim passes this check untouched.
-if ! podman run --rm --network none docker.io/library/node:20-slim \
+# The base image the Dockerfile builds on (node:24-slim). The official images have a working npm
+# and Node's headers in /usr/local/include/node (the build compiles better-sqlite3 against
+# them, as no prebuilt binary can be fetched). An older shared stand-in had its npm folder one
+# level too high and no headers: add a layer that fixes that (headers from this machine, only
+# when its Node is the image's). A real node image passes this check untouched.
+base_image=$(awk '$1 == "FROM" && $NF == "runtime" { sub(/^docker.io\/library\//, "", $2); print $2 }' "$repo/Dockerfile")
+[ -n "$base_image" ] || fail "no 'FROM <image> AS runtime' line in the Dockerfile"
+if ! podman run --rm --network none "docker.io/library/$base_image" \
   sh -c 'npm --version && test -f /usr/local/include/node/node_version.h' >/dev/null 2>&1; then
+  image_node=$(podman run --rm --network none "docker.io/library/$base_image" node --version)
+  [ "$image_node" = "$(node --version)" ] || fail "the $base_image stand-in ($image_node) lacks npm or Node's headers, and this machine's Node ($(node --version)) cannot lend its own"
   nodedir=$(node -p 'process.config.variables.node_prefix || "/usr"')
   headers=""
   for d in "$nodedir/include/node" /usr/include/node /usr/local/include/node; do
     if [ -f "$d/node_version.h" ]; then headers=$d; break; fi
   done
-  [ -n "$headers" ] || fail "the node:20-slim stand-in has no Node headers and none were found on this machine"
+  [ -n "$headers" ] || fail "the $base_image stand-in has no Node headers and none were found on this machine"
   ctx="$tmp/node-fix"
   mkdir -p "$ctx/include"
   cp -a "$headers" "$ctx/include/node"
-  cat >"$ctx/Containerfile" <<'EOF'
-FROM docker.io/library/node:20-slim
+  cat >"$ctx/Containerfile" <<EOF
+FROM docker.io/library/$base_image
 COPY include/node /usr/local/include/node
-RUN if [ ! -e /usr/local/lib/node_modules/npm/bin/npm-cli.js ] && [ -e /usr/local/lib/node_modules/bin/npm-cli.js ]; then \
-      mv /usr/local/lib/node_modules /usr/local/lib/npm && mkdir /usr/local/lib/node_modules \
-      && mv /usr/local/lib/npm /usr/local/lib/node_modules/npm; fi \
+RUN if [ ! -e /usr/local/lib/node_modules/npm/bin/npm-cli.js ] && [ -e /usr/local/lib/node_modules/bin/npm-cli.js ]; then \\
+      mv /usr/local/lib/node_modules /usr/local/lib/npm && mkdir /usr/local/lib/node_modules \\
+      && mv /usr/local/lib/npm /usr/local/lib/node_modules/npm; fi \\
  && npm --version >/dev/null
 EOF
-  podman build -q -t localhost/node:20-host-fixed "$ctx" >"$tmp/fix.log" 2>&1 || { cat "$tmp/fix.log" >&2; fail "could not fix the node:20-slim stand-in"; }
-  podman tag localhost/node:20-host-fixed docker.io/library/node:20-slim
-  ok "node:20-slim stand-in given a working npm and this machine's Node headers from $headers (localhost/node:20-host-fixed)"
+  podman build -q -t localhost/node:host-fixed "$ctx" >"$tmp/fix.log" 2>&1 || { cat "$tmp/fix.log" >&2; fail "could not fix the $base_image stand-in"; }
+  podman tag localhost/node:host-fixed "docker.io/library/$base_image"
+  ok "$base_image stand-in given a working npm and this machine's Node headers from $headers (localhost/node:host-fixed)"
 else
-  ok "node:20-slim has npm and Node's headers"
+  ok "$base_image has npm and Node's headers"
 fi
 
 step "build the image (podman build --format docker, keeps HEALTHCHECK)"
@@ -210,8 +215,8 @@ check "$config" '"3000/tcp" in r.ExposedPorts' "EXPOSE 3000"
 check "$config" '"/data" in r.Volumes' "VOLUME /data"
 check "$config" 'r.Env.includes("HOST=0.0.0.0") && r.Env.includes("AGENTFOREST_DATA=/data/agentforest.db")' "HOST=0.0.0.0, AGENTFOREST_DATA=/data/agentforest.db"
 size_bytes=$(podman image inspect --format '{{.Size}}' "$tag")
-base_bytes=$(podman image inspect --format '{{.Size}}' docker.io/library/node:20-slim)
-image_size="$((size_bytes / 1000000)) MB ($(((size_bytes - base_bytes) / 1000000)) MB on top of the $((base_bytes / 1000000)) MB node:20-slim base)"
+base_bytes=$(podman image inspect --format '{{.Size}}' "docker.io/library/$base_image")
+image_size="$((size_bytes / 1000000)) MB ($(((size_bytes - base_bytes) / 1000000)) MB on top of the $((base_bytes / 1000000)) MB $base_image base)"
 ok "image size: $image_size"
 
 step "without AGENTFOREST_API_KEYS the container refuses to start"
