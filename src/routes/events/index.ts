@@ -80,6 +80,21 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
     res.write('retry: 2000\n\n');
     let ended = false;
     let unsubscribe: (() => void) | undefined;
+    /**
+     * A replay waiting for the backlog to fall to the limit. Each event's write callback (run
+     * once its bytes reach the socket) checks; the response's 'drain' would not do: it comes only
+     * after a write passed the stream's high-water mark (64 KiB from Node 22), which a smaller
+     * limit never reaches.
+     */
+    let waiting: (() => void) | undefined;
+    const wake = (): void => {
+      const resume = waiting;
+      waiting = undefined;
+      resume?.();
+    };
+    const flushed = (): void => {
+      if (waiting !== undefined && res.writableLength <= options.maxBufferedBytes) wake();
+    };
     const end = (note?: string): void => {
       if (ended) return;
       ended = true;
@@ -87,6 +102,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
       unregister();
       unsubscribe?.();
       if (!res.writableEnded) res.end(note === undefined ? undefined : `: ${note}\n\n`);
+      wake();
     };
     const heartbeat = setInterval(() => {
       if (!ended) res.write(': ping\n\n');
@@ -100,18 +116,12 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
         // The backlog before this event decides, so one large event never cuts a prompt reader
         // off, and a consumer that is behind is never handed more than the limit plus one event.
         if (res.writableLength > options.maxBufferedBytes) return false;
-        res.write(formatEvent(event));
+        res.write(formatEvent(event), flushed);
         return true;
       },
       drained: (): Promise<void> =>
-        ended || res.writableLength === 0 ? Promise.resolve() : new Promise<void>((resolve) => {
-          const done = (): void => {
-            res.off('drain', done);
-            res.off('close', done);
-            resolve();
-          };
-          res.on('drain', done);
-          res.on('close', done);
+        ended || res.writableLength <= options.maxBufferedBytes ? Promise.resolve() : new Promise<void>((resolve) => {
+          waiting = resolve;
         }),
     };
     try {
