@@ -148,8 +148,11 @@ stop_with_sigterm() {
   [ "$stop_ms" -lt 5000 ] || fail "$name took $(secs "$stop_ms") s to exit after SIGTERM with nothing in flight (limit 5 s)"
   ok "exited $(secs "$stop_ms") s after SIGTERM"
 }
+# program NAME PID: the program a process of the container runs (its argv[0] without the
+# folder). Not /proc/PID/comm: Node 22 and later name their main thread "MainThread" there.
+program() { podman exec "$1" sh -c "basename \"\$(tr '\\0' '\\n' < /proc/$2/cmdline | head -n 1)\""; }
 # node_uid NAME: the uid of the container's node process (PID 1 or not).
-node_uid() { podman exec "$1" sh -c 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = node ] && awk "/^Uid:/{print \$2; exit}" $p/status && exit; done'; }
+node_uid() { podman exec "$1" sh -c 'for p in /proc/[0-9]*; do [ "$(basename "$(tr "\\0" "\\n" < $p/cmdline 2>/dev/null | head -n 1)")" = node ] && awk "/^Uid:/{print \$2; exit}" $p/status && exit; done'; }
 
 # ================================================================================
 step "locate the shared container-base.sh"
@@ -259,7 +262,7 @@ code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "$base/v1/agents") 
 ok "GET /v1/agents without the key is 401"
 
 step "the process runs as a non-root user"
-[ "$(podman exec "$first" cat /proc/1/comm)" = node ] || fail "PID 1 is $(podman exec "$first" cat /proc/1/comm), expected node (no --init)"
+[ "$(program "$first" 1)" = node ] || fail "PID 1 is $(program "$first" 1), expected node (no --init)"
 uid=$(podman exec "$first" awk '/^Uid:/{print $2}' /proc/1/status)
 [ -n "$uid" ] && [ "$uid" != 0 ] || fail "PID 1 (node) runs as uid '$uid'"
 ok "PID 1 is node, uid $uid"
@@ -336,7 +339,7 @@ second="agentforest-test-b-$run_id"
 start "$second" "$(now_ms)" --init
 healthy_second=$healthy_ms
 ok "healthy $(secs "$healthy_second") s after podman run --init; serving on $base"
-pid1=$(podman exec "$second" cat /proc/1/comm)
+pid1=$(program "$second" 1)
 [ "$pid1" != node ] || fail "with --init, PID 1 should be the init process, not node"
 uid2=$(node_uid "$second")
 [ -n "$uid2" ] && [ "$uid2" != 0 ] || fail "node runs as uid '$uid2' under --init"
