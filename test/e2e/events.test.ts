@@ -541,6 +541,29 @@ describe('slow consumers', () => {
     reader.close();
     await until(() => system.hub.streams === 0, 'every stream closed', { timeoutMs: 5_000 });
   });
+
+  it('a replay that outruns its socket waits for the backlog and goes on, with a limit below the stream high-water mark', async () => {
+    // Node's 'drain' comes only after a write passed the high-water mark (16 KiB on Node 20,
+    // 64 KiB from 22); with a limit and an event that stay under it together, a replay that
+    // waited for 'drain' would stop for good.
+    const bufferBytes = 8 * 1024;
+    const server = await startServer({ eventBufferBytes: bufferBytes });
+    const { app, system } = server;
+    const root = await createRoot(app, { id: 'r' });
+    const child = await startChild(app, root, 'flood the root');
+    const output = 'x'.repeat(7 * 1024);
+    for (let i = 0; i < 400; i++) await report(app, child, `${i}:${output}`);
+    const n = (await session(app, 'r')).length;
+
+    // The whole backlog, replayed to a reader on a fresh connection: far more than the socket
+    // takes at once, so the replay waits on the backlog again and again.
+    const reader = await SseStream.open(eventsUrl(server, 'r'));
+    await reader.waitFor(() => reader.lastId() === n, `the replay reaches ${n}`, 15_000);
+    expect(reader.ids()).toEqual(range(1, n));
+    expect(reader.comments().filter((c) => c.startsWith('slow consumer'))).toEqual([]);
+    reader.close();
+    await until(() => system.hub.streams === 0, 'the stream closed', { timeoutMs: 5_000 });
+  });
 });
 
 describe('heartbeats and status', () => {
