@@ -41,8 +41,12 @@ const THINK_MS = [20, 80] as const;
 const MAX_KILLS = chaosRuns(8, 32);
 const KILL_CHANCE = 0.3;
 const SEED = chaosSeed('lease chaos', 0x1ea5e26);
-/** What a re-claim may take beyond the lease: the wait behind the steps queued before it, and the answer's own think time. */
-const CLAIM_SLACK_MS = 3_000;
+/**
+ * What a re-claim may take beyond the lease: the wait behind the steps queued before it, and the
+ * answer's own think time. Four times the roots queue more steps ahead of a re-claim (up to
+ * 4.3 s seen), hence the longer slack of the long run.
+ */
+const CLAIM_SLACK_MS = chaosRuns(3_000, 8_000);
 const WORKER_START_MS = 15_000;
 const RUN_TIMEOUT_MS = chaosRuns(25_000, 100_000);
 
@@ -206,9 +210,11 @@ describe('step leases under worker chaos', () => {
     const attemptOf = (start: Entry): number => Number(start['attempt'] ?? 1);
     const reclaims = records.flatMap((turn) => turn.starts.filter((start) => attemptOf(start) >= 2).map((start) => ({ turn, start })));
     const killOf = (start: Entry): Kill | undefined => pool.kills.find((k) => k.stepId === start.stepId && k.attempt === attemptOf(start) - 1);
+    // A turn killed twice is measured to its end from its last kill (the re-claim after the
+    // first kill is then measured by `holds`).
     const recoveries = reclaims.flatMap(({ turn, start }) => {
       const kill = killOf(start);
-      return kill === undefined ? [] : [{ reclaimMs: ms(start.at) - kill.at, endMs: ms(turn.end?.at) - kill.at }];
+      return kill === undefined ? [] : [{ reclaimMs: ms(start.at) - kill.at, endMs: ms(turn.end?.at) - kill.at, last: start === turn.starts.at(-1) }];
     });
     // How long each claim kept its turn waiting: until the next claim of the step, or the turn's end.
     const holds = records.flatMap((turn) => turn.starts.map((start, i) => ({ stepId: start.stepId, attempt: attemptOf(start), ms: ms((turn.starts[i + 1] ?? turn.end)?.at) - ms(start.at) })));
@@ -225,7 +231,7 @@ describe('step leases under worker chaos', () => {
       lateAnswersRefused: pool.late.length,
       metric: metrics,
       killToReclaimMs: spread(recoveries.map((r) => r.reclaimMs)),
-      killToTurnEndMs: spread(recoveries.map((r) => r.endMs)),
+      killToTurnEndMs: spread(recoveries.filter((r) => r.last).map((r) => r.endMs)),
       longestHoldMs: Math.max(...holds.map((h) => h.ms)),
       lastKillToLastTurnEndMs: lastEnd - lastKill,
       runMs: finished - started,
@@ -255,7 +261,7 @@ describe('step leases under worker chaos', () => {
     expect(reclaims.length).toBeGreaterThan(0);
     // Each turn a kill left open ended within the lease plus the claim time after that kill; no
     // claim, killed or not, kept its turn waiting longer than that for the next claim or the end.
-    expect(recoveries.filter((r) => r.endMs > LEASE_MS + CLAIM_SLACK_MS)).toEqual([]);
+    expect(recoveries.filter((r) => r.last && r.endMs > LEASE_MS + CLAIM_SLACK_MS)).toEqual([]);
     expect(holds.filter((h) => h.ms > LEASE_MS + CLAIM_SLACK_MS)).toEqual([]);
     expect(await server.stop('SIGTERM')).toEqual({ code: 0, signal: null });
   });
