@@ -13,8 +13,8 @@
  * Invariants checked after every scenario (see `verify`):
  *   1. a continuable child is published holding every capability its setup installed (a
  *      contribution removed before publication must have failed the build), and a live one has
- *      `report` (and the test's marker tool) iff that contribution was registered when its setup
- *      ran and was not removed since;
+ *      `report` (and the test's marker tool) iff its setup installed that contribution and it
+ *      was not removed since;
  *   2. a start or cold resume rejected with ACTIVATION_SETUP_REVOKED published nothing;
  *   3. every accepted report is in its parent's session exactly once (or still staged/queued in
  *      the live parent; a wakeup report may only vanish with a closed parent's discarded inbox),
