@@ -50,6 +50,11 @@ export interface LiveAgentDeps {
   /** Step leases (default DEFAULT_LEASE). */
   lease?: LeaseOptions;
   onLease?: (agent: LiveAgent, event: LeaseEvent, stepId: string, attempt: number) => void;
+  /**
+   * Whether a queued item may start a turn (false once the service drains): a followup queued
+   * behind a turn that ends during the drain stays queued, durably, for the next incarnation.
+   */
+  admitsTurns?: () => boolean;
 }
 
 export class LiveAgent {
@@ -227,9 +232,9 @@ export class LiveAgent {
     return this.deps.ids.next('message');
   }
 
-  /** Admit the next queued item as a turn, if idle. Runs on a microtask after a wake. */
+  /** Admit the next queued item as a turn, if idle and the service admits turns. Runs on a microtask after a wake. */
   admitNext(): void {
-    if (this.disposing) return;
+    if (this.disposing || this.deps.admitsTurns?.() === false) return;
     const before = this.turnState;
     this.apply(admit(before, this.deps.ids.next('turn'), this.now()));
     if (this.turnState !== before) this.advance(turnAdmitted);

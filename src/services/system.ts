@@ -230,6 +230,7 @@ export function createSystem(options: SystemOptions): System {
     onLease: (agent, event, stepId, attempt) => events.emit('step-lease', event, agent, stepId, attempt),
     maxInbox: limits.inbox,
     lease: { ...DEFAULT_LEASE, ...options.lease },
+    admitsTurns: () => !gate.draining,
   };
   const manager = new ContinuationManager({
     registry,

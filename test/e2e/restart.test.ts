@@ -29,6 +29,8 @@ function logIndex(server: RunningServer, prefix: string): number {
   return server.logs.findIndex((l) => typeof l.json?.msg === 'string' && l.json.msg.startsWith(prefix));
 }
 
+const text = (e: Entry): string => (e.content ?? []).map((b) => b.text).join('');
+
 function expectGapFree(entries: readonly Entry[]): void {
   expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i + 1));
 }
@@ -127,6 +129,44 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
     expect(after.slice(before.length).map((e) => e.type)).toEqual(['turn-start', 'message', 'step-start', 'message', 'turn-end']);
     expect(after[after.length - 1]).toMatchObject({ type: 'turn-end', turnId: step.turnId, reason: 'completed' });
 
+    expect(await second.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+  });
+
+  it('keeps a followup queued behind a turn that ends during the drain: it is not started, stays queued on disk, and runs after restart and resume', async () => {
+    const first = await startServer({ dataPath: dataFile(), env: { AGENTFOREST_DRAIN_TIMEOUT_MS: '20000' } });
+    const api = new ServerClient(first);
+    const root = await api.createRoot({ id: 'queued-root' });
+    await api.send(root.id, 'first question');
+    await api.send(root.id, 'second question');
+    const step = await api.claim(root, 5_000);
+    expect(step).not.toBeNull();
+
+    // The claimed step holds the drain open; its answer ends the turn during the drain.
+    first.child.kill('SIGTERM');
+    await first.waitForLog("'draining: ...'", (l) => typeof l.json?.msg === 'string' && l.json.msg.startsWith('draining: '));
+    expect((await api.postOutput(root, step!.id, { content: 'first answer' })).turn).toBe('ended');
+    expect(await first.waitForExit()).toEqual({ code: 0, signal: null });
+
+    const second = await startServer({ dataPath: dataFile() });
+    const api2 = new ServerClient(second);
+    const stored = await api2.session(root.id);
+    expectGapFree(stored);
+    expect(stored.filter((e) => e.type === 'turn-end').map((e) => e.reason)).toEqual(['completed']);
+    expect(stored.filter((e) => e.type === 'message' && e.role === 'user').map(text)).toEqual(['first question']);
+
+    const resumed = await api2.resume(root.id);
+    const next = await api2.claim(resumed, 5_000);
+    expect(next?.messages.at(-1)).toEqual({ role: 'user', content: 'second question' });
+    expect((await api2.postOutput(resumed, next!.id, { content: 'second answer' })).turn).toBe('ended');
+    const after = await api2.session(root.id);
+    expectGapFree(after);
+    expect(after.filter((e) => e.type === 'turn-end').map((e) => e.reason)).toEqual(['completed', 'completed']);
+    expect(after.filter((e) => e.type === 'message').map((e) => `${String(e.role)}: ${text(e)}`)).toEqual([
+      'user: first question',
+      'assistant: first answer',
+      'user: second question',
+      'assistant: second answer',
+    ]);
     expect(await second.stop('SIGTERM')).toEqual({ code: 0, signal: null });
   });
 
