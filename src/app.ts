@@ -47,7 +47,21 @@ export interface AppDeps {
   protection?: ProtectionOptions;
   /** The URL advertised in the OpenAPI `servers` entry. */
   publicUrl?: string;
+  /** Deadlines on clients (start.ts passes the configured ones; none when omitted). */
+  timeouts?: ClientTimeouts;
 }
+
+export interface ClientTimeouts {
+  /** A whole request, headers and body; then 408 and the connection closed. */
+  requestMs: number;
+  /** A request's headers. */
+  headersMs: number;
+  /** An idle keep-alive connection. */
+  keepAliveMs: number;
+}
+
+/** How often Node looks for requests past their deadline (its default, 30 s, would let one run twice as long). */
+const TIMEOUT_CHECK_MS = 1_000;
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
@@ -61,6 +75,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 256 },
     forceCloseConnections: 'idle',
     frameworkErrors,
+    ...(deps.timeouts === undefined
+      ? {}
+      : {
+          requestTimeout: deps.timeouts.requestMs,
+          keepAliveTimeout: deps.timeouts.keepAliveMs,
+          http: { requestTimeout: deps.timeouts.requestMs, headersTimeout: deps.timeouts.headersMs, connectionsCheckingInterval: TIMEOUT_CHECK_MS },
+        }),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   const { agents, steps, packageChanges, streams, hub, metrics, budgets, budgetChanges } = deps.system;

@@ -34,7 +34,10 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_SETTLEMENT_NOTICES: Type.Union(SETTLEMENT_NOTICE_MODES.map((m) => Type.Literal(m)), { default: 'off', description: 'Which turn ends of a continuable child put one quiet notice (context, never a turn) in its live parent: `off`, `failures` (failed turns, with the error) or `all`. Needs the `subagent-report` package.' }),
   AGENTFOREST_PACKAGES: Type.Optional(Type.String({ description: 'Comma-separated packages to install at start-up (`subagent`, `subagent-control`, `subagent-report`); unset, all of them. With PostgreSQL, this and the two report options only seed a fresh database: the database\'s configuration is the cluster\'s.' })),
   AGENTFOREST_BODY_LIMIT: Type.Integer({ default: 1_048_576, minimum: 1024, description: 'Request body limit in bytes (413 PAYLOAD_TOO_LARGE beyond).' }),
-  AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0, description: 'How long SIGTERM waits for in-flight model requests to be recorded before closing.' }),
+  AGENTFOREST_DRAIN_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 0, description: 'How long SIGTERM waits for in-flight model requests to be recorded and open requests to finish; then the connections still open are closed.' }),
+  AGENTFOREST_REQUEST_TIMEOUT_MS: Type.Integer({ default: 30_000, minimum: 1000, description: 'How long a client may take to send a whole request, headers and body (408 and the connection closed beyond). A long-poll or an event stream is not limited by it once its request is in.' }),
+  AGENTFOREST_HEADERS_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 1000, description: "How long a client may take to send a request's headers (408 and the connection closed beyond); at most AGENTFOREST_REQUEST_TIMEOUT_MS." }),
+  AGENTFOREST_KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ default: 72_000, minimum: 1000, description: 'How long an idle keep-alive connection stays open.' }),
   AGENTFOREST_IDEMPOTENCY_TTL_MS: Type.Integer({ default: 86_400_000, minimum: 1000, description: 'How long `Idempotency-Key` results are kept.' }),
   AGENTFOREST_EVENT_HEARTBEAT_MS: Type.Integer({ default: 15_000, minimum: 10, description: 'Interval of the heartbeat comment on event streams.' }),
   AGENTFOREST_EVENT_BUFFER_BYTES: Type.Integer({ default: 1_048_576, minimum: 1024, description: 'Unread bytes an event-stream consumer may leave before it is cut off.' }),
@@ -106,6 +109,8 @@ export interface Config {
   packages: string[] | undefined;
   bodyLimit: Env['AGENTFOREST_BODY_LIMIT'];
   drainTimeoutMs: Env['AGENTFOREST_DRAIN_TIMEOUT_MS'];
+  /** Deadlines on clients: a whole request, its headers, an idle keep-alive connection. */
+  timeouts: { requestMs: Env['AGENTFOREST_REQUEST_TIMEOUT_MS']; headersMs: Env['AGENTFOREST_HEADERS_TIMEOUT_MS']; keepAliveMs: Env['AGENTFOREST_KEEP_ALIVE_TIMEOUT_MS'] };
   idempotencyTtlMs: Env['AGENTFOREST_IDEMPOTENCY_TTL_MS'];
   eventHeartbeatMs: Env['AGENTFOREST_EVENT_HEARTBEAT_MS'];
   eventBufferBytes: Env['AGENTFOREST_EVENT_BUFFER_BYTES'];
@@ -192,6 +197,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       problems.push(`AGENTFOREST_MODEL_PRICES ${error instanceof Error ? error.message : String(error)}`);
     }
   }
+  if (converted.AGENTFOREST_HEADERS_TIMEOUT_MS > converted.AGENTFOREST_REQUEST_TIMEOUT_MS) {
+    problems.push(
+      `AGENTFOREST_HEADERS_TIMEOUT_MS=${converted.AGENTFOREST_HEADERS_TIMEOUT_MS} is longer than AGENTFOREST_REQUEST_TIMEOUT_MS=${converted.AGENTFOREST_REQUEST_TIMEOUT_MS}: ` +
+        'the headers are part of the request; make it at most the request timeout',
+    );
+  }
   const apiKeys = list(raw.AGENTFOREST_API_KEYS) ?? [];
   const host = raw.HOST ?? '127.0.0.1';
   if (!isLoopback(host) && apiKeys.length === 0) {
@@ -225,6 +236,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     packages,
     bodyLimit: converted.AGENTFOREST_BODY_LIMIT,
     drainTimeoutMs: converted.AGENTFOREST_DRAIN_TIMEOUT_MS,
+    timeouts: {
+      requestMs: converted.AGENTFOREST_REQUEST_TIMEOUT_MS,
+      headersMs: converted.AGENTFOREST_HEADERS_TIMEOUT_MS,
+      keepAliveMs: converted.AGENTFOREST_KEEP_ALIVE_TIMEOUT_MS,
+    },
     idempotencyTtlMs: converted.AGENTFOREST_IDEMPOTENCY_TTL_MS,
     eventHeartbeatMs: converted.AGENTFOREST_EVENT_HEARTBEAT_MS,
     eventBufferBytes: converted.AGENTFOREST_EVENT_BUFFER_BYTES,

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import closeWithGrace from 'close-with-grace';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
@@ -84,6 +84,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     eventHeartbeatMs: config.eventHeartbeatMs,
     eventBufferBytes: config.eventBufferBytes,
     publicUrl: `http://${config.host}:${config.port}`,
+    timeouts: config.timeouts,
     protection: { rateLimit: config.rateLimit, maxEventLoopDelayMs: config.maxEventLoopDelayMs },
   });
   for (const plugin of plugins) await app.register(plugin);
@@ -101,8 +102,9 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     logger.info({ signal }, 'draining: readiness is failing, new work is refused, open long-polls end');
     clearInterval(expiry);
     system.agents.startDrain();
+    const deadline = Date.now() + config.drainTimeoutMs;
     await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
-    await app.close();
+    await closeBy(app, deadline);
     system.webhooks.stop();
     await system.cluster?.stop();
     await system.agents.shutdown();
@@ -122,6 +124,30 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     { url: address, store: store.kind, data: config.databaseUrl === undefined ? config.dataPath : redactUrl(config.databaseUrl), auth: config.apiKeys.length > 0, traces: config.tracing.export },
     `agentforest listening on ${address}`,
   );
+}
+
+/**
+ * Close the HTTP server: idle connections at once, requests still open may finish until
+ * `deadline`; then every connection left (a client trickling a body, say) is destroyed, so a
+ * slow client cannot hold the stop.
+ */
+async function closeBy(app: FastifyInstance, deadline: number): Promise<void> {
+  const closing = app.close();
+  let timer: NodeJS.Timeout | undefined;
+  const late = await Promise.race([
+    closing.then(() => false),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), Math.max(0, deadline - Date.now())))),
+  ]);
+  clearTimeout(timer);
+  if (late) {
+    app.log.warn({ connections: await connectionCount(app) }, 'drain deadline reached: closing the connections still open');
+    app.server.closeAllConnections();
+  }
+  await closing;
+}
+
+function connectionCount(app: FastifyInstance): Promise<number> {
+  return new Promise((resolve) => app.server.getConnections((error, count) => resolve(error === null ? count : -1)));
 }
 
 /** Resolves when `done()` holds or after `timeoutMs`, checking every 50 ms. */

@@ -3,6 +3,8 @@
  * start and root resume; and a SIGKILL with a turn open, whose turn is closed as failed exactly
  * once by resume.
  */
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { beforeEach, describe, expect, it } from 'vitest';
@@ -13,7 +15,7 @@ import {
   startServer,
   type RunningServer,
 } from '../fixtures/server-process.js';
-import { tempDir } from '../fixtures/cleanup.js';
+import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
 
 let dir: string;
 
@@ -167,6 +169,40 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
       'user: second question',
       'assistant: second answer',
     ]);
+    expect(await second.stop('SIGTERM')).toEqual({ code: 0, signal: null });
+  });
+
+  it('lets no slow client hold a stop: at the drain deadline a connection trickling a body is closed, the open turn ends cancelled, and the process exits 0', async () => {
+    const first = await startServer({ dataPath: dataFile(), env: { AGENTFOREST_DRAIN_TIMEOUT_MS: '1000' } });
+    const api = new ServerClient(first);
+    const root = await api.createRoot({ id: 'trickle-root' });
+    await api.send(root.id, 'a question');
+    expect(await api.claim(root, 5_000)).not.toBeNull();
+
+    // A request whose body arrives one byte a second: it would never end by itself.
+    const { hostname, port } = new URL(first.url);
+    const socket = connect(Number(port), hostname);
+    socket.on('error', () => undefined);
+    await once(socket, 'connect');
+    socket.write(`POST /v1/agents/${root.id}/messages HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{`);
+    const trickle = setInterval(() => socket.write(' '), 1_000);
+    closeWithTest(() => {
+      clearInterval(trickle);
+      socket.destroy();
+    });
+    const socketClosed = once(socket, 'close');
+
+    first.child.kill('SIGTERM');
+    expect(await first.waitForExit(15_000)).toEqual({ code: 0, signal: null });
+    await socketClosed;
+    const deadline = logIndex(first, 'drain deadline reached');
+    expect(deadline).toBeGreaterThan(logIndex(first, 'draining: '));
+    expect(logIndex(first, 'drained and closed')).toBeGreaterThan(deadline);
+
+    const second = await startServer({ dataPath: dataFile() });
+    const stored = await new ServerClient(second).session(root.id);
+    expectGapFree(stored);
+    expect(stored.filter((e) => e.type === 'turn-end').map((e) => e.reason)).toEqual(['cancelled']);
     expect(await second.stop('SIGTERM')).toEqual({ code: 0, signal: null });
   });
 

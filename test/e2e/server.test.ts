@@ -2,6 +2,8 @@
  * End to end: the real server process (`node --import tsx src/server.ts`) on 127.0.0.1:0 with a
  * SQLite file in a temp dir, driven over real HTTP with global fetch.
  */
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { beforeEach, describe, expect, it } from 'vitest';
@@ -13,7 +15,7 @@ import {
   type RunningServer,
 } from '../fixtures/server-process.js';
 import type { ErrorBody, Step } from '../../src/contract/index.js';
-import { tempDir } from '../fixtures/cleanup.js';
+import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
 
 let dir: string;
 
@@ -185,6 +187,27 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
     const logs = server.text();
     expect(server.logs.filter((l) => l.json?.msg === 'incoming request').length).toBeGreaterThanOrEqual(9);
     for (const secret of ['k1', 'k2', root.token, forged]) expect(logs).not.toContain(secret);
+  });
+
+  it('answers a request whose body does not arrive within the request timeout with 408 and closes its connection, and keeps serving', async () => {
+    const server = await startServer({ dataPath: dataFile(), env: { AGENTFOREST_REQUEST_TIMEOUT_MS: '1000', AGENTFOREST_HEADERS_TIMEOUT_MS: '1000' } });
+    const { hostname, port } = new URL(server.url);
+    const socket = connect(Number(port), hostname);
+    socket.on('error', () => undefined);
+    closeWithTest(() => socket.destroy());
+    await once(socket, 'connect');
+    let answer = '';
+    socket.on('data', (chunk: Buffer) => (answer += chunk.toString('utf8')));
+    const closed = once(socket, 'close');
+    const started = Date.now();
+    socket.write(`POST /v1/agents HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`);
+    // One byte every 200 ms would take 20 s; the deadline ends it after about one.
+    const trickle = setInterval(() => socket.write(' '), 200);
+    closeWithTest(() => clearInterval(trickle));
+    await closed;
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
   it('refuses to start on a non-loopback host without operator keys', async () => {

@@ -92,6 +92,17 @@ describe('loadConfig', () => {
     expect(configErrorOf({ AGENTFOREST_MODEL_PRICES: '[1]' }).message).toContain('must be a JSON object of model names to prices');
   });
 
+  it('reads the client deadlines, and refuses a headers timeout longer than the request timeout', () => {
+    expect(loadConfig({}).timeouts).toEqual({ requestMs: 30_000, headersMs: 10_000, keepAliveMs: 72_000 });
+    expect(loadConfig({ AGENTFOREST_REQUEST_TIMEOUT_MS: '5000', AGENTFOREST_HEADERS_TIMEOUT_MS: '5000', AGENTFOREST_KEEP_ALIVE_TIMEOUT_MS: '2000' }).timeouts).toEqual({
+      requestMs: 5_000,
+      headersMs: 5_000,
+      keepAliveMs: 2_000,
+    });
+    const error = configErrorOf({ AGENTFOREST_REQUEST_TIMEOUT_MS: '5000', AGENTFOREST_HEADERS_TIMEOUT_MS: '6000' });
+    expect(error.message).toContain('AGENTFOREST_HEADERS_TIMEOUT_MS=6000 is longer than AGENTFOREST_REQUEST_TIMEOUT_MS=5000');
+  });
+
   it('refuses unknown package names and names them', () => {
     const error = configErrorOf({ AGENTFOREST_PACKAGES: 'subagent,bogus' });
 
