@@ -45,6 +45,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     settlementNotices: config.settlementNotices,
     idempotencyTtlMs: config.idempotencyTtlMs,
     limits: config.limits,
+    processMetrics: true,
     coalesceWakeups: config.coalesceWakeups,
     stepCacheBytes: config.stepCacheBytes,
     lease: config.lease,

@@ -24,6 +24,12 @@ export interface MetricsDeps {
   paused: (agent: LiveAgent) => boolean;
   /** Each forest whose accounts are held here, with what its whole tree spent. */
   forestTotals: () => { rootId: string; usage: Usage }[];
+  /**
+   * Also the process's own metrics: prom-client's defaults (`process_*` CPU, memory and file
+   * descriptors; `nodejs_*` heap, GC, event-loop lag and handles). One per process: their
+   * event-loop monitor runs for good once started.
+   */
+  processMetrics?: boolean;
 }
 
 /** Forests with a series of their own in agentforest_forest_usage: the ones that spent most. */
@@ -72,6 +78,7 @@ export class Metrics {
   private readonly spending: client.Counter<'kind'>;
 
   constructor(deps: MetricsDeps) {
+    if (deps.processMetrics === true) client.collectDefaultMetrics({ register: this.registry });
     const registers = [this.registry];
     this.httpRequests = new client.Counter({ name: 'agentforest_http_requests_total', help: 'HTTP requests by route and status.', labelNames: ['method', 'route', 'status'], registers });
     this.httpDuration = new client.Histogram({

@@ -137,6 +137,8 @@ export interface SystemOptions {
   webhooks?: Partial<DeliveryOptions>;
   /** The webhook transport (tests wrap it; default: HTTP with the address guard). */
   webhookSend?: WebhookDeps['send'];
+  /** /metrics also carries the process's own metrics (prom-client's defaults); start.ts sets it, in-process test apps leave it off. */
+  processMetrics?: boolean;
 }
 
 /** Forests no agent uses whose accounts one instance keeps for later reads (see ForestLedger). */
@@ -267,6 +269,7 @@ export function createSystem(options: SystemOptions): System {
     openStreams: () => hub.streams,
     paused: (agent) => budgets.pausedBy(agent) !== undefined,
     forestTotals: () => budgets.forestTotals(),
+    processMetrics: options.processMetrics ?? false,
   });
   events.on('budget-exhausted', metrics.budgetPaused);
   events.on('report', metrics.observer.report);

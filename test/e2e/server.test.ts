@@ -210,6 +210,27 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
+  it('serves the process metrics on /metrics beside its own: CPU, memory, heap, GC and event-loop lag', async () => {
+    const server = await startServer({ dataPath: dataFile() });
+    const response = await fetch(`${server.url}/metrics`);
+    expect(response.status).toBe(200);
+    const text = await response.text();
+    const names = new Set(text.split('\n').filter((l) => l.startsWith('# TYPE ')).map((l) => l.split(' ')[2]));
+    for (const name of [
+      'process_cpu_user_seconds_total',
+      'process_resident_memory_bytes',
+      'process_open_fds',
+      'nodejs_heap_size_used_bytes',
+      'nodejs_gc_duration_seconds',
+      'nodejs_eventloop_lag_seconds',
+      'nodejs_eventloop_lag_p99_seconds',
+      'nodejs_active_handles_total',
+      'agentforest_draining',
+    ]) {
+      expect(names, name).toContain(name);
+    }
+  });
+
   it('refuses to start on a non-loopback host without operator keys', async () => {
     const server = launchServer({ dataPath: dataFile(), env: { HOST: '0.0.0.0' } });
     const exit = await server.waitForExit();
