@@ -16,6 +16,7 @@ import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
 import { redactUrl } from './services/stores/postgres-store.js';
 import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
 import { tracesWanted } from './services/tracing/tracing.js';
+import { unknownVariables } from './unknown-variables.js';
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 const ON_OFF = ['on', 'off'] as const;
@@ -91,6 +92,8 @@ export type Env = Static<typeof EnvSchema>;
  * split on commas, or groups of variables.
  */
 export interface Config {
+  /** What to warn about at start: `AGENTFOREST_*` variables that are no setting (see unknown-variables.ts). */
+  warnings: string[];
   host: Env['HOST'];
   port: Env['PORT'];
   /** `:memory:` selects the in-memory store; anything else is a SQLite file path. */
@@ -166,12 +169,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
   const converted = Value.Default(EnvSchema, Value.Convert(EnvSchema, { ...raw })) as Env;
-  if (problems.length === 0) {
-    for (const e of Value.Errors(EnvSchema, converted)) {
-      const key = e.path.replace(/^\//, '');
-      const shown = key === 'AGENTFOREST_DATABASE_URL' ? redactUrl(raw[key] ?? '') : (raw[key] ?? '');
-      problems.push(`${key}=${JSON.stringify(shown)}: ${describe(key, e.message)}`);
-    }
+  // Every variable's problems in one message: a variable refused above is not refused twice.
+  const refused = new Set(problems.map((p) => p.slice(0, p.indexOf('='))));
+  for (const e of Value.Errors(EnvSchema, converted)) {
+    const key = e.path.replace(/^\//, '');
+    if (refused.has(key)) continue;
+    refused.add(key);
+    const shown = key === 'AGENTFOREST_DATABASE_URL' ? redactUrl(raw[key] ?? '') : (raw[key] ?? '');
+    problems.push(`${key}=${JSON.stringify(shown)}: ${describe(key, e.message)}`);
   }
   /** A comma-separated list, blanks dropped; undefined when the variable is unset. */
   const list = (value: string | undefined): string[] | undefined => value?.split(',').map((v) => v.trim()).filter((v) => v !== '');
@@ -197,7 +202,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       problems.push(`AGENTFOREST_MODEL_PRICES ${error instanceof Error ? error.message : String(error)}`);
     }
   }
-  if (converted.AGENTFOREST_HEADERS_TIMEOUT_MS > converted.AGENTFOREST_REQUEST_TIMEOUT_MS) {
+  if (!refused.has('AGENTFOREST_HEADERS_TIMEOUT_MS') && !refused.has('AGENTFOREST_REQUEST_TIMEOUT_MS') && converted.AGENTFOREST_HEADERS_TIMEOUT_MS > converted.AGENTFOREST_REQUEST_TIMEOUT_MS) {
     problems.push(
       `AGENTFOREST_HEADERS_TIMEOUT_MS=${converted.AGENTFOREST_HEADERS_TIMEOUT_MS} is longer than AGENTFOREST_REQUEST_TIMEOUT_MS=${converted.AGENTFOREST_REQUEST_TIMEOUT_MS}: ` +
         'the headers are part of the request; make it at most the request timeout',
@@ -246,6 +251,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     eventBufferBytes: converted.AGENTFOREST_EVENT_BUFFER_BYTES,
     sqliteSynchronous: converted.AGENTFOREST_SQLITE_SYNCHRONOUS,
     logLevel: converted.LOG_LEVEL,
+    warnings: unknownVariables(env, Object.keys(EnvSchema.properties)),
     limits: {
       reportBytes: converted.AGENTFOREST_MAX_REPORT_BYTES,
       childrenPerParent: converted.AGENTFOREST_MAX_CHILDREN,

@@ -34,6 +34,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     throw error;
   }
   const logger = createLogger(config.logLevel);
+  for (const warning of config.warnings) logger.warn(warning);
   // Before anything runs a turn; off, no OpenTelemetry module is loaded.
   const traces = config.tracing.export ? await startTraceExport(config.tracing) : undefined;
   const store = await openStore({ dataPath: config.dataPath, databaseUrl: config.databaseUrl, synchronous: config.sqliteSynchronous });

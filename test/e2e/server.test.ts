@@ -231,6 +231,12 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
     }
   });
 
+  it('warns at start about an AGENTFOREST_ variable that is no setting, naming the closest one', async () => {
+    const server = await startServer({ dataPath: dataFile(), env: { AGENTFOREST_DRAIN_TIMEOUT: '5000' } });
+    const warning = await server.waitForLog('the unknown-variable warning', (l) => typeof l.json?.msg === 'string' && l.json.msg.startsWith('AGENTFOREST_DRAIN_TIMEOUT '));
+    expect(warning.json).toMatchObject({ level: 40, msg: 'AGENTFOREST_DRAIN_TIMEOUT is not a setting of agentforest and is ignored; did you mean AGENTFOREST_DRAIN_TIMEOUT_MS?' });
+  });
+
   it('refuses to start on a non-loopback host without operator keys', async () => {
     const server = launchServer({ dataPath: dataFile(), env: { HOST: '0.0.0.0' } });
     const exit = await server.waitForExit();

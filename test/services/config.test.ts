@@ -103,6 +103,34 @@ describe('loadConfig', () => {
     expect(error.message).toContain('AGENTFOREST_HEADERS_TIMEOUT_MS=6000 is longer than AGENTFOREST_REQUEST_TIMEOUT_MS=5000');
   });
 
+  it('reports every problem in one message: a number that is not one does not hide a bad mode', () => {
+    const error = configErrorOf({ PORT: 'abc', AGENTFOREST_REPORT_DELIVERY: 'shout', AGENTFOREST_RATE_LIMIT: '-1' });
+
+    expect(error.message).toContain('PORT="abc": must be a whole number written in digits');
+    expect(error.message).toContain('AGENTFOREST_REPORT_DELIVERY="shout"');
+    expect(error.message).toContain('AGENTFOREST_RATE_LIMIT="-1"');
+    expect(error.message.match(/PORT=/g)).toHaveLength(1);
+  });
+
+  it('warns about AGENTFOREST_ variables that are no setting, with the closest known name, and leaves the tooling variables alone', () => {
+    const config = loadConfig({
+      AGENTFOREST_DRAIN_TIMEOUT: '5000',
+      AGENTFOREST_BODYLIMIT: '2048',
+      AGENTFOREST_WHATEVER_THIS_IS_MEANT_TO_BE: 'x',
+      AGENTFOREST_TEST_DATABASE_URL: 'postgres://x',
+      AGENTFOREST_CHAOS: 'long',
+      OTHER_VARIABLE: 'x',
+    });
+
+    expect(config.warnings).toEqual([
+      'AGENTFOREST_BODYLIMIT is not a setting of agentforest and is ignored; did you mean AGENTFOREST_BODY_LIMIT?',
+      'AGENTFOREST_DRAIN_TIMEOUT is not a setting of agentforest and is ignored; did you mean AGENTFOREST_DRAIN_TIMEOUT_MS?',
+      'AGENTFOREST_WHATEVER_THIS_IS_MEANT_TO_BE is not a setting of agentforest and is ignored',
+    ]);
+    expect(config.drainTimeoutMs).toBe(10_000);
+    expect(loadConfig({}).warnings).toEqual([]);
+  });
+
   it('refuses unknown package names and names them', () => {
     const error = configErrorOf({ AGENTFOREST_PACKAGES: 'subagent,bogus' });
 
