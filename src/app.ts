@@ -7,7 +7,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { wireContract } from './plugins/contract.js';
-import { errorHandling, frameworkErrors } from './plugins/errors.js';
+import { clientErrors, errorHandling, frameworkErrors } from './plugins/errors.js';
 import { forwarding } from './plugins/forwarding.js';
 import { gracefulClose } from './plugins/graceful-close.js';
 import { jsonBodies } from './plugins/json-bodies.js';
@@ -75,6 +75,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 256 },
     forceCloseConnections: 'idle',
     frameworkErrors,
+    clientErrorHandler: clientErrors,
     ...(deps.timeouts === undefined
       ? {}
       : {

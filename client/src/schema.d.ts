@@ -684,7 +684,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -695,7 +695,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -1108,6 +1108,18 @@ export interface components {
                 };
             };
         };
+        /** @description Request Header Fields Too Large: HEADERS_TOO_LARGE */
+        HeadersTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "HEADERS_TOO_LARGE";
+                };
+            };
+        };
         /** @description Internal Server Error: INTERNAL */
         Internal: {
             headers: {
@@ -1180,6 +1192,18 @@ export interface components {
                 };
             };
         };
+        /** @description Request Timeout: REQUEST_TIMEOUT */
+        RequestTimeout: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "REQUEST_TIMEOUT";
+                };
+            };
+        };
         /** @description Conflict: STEP_CONFLICT */
         StepConflict: {
             headers: {
@@ -1240,6 +1264,18 @@ export interface components {
                 };
             };
         };
+        /** @description Request Header Fields Too Large: HEADERS_TOO_LARGE */
+        ToolCallHeadersTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "HEADERS_TOO_LARGE";
+                };
+            };
+        };
         /** @description Internal Server Error: INTERNAL */
         ToolCallInternal: {
             headers: {
@@ -1285,6 +1321,18 @@ export interface components {
                 "application/json": components["schemas"]["ToolCallErrorBody"] & {
                     /** @enum {string} */
                     code?: "PAYLOAD_TOO_LARGE";
+                };
+            };
+        };
+        /** @description Request Timeout: REQUEST_TIMEOUT */
+        ToolCallRequestTimeout: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ToolCallErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "REQUEST_TIMEOUT";
                 };
             };
         };
@@ -1503,8 +1551,10 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -1548,11 +1598,13 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["AgentExists"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
@@ -1581,8 +1633,10 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -1621,10 +1675,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -1671,10 +1727,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -1712,11 +1770,13 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["AgentExistsOrNotResumable"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
@@ -1764,11 +1824,13 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["ActivationClosingOrActivationSetupRevokedOrNotResumableOrIdempotencyConflictOrLimitExceeded"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["AgentBusyOrRateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
@@ -1806,8 +1868,10 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -1845,8 +1909,10 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -1900,11 +1966,13 @@ export interface operations {
             401: components["responses"]["ToolCallUnauthenticated"];
             403: components["responses"]["ToolCallUnauthorized"];
             404: components["responses"]["ToolCallAgentNotFoundOrToolNotFound"];
+            408: components["responses"]["ToolCallRequestTimeout"];
             409: components["responses"]["ToolCallParentUnavailableOrActivationClosingOrActivationSetupRevokedOrNotResumableOrIdempotencyConflictOrCancelledOrLimitExceeded"];
             413: components["responses"]["ToolCallPayloadTooLarge"];
             415: components["responses"]["ToolCallUnsupportedMediaType"];
             421: components["responses"]["ToolCallMisdirected"];
             429: components["responses"]["ToolCallAgentBusyOrParentBusyOrRateLimited"];
+            431: components["responses"]["ToolCallHeadersTooLarge"];
             500: components["responses"]["ToolCallInternal"];
             503: components["responses"]["ToolCallForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
@@ -1964,11 +2032,13 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["ActivationClosingOrActivationSetupRevokedOrIdempotencyConflictOrLimitExceeded"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
         };
@@ -2005,10 +2075,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2057,11 +2129,13 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["AgentExistsOrActivationClosingOrNotResumable"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2105,10 +2179,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2159,11 +2235,13 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["StepConflictOrBudgetExhausted"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["AgentBusyOrRateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
         };
@@ -2214,10 +2292,12 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
         };
@@ -2271,11 +2351,13 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFoundOrStepNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["StepConflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2316,11 +2398,13 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFoundOrStepNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["StepConflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2366,11 +2450,13 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFoundOrStepNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["StepConflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2420,11 +2506,13 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Unauthorized"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["AgentExistsOrNotResumableOrStepConflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrAtCapacityOrOverloaded"];
         };
@@ -2475,8 +2563,10 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["MessageNotFound"];
+            408: components["responses"]["RequestTimeout"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2513,8 +2603,10 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["AgentBusyOrRateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
         };
@@ -2541,8 +2633,10 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2576,10 +2670,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["PackageNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2612,10 +2708,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["PackageNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["ActivationSetupReleaseFailedOrInternal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2651,10 +2749,12 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2701,10 +2801,12 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2742,10 +2844,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["WebhookNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2772,10 +2876,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["WebhookNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2839,10 +2945,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["WebhookNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2897,10 +3005,12 @@ export interface operations {
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["WebhookNotFoundOrDeliveryNotFound"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };
@@ -2925,8 +3035,10 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
             421: components["responses"]["Misdirected"];
             429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloaded"];
         };

@@ -1,9 +1,11 @@
 /**
  * Error mapping as a plugin: the one error handler and the not-found handler (both in
  * src/routes/errors.ts, beside the classification of every failure into an error code), and
- * Fastify's framework errors (a URL that is not validly percent-encoded, an over-long path
- * parameter), which reach no handler and are answered here in the same shape.
+ * the errors that reach no handler, answered here in the same shape: Fastify's framework
+ * errors (a URL that is not validly percent-encoded, an over-long path parameter) and Node's
+ * client errors (malformed HTTP, a request past its deadline, headers too large).
  */
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errorBody, registerErrorHandling, type ErrorBody } from '../routes/errors.js';
 import { rootPlugin } from './root-plugin.js';
@@ -19,4 +21,33 @@ export function frameworkErrors(error: { code?: string }, request: FastifyReques
   if (/^[^?]*\/tool-calls(?:\?|$)/.test(request.url)) body.toolResult = { isError: true, content: `Error: ${body.message}` };
   // And they skip the onRequest hooks, so the request id is set here too.
   void reply.header('x-request-id', request.id).status(body.statusCode).send(body);
+}
+
+/**
+ * Fastify's `clientErrorHandler`: what Node finds wrong before a request exists is answered
+ * with the documented body, then the connection is closed (its state is unknown).
+ */
+export function clientErrors(error: Error & { code?: string }, socket: Socket): void {
+  // A reset connection has nobody left to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  if (socket.writable) {
+    const body = clientErrorBody(error.code);
+    const text = JSON.stringify(body);
+    socket.write(
+      `HTTP/1.1 ${body.statusCode} ${body.error}\r\n` +
+        `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`,
+    );
+  }
+  socket.destroy(error);
+}
+
+function clientErrorBody(code: string | undefined): ErrorBody {
+  switch (code) {
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return errorBody('REQUEST_TIMEOUT', 'the request did not arrive within its deadline');
+    case 'HPE_HEADER_OVERFLOW':
+      return errorBody('HEADERS_TOO_LARGE', 'the request headers are too large');
+    default:
+      return errorBody('VALIDATION', 'the request is not valid HTTP');
+  }
 }

@@ -21,6 +21,9 @@ export const COMMON_CODES: readonly ErrorCode[] = [
   'UNAUTHENTICATED',
   'PAYLOAD_TOO_LARGE',
   'UNSUPPORTED_MEDIA_TYPE',
+  // Answered before routing (plugins/errors.ts): a request past its deadline, headers too large.
+  'REQUEST_TIMEOUT',
+  'HEADERS_TOO_LARGE',
   // Several instances on one PostgreSQL database: the forest is owned by another instance
   // (421 only for `Prefer: redirect`), or its owner died and its lease still runs.
   'MISDIRECTED',

@@ -189,24 +189,41 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
     for (const secret of ['k1', 'k2', root.token, forged]) expect(logs).not.toContain(secret);
   });
 
-  it('answers a request whose body does not arrive within the request timeout with 408 and closes its connection, and keeps serving', async () => {
+  it('answers what Node refuses before a request exists in the documented shape, then closes: malformed HTTP 400, headers too large 431, a body past its deadline 408', async () => {
     const server = await startServer({ dataPath: dataFile(), env: { AGENTFOREST_REQUEST_TIMEOUT_MS: '1000', AGENTFOREST_HEADERS_TIMEOUT_MS: '1000' } });
     const { hostname, port } = new URL(server.url);
-    const socket = connect(Number(port), hostname);
-    socket.on('error', () => undefined);
-    closeWithTest(() => socket.destroy());
-    await once(socket, 'connect');
-    let answer = '';
-    socket.on('data', (chunk: Buffer) => (answer += chunk.toString('utf8')));
-    const closed = once(socket, 'close');
-    const started = Date.now();
-    socket.write(`POST /v1/agents HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`);
+    /** Writes `head` (then a space every 200 ms when `trickle`), and resolves with all that came back once the server closes. */
+    const exchange = async (head: string, trickle = false): Promise<{ status: number; body: unknown; ms: number }> => {
+      const socket = connect(Number(port), hostname);
+      socket.on('error', () => undefined);
+      closeWithTest(() => socket.destroy());
+      await once(socket, 'connect');
+      let answer = '';
+      socket.on('data', (chunk: Buffer) => (answer += chunk.toString('utf8')));
+      const closed = once(socket, 'close');
+      const started = Date.now();
+      socket.write(head);
+      const timer = trickle ? setInterval(() => socket.write(' '), 200) : undefined;
+      closeWithTest(() => clearInterval(timer));
+      await closed;
+      const [statusLine = '', rest = ''] = answer.split('\r\n\r\n');
+      return { status: Number(statusLine.split(' ')[1]), body: JSON.parse(rest) as unknown, ms: Date.now() - started };
+    };
+
+    const malformed = await exchange('THIS IS NOT HTTP\r\n\r\n');
+    expect(malformed.status).toBe(400);
+    expect(malformed.body).toEqual({ statusCode: 400, code: 'VALIDATION', error: 'Bad Request', message: 'the request is not valid HTTP' });
+
+    const huge = await exchange(`GET /healthz HTTP/1.1\r\nhost: ${hostname}\r\nx-filler: ${'a'.repeat(20_000)}\r\n\r\n`);
+    expect(huge.status).toBe(431);
+    expect(huge.body).toEqual({ statusCode: 431, code: 'HEADERS_TOO_LARGE', error: 'Request Header Fields Too Large', message: 'the request headers are too large' });
+
     // One byte every 200 ms would take 20 s; the deadline ends it after about one.
-    const trickle = setInterval(() => socket.write(' '), 200);
-    closeWithTest(() => clearInterval(trickle));
-    await closed;
-    expect(Date.now() - started).toBeLessThan(5_000);
-    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    const slow = await exchange(`POST /v1/agents HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`, true);
+    expect(slow.status).toBe(408);
+    expect(slow.body).toEqual({ statusCode: 408, code: 'REQUEST_TIMEOUT', error: 'Request Timeout', message: 'the request did not arrive within its deadline' });
+    expect(slow.ms).toBeLessThan(5_000);
+
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
