@@ -92,7 +92,7 @@ export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
   AGENT_BUSY: 'The agent holds its maximum of accepted messages not yet logged, or of concurrent waiters; retry after `Retry-After`.',
   PARENT_BUSY: 'The direct parent holds its maximum of accepted messages not yet logged; the report was not delivered, retry later.',
   RATE_LIMITED: 'This operator key or client address made too many operator-only requests in the window; retry after `Retry-After`.',
-  DRAINING: 'The service is draining for shutdown and admits no new work: `continuable subagents are draining; the operation was not admitted`.',
+  DRAINING: 'The service is draining for shutdown and admits no new work: `continuable subagents are draining; the operation was not admitted` for an operation on a continuable child, `the service is draining for shutdown; the operation was not admitted` for any other.',
   AT_CAPACITY: 'The process already holds its maximum of live agents; retry after `Retry-After`.',
   OVERLOADED: 'The event loop is lagging beyond its configured limit, so the request was shed; retry after `Retry-After`.',
   INTERNAL: 'An unexpected failure; the body never carries internals, the log has the details under the request id.',
@@ -100,7 +100,10 @@ export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
 
 /** Fixed, model- or client-visible message texts. */
 export const MESSAGES = {
+  /** Operations on continuable subagents (the reference's text). */
   draining: 'continuable subagents are draining; the operation was not admitted',
+  /** Everything else: roots, steps, streams, any request once the HTTP server closes. */
+  serviceDraining: 'the service is draining for shutdown; the operation was not admitted',
   unknownTool: (name: string) => `unknown tool "${name}"`,
   parentUnavailable: 'direct parent is not live; report was not delivered',
   parentBusy: 'direct parent has too many messages waiting; report was not delivered, retry later',

@@ -17,7 +17,7 @@ export const gracefulClose = rootPlugin('graceful-close', async (app) => {
   let sweep: NodeJS.Timeout | undefined;
   // A callback hook: every request passes here, and an async one costs a promise each.
   app.addHook('onRequest', (_request, _reply, done) => {
-    done(closing ? new ServiceError('DRAINING', MESSAGES.draining) : undefined);
+    done(closing ? new ServiceError('DRAINING', MESSAGES.serviceDraining) : undefined);
   });
   app.addHook('preClose', async () => {
     closing = true;

@@ -21,13 +21,14 @@ import {
   waitingClaims as waiting,
   untilWaiting,
 } from '../fixtures/harness.js';
-import { rootWithClaimedStep } from '../fixtures/forest.js';
+import { rootWithClaimedStep, startChild } from '../fixtures/forest.js';
 
+/** Roots, steps and requests reaching a closing server: the refusal speaks of the service. */
 const DRAINING_BODY = {
   statusCode: 503,
   code: 'DRAINING',
   error: 'Service Unavailable',
-  message: 'continuable subagents are draining; the operation was not admitted',
+  message: 'the service is draining for shutdown; the operation was not admitted',
 };
 
 function expectDraining(res: LightMyRequestResponse): void {
@@ -67,6 +68,21 @@ describe('draining', () => {
     expectDraining(await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'late' } }));
     expect((await h.app.inject({ method: 'GET', url: '/v1/agents/late' })).statusCode).toBe(404);
     expect((await h.app.inject({ method: 'GET', url: '/v1/agents/late/session' })).statusCode).toBe(404);
+  });
+
+  it('while draining, a child start and a message to a child speak of continuable subagents, not of the service', async () => {
+    const h = await startHarness();
+    const root = await createRoot(h.app, { id: 'parent' });
+    const child = await startChild(h, root);
+    h.system.agents.startDrain();
+    const subagents = { ...DRAINING_BODY, message: 'continuable subagents are draining; the operation was not admitted' };
+
+    const started = await h.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/children`, headers: { 'x-agent-token': root.token }, payload: { mode: 'continuable', prompt: 'late' } });
+    expect(started.statusCode).toBe(503);
+    expect(started.json()).toEqual(subagents);
+    const sent = await h.app.inject({ method: 'POST', url: `/v1/agents/${child.id}/messages`, headers: { 'x-agent-token': root.token }, payload: { content: 'more', delivery: 'followup' } });
+    expect(sent.statusCode).toBe(503);
+    expect(sent.json()).toEqual(subagents);
   });
 
   it('while draining, followup, inject and steer answer 503 DRAINING and write nothing', async () => {

@@ -61,7 +61,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
       },
     },
   }, async (request, reply) => {
-    if (hub.closed) throw new ServiceError('DRAINING', MESSAGES.draining);
+    if (hub.closed) throw new ServiceError('DRAINING', MESSAGES.serviceDraining);
     const target = { id: request.params.id, forest: request.query.forest ?? false };
     await streams.resolve(target);
     const header = request.headers['last-event-id'];

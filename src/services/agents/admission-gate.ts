@@ -25,8 +25,8 @@ export class AdmissionGate {
     this.events?.emit('draining');
   }
 
-  /** Throws DRAINING once draining started. */
-  admitNewWork(): void {
-    if (this.drainStarted) throw new ServiceError('DRAINING', MESSAGES.draining);
+  /** Throws DRAINING once draining started; `message` says what drains (the service, unless it is about subagents). */
+  admitNewWork(message: string = MESSAGES.serviceDraining): void {
+    if (this.drainStarted) throw new ServiceError('DRAINING', message);
   }
 }

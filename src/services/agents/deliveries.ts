@@ -7,7 +7,7 @@
  * stored idempotent result never holds a token, so a replay names the agent's current one.
  */
 import type { Delivery } from '../../domain/agent.js';
-import { ServiceError } from '../../domain/errors.js';
+import { MESSAGES, ServiceError } from '../../domain/errors.js';
 import type { TextBlock } from '../../domain/message.js';
 import type { ModelSpec } from '../../domain/model.js';
 import type { AgentRegistry } from '../agent-registry.js';
@@ -56,7 +56,7 @@ export class AgentDeliveries {
     spec: ChildSpec,
     idem?: IdempotencyRequest,
   ): Promise<AgentWithToken & { messageId: string; replayed: boolean }> {
-    this.deps.gate.admitNewWork();
+    this.deps.gate.admitNewWork(MESSAGES.draining);
     const { authority, queries } = this.deps;
     const parent = authority.liveWithToken(parentId, token) ?? (await authority.rejectCredential(parentId));
     // Only after the credential: a caller without one learns nothing about the key variables.
@@ -79,10 +79,13 @@ export class AgentDeliveries {
    * direct parent (that parent's token), and a settled child is cold-resumed.
    */
   async deliver(id: string, token: string | undefined, content: string | TextBlock[], delivery: Delivery, idem?: IdempotencyRequest): Promise<Delivered> {
-    this.deps.gate.admitNewWork();
     const live = this.deps.registry.get(id);
+    // A live agent is refused at once; one that is not is looked up first, so the refusal can
+    // say what drains: the service, or (for a child) its continuable subagents.
+    if (live !== undefined) this.deps.gate.admitNewWork(live.header.kind === 'root' ? MESSAGES.serviceDraining : MESSAGES.draining);
     const header = live?.header ?? (await this.deps.queries.storedHeader(id));
     if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    this.deps.gate.admitNewWork(header.kind === 'root' ? MESSAGES.serviceDraining : MESSAGES.draining);
     let result: IdempotentResult<StoredDelivery>;
     if (header.kind === 'root') {
       result = await this.deps.idempotency.run<StoredDelivery>({ sender: OPERATOR_SENDER, rootId: id }, idem, 202, async (record) => {
