@@ -35,6 +35,11 @@ function operatorOnly(request: FastifyRequest): boolean {
   return security !== undefined && !security.some((scheme) => 'agentToken' in scheme);
 }
 
+/** A window as people write it: whole minutes in min, anything else in s (10 s, 1.5 s, 2 min). */
+function formatWindow(ms: number): string {
+  return ms % 60_000 === 0 ? `${ms / 60_000} min` : `${ms / 1_000} s`;
+}
+
 export async function registerProtection(app: FastifyInstance, options: ProtectionOptions): Promise<void> {
   const limit = options.rateLimit ?? { max: 0, windowMs: 10_000 };
   if (limit.max > 0) {
@@ -48,8 +53,9 @@ export async function registerProtection(app: FastifyInstance, options: Protecti
         const key = bearerKey(request.headers.authorization);
         return key !== undefined ? `key:${digest(key).toString('base64url')}` : `ip:${request.ip}`;
       },
+      // `after` is the time left in the window, not the window: each is named for what it is.
       errorResponseBuilder: (_request, context) =>
-        new ServiceError('RATE_LIMITED', `rate limit of ${context.max} operator requests per ${context.after} exceeded; retry after ${context.after}`),
+        new ServiceError('RATE_LIMITED', `rate limit of ${context.max} operator requests per ${formatWindow(limit.windowMs)} exceeded; retry after ${context.after}`),
     });
   }
   const maxDelay = options.maxEventLoopDelayMs ?? 0;

@@ -34,7 +34,8 @@ describe('operator rate limit', () => {
   it('the request past the limit in one window is 429 RATE_LIMITED with Retry-After, and so is every one after it', async () => {
     const h = await startHarness({ protection: RATE });
     for (let i = 0; i < 3; i++) expect((await listAgents(h)).statusCode).toBe(200);
-    expectRateLimited(await listAgents(h), 60);
+    // The message names the window itself, then the time left in it.
+    expect(expectRateLimited(await listAgents(h), 60).message).toMatch(/^rate limit of 3 operator requests per 1 min exceeded; retry after \d+ (seconds?|minutes?)$/);
     expectRateLimited(await listAgents(h), 60);
     // Another operator-only route shares the client's bucket.
     expectRateLimited(await h.app.inject({ method: 'GET', url: '/v1/packages' }), 60);
