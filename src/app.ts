@@ -7,7 +7,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { wireContract } from './plugins/contract.js';
-import { clientErrors, errorHandling, frameworkErrors } from './plugins/errors.js';
+import { clientErrors, errorHandling, frameworkErrors, schemaErrors } from './plugins/errors.js';
 import { forwarding } from './plugins/forwarding.js';
 import { gracefulClose } from './plugins/graceful-close.js';
 import { jsonBodies } from './plugins/json-bodies.js';
@@ -76,6 +76,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     forceCloseConnections: 'idle',
     frameworkErrors,
     clientErrorHandler: clientErrors,
+    schemaErrorFormatter: schemaErrors,
     ...(deps.timeouts === undefined
       ? {}
       : {

@@ -6,7 +6,7 @@
  * client errors (malformed HTTP, a request past its deadline, headers too large).
  */
 import type { Socket } from 'node:net';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest, FastifySchemaValidationError } from 'fastify';
 import { errorBody, registerErrorHandling, type ErrorBody } from '../routes/errors.js';
 import { rootPlugin } from './root-plugin.js';
 
@@ -21,6 +21,29 @@ export function frameworkErrors(error: { code?: string }, request: FastifyReques
   if (/^[^?]*\/tool-calls(?:\?|$)/.test(request.url)) body.toolResult = { isError: true, content: `Error: ${body.message}` };
   // And they skip the onRequest hooks, so the request id is set here too.
   void reply.header('x-request-id', request.id).status(body.statusCode).send(body);
+}
+
+/**
+ * Fastify's `schemaErrorFormatter`: the validator's errors as one message, as Fastify words
+ * them, except a choice among fixed values (a union of literals: one `const` error per
+ * value, then `anyOf`), which is said once with the values allowed:
+ * `body/delivery must be one of "followup", "inject", "steer"`.
+ */
+export function schemaErrors(errors: FastifySchemaValidationError[], dataVar: string): Error {
+  const allowed = new Map<string, unknown[]>();
+  for (const e of errors) {
+    if (e.keyword === 'const') allowed.set(e.instancePath, [...(allowed.get(e.instancePath) ?? []), e.params.allowedValue]);
+  }
+  const parts: string[] = [];
+  for (const e of errors) {
+    const where = `${dataVar}${e.instancePath}`;
+    const values = allowed.get(e.instancePath);
+    if (e.keyword === 'const' && values !== undefined && values.length > 1) continue;
+    if (e.keyword === 'anyOf' && values !== undefined && values.length > 1) parts.push(`${where} must be one of ${values.map((v) => JSON.stringify(v)).join(', ')}`);
+    else if (e.keyword === 'enum' && Array.isArray(e.params.allowedValues)) parts.push(`${where} must be one of ${(e.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`);
+    else parts.push(`${where} ${e.message ?? 'is invalid'}`);
+  }
+  return new Error(parts.join(', '));
 }
 
 /**

@@ -532,3 +532,19 @@ describe('request ids', () => {
     expect(replaced.headers['x-request-id']).toMatch(/^[\w.:-]{1,128}$/);
   });
 });
+
+describe('validation messages', () => {
+  it('a value outside a fixed set names the field and every allowed value, once, and writes nothing', async () => {
+    const h = await startHarness();
+    await createRoot(h.app, { id: 'r' });
+    const before = await session(h.app, 'r');
+
+    const body = await h.app.inject({ method: 'POST', url: '/v1/agents/r/messages', payload: { content: 'x', delivery: 'shout' } });
+    expect(body.statusCode).toBe(400);
+    expect(body.json()).toEqual({ statusCode: 400, code: 'VALIDATION', error: 'Bad Request', message: 'body/delivery must be one of "followup", "inject", "steer"' });
+    const query = await h.app.inject({ method: 'GET', url: '/v1/agents?kind=tree' });
+    expect(query.statusCode).toBe(400);
+    expect((query.json() as ErrorBody).message).toBe('querystring/kind must be one of "root", "child"');
+    expect(await session(h.app, 'r')).toEqual(before);
+  });
+});
