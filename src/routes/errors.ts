@@ -48,11 +48,25 @@ function classify(error: FastifyError): { code: ErrorCode; message: string } {
   return { code: 'INTERNAL', message: 'internal error' };
 }
 
+/**
+ * Refusals that are the service working as configured, not failures: logged without a stack,
+ * at `info` (a drain is planned) or `warn` (load or an outage an operator may want to see).
+ */
+const EXPECTED_REFUSALS: Partial<Record<ErrorCode, 'info' | 'warn'>> = {
+  DRAINING: 'info',
+  RATE_LIMITED: 'warn',
+  OVERLOADED: 'warn',
+  AT_CAPACITY: 'warn',
+  FOREST_FAILING_OVER: 'warn',
+};
+
 export function registerErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const { code, message } = classify(error);
     const body = errorBody(code, message);
-    if (body.statusCode >= 500) request.log.error({ err: error }, 'request failed');
+    const expected = EXPECTED_REFUSALS[code];
+    if (expected !== undefined) request.log[expected]({ code, message }, 'request rejected');
+    else if (body.statusCode >= 500) request.log.error({ err: error }, 'request failed');
     else request.log.info({ code, message }, 'request rejected');
     if (request.routeOptions.config.toolCall === true) {
       body.toolResult = { isError: true, content: `Error: ${message}` };

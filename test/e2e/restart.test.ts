@@ -81,9 +81,13 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
     const readyz = await api.request<{ status: string }>('GET', '/readyz');
     expect(readyz.status).toBe(503);
     expect(readyz.body).toEqual({ status: 'draining' });
-    const refused = await api.request<ErrorBody>('POST', '/v1/agents', { body: {} });
+    const refused = await api.request<ErrorBody>('POST', '/v1/agents', { body: {}, headers: { 'x-request-id': 'drain-refused' } });
     expect(refused.status).toBe(503);
     expect(refused.body).toMatchObject({ code: 'DRAINING' });
+    // An expected refusal: logged at info, with its code and no error or stack.
+    const logged = (await first.waitForLog('the refusal logged', (l) => l.json?.reqId === 'drain-refused' && l.json.msg === 'request rejected')).json;
+    expect(logged).toMatchObject({ level: 30, code: 'DRAINING' });
+    expect(logged).not.toHaveProperty('err');
 
     const finished = await api.postOutput(busy, inFlight!.id, { content: 'a slow answer' });
     expect(finished.turn).toBe('ended');
