@@ -161,16 +161,17 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     if (value !== undefined && value.trim() !== '') raw[key] = value.trim();
   }
   const problems: string[] = [];
+  /** Variables already refused: every problem goes in one message, each variable named once. */
+  const refused = new Set<string>();
   // Integers must be written as plain digits: Value.Convert would turn "1e3" into 1 and "80.5" into 80.
   for (const [key, schema] of Object.entries(EnvSchema.properties)) {
     const value = raw[key];
     if (schema.type === 'integer' && value !== undefined && !/^\d+$/.test(value)) {
       problems.push(`${key}=${JSON.stringify(value)}: must be a whole number written in digits`);
+      refused.add(key);
     }
   }
   const converted = Value.Default(EnvSchema, Value.Convert(EnvSchema, { ...raw })) as Env;
-  // Every variable's problems in one message: a variable refused above is not refused twice.
-  const refused = new Set(problems.map((p) => p.slice(0, p.indexOf('='))));
   for (const e of Value.Errors(EnvSchema, converted)) {
     const key = e.path.replace(/^\//, '');
     if (refused.has(key)) continue;

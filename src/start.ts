@@ -105,7 +105,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     clearInterval(expiry);
     system.agents.startDrain();
     const deadline = Date.now() + config.drainTimeoutMs;
-    await waitFor(() => system.steps.stepsInFlight(system.registry.values()) === 0, config.drainTimeoutMs);
+    await waitUntil(() => system.steps.stepsInFlight(system.registry.values()) === 0, deadline);
     await closeBy(app, deadline);
     system.webhooks.stop();
     await system.cluster?.stop();
@@ -152,8 +152,7 @@ function connectionCount(app: FastifyInstance): Promise<number> {
   return new Promise((resolve) => app.server.getConnections((error, count) => resolve(error === null ? count : -1)));
 }
 
-/** Resolves when `done()` holds or after `timeoutMs`, checking every 50 ms. */
-async function waitFor(done: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
+/** Resolves when `done()` holds or at `deadline`, checking every 50 ms. */
+async function waitUntil(done: () => boolean, deadline: number): Promise<void> {
   while (!done() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
 }

@@ -39,11 +39,15 @@ export function schemaErrors(errors: FastifySchemaValidationError[], dataVar: st
     const where = `${dataVar}${e.instancePath}`;
     const values = allowed.get(e.instancePath);
     if (e.keyword === 'const' && values !== undefined && values.length > 1) continue;
-    if (e.keyword === 'anyOf' && values !== undefined && values.length > 1) parts.push(`${where} must be one of ${values.map((v) => JSON.stringify(v)).join(', ')}`);
-    else if (e.keyword === 'enum' && Array.isArray(e.params.allowedValues)) parts.push(`${where} must be one of ${(e.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`);
+    if (e.keyword === 'anyOf' && values !== undefined && values.length > 1) parts.push(oneOf(where, values));
+    else if (e.keyword === 'enum' && Array.isArray(e.params.allowedValues)) parts.push(oneOf(where, e.params.allowedValues as unknown[]));
     else parts.push(`${where} ${e.message ?? 'is invalid'}`);
   }
   return new Error(parts.join(', '));
+}
+
+function oneOf(where: string, values: readonly unknown[]): string {
+  return `${where} must be one of ${values.map((v) => JSON.stringify(v)).join(', ')}`;
 }
 
 /**

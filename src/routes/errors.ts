@@ -64,10 +64,9 @@ export function registerErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const { code, message } = classify(error);
     const body = errorBody(code, message);
-    const expected = EXPECTED_REFUSALS[code];
-    if (expected !== undefined) request.log[expected]({ code, message }, 'request rejected');
-    else if (body.statusCode >= 500) request.log.error({ err: error }, 'request failed');
-    else request.log.info({ code, message }, 'request rejected');
+    const level = EXPECTED_REFUSALS[code] ?? (body.statusCode >= 500 ? 'error' : 'info');
+    if (level === 'error') request.log.error({ err: error }, 'request failed');
+    else request.log[level]({ code, message }, 'request rejected');
     if (request.routeOptions.config.toolCall === true) {
       body.toolResult = { isError: true, content: `Error: ${message}` };
     }

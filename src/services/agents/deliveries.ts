@@ -80,11 +80,10 @@ export class AgentDeliveries {
    */
   async deliver(id: string, token: string | undefined, content: string | TextBlock[], delivery: Delivery, idem?: IdempotencyRequest): Promise<Delivered> {
     const live = this.deps.registry.get(id);
-    // A live agent is refused at once; one that is not is looked up first, so the refusal can
-    // say what drains: the service, or (for a child) its continuable subagents.
-    if (live !== undefined) this.deps.gate.admitNewWork(live.header.kind === 'root' ? MESSAGES.serviceDraining : MESSAGES.draining);
     const header = live?.header ?? (await this.deps.queries.storedHeader(id));
     if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+    // Once the recipient's kind is known, so the refusal says what drains: the service, or (for
+    // a child) its continuable subagents. A live recipient is known without awaiting.
     this.deps.gate.admitNewWork(header.kind === 'root' ? MESSAGES.serviceDraining : MESSAGES.draining);
     let result: IdempotentResult<StoredDelivery>;
     if (header.kind === 'root') {
