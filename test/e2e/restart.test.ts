@@ -3,8 +3,6 @@
  * start and root resume; and a SIGKILL with a turn open, whose turn is closed as failed exactly
  * once by resume.
  */
-import { once } from 'node:events';
-import { connect } from 'node:net';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { beforeEach, describe, expect, it } from 'vitest';
@@ -15,7 +13,8 @@ import {
   startServer,
   type RunningServer,
 } from '../fixtures/server-process.js';
-import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
+import { tempDir } from '../fixtures/cleanup.js';
+import { rawRequest } from '../fixtures/raw-http.js';
 
 let dir: string;
 
@@ -184,21 +183,15 @@ describe('restarting the server on the same SQLite file', { timeout: 60_000 }, (
     expect(await api.claim(root, 5_000)).not.toBeNull();
 
     // A request whose body arrives one byte a second: it would never end by itself.
-    const { hostname, port } = new URL(first.url);
-    const socket = connect(Number(port), hostname);
-    socket.on('error', () => undefined);
-    await once(socket, 'connect');
-    socket.write(`POST /v1/agents/${root.id}/messages HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{`);
-    const trickle = setInterval(() => socket.write(' '), 1_000);
-    closeWithTest(() => {
-      clearInterval(trickle);
-      socket.destroy();
-    });
-    const socketClosed = once(socket, 'close');
+    const trickling = await rawRequest(
+      first.url,
+      `POST /v1/agents/${root.id}/messages HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{`,
+      1_000,
+    );
 
     first.child.kill('SIGTERM');
     expect(await first.waitForExit(15_000)).toEqual({ code: 0, signal: null });
-    await socketClosed;
+    await trickling.closed;
     const deadline = logIndex(first, 'drain deadline reached');
     expect(deadline).toBeGreaterThan(logIndex(first, 'draining: '));
     expect(logIndex(first, 'drained and closed')).toBeGreaterThan(deadline);

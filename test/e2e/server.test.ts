@@ -2,8 +2,6 @@
  * End to end: the real server process (`node --import tsx src/server.ts`) on 127.0.0.1:0 with a
  * SQLite file in a temp dir, driven over real HTTP with global fetch.
  */
-import { once } from 'node:events';
-import { connect } from 'node:net';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { beforeEach, describe, expect, it } from 'vitest';
@@ -15,7 +13,8 @@ import {
   type RunningServer,
 } from '../fixtures/server-process.js';
 import type { ErrorBody, Step } from '../../src/contract/index.js';
-import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
+import { tempDir } from '../fixtures/cleanup.js';
+import { rawRequest } from '../fixtures/raw-http.js';
 
 let dir: string;
 
@@ -191,22 +190,12 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
 
   it('answers what Node refuses before a request exists in the documented shape, then closes: malformed HTTP 400, headers too large 431, a body past its deadline 408', async () => {
     const server = await startServer({ dataPath: dataFile(), env: { AGENTFOREST_REQUEST_TIMEOUT_MS: '1000', AGENTFOREST_HEADERS_TIMEOUT_MS: '1000' } });
-    const { hostname, port } = new URL(server.url);
-    /** Writes `head` (then a space every 200 ms when `trickle`), and resolves with all that came back once the server closes. */
+    /** Writes `head` (then a space every 200 ms when `trickle`), and reads the answer once the server closes. */
     const exchange = async (head: string, trickle = false): Promise<{ status: number; body: unknown; ms: number }> => {
-      const socket = connect(Number(port), hostname);
-      socket.on('error', () => undefined);
-      closeWithTest(() => socket.destroy());
-      await once(socket, 'connect');
-      let answer = '';
-      socket.on('data', (chunk: Buffer) => (answer += chunk.toString('utf8')));
-      const closed = once(socket, 'close');
       const started = Date.now();
-      socket.write(head);
-      const timer = trickle ? setInterval(() => socket.write(' '), 200) : undefined;
-      closeWithTest(() => clearInterval(timer));
-      await closed;
-      const [statusLine = '', rest = ''] = answer.split('\r\n\r\n');
+      const connection = await rawRequest(server.url, head, trickle ? 200 : undefined);
+      await connection.closed;
+      const [statusLine = '', rest = ''] = connection.received().split('\r\n\r\n');
       return { status: Number(statusLine.split(' ')[1]), body: JSON.parse(rest) as unknown, ms: Date.now() - started };
     };
 
@@ -214,12 +203,12 @@ describe('the server over real HTTP', { timeout: 60_000 }, () => {
     expect(malformed.status).toBe(400);
     expect(malformed.body).toEqual({ statusCode: 400, code: 'VALIDATION', error: 'Bad Request', message: 'the request is not valid HTTP' });
 
-    const huge = await exchange(`GET /healthz HTTP/1.1\r\nhost: ${hostname}\r\nx-filler: ${'a'.repeat(20_000)}\r\n\r\n`);
+    const huge = await exchange(`GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-filler: ${'a'.repeat(20_000)}\r\n\r\n`);
     expect(huge.status).toBe(431);
     expect(huge.body).toEqual({ statusCode: 431, code: 'HEADERS_TOO_LARGE', error: 'Request Header Fields Too Large', message: 'the request headers are too large' });
 
     // One byte every 200 ms would take 20 s; the deadline ends it after about one.
-    const slow = await exchange(`POST /v1/agents HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`, true);
+    const slow = await exchange(`POST /v1/agents HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{`, true);
     expect(slow.status).toBe(408);
     expect(slow.body).toEqual({ statusCode: 408, code: 'REQUEST_TIMEOUT', error: 'Request Timeout', message: 'the request did not arrive within its deadline' });
     expect(slow.ms).toBeLessThan(5_000);
