@@ -18,6 +18,10 @@ export interface ScratchPostgres {
   url: string;
   /** Stops the server and removes its directory; synchronous, so a signal handler can run it. */
   stop(): void;
+  /** Stops the server (fast: open connections are cut) and keeps its data, for an outage. */
+  pause(): void;
+  /** Starts a paused server again, on the same port and data. */
+  resume(): void;
 }
 
 /**
@@ -42,6 +46,12 @@ export async function startScratchPostgres(onCreated: (scratch: ScratchPostgres)
     stop() {
       halt();
       rmSync(dir, { recursive: true, force: true });
+    },
+    pause() {
+      execFileSync('bash', [script, 'stop', data], { stdio: 'ignore' });
+    },
+    resume() {
+      execFileSync('bash', [script, 'start', data, new URL(scratch.url).port], { stdio: 'ignore' });
     },
   };
   onCreated(scratch);

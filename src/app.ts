@@ -36,7 +36,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks'> & Partial<Pick<System, 'ownership' | 'cluster' | 'tracing'>>;
+  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks' | 'log' | 'store'> & Partial<Pick<System, 'ownership' | 'cluster' | 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -86,13 +86,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         }),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  const { agents, steps, packageChanges, streams, hub, metrics, budgets, budgetChanges } = deps.system;
+  const { agents, steps, packageChanges, streams, hub, metrics, budgets, budgetChanges, log, store } = deps.system;
   await app.register(requestIdHeader);
   await app.register(requestMetrics, { metrics });
   await app.register(gracefulClose);
   await app.register(wireContract);
   await app.register(jsonBodies);
-  await app.register(errorHandling);
+  await app.register(errorHandling, { storeUnavailable: (error) => store.isUnavailable(error) });
   await registerProtection(app, deps.protection ?? {});
   registerOperatorAuth(app, deps.apiKeys ?? []);
   // Traces on: a request's `traceparent` names the trace the turns it starts continue. First of
@@ -107,7 +107,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   }
   await app.register(openApi, deps.publicUrl === undefined ? {} : { publicUrl: deps.publicUrl });
 
-  await app.register(healthRoutes, { agents });
+  await app.register(healthRoutes, {
+    readiness: { draining: () => agents.draining, storeWritable: () => log.storeWritable, pingStore: () => store.ping() },
+  });
   const cluster = deps.system.cluster;
   await app.register(agentRoutes, { agents, steps, cluster });
   await app.register(childRoutes, { agents });

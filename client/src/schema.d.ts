@@ -28,7 +28,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Readiness: 503 while draining */
+        /** Readiness: 503 while draining or while the session store cannot write */
         get: operations["getReadiness"];
         put?: never;
         post?: never;
@@ -684,7 +684,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -695,7 +695,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -1060,51 +1060,51 @@ export interface components {
                 };
             };
         };
-        /** @description Service Unavailable: FOREST_FAILING_OVER, AT_CAPACITY, OVERLOADED */
-        ForestFailingOverOrAtCapacityOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, AT_CAPACITY, OVERLOADED, STORE_UNAVAILABLE */
+        ForestFailingOverOrAtCapacityOrOverloadedOrStoreUnavailable: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
-                    code?: "FOREST_FAILING_OVER" | "AT_CAPACITY" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE";
                 };
             };
         };
-        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, AT_CAPACITY, OVERLOADED */
-        ForestFailingOverOrDrainingOrAtCapacityOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, AT_CAPACITY, OVERLOADED, STORE_UNAVAILABLE */
+        ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
-                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE";
                 };
             };
         };
-        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, OVERLOADED */
-        ForestFailingOverOrDrainingOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, OVERLOADED, STORE_UNAVAILABLE */
+        ForestFailingOverOrDrainingOrOverloadedOrStoreUnavailable: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
-                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "OVERLOADED" | "STORE_UNAVAILABLE";
                 };
             };
         };
-        /** @description Service Unavailable: FOREST_FAILING_OVER, OVERLOADED */
-        ForestFailingOverOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, OVERLOADED, STORE_UNAVAILABLE */
+        ForestFailingOverOrOverloadedOrStoreUnavailable: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
-                    code?: "FOREST_FAILING_OVER" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "OVERLOADED" | "STORE_UNAVAILABLE";
                 };
             };
         };
@@ -1252,15 +1252,15 @@ export interface components {
                 };
             };
         };
-        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, AT_CAPACITY, OVERLOADED */
-        ToolCallForestFailingOverOrDrainingOrAtCapacityOrOverloaded: {
+        /** @description Service Unavailable: FOREST_FAILING_OVER, DRAINING, AT_CAPACITY, OVERLOADED, STORE_UNAVAILABLE */
+        ToolCallForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ToolCallErrorBody"] & {
                     /** @enum {string} */
-                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED";
+                    code?: "FOREST_FAILING_OVER" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE";
                 };
             };
         };
@@ -1480,6 +1480,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description `ok`; for readiness `ready`, `draining` or `store-unavailable` */
                         status: string;
                     };
                 };
@@ -1502,6 +1503,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description `ok`; for readiness `ready`, `draining` or `store-unavailable` */
                         status: string;
                     };
                 };
@@ -1513,6 +1515,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description `ok`; for readiness `ready`, `draining` or `store-unavailable` */
                         status: string;
                     };
                 };
@@ -1556,7 +1559,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     createAgent: {
@@ -1606,7 +1609,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
         };
     };
     getAgent: {
@@ -1638,7 +1641,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     disposeAgent: {
@@ -1682,7 +1685,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     interruptAgent: {
@@ -1734,7 +1737,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     resumeAgent: {
@@ -1778,7 +1781,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
         };
     };
     postMessage: {
@@ -1832,7 +1835,7 @@ export interface operations {
             429: components["responses"]["AgentBusyOrRateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
         };
     };
     getSession: {
@@ -1873,7 +1876,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     listTools: {
@@ -1914,7 +1917,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     callTool: {
@@ -1974,7 +1977,7 @@ export interface operations {
             429: components["responses"]["ToolCallAgentBusyOrParentBusyOrRateLimited"];
             431: components["responses"]["ToolCallHeadersTooLarge"];
             500: components["responses"]["ToolCallInternal"];
-            503: components["responses"]["ToolCallForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ToolCallForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
         };
     };
     createChild: {
@@ -2040,7 +2043,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
         };
     };
     getBudget: {
@@ -2082,7 +2085,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     putBudget: {
@@ -2137,7 +2140,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     getUsage: {
@@ -2186,7 +2189,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     claimStep: {
@@ -2243,7 +2246,7 @@ export interface operations {
             429: components["responses"]["AgentBusyOrRateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrOverloadedOrStoreUnavailable"];
         };
     };
     claimAnyStep: {
@@ -2299,7 +2302,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrOverloadedOrStoreUnavailable"];
         };
     };
     postStepOutput: {
@@ -2359,7 +2362,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     heartbeatStep: {
@@ -2406,7 +2409,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     postToolResults: {
@@ -2458,7 +2461,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     postCompaction: {
@@ -2514,7 +2517,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrAtCapacityOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrAtCapacityOrOverloadedOrStoreUnavailable"];
         };
     };
     getMessageReceipt: {
@@ -2568,7 +2571,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     streamEvents: {
@@ -2608,7 +2611,7 @@ export interface operations {
             429: components["responses"]["AgentBusyOrRateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrDrainingOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrOverloadedOrStoreUnavailable"];
         };
     };
     listPackages: {
@@ -2638,7 +2641,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     installPackage: {
@@ -2677,7 +2680,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     uninstallPackage: {
@@ -2715,7 +2718,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["ActivationSetupReleaseFailedOrInternal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     listWebhooks: {
@@ -2756,7 +2759,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     createWebhook: {
@@ -2808,7 +2811,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     getWebhook: {
@@ -2851,7 +2854,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     deleteWebhook: {
@@ -2883,7 +2886,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     listWebhookDeliveries: {
@@ -2952,7 +2955,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     retryWebhookDelivery: {
@@ -3012,7 +3015,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
     getMetrics: {
@@ -3040,7 +3043,7 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
-            503: components["responses"]["ForestFailingOverOrOverloaded"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
 }

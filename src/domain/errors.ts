@@ -43,6 +43,7 @@ export const ERROR_CODES = [
   'DRAINING',
   'AT_CAPACITY',
   'OVERLOADED',
+  'STORE_UNAVAILABLE',
   'INTERNAL',
 ] as const;
 
@@ -95,6 +96,7 @@ export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
   DRAINING: 'The service is draining for shutdown and admits no new work: `continuable subagents are draining; the operation was not admitted` for an operation on a continuable child, `the service is draining for shutdown; the operation was not admitted` for any other.',
   AT_CAPACITY: 'The process already holds its maximum of live agents; retry after `Retry-After`.',
   OVERLOADED: 'The event loop is lagging beyond its configured limit, so the request was shed; retry after `Retry-After`.',
+  STORE_UNAVAILABLE: "The session store cannot make writes durable right now (its database is unreachable, its disk is full, an I/O error). This request's write is kept and applied, in order, once the store is back: retry after `Retry-After` with the same `Idempotency-Key`, or read, to learn the outcome. Also sent for a read the store cannot serve.",
   INTERNAL: 'An unexpected failure; the body never carries internals, the log has the details under the request id.',
 };
 
@@ -107,6 +109,9 @@ export const MESSAGES = {
   unknownTool: (name: string) => `unknown tool "${name}"`,
   parentUnavailable: 'direct parent is not live; report was not delivered',
   parentBusy: 'direct parent has too many messages waiting; report was not delivered, retry later',
+  storeUnavailable:
+    'the session store cannot make this write durable right now; it is kept and applied once the store is back: retry with the same Idempotency-Key, or read, to learn the outcome',
+  storeUnreachable: 'the session store cannot be reached right now; retry after Retry-After',
 } as const;
 
 export class ServiceError extends Error {

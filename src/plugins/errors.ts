@@ -7,11 +7,11 @@
  */
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest, FastifySchemaValidationError } from 'fastify';
-import { errorBody, registerErrorHandling, type ErrorBody } from '../routes/errors.js';
+import { errorBody, registerErrorHandling, type ErrorBody, type StoreUnavailable } from '../routes/errors.js';
 import { rootPlugin } from './root-plugin.js';
 
-export const errorHandling = rootPlugin('errors', async (app) => {
-  registerErrorHandling(app);
+export const errorHandling = rootPlugin<{ storeUnavailable?: StoreUnavailable }>('errors', async (app, { storeUnavailable }) => {
+  registerErrorHandling(app, storeUnavailable);
 });
 
 /** Fastify's `frameworkErrors`: client errors found before routing, answered as VALIDATION. */

@@ -30,6 +30,8 @@ export const COMMON_CODES: readonly ErrorCode[] = [
   'FOREST_FAILING_OVER',
   'RATE_LIMITED',
   'OVERLOADED',
+  // The store cannot write (or read) right now; a write is kept and applied once it is back.
+  'STORE_UNAVAILABLE',
   'INTERNAL',
 ];
 

@@ -42,6 +42,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   DRAINING: 503,
   AT_CAPACITY: 503,
   OVERLOADED: 503,
+  STORE_UNAVAILABLE: 503,
   INTERNAL: 500,
 };
 
@@ -57,6 +58,8 @@ export const RETRY_AFTER_SECONDS: Partial<Record<ErrorCode, number>> = {
   DRAINING: 5,
   AT_CAPACITY: 5,
   OVERLOADED: 2,
+  // The session log retries a failed write at least this often (session-log.ts).
+  STORE_UNAVAILABLE: 2,
 };
 
 export function reasonPhrase(status: number): string {

@@ -5,7 +5,7 @@
  * a model should be shown.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { isServiceError, type ErrorCode } from '../domain/errors.js';
+import { isServiceError, MESSAGES, type ErrorCode } from '../domain/errors.js';
 import { HTTP_STATUS, RETRY_AFTER_SECONDS, reasonPhrase } from './error-status.js';
 
 declare module 'fastify' {
@@ -29,9 +29,16 @@ export function errorBody(code: ErrorCode, message: string): ErrorBody {
   return { statusCode, code, error: reasonPhrase(statusCode), message };
 }
 
-/** Maps Fastify's own client errors (parsing, limits, validation) to our codes. */
-function classify(error: FastifyError): { code: ErrorCode; message: string } {
+/**
+ * Tells an error of the session store that cannot be reached or cannot write (a database server
+ * down, a full disk) from a fault: the store's own judgement (SessionStore.isUnavailable).
+ */
+export type StoreUnavailable = (error: unknown) => boolean;
+
+/** Maps Fastify's own client errors (parsing, limits, validation) and store outages to our codes. */
+function classify(error: FastifyError, storeUnavailable: StoreUnavailable): { code: ErrorCode; message: string } {
   if (isServiceError(error)) return { code: error.code, message: error.message };
+  if (storeUnavailable(error)) return { code: 'STORE_UNAVAILABLE', message: MESSAGES.storeUnreachable };
   if (error.validation !== undefined) return { code: 'VALIDATION', message: error.message };
   switch (error.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
@@ -58,14 +65,17 @@ const EXPECTED_REFUSALS: Partial<Record<ErrorCode, 'info' | 'warn'>> = {
   OVERLOADED: 'warn',
   AT_CAPACITY: 'warn',
   FOREST_FAILING_OVER: 'warn',
+  // Logged with the store's own error as its cause, in one line.
+  STORE_UNAVAILABLE: 'warn',
 };
 
-export function registerErrorHandling(app: FastifyInstance): void {
+export function registerErrorHandling(app: FastifyInstance, storeUnavailable: StoreUnavailable = () => false): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
-    const { code, message } = classify(error);
+    const { code, message } = classify(error, storeUnavailable);
     const body = errorBody(code, message);
     const level = EXPECTED_REFUSALS[code] ?? (body.statusCode >= 500 ? 'error' : 'info');
     if (level === 'error') request.log.error({ err: error }, 'request failed');
+    else if (code === 'STORE_UNAVAILABLE') request.log.warn({ code, message, cause: causeText(error) }, 'request rejected');
     else request.log[level]({ code, message }, 'request rejected');
     if (request.routeOptions.config.toolCall === true) {
       body.toolResult = { isError: true, content: `Error: ${message}` };
@@ -84,4 +94,10 @@ export function registerErrorHandling(app: FastifyInstance): void {
     const body = errorBody('ROUTE_NOT_FOUND', `no route ${request.method} ${request.url.split('?')[0] ?? ''}`);
     return reply.status(body.statusCode).send(body);
   });
+}
+
+/** The store's own error behind a STORE_UNAVAILABLE answer, as one line. */
+function causeText(error: unknown): string {
+  const cause = isServiceError(error) && error.cause !== undefined ? error.cause : error;
+  return cause instanceof Error ? cause.message : String(cause);
 }

@@ -2,13 +2,13 @@
  * A batch of the session log, being filled or committed, and how its commit ends for those who
  * wait on it. A commit ends one of two ways:
  * - `failed`: the store failed; nothing of the batch landed, the log retries it whole, and every
- *   waiter gets the error;
+ *   waiter is told STORE_UNAVAILABLE;
  * - `committed`: it landed, possibly without the rows of forests the store refused (another
  *   instance took them over; see batch-forests.ts). Only the waiters of a refused forest are
  *   told MISDIRECTED: nothing of theirs landed here, so they send the request again to the
  *   forest's new owner. Everyone else's writes committed and they are answered normally.
  */
-import { ServiceError } from '../domain/errors.js';
+import { MESSAGES, ServiceError } from '../domain/errors.js';
 import type { WriteBatch } from './session-store.js';
 
 export type CommitResult = { kind: 'committed'; refused: ReadonlySet<string> } | { kind: 'failed'; error: unknown };
@@ -21,6 +21,11 @@ export interface PendingBatch extends WriteBatch {
 
 /** The result of a commit that refused nothing, for waiters with nothing left to wait for. */
 export const COMMITTED: CommitResult = { kind: 'committed', refused: new Set() };
+
+/** What the waiters of a failed commit are told: their write is kept and lands once the store is back. */
+export function storeUnavailable(cause: unknown): ServiceError {
+  return new ServiceError('STORE_UNAVAILABLE', MESSAGES.storeUnavailable, { cause });
+}
 
 /** Why the writes of these forests were left out: this instance no longer holds their lease. */
 export function fencedWrite(roots: readonly string[]): ServiceError {

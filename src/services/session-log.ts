@@ -10,7 +10,10 @@
  * streams. Committed batches are announced to subscribers (event streams, metrics).
  *
  * A failed batch is kept and retried ahead of later writes, so the on-disk order never differs
- * from the assigned order; callers waiting on it get the error. A batch the store committed
+ * from the assigned order; callers waiting on it are told STORE_UNAVAILABLE (their write lands
+ * once the store is back). It is retried on the next write, and by a timer while nothing else
+ * writes, so the log heals by itself once the store can write again; reads meanwhile see what
+ * is committed (nothing of a failed batch was acknowledged). A batch the store committed
  * without the rows of forests it refused (this instance lost their lease) is not retried: the
  * waiters of those forests are told MISDIRECTED, everyone else's writes committed and they are
  * answered normally (pending-batch.ts).
@@ -18,11 +21,15 @@
 import type { Logger } from 'pino';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
 import { withoutForests } from './batch-forests.js';
-import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, type CommitResult, type PendingBatch } from './pending-batch.js';
+import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, storeUnavailable, type CommitResult, type PendingBatch } from './pending-batch.js';
 import type { OutboxEvent, WebhookChange } from './webhooks/outbox.js';
 import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 export type CommitListener = (batch: WriteBatch, elapsedMs: number) => void;
+
+/** The first retry of a failed batch, doubled after each failure up to the last. */
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 2_000;
 
 /**
  * Told of every header and entry as it is queued, in the synchronous span that queues it
@@ -50,6 +57,9 @@ export class SessionLog {
   private inflight: PendingBatch | null = null;
   private scheduled = false;
   private failedBatch: WriteBatch | null = null;
+  /** Failed commits in a row, and the timer that retries the failed batch. */
+  private failures = 0;
+  private retryTimer: NodeJS.Timeout | undefined;
 
   constructor(
     readonly store: SessionStore,
@@ -211,16 +221,19 @@ export class SessionLog {
   }
 
   /**
-   * Resolves when every write queued before this call was settled by the store: committed, or
-   * refused for a forest this instance lost (those writes were never acknowledged). A read after
-   * it sees every acknowledged write; it rejects only when the store failed.
+   * Resolves when every write queued before this call was settled by the store: committed,
+   * refused for a forest this instance lost, or failed (neither was acknowledged). A read after
+   * it sees every acknowledged write. It never rejects and never forces a retry of a failed
+   * batch, so reads go on while the store cannot write.
    */
   settled(): Promise<void> {
-    const result = this.lastResult();
-    if (result === undefined) return Promise.resolve();
-    return result.then((r) => {
-      if (r.kind === 'failed') throw r.error;
-    });
+    const result = batchIsEmpty(this.pending) ? this.inflight?.result : this.pending.result;
+    return result === undefined ? Promise.resolve() : result.then(() => undefined);
+  }
+
+  /** Whether the store is taking writes: false from a failed commit until one succeeds. */
+  get storeWritable(): boolean {
+    return this.failedBatch === null;
   }
 
   /** The result of the last commit holding what was queued so far; undefined when all of it committed. */
@@ -269,11 +282,15 @@ export class SessionLog {
     return this.store.read(id, after, limit);
   }
 
-  /** Commit everything pending now and wait for it to settle (a refused forest does not fail it). */
+  /**
+   * Commit everything pending (a failed batch included) now and wait for it; rejects when the
+   * store failed, not when it refused a forest.
+   */
   async flush(): Promise<void> {
-    const done = this.settled();
+    const done = this.lastResult();
     this.commitNow();
-    await done;
+    const result = await done;
+    if (result?.kind === 'failed') throw result.error;
   }
 
   private track(id: string, seq: number, root: string): void {
@@ -292,6 +309,18 @@ export class SessionLog {
     });
   }
 
+  /** Retry the failed batch after a backoff, unless a write retries it first. */
+  private scheduleRetry(): void {
+    if (this.retryTimer !== undefined) return;
+    const delay = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** Math.min(this.failures - 1, 10));
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      if (this.failedBatch !== null) this.commitNow();
+    }, delay);
+    // A process may stop while its store is down: the kept batch is then lost unacknowledged.
+    this.retryTimer.unref();
+  }
+
   private commitNow(): void {
     if (this.inflight !== null) return; // the in-flight commit picks up the rest when it ends
     const batch = this.pending;
@@ -302,7 +331,9 @@ export class SessionLog {
     const started = performance.now();
     this.store.write(toWrite).then(
       (outcome) => {
+        if (this.failures > 0) this.logger?.warn({ failedCommits: this.failures }, 'the session store takes writes again; the kept writes committed');
         this.failedBatch = null;
+        this.failures = 0;
         const elapsed = performance.now() - started;
         const refused = outcome?.refused ?? [];
         const committed = refused.length === 0 ? writesOf(toWrite) : withoutForests(toWrite, new Set(refused), this.rootOfSession);
@@ -322,14 +353,22 @@ export class SessionLog {
       },
       (error: unknown) => {
         this.failedBatch = toWrite;
-        this.logger?.error({ err: error, entries: toWrite.entries.length }, 'session batch commit failed; will retry');
-        batch.settle({ kind: 'failed', error });
+        this.failures += 1;
+        // The first failure with its stack; the retries of one outage each on one line.
+        if (this.failures === 1) this.logger?.error({ err: error, entries: toWrite.entries.length }, 'session batch commit failed; kept and retried');
+        else this.logger?.warn({ error: errorText(error), failedCommits: this.failures, entries: toWrite.entries.length }, 'session batch commit failed again; kept and retried');
+        batch.settle({ kind: 'failed', error: storeUnavailable(error) });
+        this.scheduleRetry();
       },
     ).finally(() => {
       this.inflight = null;
       if (!batchIsEmpty(this.pending)) this.commitNow();
     });
   }
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
 
 /** The writes of a batch, without what the log keeps beside them. */

@@ -132,6 +132,17 @@ export interface SessionStore {
   expireIdempotency(now: number): Promise<number>;
   /** Webhook subscriptions and the outbox. */
   readonly webhooks: WebhookReads;
+  /**
+   * Resolves once the store answered a trivial query; rejects when it cannot be reached (a
+   * database server that is down). Readiness asks it.
+   */
+  ping(): Promise<void>;
+  /**
+   * Whether an error this store threw means it cannot be reached or cannot write (a database
+   * server down, a full disk, an I/O error) rather than a fault of the request: answered 503
+   * STORE_UNAVAILABLE, not 500.
+   */
+  isUnavailable(error: unknown): boolean;
   close(): Promise<void>;
 }
 

@@ -11,6 +11,7 @@ import { forestsOf, withoutForests } from '../../src/services/batch-forests.js';
 import { SessionLog } from '../../src/services/session-log.js';
 import type { BatchEntry, IdempotencyRecord, WriteBatch, WriteOutcome } from '../../src/services/session-store.js';
 import { DelegatingStore } from '../fixtures/delegating-store.js';
+import { storeUnavailable } from '../fixtures/store-errors.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -141,8 +142,8 @@ describe('SessionLog commits that refused a forest', () => {
     log.append('kept', body('kept-1'));
     const lostFirst = log.durable('lost');
     const keptFirst = log.durable('kept');
-    await expect(lostFirst).rejects.toThrow('connection reset (write 1)');
-    await expect(keptFirst).rejects.toThrow('connection reset (write 1)');
+    await expect(lostFirst).rejects.toMatchObject(storeUnavailable('connection reset (write 1)'));
+    await expect(keptFirst).rejects.toMatchObject(storeUnavailable('connection reset (write 1)'));
     expect(fenced).toEqual([]);
 
     // Meanwhile the lease of `lost` went: the retry (with what came since) lands for `kept` only.
@@ -165,7 +166,7 @@ describe('SessionLog commits that refused a forest', () => {
     store.failFirst = 1;
     log.append('lost', body('lost-1'));
     log.append('kept', body('kept-1'));
-    await expect(log.durable('kept')).rejects.toThrow('connection reset');
+    await expect(log.durable('kept')).rejects.toMatchObject(storeUnavailable('connection reset'));
 
     log.dropForest('lost');
     await log.durable('kept');

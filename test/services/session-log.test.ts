@@ -13,6 +13,8 @@ import { SessionLog } from '../../src/services/session-log.js';
 import type { BatchEntry, WriteBatch } from '../../src/services/session-store.js';
 import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
 import { DelegatingStore } from '../fixtures/delegating-store.js';
+import { storeUnavailable } from '../fixtures/store-errors.js';
+import { until } from '../fixtures/until.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -218,7 +220,7 @@ describe('SessionLog', () => {
     log.create(header('a'));
     log.append('a', body('a1'));
     log.append('a', body('a2'));
-    await expect(log.durable()).rejects.toThrow('disk full (write 1)');
+    await expect(log.durable()).rejects.toMatchObject(storeUnavailable('disk full (write 1)'));
     expect(await store.inner.header('a')).toBeUndefined();
 
     log.append('a', body('a3'));
@@ -239,6 +241,40 @@ describe('SessionLog', () => {
     expect((await store.inner.read('b', 0)).map(textOf)).toEqual(['b1']);
   });
 
+  it('retries a failed batch by itself, with nothing else written, and is writable again once it commits', async () => {
+    const store = new ProbeStore();
+    store.failFirst = 2;
+    const log = new SessionLog(store);
+
+    log.create(header('a'));
+    log.append('a', body('a1'));
+    await expect(log.durable()).rejects.toMatchObject(storeUnavailable('disk full (write 1)'));
+    expect(log.storeWritable).toBe(false);
+
+    await until(() => log.storeWritable, 'the kept batch to commit on a retry of its own', { timeoutMs: 5_000 });
+    expect(store.writes).toHaveLength(3);
+    expect((await store.inner.read('a', 0)).map(textOf)).toEqual(['a1']);
+  });
+
+  it('serves reads while a batch fails: what is committed, without waiting for the retry', async () => {
+    const store = new ProbeStore();
+    const log = new SessionLog(store);
+    log.create(header('a'));
+    log.append('a', body('a1'));
+    await log.durable();
+
+    store.failFirst = Number.POSITIVE_INFINITY;
+    log.append('a', body('a2'));
+    await expect(log.durable()).rejects.toMatchObject(storeUnavailable('disk full'));
+    const writes = store.writes.length;
+
+    expect((await log.read('a', 0)).map(textOf)).toEqual(['a1']);
+    expect((await log.summary('a'))?.lastSeq).toBe(1);
+    await expect(log.settled()).resolves.toBeUndefined();
+    // Reading forced no retry of the failed batch.
+    expect(store.writes).toHaveLength(writes);
+  });
+
   it('appends made while a failing write is in flight are committed after the failed batch', async () => {
     const store = new ProbeStore();
     store.failFirst = 1;
@@ -255,7 +291,7 @@ describe('SessionLog', () => {
     store.hold = null;
     gate.resolve();
 
-    await expect(first).rejects.toThrow('disk full (write 1)');
+    await expect(first).rejects.toMatchObject(storeUnavailable('disk full (write 1)'));
     await second;
 
     expect((await store.inner.read('a', 0)).map((e) => e.seq)).toEqual([1, 2]);
@@ -269,7 +305,7 @@ describe('SessionLog', () => {
     log.create(header('a'));
     log.append('a', body('a1'));
     log.append('a', body('a2'));
-    await expect(log.durable()).rejects.toThrow('disk full');
+    await expect(log.durable()).rejects.toMatchObject(storeUnavailable('disk full'));
 
     // Either outcome keeps the promise: resolve once a1, a2 are committed, or reject.
     const outcome = await log.durable().then(
@@ -287,7 +323,7 @@ describe('SessionLog', () => {
 
     log.create(header('a'));
     log.append('a', body('a1'));
-    await expect(log.durable()).rejects.toThrow('disk full');
+    await expect(log.durable()).rejects.toMatchObject(storeUnavailable('disk full'));
     const gate = deferred();
     store.hold = gate.promise;
 
@@ -537,7 +573,7 @@ describe('SessionLog commit listeners', () => {
     log.create(header('a'));
     log.append('a', body('a1'));
     log.append('a', body('a2'));
-    await expect(log.durable()).rejects.toThrow('disk full (write 1)');
+    await expect(log.durable()).rejects.toMatchObject(storeUnavailable('disk full (write 1)'));
 
     expect(heard).toEqual([]);
 

@@ -3,7 +3,7 @@
  * and their version guard, and a consistent file. The shared contract lives in
  * session-store.test.ts.
  */
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -12,7 +12,7 @@ import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import type { BatchEntry } from '../../src/services/session-store.js';
 import { SqliteSessionStore, schemaVersionOf } from '../../src/services/stores/sqlite-store.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/services/stores/sqlite-migrations.js';
-import { PAGE_ENTRIES, WAL_AUTOCHECKPOINT_PAGES } from '../../src/services/stores/sqlite-writes.js';
+import { encodeBatch, openConnection, PAGE_ENTRIES, SqliteWrites, WAL_AUTOCHECKPOINT_PAGES, WAL_SIZE_LIMIT_BYTES } from '../../src/services/stores/sqlite-writes.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -247,14 +247,35 @@ describe('SqliteSessionStore', () => {
   it('writes with synchronous FULL by default, in WAL mode', async () => {
     const store = openStore();
 
-    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 2, autocheckpointPages: WAL_AUTOCHECKPOINT_PAGES });
+    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 2, autocheckpointPages: WAL_AUTOCHECKPOINT_PAGES, walSizeLimitBytes: WAL_SIZE_LIMIT_BYTES });
     expect(storeConnection(store).pragma('synchronous', { simple: true })).toBe(2);
   });
 
   it('writes with synchronous NORMAL when asked', async () => {
     const store = openStore({ synchronous: 'normal' });
 
-    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 1, autocheckpointPages: WAL_AUTOCHECKPOINT_PAGES });
+    expect(await store.writerSettings()).toEqual({ journalMode: 'wal', synchronous: 1, autocheckpointPages: WAL_AUTOCHECKPOINT_PAGES, walSizeLimitBytes: WAL_SIZE_LIMIT_BYTES });
+  });
+
+  it('gives the WAL its space back when a write fails for want of room, and commits the same batch once there is room', async () => {
+    openStore();
+    const db = openConnection({ path, synchronous: 'full' });
+    opened.push(db);
+    const writes = new SqliteWrites(db);
+    writes.write(encodeBatch({ headers: [header('s1')], entries: entriesOf('s1', [message(1)]) }));
+    expect(statSync(`${path}-wal`).size).toBeGreaterThan(0);
+
+    // The database may not grow past its current pages: the next large batch fails as on a full disk.
+    const pages = Number(db.pragma('page_count', { simple: true }));
+    db.pragma(`max_page_count = ${pages}`);
+    const big = encodeBatch({ headers: [], entries: entriesOf('s1', Array.from({ length: 400 }, (_, i) => ({ ...message(i + 2), content: [{ type: 'text' as const, text: 'x'.repeat(1_000) }] }))) });
+    expect(() => writes.write(big)).toThrow(expect.objectContaining({ code: 'SQLITE_FULL' }));
+    expect(statSync(`${path}-wal`).size).toBe(0);
+
+    db.pragma(`max_page_count = ${pages * 100}`);
+    writes.write(big);
+    const store = openStore();
+    expect((await store.header('s1'))?.lastSeq).toBe(401);
   });
 
   it('records its migrations in schema_migrations', () => {

@@ -195,6 +195,14 @@ export class MemorySessionStore implements SessionStore {
     return n;
   }
 
+  async ping(): Promise<void> {
+    // Always here.
+  }
+
+  isUnavailable(): boolean {
+    return false;
+  }
+
   async close(): Promise<void> {
     // Nothing to release: the maps go with the process.
   }

@@ -15,6 +15,7 @@ import type pg from 'pg';
 import { parsePackageState, revokesReport, type PackageState } from '../../domain/package-state.js';
 import { withoutForests } from '../batch-forests.js';
 import type { WriteBatch } from '../session-store.js';
+import { inTransaction } from './postgres-transactions.js';
 
 /** NOTIFY channels: a new version was committed; an instance applied a version. */
 export const PACKAGES_CHANGED = 'agentforest_packages';
@@ -73,9 +74,7 @@ export class PostgresPackages {
    * NOTIFY at commit. Resolves with what was committed.
    */
   async change(next: (current: PackageState) => PackageState): Promise<StoredPackages> {
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
+    return inTransaction(this.pool, async (client) => {
       const { rows } = await client.query<{ version: string; report_fence: string; state: string }>(
         'SELECT version, report_fence, state FROM cluster_packages WHERE id = 1 FOR UPDATE',
       );
@@ -91,21 +90,13 @@ export class PostgresPackages {
         JSON.stringify(state),
       ]);
       await client.query('SELECT pg_notify($1, $2)', [PACKAGES_CHANGED, String(version)]);
-      await client.query('COMMIT');
       return { version, reportFence, state };
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw error;
-    } finally {
-      client.release();
-    }
+    });
   }
 
   /** Record that this instance applied `version` (never moving back) and NOTIFY the waiters. */
   async confirm(instanceId: string, url: string, version: number): Promise<void> {
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
+    await inTransaction(this.pool, async (client) => {
       await client.query(
         `INSERT INTO cluster_instances (instance_id, url, applied_version, seen_at) VALUES ($1, $2, $3, now())
          ON CONFLICT (instance_id) DO UPDATE SET url = excluded.url, seen_at = excluded.seen_at,
@@ -113,13 +104,7 @@ export class PostgresPackages {
         [instanceId, url, version],
       );
       await client.query('SELECT pg_notify($1, $2)', [PACKAGES_APPLIED, `${version}`]);
-      await client.query('COMMIT');
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw error;
-    } finally {
-      client.release();
-    }
+    });
   }
 
   /**

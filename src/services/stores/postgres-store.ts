@@ -35,6 +35,8 @@ import { encodeRows } from './batch-rows.js';
 import { ForestLeases } from './postgres-leases.js';
 import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
 import { PostgresPackages } from './postgres-packages.js';
+import { postgresUnavailable } from './postgres-outages.js';
+import { inTransaction } from './postgres-transactions.js';
 import { writeRows } from './postgres-writes.js';
 import { PostgresWebhooks } from './postgres-webhooks.js';
 
@@ -52,6 +54,9 @@ interface PendingDbRow {
   message: string;
   accepted_at: string;
 }
+
+/** How long a query waits for a connection to the server before it fails. */
+const CONNECT_TIMEOUT_MS = 5_000;
 
 /** Serialises the migrations of instances starting together (any fixed 64-bit key). */
 const MIGRATION_LOCK = 7_361_402_113;
@@ -73,7 +78,8 @@ export class PostgresSessionStore implements SessionStore {
 
   /** Connect and migrate; refuses a database whose schema is newer than this build. */
   static async open(options: PostgresStoreOptions): Promise<PostgresSessionStore> {
-    const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 10 });
+    // A server that does not answer fails a query after CONNECT_TIMEOUT_MS instead of holding it forever.
+    const pool = new pg.Pool({ connectionString: options.url, max: options.poolSize ?? 10, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
     // An idle client that loses its server must not crash the process: the next query fails instead.
     pool.on('error', () => undefined);
     try {
@@ -91,26 +97,10 @@ export class PostgresSessionStore implements SessionStore {
     await this.pool.query('SELECT pg_notify($1, $2)', [channel, payload]);
   }
 
-  /** Run `work` in one transaction on one connection. */
-  async transaction<T>(work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
-      const result = await work(client);
-      await client.query('COMMIT');
-      return result;
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw error;
-    } finally {
-      client.release();
-    }
-  }
-
   /** One transaction; the rows of forests this instance no longer holds are left out (WriteOutcome). */
   async write(batch: WriteBatch): Promise<WriteOutcome | void> {
     const rows = encodeRows(batch);
-    return this.transaction(async (client) => {
+    return inTransaction(this.pool, async (client) => {
       const admitted = await this.leases.admitWrite(client, batch);
       const reports = await this.packages.admitReports(client, admitted.batch);
       const refused = [...admitted.refused, ...reports.refused];
@@ -251,6 +241,14 @@ export class PostgresSessionStore implements SessionStore {
   async expireIdempotency(now: number): Promise<number> {
     const result = await this.pool.query('DELETE FROM idempotency WHERE expires_at <= $1', [now]);
     return result.rowCount ?? 0;
+  }
+
+  async ping(): Promise<void> {
+    await this.pool.query('SELECT 1');
+  }
+
+  isUnavailable(error: unknown): boolean {
+    return postgresUnavailable(error);
   }
 
   async close(): Promise<void> {

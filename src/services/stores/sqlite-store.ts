@@ -29,6 +29,7 @@ import type { Message } from '../../domain/message.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
 import { SqliteWebhooks } from './sqlite-webhooks.js';
 import { InlineWriter, ThreadWriter, type SqliteWriter } from './sqlite-writer.js';
+import { sqliteUnavailable } from './sqlite-outages.js';
 import { encodeBatch, LAST_FOREST_SEQ, openConnection, type SqliteSyncMode, type WriterSettings } from './sqlite-writes.js';
 
 export { SQLITE_SYNC_MODES, type SqliteSyncMode } from './sqlite-writes.js';
@@ -239,6 +240,14 @@ export class SqliteSessionStore implements SessionStore {
 
   async expireIdempotency(now: number): Promise<number> {
     return this.writer.expireIdempotency(now);
+  }
+
+  async ping(): Promise<void> {
+    this.db.prepare('SELECT 1').get();
+  }
+
+  isUnavailable(error: unknown): boolean {
+    return sqliteUnavailable(error);
   }
 
   async close(): Promise<void> {

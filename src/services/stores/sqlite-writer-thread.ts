@@ -33,7 +33,8 @@ port.on('message', (request: WriterRequest) => {
         break;
     }
   } catch (error) {
-    reply = { id: request.id, ok: false, message: error instanceof Error ? error.message : String(error) };
+    const code = (error as { code?: unknown }).code;
+    reply = { id: request.id, ok: false, message: error instanceof Error ? error.message : String(error), ...(typeof code === 'string' ? { code } : {}) };
   }
   port.postMessage(reply);
 });

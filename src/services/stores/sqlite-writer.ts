@@ -22,7 +22,8 @@ export type WriterRequest =
   | { id: number; op: 'settings' }
   | { id: number; op: 'close' };
 
-export type WriterReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; message: string };
+/** A failure crosses the thread as its message and SQLite's code (SQLITE_FULL, SQLITE_IOERR_WRITE…). */
+export type WriterReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; message: string; code?: string };
 
 export interface SqliteWriter {
   write(batch: EncodedBatch): Promise<void>;
@@ -75,7 +76,7 @@ export class ThreadWriter implements SqliteWriter {
       this.waiting.delete(reply.id);
       if (this.waiting.size === 0) this.worker.unref();
       if (reply.ok) waiter.resolve(reply.value);
-      else waiter.reject(new Error(reply.message));
+      else waiter.reject(Object.assign(new Error(reply.message), reply.code === undefined ? {} : { code: reply.code }));
     });
     const fail = (error: Error): void => {
       this.failure ??= error;

@@ -30,6 +30,13 @@ export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
  */
 export const WAL_AUTOCHECKPOINT_PAGES = 4_000;
 
+/**
+ * The most the WAL file keeps of its size once a checkpoint has reset it: a WAL that grew
+ * (a long read held a checkpoint back) shrinks back to this, so a small volume is not held by
+ * space the store no longer needs. It equals what the autocheckpoint lets the WAL grow to.
+ */
+export const WAL_SIZE_LIMIT_BYTES = WAL_AUTOCHECKPOINT_PAGES * 4_096;
+
 /** The settings a connection writes with. */
 export interface WriterSettings {
   journalMode: string;
@@ -37,6 +44,8 @@ export interface WriterSettings {
   synchronous: number;
   /** WAL pages after which a commit checkpoints (see WAL_AUTOCHECKPOINT_PAGES). */
   autocheckpointPages: number;
+  /** What the WAL file is truncated to after a checkpoint (see WAL_SIZE_LIMIT_BYTES). */
+  walSizeLimitBytes: number;
 }
 
 export interface ConnectionOptions {
@@ -52,6 +61,7 @@ export function openConnection({ path, synchronous }: ConnectionOptions): Databa
     db.pragma('journal_mode = WAL');
     db.pragma(`synchronous = ${synchronous}`);
     db.pragma(`wal_autocheckpoint = ${WAL_AUTOCHECKPOINT_PAGES}`);
+    db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
     db.pragma('foreign_keys = ON');
     db.pragma('busy_timeout = 5000');
   } catch (error) {
@@ -254,8 +264,26 @@ export class SqliteWrites {
     });
   }
 
+  /**
+   * Applies one batch in one transaction. When it fails (a full disk, an I/O error), the WAL is
+   * checkpointed and truncated before the error goes back: its space returns to the volume, so
+   * the retry of the kept batch (session-log.ts) has room as soon as any space is freed.
+   */
   write(batch: EncodedBatch): void {
-    this.apply(batch);
+    try {
+      this.apply(batch);
+    } catch (error) {
+      this.truncateWal();
+      throw error;
+    }
+  }
+
+  private truncateWal(): void {
+    try {
+      this.db.pragma('wal_checkpoint(TRUNCATE)');
+    } catch {
+      // A checkpoint that cannot run now (the disk is gone, a reader holds it) changes nothing.
+    }
   }
 
   expireIdempotency(now: number): number {
@@ -268,6 +296,7 @@ export class SqliteWrites {
       journalMode: String(this.db.pragma('journal_mode', { simple: true })),
       synchronous: Number(this.db.pragma('synchronous', { simple: true })),
       autocheckpointPages: Number(this.db.pragma('wal_autocheckpoint', { simple: true })),
+      walSizeLimitBytes: Number(this.db.pragma('journal_size_limit', { simple: true })),
     };
   }
 }

@@ -66,7 +66,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       { role: 'assistant', content: 'answer to first' },
       { role: 'user', content: 'second' },
     ]);
-    expect(h.errors()).toEqual(['session batch commit failed; will retry', 'recording a model answer failed']);
+    expect(h.errors()).toEqual(['session batch commit failed; kept and retried', 'recording a model answer failed']);
   });
 
   it('restarts on SQLite: a driven root with an open turn resumes with its model and is driven again', async () => {
