@@ -47,7 +47,7 @@ export interface paths {
         };
         /**
          * List agents
-         * @description Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. `kind` keeps roots or children only. Ordered by creation time, then id. Filters combine.
+         * @description Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. `kind` keeps roots or children only. Ordered by creation time, then id. Filters combine. `live=false` lists instead the durable roots that are not live, the ones to resume, paged the same way; with `parentId`, `status` or `kind` it is refused (VALIDATION), since none of them applies to a root that is not live.
          */
         get: operations["listAgents"];
         put?: never;
@@ -1530,6 +1530,8 @@ export interface operations {
                 status?: "idle" | "running" | "paused" | "disposing" | "settled" | "closed";
                 /** @description Only roots, or only children. */
                 kind?: "root" | "child";
+                /** @description false: instead of the live agents, the durable roots that are not live (after a restart, or disposed): the ones `POST /v1/agents/{id}/resume` re-opens. Takes only `limit` and `cursor`. Absent or true: the live list. */
+                live?: boolean;
                 limit?: number;
                 cursor?: string;
             };
@@ -1547,6 +1549,23 @@ export interface operations {
                 content: {
                     "application/json": {
                         items: components["schemas"]["AgentView"][];
+                        /** @description Pass as `cursor` for the next page; null on the last page. */
+                        nextCursor: string | null;
+                    } | {
+                        items: {
+                            /** @description An agent (and session) id. */
+                            id: string;
+                            label?: string;
+                            /** Format: date-time */
+                            createdAt: string;
+                            /**
+                             * Format: date-time
+                             * @description When its session's last entry was written; `createdAt` when it has none.
+                             */
+                            lastEntryAt: string;
+                            /** @description Its last turn was left open (the process stopped mid-turn); resume goes on with it. */
+                            openTurn: boolean;
+                        }[];
                         /** @description Pass as `cursor` for the next page; null on the last page. */
                         nextCursor: string | null;
                     };

@@ -7,6 +7,7 @@
  * - agents/deliveries.ts: messages delivered and children started over HTTP;
  * - agents/agent-queries.ts and agents/receipts.ts: views, lists, session pages, receipts,
  *   ownerElsewhere;
+ * - agents/not-running-roots.ts: the roots there are to resume;
  * - agents/authority.ts: tokens of live incarnations;
  * - agents/admission-gate.ts: draining;
  * - continuation/interrupts.ts: the operator's interrupt.
@@ -22,6 +23,7 @@ import type { AdmissionGate } from './agents/admission-gate.js';
 import type { AgentQueries, ListFilter } from './agents/agent-queries.js';
 import type { AgentAuthority } from './agents/authority.js';
 import type { AgentDeliveries, Delivered } from './agents/deliveries.js';
+import type { NotRunningRoots } from './agents/not-running-roots.js';
 import { receiptOf } from './agents/receipts.js';
 import type { RootLifecycle } from './agents/root-lifecycle.js';
 import type { ChildSpec } from './continuation/continuation-manager.js';
@@ -30,6 +32,7 @@ import { ServiceError } from '../domain/errors.js';
 import type { IdempotencyRequest } from './idempotency.js';
 import type { LiveAgent } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
+import type { StoredRoot } from './session-store.js';
 import type { LeaseHolder } from './stores/postgres-leases.js';
 import type { AgentView, AgentWithToken, Receipt, SessionPage } from '../contract/index.js';
 
@@ -40,6 +43,7 @@ export interface AgentServiceDeps {
   gate: AdmissionGate;
   authority: AgentAuthority;
   queries: AgentQueries;
+  notRunning: NotRunningRoots;
   roots: RootLifecycle;
   deliveries: AgentDeliveries;
   log: SessionLog;
@@ -105,6 +109,11 @@ export class AgentService {
   /** Live agents, or every child of `parentId`; ordered by creation time, then id. */
   list(filter: ListFilter): Promise<{ items: AgentView[]; nextCursor: string | null }> {
     return this.deps.queries.list(filter);
+  }
+
+  /** Durable roots that are not live (the ones resume accepts), in list order, paged like the live list. */
+  listNotRunning(page: { limit: number; cursor?: string }): Promise<{ items: StoredRoot[]; nextCursor: string | null }> {
+    return this.deps.notRunning.list(page);
   }
 
   sessionPage(id: string, after: number, limit: number): Promise<SessionPage> {

@@ -86,6 +86,11 @@ export class ForestOwnership {
     return holder !== undefined && holder.owner !== this.options.instanceId ? holder : undefined;
   }
 
+  /** Of these forests, the ones another instance holds now (it runs them). */
+  async heldElsewhere(rootIds: readonly string[]): Promise<Set<string>> {
+    return new Set(await this.leases.heldByOthers(rootIds, this.options.instanceId));
+  }
+
   /** The other instances holding forests now (each has live agents), at their advertised URLs. */
   async peers(): Promise<{ instanceId: string; url: string }[]> {
     const holders = await this.leases.otherHolders(this.options.instanceId);

@@ -86,6 +86,23 @@ export interface TurnBoundary {
   seq: number;
 }
 
+/** Where a page of a list ordered by creation time, then id, starts: after this (createdAt, id). */
+export interface ListPosition {
+  createdAt: string;
+  id: string;
+}
+
+/** A root session as the list of roots to resume shows it, read without its entries. */
+export interface StoredRoot {
+  id: string;
+  label?: string;
+  createdAt: string;
+  /** When its last entry was written; its creation time when it has none. */
+  lastEntryAt: string;
+  /** Its last turn boundary is a turn-start: a process stopped while that turn was open. */
+  openTurn: boolean;
+}
+
 export interface ActivationMark {
   event: 'created' | 'resumed' | 'settled' | 'closed';
   seq: number;
@@ -118,6 +135,11 @@ export interface SessionStore {
   lastActivation(id: string): Promise<ActivationMark | undefined>;
   /** Sessions whose header names `parentId` as parent, in creation order. */
   children(parentId: string): Promise<SessionSummary[]>;
+  /**
+   * Root sessions (no parent) after `after` in creation order, then id, at most `limit`: a
+   * keyset page, so a page costs the same however many roots come before it.
+   */
+  roots(after: ListPosition | undefined, limit: number): Promise<StoredRoot[]>;
   /** The session's pending rows (queued, steering, staged), in order. */
   pending(id: string): Promise<PendingRow[]>;
   /** A forest's entries with `forestSeq > after`, in forest order. */

@@ -18,6 +18,7 @@ import { AgentRegistry } from './agent-registry.js';
 import { AgentService } from './agent-service.js';
 import { AdmissionGate } from './agents/admission-gate.js';
 import { AgentQueries } from './agents/agent-queries.js';
+import { NotRunningRoots } from './agents/not-running-roots.js';
 import { AgentAuthority } from './agents/authority.js';
 import { AgentDeliveries } from './agents/deliveries.js';
 import { RootLifecycle } from './agents/root-lifecycle.js';
@@ -288,7 +289,8 @@ export function createSystem(options: SystemOptions): System {
   const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, ownership, checkModel: checkModelPolicy, budgets });
   events.on('forests-lost', (lost) => roots.dropForests(lost));
   const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
-  const agents = new AgentService({ gate, authority, queries, roots, deliveries, log, interrupts });
+  const notRunning = new NotRunningRoots({ registry, log, ownership });
+  const agents = new AgentService({ gate, authority, queries, notRunning, roots, deliveries, log, interrupts });
 
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
   events.on('agent-left', (agent) => stepCache.forget(agent));

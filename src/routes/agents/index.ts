@@ -3,6 +3,8 @@
  * tools an agent sees and its service-owned tool calls. Thin: parse, call the service, shape.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import { ServiceError } from '../../domain/errors.js';
 import type { AgentService } from '../../services/agent-service.js';
 import type { Cluster } from '../../services/cluster/cluster.js';
 import type { StepService } from '../../services/step-service.js';
@@ -23,6 +25,7 @@ import {
   ListQuery,
   MessageAccepted,
   MessageBody,
+  NotRunningList,
   SessionPage,
   SessionQuery,
   ToolCallBody,
@@ -59,13 +62,22 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       summary: 'List agents',
       description:
         'Without `parentId`: the live agents. With `parentId`: every child of that agent, resident or not. `kind` keeps roots or children only. ' +
-        'Ordered by creation time, then id. Filters combine.',
+        'Ordered by creation time, then id. Filters combine. ' +
+        '`live=false` lists instead the durable roots that are not live, the ones to resume, paged the same way; with ' +
+        '`parentId`, `status` or `kind` it is refused (VALIDATION), since none of them applies to a root that is not live.',
       security: OPERATOR_SECURITY,
       querystring: ListQuery,
-      response: { 200: AgentList, ...errorResponses([], { bodyless: true }) },
+      response: { 200: Type.Union([AgentList, NotRunningList]), ...errorResponses([], { bodyless: true }) },
     },
   }, async (request) => {
-    const { parentId, status, kind, limit, cursor } = request.query;
+    const { parentId, status, kind, live, limit, cursor } = request.query;
+    if (live === false) {
+      const refused = Object.entries({ parentId, status, kind }).filter(([, value]) => value !== undefined).map(([name]) => name);
+      if (refused.length > 0) {
+        throw new ServiceError('VALIDATION', `live=false lists the roots that are not live and takes only limit and cursor; leave out ${refused.join(', ')}`);
+      }
+      return agents.listNotRunning({ limit: limit ?? 100, ...(cursor === undefined ? {} : { cursor }) });
+    }
     const filter = { limit: limit ?? 100, ...(status === undefined ? {} : { status }), ...(kind === undefined ? {} : { kind }), ...(cursor === undefined ? {} : { cursor }) };
     const caller = clusterCaller(request);
     if (cluster !== undefined && parentId === undefined && caller !== undefined) return cluster.list.list(filter, caller);

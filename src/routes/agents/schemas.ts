@@ -24,18 +24,44 @@ export const ListQuery = Type.Object(
     parentId: Type.Optional(AgentId),
     status: Type.Optional(literals(AGENT_STATUSES)),
     kind: Type.Optional(literals(AGENT_KINDS, { description: 'Only roots, or only children.' })),
+    live: Type.Optional(
+      Type.Boolean({
+        description:
+          'false: instead of the live agents, the durable roots that are not live (after a restart, or disposed): the ones ' +
+          '`POST /v1/agents/{id}/resume` re-opens. Takes only `limit` and `cursor`. Absent or true: the live list.',
+      }),
+    ),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
     cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 1000 })),
   },
   { additionalProperties: false },
 );
 
+/** `nextCursor` of every agent list. */
+const NextCursor = Type.Union([Type.String(), Type.Null()], { description: 'Pass as `cursor` for the next page; null on the last page.' });
+
 export const AgentList = Type.Object(
   {
     items: Type.Array(ref(AgentView)),
-    nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as `cursor` for the next page; null on the last page.' }),
+    nextCursor: NextCursor,
   },
-  { additionalProperties: false },
+  { additionalProperties: false, description: 'The live agents, or the children of `parentId`.' },
+);
+
+export const NotRunningRoot = Type.Object(
+  {
+    id: AgentId,
+    label: Type.Optional(Type.String()),
+    createdAt: Type.String({ format: 'date-time' }),
+    lastEntryAt: Type.String({ format: 'date-time', description: "When its session's last entry was written; `createdAt` when it has none." }),
+    openTurn: Type.Boolean({ description: 'Its last turn was left open (the process stopped mid-turn); resume goes on with it.' }),
+  },
+  { additionalProperties: false, description: 'A durable root that is not live: one to resume.' },
+);
+
+export const NotRunningList = Type.Object(
+  { items: Type.Array(NotRunningRoot), nextCursor: NextCursor },
+  { additionalProperties: false, description: '`live=false`: the roots that are not live, ordered by creation time, then id.' },
 );
 
 export const DisposeQuery = Type.Object(

@@ -21,8 +21,8 @@ export function pageOf<T>(sorted: readonly T[], limit: number, view: (item: T) =
   return { items, nextCursor: sorted.length > limit && last !== undefined ? encodeCursor(last) : null };
 }
 
-export function encodeCursor(view: AgentView): string {
-  return Buffer.from(JSON.stringify({ createdAt: view.createdAt, id: view.id })).toString('base64url');
+export function encodeCursor(last: OrderKey): string {
+  return Buffer.from(JSON.stringify({ createdAt: last.createdAt, id: last.id })).toString('base64url');
 }
 
 export function decodeCursor(cursor: string): { createdAt: string; id: string } {

@@ -17,10 +17,12 @@ import {
   type CompactionEntry,
   type BatchEntry,
   type IdempotencyRecord,
+  type ListPosition,
   type MessageLocation,
   type PendingRow,
   type SessionStore,
   type SessionSummary,
+  type StoredRoot,
   type TurnBoundary,
   type WriteBatch,
 } from '../session-store.js';
@@ -69,6 +71,8 @@ export class MemorySessionStore implements SessionStore {
   private readonly sessions = new Map<string, StoredSession>();
   /** Each parent's child sessions, in the order they were created. */
   private readonly childrenOf = new Map<string, StoredSession[]>();
+  /** The root sessions, sorted by creation time, then id (the order of their list). */
+  private readonly rootsInOrder: StoredSession[] = [];
   /** Each forest's entries, in forest order. */
   private readonly forests = new Map<string, StoredEntry[]>();
   private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
@@ -88,6 +92,7 @@ export class MemorySessionStore implements SessionStore {
       const session: StoredSession = { header: structuredClone(header), entries: [] };
       this.sessions.set(header.id, session);
       if (header.parentSession !== null) append(this.childrenOf, header.parentSession, session);
+      else this.rootsInOrder.splice(this.firstRootAfter(header), 0, session);
     }
     for (const item of batch.entries) {
       const stored = storedEntry(item);
@@ -139,6 +144,22 @@ export class MemorySessionStore implements SessionStore {
 
   async children(parentId: string): Promise<SessionSummary[]> {
     return (this.childrenOf.get(parentId) ?? []).map(summary);
+  }
+
+  async roots(after: ListPosition | undefined, limit: number): Promise<StoredRoot[]> {
+    const start = after === undefined ? 0 : this.firstRootAfter(after);
+    return this.rootsInOrder.slice(start, start + limit).map((session) => {
+      const { id, createdAt, label } = session.header;
+      const last = session.entries.at(-1);
+      const boundary = session.entries.findLast((e) => e.type === 'turn-start' || e.type === 'turn-end');
+      return {
+        id,
+        ...(label === undefined ? {} : { label }),
+        createdAt,
+        lastEntryAt: last === undefined ? createdAt : parse(last).at,
+        openTurn: boundary?.type === 'turn-start',
+      };
+    });
   }
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
@@ -209,6 +230,20 @@ export class MemorySessionStore implements SessionStore {
 
   private lastPosition(rootId: string): number {
     return this.forests.get(rootId)?.at(-1)?.forestSeq ?? 0;
+  }
+
+  /** The index of the first root that comes after `position` in list order (binary search). */
+  private firstRootAfter(position: ListPosition): number {
+    let lo = 0;
+    let hi = this.rootsInOrder.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      const { createdAt, id } = this.rootsInOrder[mid]!.header;
+      const before = createdAt < position.createdAt || (createdAt === position.createdAt && id <= position.id);
+      if (before) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   }
 
   /** A session's last entry that passes `wanted`. */

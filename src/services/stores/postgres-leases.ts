@@ -102,6 +102,15 @@ export class ForestLeases {
     return row === undefined ? undefined : { owner: row.owner, ownerUrl: row.owner_url, epoch: Number(row.epoch), expiresInMs: row.expires_in_ms };
   }
 
+  /** Of these forests, the ones another owner holds an unexpired lease on. */
+  async heldByOthers(rootIds: readonly string[], owner: string): Promise<string[]> {
+    const { rows } = await this.pool.query<{ root_id: string }>(
+      'SELECT root_id FROM forest_leases WHERE root_id = ANY($1::text[]) AND expires_at > now() AND owner <> $2',
+      [rootIds, owner],
+    );
+    return rows.map((r) => r.root_id);
+  }
+
   /** The other instances that hold an unexpired lease now: the ones with live agents. */
   async otherHolders(owner: string): Promise<{ owner: string; ownerUrl: string }[]> {
     const { rows } = await this.pool.query<{ owner: string; owner_url: string }>(

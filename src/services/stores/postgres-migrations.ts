@@ -106,6 +106,13 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
     description: 'webhook subscriptions and the outbox of their deliveries',
     sql: POSTGRES_WEBHOOK_TABLES,
   },
+  {
+    version: 6,
+    description: 'root sessions in byte order of creation time, then id: the keyset pages of the roots to resume',
+    sql: `
+      CREATE INDEX sessions_roots ON sessions (created_at COLLATE "C", id COLLATE "C") WHERE parent_session IS NULL;
+    `,
+  },
 ];
 
 export const POSTGRES_LATEST_VERSION = POSTGRES_MIGRATIONS[POSTGRES_MIGRATIONS.length - 1]!.version;

@@ -22,11 +22,13 @@ import {
   type CompactionEntry,
   type BatchEntry,
   type IdempotencyRecord,
+  type ListPosition,
   type MessageLocation,
   type PendingKind,
   type PendingRow,
   type SessionStore,
   type SessionSummary,
+  type StoredRoot,
   type TurnBoundary,
   type WriteBatch,
   type WriteOutcome,
@@ -163,6 +165,30 @@ export class PostgresSessionStore implements SessionStore {
       [parentId],
     );
     return rows.map((row) => ({ header: JSON.parse(row.header) as SessionHeader, lastSeq: Number(row.last_seq) }));
+  }
+
+  /**
+   * In byte order (COLLATE "C"), as the other stores and the live list order ids, whatever the
+   * database's collation; the partial index sessions_roots serves the page in that order.
+   */
+  async roots(after: ListPosition | undefined, limit: number): Promise<StoredRoot[]> {
+    const { rows } = await this.pool.query<{ id: string; created_at: string; label: string | null; last_entry_at: string | null; boundary: string | null }>(
+      `SELECT s.id, s.created_at, (s.header::jsonb)->>'label' AS label,
+         (SELECT (e.body::jsonb)->>'at' FROM entries e WHERE e.session_id = s.id AND e.seq = s.last_seq) AS last_entry_at,
+         (SELECT b.type FROM entries b WHERE b.session_id = s.id AND b.type IN ('turn-start', 'turn-end') ORDER BY b.seq DESC LIMIT 1) AS boundary
+       FROM sessions s
+       WHERE s.parent_session IS NULL AND (s.created_at COLLATE "C", s.id COLLATE "C") > ($1 COLLATE "C", $2 COLLATE "C")
+       ORDER BY s.created_at COLLATE "C", s.id COLLATE "C" LIMIT $3`,
+      // '' sorts before every creation time: no position is the start of the list.
+      [after?.createdAt ?? '', after?.id ?? '', limit],
+    );
+    return rows.map((row) => ({
+      id: row.id,
+      ...(row.label === null ? {} : { label: row.label }),
+      createdAt: row.created_at,
+      lastEntryAt: row.last_entry_at ?? row.created_at,
+      openTurn: row.boundary === 'turn-start',
+    }));
   }
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {

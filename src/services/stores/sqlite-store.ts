@@ -17,11 +17,13 @@ import {
   type CompactionEntry,
   type BatchEntry,
   type IdempotencyRecord,
+  type ListPosition,
   type MessageLocation,
   type PendingKind,
   type PendingRow,
   type SessionStore,
   type SessionSummary,
+  type StoredRoot,
   type TurnBoundary,
   type WriteBatch,
 } from '../session-store.js';
@@ -106,6 +108,15 @@ export class SqliteSessionStore implements SessionStore {
       children: this.db.prepare<[string], { header: string; last_seq: number }>(
         'SELECT header, last_seq FROM sessions WHERE parent_session = ? ORDER BY created_at, id',
       ),
+      // A keyset page of the roots in (created_at, id) order; a session's last chunk holds its last
+      // entry, and its last turn boundary is found as lastBoundary finds it.
+      roots: this.db.prepare<{ createdAt: string; id: string; limit: number }, RootRow>(
+        `SELECT s.id, s.created_at, json_extract(s.header, '$.label') AS label,
+           (SELECT json_extract(c.entries, '$[#-1][1].at') FROM session_chunks c WHERE c.session_id = s.id ORDER BY c.first_seq DESC LIMIT 1) AS last_entry_at,
+           (SELECT m.type FROM entry_marks m WHERE m.session_id = s.id AND m.type IN ('turn-start', 'turn-end') ORDER BY m.seq DESC LIMIT 1) AS boundary
+         FROM sessions s WHERE s.parent_session IS NULL AND (s.created_at, s.id) > (@createdAt, @id)
+         ORDER BY s.created_at, s.id LIMIT @limit`,
+      ),
       // Marks are turn boundaries, activations and compactions only; the others are few, so walking back
       // from the session's last mark finds its last boundary at once.
       lastBoundary: this.db.prepare<[string], { seq: number; body: string }>(
@@ -167,6 +178,18 @@ export class SqliteSessionStore implements SessionStore {
 
   async children(parentId: string): Promise<SessionSummary[]> {
     return this.statements.children.all(parentId).map((row) => ({ header: JSON.parse(row.header) as SessionHeader, lastSeq: row.last_seq }));
+  }
+
+  async roots(after: ListPosition | undefined, limit: number): Promise<StoredRoot[]> {
+    // '' sorts before every creation time: no position is the start of the list.
+    const rows = this.statements.roots.all({ createdAt: after?.createdAt ?? '', id: after?.id ?? '', limit });
+    return rows.map((row) => ({
+      id: row.id,
+      ...(row.label === null ? {} : { label: row.label }),
+      createdAt: row.created_at,
+      lastEntryAt: row.last_entry_at ?? row.created_at,
+      openTurn: row.boundary === 'turn-start',
+    }));
   }
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
@@ -268,6 +291,14 @@ function parseChunk(text: string): StoredEntry[] {
 
 function entryOf(seq: number, [, body]: StoredEntry): SessionEntry {
   return { seq, ...body } as SessionEntry;
+}
+
+interface RootRow {
+  id: string;
+  created_at: string;
+  label: string | null;
+  last_entry_at: string | null;
+  boundary: string | null;
 }
 
 interface PendingDbRow {

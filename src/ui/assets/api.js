@@ -2,7 +2,7 @@
  * Calls to the /v1 API with the operator key as `Authorization: Bearer <key>`. A 401 asks for
  * a key (once for every request waiting on it) and retries with it; a key the API refuses is
  * forgotten. GETs are retried when the network fails or the service asks to come back later
- * (429, 503), so a dropped connection costs no data.
+ * (429, 503), so a dropped connection costs no data; a POST is sent once, and its refusal shown.
  */
 import { askForKey } from './key-prompt.js';
 import { keyStore } from './key-store.js';
@@ -68,6 +68,23 @@ export async function getJson(path) {
     const date = Date.parse(response.headers.get('date') ?? '');
     return { body, serverTime: Number.isNaN(date) ? 0 : date };
   }
+}
+
+/**
+ * POST a JSON body to a /v1 path once (an operator's action is never repeated for them): the
+ * parsed answer, or ApiError with the service's code and message.
+ * @param {string} path
+ * @param {unknown} [body]
+ */
+export async function postJson(path, body = {}) {
+  const response = await authorizedFetch(path, {
+    method: 'POST',
+    headers: { accept: 'application/json', 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const answer = await response.json().catch(() => null);
+  if (!response.ok) throw new ApiError(response.status, answer);
+  return answer;
 }
 
 /**

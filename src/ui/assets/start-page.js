@@ -1,18 +1,24 @@
 /**
  * The start page: the live roots (GET /v1/agents?kind=root, every page), each linking to
- * its forest, with its status, inbox and what its forest spent.
+ * its forest, with its status, inbox and what its forest spent; below them the roots that are
+ * not running, to resume (not-running.js). A resumed root moves from the second list to the first.
  */
 import { getAllPages } from './api.js';
 import { forestHref, setCrumbs, showMessage } from './chrome.js';
 import { el, replaceChildren } from './dom.js';
 import { clock, usageText } from './format.js';
+import { notRunningSection } from './not-running.js';
 
 /** @param {HTMLElement} main */
 export async function showStartPage(main) {
   setCrumbs([{ text: 'Forests' }]);
-  const refresh = el('button', { type: 'button', text: 'Refresh', onclick: () => void load() });
+  const refresh = el('button', { type: 'button', text: 'Refresh', onclick: () => void loadAll() });
   const body = el('div', { class: 'roots-body' }, el('p', { class: 'placeholder', text: 'Loading…' }));
-  replaceChildren(main, el('section', { class: 'start' }, el('div', { class: 'page-head' }, el('h1', { text: 'Live forests' }), refresh), body));
+  const notRunning = notRunningSection({ onResumed: () => loadAll() });
+  replaceChildren(
+    main,
+    el('section', { class: 'start' }, el('div', { class: 'page-head' }, el('h1', { text: 'Live forests' }), refresh), body, notRunning.element),
+  );
 
   const load = async () => {
     let roots;
@@ -20,11 +26,16 @@ export async function showStartPage(main) {
       roots = (await getAllPages('/v1/agents?kind=root')).items;
     } catch (error) {
       showMessage(main, 'The list of agents could not be read', error.message);
-      return;
+      return false;
     }
-    replaceChildren(body, roots.length === 0 ? el('p', { class: 'placeholder', text: 'No live roots. Create one with POST /v1/agents.' }) : rootTable(roots));
+    replaceChildren(body, roots.length === 0 ? el('p', { class: 'placeholder', text: 'No live roots. Create one with POST /v1/agents, or resume one below.' }) : rootTable(roots));
+    return true;
   };
-  await load();
+  // The live list first: a key asked for there serves the second list too.
+  const loadAll = async () => {
+    if (await load()) await notRunning.load();
+  };
+  await loadAll();
 }
 
 function rootTable(roots) {
