@@ -114,7 +114,7 @@ export interface paths {
         put?: never;
         /**
          * Re-open a root after a restart
-         * @description A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt.
+         * @description A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt. With `Idempotency-Key`, a retry whose first answer was lost gets the same answer, with the token of that incarnation while it is live.
          */
         post: operations["resumeAgent"];
         delete?: never;
@@ -1012,15 +1012,15 @@ export interface components {
                 };
             };
         };
-        /** @description Conflict: AGENT_EXISTS, NOT_RESUMABLE */
-        AgentExistsOrNotResumable: {
+        /** @description Conflict: AGENT_EXISTS, NOT_RESUMABLE, IDEMPOTENCY_CONFLICT */
+        AgentExistsOrNotResumableOrIdempotencyConflict: {
             headers: {
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
-                    code?: "AGENT_EXISTS" | "NOT_RESUMABLE";
+                    code?: "AGENT_EXISTS" | "NOT_RESUMABLE" | "IDEMPOTENCY_CONFLICT";
                 };
             };
         };
@@ -1762,7 +1762,10 @@ export interface operations {
     resumeAgent: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Retry safely: the same key from the same sender with the same request returns the original result without a second delivery; with a different request it is 409 IDEMPOTENCY_CONFLICT. Keys are kept for AGENTFOREST_IDEMPOTENCY_TTL_MS (default 24 h). */
+                "idempotency-key"?: string;
+            };
             path: {
                 /** @description An agent (and session) id. */
                 id: string;
@@ -1793,7 +1796,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
             408: components["responses"]["RequestTimeout"];
-            409: components["responses"]["AgentExistsOrNotResumable"];
+            409: components["responses"]["AgentExistsOrNotResumableOrIdempotencyConflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];

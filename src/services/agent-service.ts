@@ -78,8 +78,8 @@ export class AgentService {
   }
 
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
-  resumeRoot(id: string): Promise<AgentWithToken> {
-    return this.deps.roots.resumeRoot(id);
+  resumeRoot(id: string, idem?: IdempotencyRequest): Promise<AgentWithToken & { replayed: boolean }> {
+    return this.deps.roots.resumeRoot(id, idem);
   }
 
   /** Start a child of the agent whose token this is (see AgentDeliveries.startChild). */

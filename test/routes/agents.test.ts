@@ -308,6 +308,33 @@ describe('POST /v1/agents/{id}/resume', () => {
     expect((await claimRaw(h, 'r', root.token)).statusCode).toBe(204);
   });
 
+  it('a resume retried with its Idempotency-Key gets the same answer and token; without it, 409 AGENT_EXISTS', async () => {
+    const store = new MemorySessionStore();
+    const before = await startHarness({ store });
+    await createRoot(before.app, { id: 'r' });
+    await before.close();
+    const h = await startHarness({ store });
+    const withKey = (key: string, id = 'r') => h.app.inject({ method: 'POST', url: `/v1/agents/${id}/resume`, headers: { 'idempotency-key': key } });
+
+    const first = await withKey('resume-1');
+    expect(first.statusCode).toBe(201);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    // The first answer was lost; the retry carries the same key.
+    const retried = await withKey('resume-1');
+    expect(retried.statusCode).toBe(201);
+    expect(retried.headers['idempotent-replayed']).toBe('true');
+    expect(retried.json()).toEqual(first.json());
+    const token = (retried.json() as { agentToken: string }).agentToken;
+    expect((await claimRaw(h, 'r', token)).statusCode).toBe(204);
+
+    expectError(await resume(h, 'r'), 409, 'AGENT_EXISTS', 'Conflict');
+    expectError(await withKey('resume-2'), 409, 'AGENT_EXISTS', 'Conflict');
+    await createRoot(h.app, { id: 'other' });
+    expectError(await withKey('resume-1', 'other'), 409, 'IDEMPOTENCY_CONFLICT', 'Conflict');
+    // One resume happened: its token is still the live one.
+    expect((await claimRaw(h, 'r', token)).statusCode).toBe(204);
+  });
+
   it('resuming an id without a session answers 404 AGENT_NOT_FOUND', async () => {
     const h = await startHarness();
     expectError(await resume(h, 'nobody'), 404, 'AGENT_NOT_FOUND', 'Not Found');

@@ -141,14 +141,18 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       tags: ['agents'],
       operationId: 'resumeAgent',
       summary: 'Re-open a root after a restart',
-      description: 'A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt.',
+      description:
+        'A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt. ' +
+        'With `Idempotency-Key`, a retry whose first answer was lost gets the same answer, with the token of that incarnation while it is live.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
+      headers: IdempotencyHeaders,
       body: EmptyBody,
-      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'DRAINING', 'AT_CAPACITY']) },
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'IDEMPOTENCY_CONFLICT', 'DRAINING', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => {
-    const resumed = await agents.resumeRoot(request.params.id);
+    const { replayed, ...resumed } = await agents.resumeRoot(request.params.id, idempotencyOf(request));
+    markReplay(reply, replayed);
     return reply.status(201).send(resumed);
   });
 

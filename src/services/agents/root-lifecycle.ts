@@ -21,7 +21,9 @@ import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwnership } from '../ownership.js';
 import type { SessionLog } from '../session-log.js';
 import type { AgentView, AgentWithToken } from '../../contract/index.js';
+import type { IdempotencyKeys, IdempotencyRequest } from '../idempotency.js';
 import type { AdmissionGate } from './admission-gate.js';
+import { OPERATOR_SENDER } from './deliveries.js';
 import type { AgentQueries } from './agent-queries.js';
 
 export interface RootLifecycleDeps {
@@ -40,6 +42,13 @@ export interface RootLifecycleDeps {
   checkModel?: (spec: ModelSpec) => ModelSpec;
   /** Holds a forest's accounts while a resumed root is published (budgets.ts). */
   budgets: Pick<Budgets, 'hold' | 'forgetIfUnused'>;
+  /** Idempotency keys of resumes. */
+  idempotency: IdempotencyKeys;
+}
+
+/** What a resume's idempotency record keeps: the view, never the token. */
+interface StoredResume {
+  agent: AgentView;
 }
 
 export class RootLifecycle {
@@ -83,8 +92,17 @@ export class RootLifecycle {
   }
 
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
-  async resumeRoot(id: string): Promise<AgentWithToken> {
+  /**
+   * Re-open a root. With an idempotency key, a retry whose first answer was lost gets the same
+   * view again, with the token of the incarnation that resume made while it is live.
+   */
+  async resumeRoot(id: string, idem?: IdempotencyRequest): Promise<AgentWithToken & { replayed: boolean }> {
     this.deps.gate.admitNewWork();
+    const result = await this.deps.idempotency.run<StoredResume>({ sender: OPERATOR_SENDER, rootId: id }, idem, 201, (record) => this.resume(id, record));
+    return { agent: result.body.agent, agentToken: this.deps.registry.get(id)?.token ?? '', replayed: result.replayed };
+  }
+
+  private async resume(id: string, record: (body: StoredResume) => void): Promise<StoredResume> {
     this.deps.registry.reserve(id);
     let releaseAccounts: (() => void) | undefined;
     try {
@@ -109,6 +127,8 @@ export class RootLifecycle {
       // previous incarnation accepted but had not logged: queued turns, staged context.
       agent.steps.reopenTurn(lastTurn.open);
       agent.restorePending(pending, lastTurn.parkedThrough);
+      const resumed = { agent: this.deps.queries.viewOfLive(agent) };
+      record(resumed);
       try {
         await this.deps.log.durable(id);
       } catch (error) {
@@ -117,7 +137,7 @@ export class RootLifecycle {
         this.deps.log.release(id);
         throw error;
       }
-      return this.created(agent);
+      return resumed;
     } catch (error) {
       await this.releaseUnlessLive(id);
       throw error;
