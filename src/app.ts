@@ -28,6 +28,7 @@ import { packageRoutes } from './routes/packages/index.js';
 import { registerProtection, type ProtectionOptions } from './routes/protection.js';
 import { stepRoutes } from './routes/steps/index.js';
 import { uiRoutes } from './routes/ui/index.js';
+import { capConnections } from './plugins/connection-cap.js';
 import type { System } from './services/system.js';
 
 export { API_VERSION } from './plugins/openapi.js';
@@ -49,6 +50,8 @@ export interface AppDeps {
   publicUrl?: string;
   /** Deadlines on clients (start.ts passes the configured ones; none when omitted). */
   timeouts?: ClientTimeouts;
+  /** Open connections beyond which a new one is closed at once (no cap when omitted). */
+  maxConnections?: number;
 }
 
 export interface ClientTimeouts {
@@ -86,6 +89,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         }),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  if (deps.maxConnections !== undefined) capConnections(app, deps.maxConnections);
   const { agents, steps, packageChanges, streams, hub, metrics, budgets, budgetChanges, log, store } = deps.system;
   await app.register(requestIdHeader);
   await app.register(requestMetrics, { metrics });

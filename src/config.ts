@@ -39,6 +39,7 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_REQUEST_TIMEOUT_MS: Type.Integer({ default: 30_000, minimum: 1000, description: 'How long a client may take to send a whole request, headers and body (408 and the connection closed beyond). A long-poll or an event stream is not limited by it once its request is in.' }),
   AGENTFOREST_HEADERS_TIMEOUT_MS: Type.Integer({ default: 10_000, minimum: 1000, description: "How long a client may take to send a request's headers (408 and the connection closed beyond); at most AGENTFOREST_REQUEST_TIMEOUT_MS." }),
   AGENTFOREST_KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ default: 72_000, minimum: 1000, description: 'How long an idle keep-alive connection stays open.' }),
+  AGENTFOREST_MAX_CONNECTIONS: Type.Integer({ default: 10_000, minimum: 1, description: 'Open client connections (event streams and long-polls included); a connection beyond is closed at once, and the log counts them.' }),
   AGENTFOREST_IDEMPOTENCY_TTL_MS: Type.Integer({ default: 86_400_000, minimum: 1000, description: 'How long `Idempotency-Key` results are kept.' }),
   AGENTFOREST_EVENT_HEARTBEAT_MS: Type.Integer({ default: 15_000, minimum: 10, description: 'Interval of the heartbeat comment on event streams.' }),
   AGENTFOREST_EVENT_BUFFER_BYTES: Type.Integer({ default: 1_048_576, minimum: 1024, description: 'Unread bytes an event-stream consumer may leave before it is cut off.' }),
@@ -114,6 +115,7 @@ export interface Config {
   drainTimeoutMs: Env['AGENTFOREST_DRAIN_TIMEOUT_MS'];
   /** Deadlines on clients: a whole request, its headers, an idle keep-alive connection. */
   timeouts: { requestMs: Env['AGENTFOREST_REQUEST_TIMEOUT_MS']; headersMs: Env['AGENTFOREST_HEADERS_TIMEOUT_MS']; keepAliveMs: Env['AGENTFOREST_KEEP_ALIVE_TIMEOUT_MS'] };
+  maxConnections: Env['AGENTFOREST_MAX_CONNECTIONS'];
   idempotencyTtlMs: Env['AGENTFOREST_IDEMPOTENCY_TTL_MS'];
   eventHeartbeatMs: Env['AGENTFOREST_EVENT_HEARTBEAT_MS'];
   eventBufferBytes: Env['AGENTFOREST_EVENT_BUFFER_BYTES'];
@@ -247,6 +249,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       headersMs: converted.AGENTFOREST_HEADERS_TIMEOUT_MS,
       keepAliveMs: converted.AGENTFOREST_KEEP_ALIVE_TIMEOUT_MS,
     },
+    maxConnections: converted.AGENTFOREST_MAX_CONNECTIONS,
     idempotencyTtlMs: converted.AGENTFOREST_IDEMPOTENCY_TTL_MS,
     eventHeartbeatMs: converted.AGENTFOREST_EVENT_HEARTBEAT_MS,
     eventBufferBytes: converted.AGENTFOREST_EVENT_BUFFER_BYTES,

@@ -87,6 +87,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     eventBufferBytes: config.eventBufferBytes,
     publicUrl: `http://${config.host}:${config.port}`,
     timeouts: config.timeouts,
+    maxConnections: config.maxConnections,
     protection: { rateLimit: config.rateLimit, maxEventLoopDelayMs: config.maxEventLoopDelayMs },
   });
   for (const plugin of plugins) await app.register(plugin);

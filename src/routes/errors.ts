@@ -4,6 +4,7 @@
  * logged with the error, with a generic message out. Tool-call routes add the `toolResult`
  * a model should be shown.
  */
+import type { IncomingMessage } from 'node:http';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isServiceError, MESSAGES, type ErrorCode } from '../domain/errors.js';
 import { HTTP_STATUS, RETRY_AFTER_SECONDS, reasonPhrase } from './error-status.js';
@@ -69,8 +70,15 @@ const EXPECTED_REFUSALS: Partial<Record<ErrorCode, 'info' | 'warn'>> = {
   STORE_UNAVAILABLE: 'warn',
 };
 
+/**
+ * The most of a refused body read and thrown away before the 413 goes out. A client streaming
+ * a body it cannot know is too large reads the answer only once it has sent it all (or gets a
+ * reset, EPIPE, if the connection closes under it); past this it is closed anyway.
+ */
+const DISCARD_LIMIT_BYTES = 16 * 1024 * 1024;
+
 export function registerErrorHandling(app: FastifyInstance, storeUnavailable: StoreUnavailable = () => false): void {
-  app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+  app.setErrorHandler(async (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const { code, message } = classify(error, storeUnavailable);
     const body = errorBody(code, message);
     const level = EXPECTED_REFUSALS[code] ?? (body.statusCode >= 500 ? 'error' : 'info');
@@ -87,6 +95,11 @@ export function registerErrorHandling(app: FastifyInstance, storeUnavailable: St
     }
     const retryAfter = RETRY_AFTER_SECONDS[code];
     if (retryAfter !== undefined && !reply.hasHeader('retry-after')) void reply.header('retry-after', String(retryAfter));
+    if (code === 'PAYLOAD_TOO_LARGE' && !request.raw.readableEnded) {
+      // The rest of the body is never parsed: the connection cannot carry another request.
+      void reply.header('connection', 'close');
+      await discardBody(request.raw, DISCARD_LIMIT_BYTES);
+    }
     return reply.status(body.statusCode).send(body);
   });
 
@@ -100,4 +113,27 @@ export function registerErrorHandling(app: FastifyInstance, storeUnavailable: St
 function causeText(error: unknown): string {
   const cause = isServiceError(error) && error.cause !== undefined ? error.cause : error;
   return cause instanceof Error ? cause.message : String(cause);
+}
+
+/** Reads and drops what is left of a request body, up to `limit` bytes or its end or error. */
+function discardBody(raw: IncomingMessage, limit: number): Promise<void> {
+  return new Promise((resolve) => {
+    let seen = 0;
+    const done = (): void => {
+      raw.off('data', onData);
+      raw.off('end', done);
+      raw.off('error', done);
+      raw.off('close', done);
+      resolve();
+    };
+    const onData = (chunk: Buffer): void => {
+      seen += chunk.length;
+      if (seen > limit) done();
+    };
+    raw.on('data', onData);
+    raw.once('end', done);
+    raw.once('error', done);
+    raw.once('close', done);
+    raw.resume();
+  });
 }
