@@ -1,0 +1,89 @@
+/**
+ * Input the service refuses rather than quietly changes (`app.inject()`): numbers past
+ * Number.MAX_SAFE_INTEGER, which JSON parsing or query coercion would round, in bodies,
+ * query strings and headers. Every refusal is 400 VALIDATION in the documented error shape,
+ * names the field, and changes nothing.
+ */
+import type { InjectOptions } from 'fastify';
+import { describe, expect, it } from 'vitest';
+import { claim, createRoot, send, session, startHarness, type CreatedRoot, type Harness } from '../fixtures/harness.js';
+
+const MAX = Number.MAX_SAFE_INTEGER;
+/** 2^53 + 1 as JSON text: JSON.parse gives 2^53, a value nobody sent. */
+const PAST_MAX = '9007199254740993';
+
+function validation(message: string) {
+  return { statusCode: 400, code: 'VALIDATION', error: 'Bad Request', message };
+}
+
+/** A root with a claimed step, for the step routes. */
+async function rootWithStep(h: Harness): Promise<{ root: CreatedRoot; stepId: string }> {
+  const root = await createRoot(h.app, { id: 'r' });
+  expect((await send(h.app, root.id, 'go')).statusCode).toBe(202);
+  const step = await claim(h.app, root);
+  if (step === null) throw new Error('no step to claim');
+  return { root, stepId: step.id };
+}
+
+/** What a refused request must leave as it was: the agent list, r's view and session. */
+async function observable(h: Harness): Promise<string> {
+  const list = await h.app.inject({ method: 'GET', url: '/v1/agents' });
+  const view = await h.app.inject({ method: 'GET', url: '/v1/agents/r' });
+  return JSON.stringify([list.json(), view.json(), await session(h.app, 'r')]);
+}
+
+describe('numbers past Number.MAX_SAFE_INTEGER', () => {
+  it('are refused in budgets, usage, context limits, positions, pages, waits and attempts, wherever they arrive; nothing changes', async () => {
+    const h = await startHarness();
+    const { root, stepId } = await rootWithStep(h);
+    const json = { 'content-type': 'application/json' };
+    const agent = { ...json, 'x-agent-token': root.token };
+    const cases: [string, InjectOptions, string][] = [
+      ['a budget at creation', { method: 'POST', url: '/v1/agents', headers: json, payload: `{"budget": {"tokens": ${PAST_MAX}}}` }, `body/budget/tokens must be <= ${MAX}`],
+      // A limit or null (which removes it): the refusal names both.
+      ['a budget change', { method: 'PUT', url: '/v1/agents/r/budget', headers: json, payload: `{"steps": ${PAST_MAX}}` }, `body/steps must be <= ${MAX}, body/steps must be null, body/steps must match a schema in anyOf`],
+      ['a cost budget', { method: 'PUT', url: '/v1/agents/r/budget', headers: json, payload: `{"costMicroUsd": ${PAST_MAX}}` }, `body/costMicroUsd must be <= ${MAX}, body/costMicroUsd must be null, body/costMicroUsd must match a schema in anyOf`],
+      [
+        "a model's context limit",
+        { method: 'POST', url: '/v1/agents', headers: json, payload: `{"model": {"provider": "openai-compatible", "baseUrl": "http://127.0.0.1:9", "model": "m", "maxContextTokens": ${PAST_MAX}}}` },
+        `body/model/maxContextTokens must be <= ${MAX}`,
+      ],
+      [
+        "an output's usage",
+        { method: 'POST', url: `/v1/agents/r/steps/${stepId}/output`, headers: agent, payload: `{"content": "hi", "usage": {"promptTokens": 1, "completionTokens": 1, "totalTokens": ${PAST_MAX}}}` },
+        `body/usage/totalTokens must be <= ${MAX}`,
+      ],
+      [
+        "an output's cost",
+        { method: 'POST', url: `/v1/agents/r/steps/${stepId}/output`, headers: agent, payload: `{"content": "hi", "usage": {"promptTokens": 1, "completionTokens": 1, "totalTokens": 2, "costMicroUsd": ${PAST_MAX}.5}}` },
+        `body/usage/costMicroUsd must be <= ${MAX}`,
+      ],
+      ['a step attempt header', { method: 'POST', url: `/v1/agents/r/steps/${stepId}/heartbeat`, headers: { ...agent, 'x-step-attempt': PAST_MAX }, payload: '{}' }, `headers/x-step-attempt must be <= ${MAX}`],
+      ['a compaction position', { method: 'POST', url: '/v1/agents/r/compactions', headers: agent, payload: `{"summary": "s", "throughSeq": ${PAST_MAX}}` }, `body/throughSeq must be <= ${MAX}`],
+      ['a wait', { method: 'POST', url: '/v1/agents/r/steps/next', headers: agent, payload: `{"waitMs": ${PAST_MAX}}` }, 'body/waitMs must be <= 60000'],
+      ['a session position (query)', { method: 'GET', url: `/v1/agents/r/session?after=${PAST_MAX}` }, `querystring/after must be <= ${MAX}`],
+      ['a page size (query)', { method: 'GET', url: `/v1/agents?limit=${PAST_MAX}` }, 'querystring/limit must be <= 1000'],
+      ['an event position (query)', { method: 'GET', url: `/v1/agents/r/events?after=${PAST_MAX}` }, `querystring/after must be <= ${MAX}`],
+      ['a delivery cursor (query)', { method: 'GET', url: '/v1/webhooks/wh_1/deliveries?cursor=9007199254740993' }, 'querystring/cursor must match pattern "^[0-9]{1,15}$"'],
+    ];
+    const before = await observable(h);
+    for (const [what, request, message] of cases) {
+      const res = await h.app.inject(request);
+      expect(res.json(), what).toEqual(validation(message));
+    }
+    expect(await observable(h)).toBe(before);
+  });
+
+  it('takes Number.MAX_SAFE_INTEGER itself exactly as sent', async () => {
+    const h = await startHarness();
+    const created = await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'big', budget: { tokens: MAX, steps: MAX, costMicroUsd: MAX } } });
+    expect(created.statusCode).toBe(201);
+    expect((created.json() as { agent: { budget: unknown } }).agent.budget).toEqual({
+      tokens: MAX,
+      steps: MAX,
+      costMicroUsd: MAX,
+      remaining: { tokens: MAX, steps: MAX, costMicroUsd: MAX },
+    });
+    expect((await h.app.inject({ method: 'GET', url: `/v1/agents/big/session?after=${MAX}` })).statusCode).toBe(200);
+  });
+});
