@@ -1,9 +1,10 @@
 /**
- * Input the service refuses rather than quietly changes (`app.inject()`): numbers past
- * Number.MAX_SAFE_INTEGER, which JSON parsing or query coercion would round, in bodies,
- * query strings and headers. Every refusal is 400 VALIDATION in the documented error shape,
- * names the field, and changes nothing.
+ * Input the service refuses rather than quietly changes or misreads (`app.inject()`): numbers
+ * past Number.MAX_SAFE_INTEGER, which JSON parsing or query coercion would round, in bodies,
+ * query strings and headers; bodies that parse but are refused (`__proto__`) or cannot be read
+ * (compressed). Every refusal is in the documented error shape, says why, and changes nothing.
  */
+import { gzipSync } from 'node:zlib';
 import type { InjectOptions } from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { claim, createRoot, send, session, startHarness, type CreatedRoot, type Harness } from '../fixtures/harness.js';
@@ -85,5 +86,51 @@ describe('numbers past Number.MAX_SAFE_INTEGER', () => {
       remaining: { tokens: MAX, steps: MAX, costMicroUsd: MAX },
     });
     expect((await h.app.inject({ method: 'GET', url: `/v1/agents/big/session?after=${MAX}` })).statusCode).toBe(200);
+  });
+});
+
+describe('bodies that parse but are refused, or cannot be read', () => {
+  const json = { 'content-type': 'application/json' };
+
+  it('a "__proto__" key, or "constructor" holding "prototype", is refused saying so and where', async () => {
+    const h = await startHarness();
+    const cases: [string, string][] = [
+      ['{"__proto__": {"polluted": true}}', 'body contains a "__proto__" key, which is refused'],
+      ['{"\\u005f_proto__": {"polluted": true}}', 'body contains a "__proto__" key, which is refused'],
+      ['{"id": "x", "metadata": {"deep": [{"__proto__": 1}]}}', 'body/metadata/deep/0 contains a "__proto__" key, which is refused'],
+      ['{"metadata": {"constructor": {"prototype": {"polluted": true}}}}', 'body/metadata contains a "constructor" key with a "prototype" key inside, which is refused'],
+    ];
+    for (const [payload, message] of cases) {
+      const res = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: json, payload });
+      expect(res.json(), payload).toEqual(validation(message));
+    }
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents' })).json()).toMatchObject({ items: [] });
+  });
+
+  it('a body with a content-encoding is 415 naming the coding; identity is read as it is', async () => {
+    const h = await startHarness();
+    const unsupported = (coding: string) => ({ statusCode: 415, code: 'UNSUPPORTED_MEDIA_TYPE', error: 'Unsupported Media Type', message: `content-encoding ${coding} is not supported; send the body uncompressed` });
+    const gzipped = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: { ...json, 'content-encoding': 'gzip' }, payload: gzipSync('{"id": "zipped"}') });
+    expect(gzipped.json()).toEqual(unsupported('gzip'));
+    // Declared but not applied: still refused, since the body cannot be taken at its word.
+    const declared = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: { ...json, 'content-encoding': 'br' }, payload: '{"id": "plain"}' });
+    expect(declared.json()).toEqual(unsupported('br'));
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents' })).json()).toMatchObject({ items: [] });
+
+    const identity = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: { ...json, 'content-encoding': 'identity' }, payload: '{"id": "plain"}' });
+    expect(identity.statusCode).toBe(201);
+  });
+
+  it('a gzip body sent without a content-encoding is said to look compressed; malformed JSON is still "not valid JSON"', async () => {
+    const h = await startHarness();
+    const zipped = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: json, payload: gzipSync('{"id": "zipped"}') });
+    expect(zipped.json()).toEqual(
+      validation('body looks gzip-compressed (it starts with the bytes 0x1f 0x8b); compressed bodies are not supported: send the JSON uncompressed'),
+    );
+    for (const payload of ['{bad', '{"id": "r",}', '\u001f not gzip']) {
+      const res = await h.app.inject({ method: 'POST', url: '/v1/agents', headers: json, payload });
+      expect(res.json(), payload).toEqual(validation('body is not valid JSON'));
+    }
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents' })).json()).toMatchObject({ items: [] });
   });
 });
