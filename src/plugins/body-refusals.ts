@@ -1,9 +1,14 @@
 /**
  * Why a request body is refused, in words a client can act on: a body sent with a content
  * coding (the service reads bodies uncompressed only), a compressed body sent without saying
- * so, and a well-formed body with a key that could pollute prototypes. Each check returns the
- * message of the 400 or 415 (undefined: nothing wrong), naming the place in the body as the
- * schema errors do (`body/metadata/deep/0`).
+ * so, a well-formed body with a key that could pollute prototypes, and text that is not
+ * well-formed Unicode. Each check returns the message of the 400 or 415 (undefined: nothing
+ * wrong), naming the place in the body as the schema errors do (`body/metadata/note`).
+ *
+ * Lone surrogates: JSON text can carry a UTF-16 surrogate without its pair only as a `\uD800`
+ * to `\uDFFF` escape (a body is decoded from UTF-8, which cannot encode one), and such a string
+ * is not valid Unicode: it cannot be stored or sent on as UTF-8 unchanged. Any string of a
+ * body, key or value, holding one is refused, so no text field needs a rule of its own.
  */
 
 /** The message refusing a content coding other than `identity`; undefined when there is none. */
@@ -39,6 +44,25 @@ function forbiddenKey(body: unknown): string | undefined {
     const ctor = Object.prototype.hasOwnProperty.call(object, 'constructor') ? object.constructor : undefined;
     if (ctor !== null && typeof ctor === 'object' && Object.prototype.hasOwnProperty.call(ctor, 'prototype')) {
       return `${path} contains a "constructor" key with a "prototype" key inside, which is refused`;
+    }
+  }
+  return undefined;
+}
+
+/** Text that may hold a `\uD800`-`\uDFFF` escape; a quick test before walking the parsed body. */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+/** A surrogate code unit without its pair (with the `u` flag, a pair is one code point). */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** Where the parsed body of `text` holds a string with a lone surrogate, as a message; undefined when none. */
+export function loneSurrogate(text: string, body: unknown): string | undefined {
+  if (!SURROGATE_ESCAPE.test(text)) return undefined;
+  const why = 'a lone UTF-16 surrogate (\\uD800-\\uDFFF without its pair); text must be well-formed Unicode';
+  if (typeof body === 'string') return LONE_SURROGATE.test(body) ? `body is ${why}` : undefined;
+  for (const [path, object] of objectsOf(body)) {
+    for (const [key, value] of Object.entries(object)) {
+      if (LONE_SURROGATE.test(key)) return `${path} has a key holding ${why}`;
+      if (typeof value === 'string' && LONE_SURROGATE.test(value)) return `${path}/${pointer(key)} holds ${why}`;
     }
   }
   return undefined;

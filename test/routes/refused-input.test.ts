@@ -1,8 +1,9 @@
 /**
  * Input the service refuses rather than quietly changes or misreads (`app.inject()`): numbers
  * past Number.MAX_SAFE_INTEGER, which JSON parsing or query coercion would round, in bodies,
- * query strings and headers; bodies that parse but are refused (`__proto__`) or cannot be read
- * (compressed). Every refusal is in the documented error shape, says why, and changes nothing.
+ * query strings and headers; strings with a lone UTF-16 surrogate anywhere in a body; bodies
+ * that parse but are refused (`__proto__`) or cannot be read (compressed). Every refusal is in
+ * the documented error shape, says why, and changes nothing.
  */
 import { gzipSync } from 'node:zlib';
 import type { InjectOptions } from 'fastify';
@@ -86,6 +87,61 @@ describe('numbers past Number.MAX_SAFE_INTEGER', () => {
       remaining: { tokens: MAX, steps: MAX, costMicroUsd: MAX },
     });
     expect((await h.app.inject({ method: 'GET', url: `/v1/agents/big/session?after=${MAX}` })).statusCode).toBe(200);
+  });
+});
+
+describe('lone UTF-16 surrogates', () => {
+  const WHY = 'a lone UTF-16 surrogate (\\uD800-\\uDFFF without its pair); text must be well-formed Unicode';
+
+  it('are refused in any string of a body, value or key, naming where; nothing is stored', async () => {
+    const h = await startHarness();
+    const { root, stepId } = await rootWithStep(h);
+    const json = { 'content-type': 'application/json' };
+    const agent = { ...json, 'x-agent-token': root.token };
+    const cases: [string, InjectOptions, string][] = [
+      ['a message', { method: 'POST', url: '/v1/agents/r/messages', headers: json, payload: '{"content": "half \\ud83d", "delivery": "inject"}' }, `body/content holds ${WHY}`],
+      ['a text block', { method: 'POST', url: '/v1/agents/r/messages', headers: json, payload: '{"content": [{"type": "text", "text": "\\uDE00 low"}], "delivery": "followup"}' }, `body/content/0/text holds ${WHY}`],
+      ['instructions', { method: 'POST', url: '/v1/agents', headers: json, payload: '{"id": "s", "instructions": "\\udfff"}' }, `body/instructions holds ${WHY}`],
+      ['a metadata value', { method: 'POST', url: '/v1/agents', headers: json, payload: '{"id": "s", "metadata": {"note": ["ok", "\\ud800x"]}}' }, `body/metadata/note/1 holds ${WHY}`],
+      ['a metadata key', { method: 'POST', url: '/v1/agents', headers: json, payload: '{"id": "s", "metadata": {"k\\ud800": 1}}' }, `body/metadata has a key holding ${WHY}`],
+      ['an output', { method: 'POST', url: `/v1/agents/r/steps/${stepId}/output`, headers: agent, payload: '{"content": "answer \\ud83d"}' }, `body/content holds ${WHY}`],
+      [
+        "a tool call's input",
+        { method: 'POST', url: `/v1/agents/r/steps/${stepId}/output`, headers: agent, payload: '{"toolCalls": [{"id": "c1", "name": "search", "input": {"q": "\\ud83d"}}]}' },
+        `body/toolCalls/0/input/q holds ${WHY}`,
+      ],
+      ['a tool result', { method: 'POST', url: `/v1/agents/r/steps/${stepId}/tool-results`, headers: agent, payload: '{"results": [{"toolCallId": "c1", "content": "\\ud800"}]}' }, `body/results/0/content holds ${WHY}`],
+    ];
+    const before = await observable(h);
+    for (const [what, request, message] of cases) {
+      const res = await h.app.inject(request);
+      expect(res.json(), what).toEqual(validation(message));
+    }
+    expect(await observable(h)).toBe(before);
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents/s' })).statusCode).toBe(404);
+  });
+
+  it("adds the model-visible toolResult on the tool-call route, and the call runs nowhere", async () => {
+    const h = await startHarness();
+    const { root } = await rootWithStep(h);
+    const before = await observable(h);
+    const res = await h.app.inject({
+      method: 'POST',
+      url: '/v1/agents/r/tool-calls',
+      headers: { 'content-type': 'application/json', 'x-agent-token': root.token },
+      payload: '{"name": "spawn_subagent", "input": {"prompt": "\\ud800"}}',
+    });
+    const message = `body/input/prompt holds ${WHY}`;
+    expect(res.json()).toEqual({ ...validation(message), toolResult: { isError: true, content: `Error: ${message}` } });
+    expect(await observable(h)).toBe(before);
+  });
+
+  it('takes escaped surrogate pairs, which are well-formed, and keeps them', async () => {
+    const h = await startHarness();
+    await createRoot(h.app, { id: 'r' });
+    const res = await h.app.inject({ method: 'POST', url: '/v1/agents/r/messages', headers: { 'content-type': 'application/json' }, payload: '{"content": "smile \\ud83d\\ude00 and \\\\ud800", "delivery": "inject"}' });
+    expect(res.statusCode).toBe(202);
+    expect((await session(h.app, 'r')).at(-1)?.content).toEqual([{ type: 'text', text: 'smile \u{1F600} and \\ud800' }]);
   });
 });
 
