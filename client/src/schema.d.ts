@@ -191,7 +191,7 @@ export interface paths {
         put?: never;
         /**
          * Execute a service-owned tool as this agent
-         * @description Errors add `toolResult`, the exact text to show the model.
+         * @description Errors add `toolResult`, the exact text to show the model. A call refused with a 4xx (an unknown tool, input the tool refuses, a report too large or not delivered) writes nothing to the session, not even as the result of an open step's call with the same `toolCallId`: post that result to the step's tool-results instead.
          */
         post: operations["callTool"];
         delete?: never;

@@ -8,7 +8,8 @@
  * - steps/step-cache.ts: each step's messages, rendered from what is new since the last one;
  * - steps/compactions.ts (built by the system, which wires its lock): compaction entries.
  *
- * Every tool call and result is written to the caller's session.
+ * Every tool call that ran and its result are written to the caller's session; a call outside a
+ * step whose failure refuses the request writes nothing (see ToolCalls.callTool).
  */
 import type { Logger } from 'pino';
 import type { ToolSchema } from '../domain/step-render.js';
@@ -16,7 +17,7 @@ import type { TokenUsage } from '../domain/model.js';
 import type { AdmissionGate } from './agents/admission-gate.js';
 import type { Budgets } from './budgets/budgets.js';
 import type { AgentAuthority } from './agents/authority.js';
-import type { IdempotencyKeys, IdempotencyRequest } from './idempotency.js';
+import type { IdempotencyKeys } from './idempotency.js';
 import type { WaiterGate } from './limits.js';
 import type { LiveAgent, StepClaim } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
@@ -28,11 +29,11 @@ import type { StepCache } from './steps/step-cache.js';
 import type { CompactionInput, Compactions } from './steps/compactions.js';
 import type { CompactionEntry } from '../domain/session.js';
 import { StepProtocol } from './steps/step-protocol.js';
-import { ToolCalls, type CallResult } from './steps/tool-calls.js';
+import { ToolCalls, type CallOptions, type CallResult } from './steps/tool-calls.js';
 import type { ToolRegistry } from './tool-registry.js';
 import type { Tracing } from './tracing/tracing.js';
 
-export type { CallResult } from './steps/tool-calls.js';
+export type { CallOptions, CallResult } from './steps/tool-calls.js';
 
 export interface StepServiceDeps {
   authority: AgentAuthority;
@@ -109,8 +110,8 @@ export class StepService {
   }
 
   /** Run one service-owned tool as this agent, outside a step's output (see ToolCalls.callTool). */
-  callTool(id: string, token: string | undefined, body: ToolCallBody, signal?: AbortSignal, idem?: IdempotencyRequest): Promise<CallResult & { replayed: boolean }> {
-    return this.calls.callTool(id, token, body, signal, idem);
+  callTool(id: string, token: string | undefined, body: ToolCallBody, options?: CallOptions): Promise<CallResult & { replayed: boolean }> {
+    return this.calls.callTool(id, token, body, options);
   }
 
   /** `POST /v1/agents/{id}/compactions` (steps/compactions.ts). */
