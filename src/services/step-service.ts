@@ -27,6 +27,7 @@ import type { ModelOutput, OutputResult, Step, ToolCallBody, ToolResultInput } f
 import { stepObject, type RenderedStep } from './steps/rendered-step.js';
 import type { StepCache } from './steps/step-cache.js';
 import type { CompactionInput, Compactions } from './steps/compactions.js';
+import type { InterruptedSteps } from './steps/interrupted-steps.js';
 import type { CompactionEntry } from '../domain/session.js';
 import { StepProtocol } from './steps/step-protocol.js';
 import { ToolCalls, type CallOptions, type CallResult } from './steps/tool-calls.js';
@@ -53,6 +54,8 @@ export interface StepServiceDeps {
   price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
   /** Spans of tool calls and steps (NO_TRACING when off). */
   tracing: Tracing;
+  /** Steps whose turn was interrupted, for requests made after their incarnation is gone. */
+  interrupted: InterruptedSteps;
 }
 
 export class StepService {
@@ -61,9 +64,9 @@ export class StepService {
   private readonly compactions: Compactions;
 
   constructor(deps: StepServiceDeps) {
-    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters, budgets, price, tracing } = deps;
+    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters, budgets, price, tracing, interrupted } = deps;
     this.calls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing });
-    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters, budgets, price, tracing });
+    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters, budgets, price, tracing, interrupted });
     this.compactions = deps.compactions;
   }
 

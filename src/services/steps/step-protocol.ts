@@ -23,6 +23,7 @@ import type { SessionLog } from '../session-log.js';
 import type { StepDispatcher } from '../step-dispatcher.js';
 import type { ToolRegistry } from '../tool-registry.js';
 import type { Tracing } from '../tracing/tracing.js';
+import type { InterruptedSteps } from './interrupted-steps.js';
 import { loggableCall } from './redaction.js';
 import { estimateTokens, type RenderedStep } from './rendered-step.js';
 import type { StepCache } from './step-cache.js';
@@ -45,6 +46,8 @@ export interface StepProtocolDeps {
   price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
   /** Told which model a backend said answered, for the step's span. */
   tracing: Pick<Tracing, 'answeredBy'>;
+  /** Steps whose turn was interrupted: told so even once their incarnation is gone. */
+  interrupted: Pick<InterruptedSteps, 'refuse'>;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -107,14 +110,14 @@ export class StepProtocol {
 
   /** `attempt` is the fence (X-Step-Attempt): only the claim holding the step may answer it. */
   async postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput, attempt = 1): Promise<OutputResult> {
-    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
     refuseDriven(agent);
     return this.applyOutput(agent, stepId, output, attempt);
   }
 
   /** Renew the lease of the claim `attempt` on a step: 200 `{lease}`. */
   async heartbeat(id: string, token: string | undefined, stepId: string, attempt = 1): Promise<{ lease: LeaseView }> {
-    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
     refuseDriven(agent);
     return { lease: agent.steps.heartbeat(stepId, attempt) };
   }
@@ -182,7 +185,7 @@ export class StepProtocol {
   }
 
   async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt = 1): Promise<{ turn: 'open' | 'ended' }> {
-    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
     refuseDriven(agent);
     return this.applyToolResults(agent, stepId, results, attempt);
   }
@@ -193,6 +196,15 @@ export class StepProtocol {
     for (const r of results) agent.steps.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true, attempt);
     await this.deps.log.durable(agent.rootId);
     return { turn: 'open' };
+  }
+
+  /**
+   * A request about `stepId` whose token is not the live incarnation's: 409 when that token's
+   * incarnation held the step when its turn was interrupted, else AGENT_NOT_FOUND or UNAUTHORIZED.
+   */
+  private async rejectStepCaller(id: string, stepId: string, token: string | undefined): Promise<never> {
+    this.deps.interrupted.refuse(id, stepId, token);
+    return this.deps.authority.rejectCredential(id);
   }
 
   /**
