@@ -23,7 +23,7 @@ import type { LiveAgent, StepClaim } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
 import type { LeaseView } from './step-lease.js';
 import type { StepDispatcher } from './step-dispatcher.js';
-import type { ModelOutput, OutputResult, Step, ToolCallBody, ToolResultInput } from '../contract/index.js';
+import type { ModelOutput, OutputResult, PostedOutput, Step, ToolCallBody, ToolResultInput } from '../contract/index.js';
 import { stepObject, type RenderedStep } from './steps/rendered-step.js';
 import type { StepCache } from './steps/step-cache.js';
 import type { CompactionInput, Compactions } from './steps/compactions.js';
@@ -89,8 +89,8 @@ export class StepService {
     return this.protocol.claimAny(waitMs, rootId, signal, since);
   }
 
-  /** `attempt`: the fence (X-Step-Attempt, absent 1). */
-  postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput, attempt?: number): Promise<OutputResult> {
+  /** The output in either form; `attempt`: the fence (X-Step-Attempt, absent 1). */
+  postOutput(id: string, token: string | undefined, stepId: string, output: PostedOutput, attempt?: number): Promise<OutputResult> {
     return this.protocol.postOutput(id, token, stepId, output, attempt);
   }
 

@@ -19,6 +19,7 @@ import type { LiveAgent, StepClaim } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 import type { DirectClaimant, StepDispatcher } from '../step-dispatcher.js';
 import type { StepService } from '../step-service.js';
+import { readArguments } from '../steps/chat-output.js';
 import { completeChat, ModelRequestCancelled, ModelRequestError, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
@@ -217,14 +218,8 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       // A call needs an id of its own to be answered: mint one where the model gave none or repeated one.
       const id = raw.id !== undefined && !seen.has(raw.id) && raw.id.length <= 200 ? raw.id : agent.newMessageId();
       seen.add(id);
-      let input: unknown;
-      try {
-        input = raw.arguments.trim() === '' ? {} : JSON.parse(raw.arguments);
-      } catch (error) {
-        input = raw.arguments;
-        const why = error instanceof Error ? error.message : String(error);
-        refused.set(id, `the arguments of tool call "${id}" (${raw.name}) are not valid JSON (${why}); the tool was not run`);
-      }
+      const { input, refusal } = readArguments(id, raw.name, raw.arguments);
+      if (refusal !== undefined) refused.set(id, refusal);
       calls.push({ id, name: raw.name, input });
     }
     const output = {

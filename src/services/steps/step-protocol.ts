@@ -8,7 +8,7 @@
  * results is validated whole before any of it is written; every write is durable before the
  * call resolves.
  */
-import type { AgentCredential, ModelOutput, OutputResult, ToolResultInput } from '../../contract/index.js';
+import type { AgentCredential, ModelOutput, OutputResult, PostedOutput, ToolResultInput } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
 import type { ToolCall } from '../../domain/message.js';
 import { renderTools, type ToolSchema } from '../../domain/step-render.js';
@@ -23,6 +23,7 @@ import type { SessionLog } from '../session-log.js';
 import type { StepDispatcher } from '../step-dispatcher.js';
 import type { ToolRegistry } from '../tool-registry.js';
 import type { Tracing } from '../tracing/tracing.js';
+import { readOutput } from './chat-output.js';
 import type { InterruptedSteps } from './interrupted-steps.js';
 import { loggableCall } from './redaction.js';
 import { estimateTokens, type RenderedStep } from './rendered-step.js';
@@ -108,11 +109,15 @@ export class StepProtocol {
     return step === null ? null : { agentId: claim.agent.id, agentToken: claim.agent.token, step };
   }
 
-  /** `attempt` is the fence (X-Step-Attempt): only the claim holding the step may answer it. */
-  async postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput, attempt = 1): Promise<OutputResult> {
+  /**
+   * The output as posted, in either form (read into one by chat-output.ts). `attempt` is the
+   * fence (X-Step-Attempt): only the claim holding the step may answer it.
+   */
+  async postOutput(id: string, token: string | undefined, stepId: string, posted: PostedOutput, attempt = 1): Promise<OutputResult> {
+    const { output, refused } = readOutput(posted);
     const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
     refuseDriven(agent);
-    return this.applyOutput(agent, stepId, output, attempt);
+    return this.applyOutput(agent, stepId, output, attempt, refused);
   }
 
   /** Renew the lease of the claim `attempt` on a step: 200 `{lease}`. */
@@ -124,8 +129,8 @@ export class StepProtocol {
 
   /**
    * Record a step's output and run its service-owned tool calls. A call listed in `refused`
-   * (the driver could not read its arguments) is recorded with that error as its result
-   * instead of being run. The calls run with the turn's signal: an interrupt meanwhile stops
+   * (its arguments could not be read) is recorded with that error as its result instead of
+   * being run, whoever's tool it names. The calls run with the turn's signal: an interrupt meanwhile stops
    * them before their effect, and the results not yet recorded then are the stand-ins the
    * interrupt wrote (the response says the turn ended).
    */
