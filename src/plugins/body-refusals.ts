@@ -5,11 +5,12 @@
  * well-formed Unicode. Each check returns the message of the 400 or 415 (undefined: nothing
  * wrong), naming the place in the body as the schema errors do (`body/metadata/note`).
  *
- * Lone surrogates: JSON text can carry a UTF-16 surrogate without its pair only as a `\uD800`
- * to `\uDFFF` escape (a body is decoded from UTF-8, which cannot encode one), and such a string
- * is not valid Unicode: it cannot be stored or sent on as UTF-8 unchanged. Any string of a
- * body, key or value, holding one is refused, so no text field needs a rule of its own.
+ * Lone surrogates (domain/unicode.ts): any string of a body, key or value, holding one is
+ * refused, so no text field needs a rule of its own. JSON text can carry one only as a
+ * `\uD800`-`\uDFFF` escape (a body is decoded from UTF-8, which cannot encode one), so a body
+ * without such an escape is not walked.
  */
+import { LONE_SURROGATE_REASON, loneSurrogateIn, pointerSegment } from '../domain/unicode.js';
 
 /** The message refusing a content coding other than `identity`; undefined when there is none. */
 export function unsupportedEncoding(header: string | undefined): string | undefined {
@@ -51,21 +52,13 @@ function forbiddenKey(body: unknown): string | undefined {
 
 /** Text that may hold a `\uD800`-`\uDFFF` escape; a quick test before walking the parsed body. */
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
-/** A surrogate code unit without its pair (with the `u` flag, a pair is one code point). */
-const LONE_SURROGATE = /\p{Cs}/u;
 
 /** Where the parsed body of `text` holds a string with a lone surrogate, as a message; undefined when none. */
 export function loneSurrogate(text: string, body: unknown): string | undefined {
   if (!SURROGATE_ESCAPE.test(text)) return undefined;
-  const why = 'a lone UTF-16 surrogate (\\uD800-\\uDFFF without its pair); text must be well-formed Unicode';
-  if (typeof body === 'string') return LONE_SURROGATE.test(body) ? `body is ${why}` : undefined;
-  for (const [path, object] of objectsOf(body)) {
-    for (const [key, value] of Object.entries(object)) {
-      if (LONE_SURROGATE.test(key)) return `${path} has a key holding ${why}`;
-      if (typeof value === 'string' && LONE_SURROGATE.test(value)) return `${path}/${pointer(key)} holds ${why}`;
-    }
-  }
-  return undefined;
+  const found = loneSurrogateIn(body);
+  if (found === undefined) return undefined;
+  return found.key ? `body${found.path} has a key holding ${LONE_SURROGATE_REASON}` : `body${found.path} holds ${LONE_SURROGATE_REASON}`;
 }
 
 /** Every object and array of a parsed body with its path (`body`, `body/toolCalls/0`), without recursion. */
@@ -77,12 +70,7 @@ function* objectsOf(body: unknown): Generator<[string, Record<string, unknown>]>
     const object = node as Record<string, unknown>;
     yield [path, object];
     for (const [key, child] of Object.entries(object)) {
-      if (child !== null && typeof child === 'object') stack.push([`${path}/${pointer(key)}`, child]);
+      if (child !== null && typeof child === 'object') stack.push([`${path}/${pointerSegment(key)}`, child]);
     }
   }
-}
-
-/** A key as a JSON Pointer segment, as the schema errors write paths. */
-function pointer(key: string): string {
-  return key.replace(/~/g, '~0').replace(/\//g, '~1');
 }

@@ -111,6 +111,16 @@ describe('lone UTF-16 surrogates', () => {
         `body/toolCalls/0/input/q holds ${WHY}`,
       ],
       ['a tool result', { method: 'POST', url: `/v1/agents/r/steps/${stepId}/tool-results`, headers: agent, payload: '{"results": [{"toolCallId": "c1", "content": "\\ud800"}]}' }, `body/results/0/content holds ${WHY}`],
+      [
+        "a chat-completions tool call's arguments (JSON text in the JSON body)",
+        {
+          method: 'POST',
+          url: `/v1/agents/r/steps/${stepId}/output`,
+          headers: agent,
+          payload: JSON.stringify({ role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'search', arguments: '{"q": "\\ud800"}' } }] }),
+        },
+        `body/tool_calls/0/function/arguments holds ${WHY}`,
+      ],
     ];
     const before = await observable(h);
     for (const [what, request, message] of cases) {

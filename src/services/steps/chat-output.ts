@@ -6,10 +6,13 @@
  * Invariants: the message's text, or else its refusal, is the content (an empty text is none);
  * each tool call keeps its id and name; arguments that are not JSON do not stop the output:
  * the call is kept with its text as input and refused (the step records an error result for
- * it and runs nothing).
+ * it and runs nothing); arguments whose JSON holds a lone surrogate refuse the whole output,
+ * as such text anywhere else in a body does.
  */
 import type { ChatAssistantOutput, ModelOutput, PostedOutput } from '../../contract/index.js';
+import { ServiceError } from '../../domain/errors.js';
 import type { ToolCall } from '../../domain/message.js';
+import { LONE_SURROGATE_REASON, loneSurrogateIn } from '../../domain/unicode.js';
 
 /** An output in the service's form, and why each call whose arguments could not be read is refused, by call id. */
 export interface ReadOutput {
@@ -24,9 +27,13 @@ export function readOutput(posted: PostedOutput): ReadOutput {
 
 function fromChatMessage(message: ChatAssistantOutput): ReadOutput {
   const refused = new Map<string, string>();
-  const toolCalls = (message.tool_calls ?? []).map((call): ToolCall => {
+  const toolCalls = (message.tool_calls ?? []).map((call, i): ToolCall => {
     const read = readArguments(call.id, call.function.name, call.function.arguments);
     if (read.refusal !== undefined) refused.set(call.id, read.refusal);
+    // Text the body could not carry itself must not arrive inside it either.
+    if (loneSurrogateIn(read.input) !== undefined) {
+      throw new ServiceError('VALIDATION', `body/tool_calls/${i}/function/arguments holds ${LONE_SURROGATE_REASON}`);
+    }
     return { id: call.id, name: call.function.name, input: read.input };
   });
   const output: ModelOutput = {};
