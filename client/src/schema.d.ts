@@ -191,7 +191,7 @@ export interface paths {
         put?: never;
         /**
          * Execute a service-owned tool as this agent
-         * @description Errors add `toolResult`, the exact text to show the model.
+         * @description Errors add `toolResult`, the exact text to show the model. A call refused with a 4xx (an unknown tool, input the tool refuses, a report too large or not delivered) writes nothing to the session, not even as the result of an open step's call with the same `toolCallId`: post that result to the step's tool-results instead.
          */
         post: operations["callTool"];
         delete?: never;
@@ -315,7 +315,7 @@ export interface paths {
         put?: never;
         /**
          * Post the model's answer to a step
-         * @description Service-owned tool calls run at once (`toolResults`); the backend's own calls are listed as `awaiting`. An output without tool calls ends the turn.
+         * @description In the service's form, or as the chat-completions assistant message the model returned (tool call arguments as JSON text; a call whose arguments are not JSON gets an error result and is not run). Service-owned tool calls run at once (`toolResults`); the backend's own calls are listed as `awaiting`. An output without tool calls ends the turn.
          */
         post: operations["postStepOutput"];
         delete?: never;
@@ -909,6 +909,38 @@ export interface components {
             isError: boolean;
             output?: unknown;
             content: string;
+        };
+        /** @description The model's answer: its text and its tool calls with their parsed input. */
+        StepOutput: {
+            content?: string | components["schemas"]["Content"];
+            toolCalls?: components["schemas"]["ToolCall"][];
+            usage?: components["schemas"]["TokenUsage"];
+            /** @description The model that answered: its price in AGENTFOREST_MODEL_PRICES gives `usage` its cost when `usage` carries none. */
+            model?: string;
+        };
+        /** @description The model's answer as an OpenAI chat-completions assistant message (a completion's `choices[0].message`), posted as it came, with `usage` and `model` optionally added in the service's form. It is recorded exactly as the same answer in the StepOutput form would be. */
+        ChatAssistantOutput: {
+            /** @enum {string} */
+            role: "assistant";
+            /** @description The text; null (or empty) when the model only called tools. */
+            content?: string | null;
+            tool_calls?: {
+                id: string;
+                /** @enum {string} */
+                type: "function";
+                function: {
+                    name: string;
+                    /** @description The arguments as the JSON text the model wrote. Text that is not JSON gives this call an error result, and the tool is not run. */
+                    arguments: string;
+                };
+            }[];
+            /** @description What the model said instead of answering; recorded as the text when there is no other. */
+            refusal?: string | null;
+            /** @description Accepted as the model sends them, and not kept. */
+            annotations?: unknown[];
+            usage?: components["schemas"]["TokenUsage"];
+            /** @description The model that answered: its price in AGENTFOREST_MODEL_PRICES gives `usage` its cost when `usage` carries none. */
+            model?: string;
         };
         /** @description A package's configuration. */
         PackageConfig: {
@@ -2341,15 +2373,10 @@ export interface operations {
             };
             cookie?: never;
         };
+        /** @description The model's answer, in the service's form or as the chat-completions assistant message the model returned. */
         requestBody?: {
             content: {
-                "application/json": {
-                    content?: string | components["schemas"]["Content"];
-                    toolCalls?: components["schemas"]["ToolCall"][];
-                    usage?: components["schemas"]["TokenUsage"];
-                    /** @description The model that answered: its price in AGENTFOREST_MODEL_PRICES gives `usage` its cost when `usage` carries none. */
-                    model?: string;
-                };
+                "application/json": components["schemas"]["StepOutput"] | components["schemas"]["ChatAssistantOutput"];
             };
         };
         responses: {

@@ -9,7 +9,7 @@ import { BUDGET_KINDS } from '../domain/budget.js';
 import { ACTIVATION_STATES, AGENT_ID_PATTERN, AGENT_KINDS, AGENT_STATUSES, CHILD_MODES, PROVIDERS } from '../domain/agent.js';
 import { WIRE_ERROR_CODES, type ErrorCode } from '../domain/errors.js';
 import { DEFAULT_MAX_STEPS, MODEL_PROVIDERS } from '../domain/model.js';
-import { literals, ref, shared } from './schema.js';
+import { exactInteger, exactNumber, literals, ref, shared } from './schema.js';
 
 export const AgentId = Type.String({ pattern: AGENT_ID_PATTERN, description: 'An agent (and session) id.' });
 export const OpaqueId = Type.String({ minLength: 1, maxLength: 200 });
@@ -39,7 +39,7 @@ const MODEL_SPEC_FIELDS = {
   temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
   maxSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: `Model requests one turn may make; default ${DEFAULT_MAX_STEPS}. Past it the turn fails.` })),
   maxContextTokens: Type.Optional(
-    Type.Integer({
+    exactInteger({
       minimum: 1,
       description:
         "The most estimated tokens (a step's `estimatedTokens`: about 4 bytes of JSON each, tools included) one model request may carry. " +
@@ -62,11 +62,11 @@ export const TokenUsage = shared(
   'TokenUsage',
   Type.Object(
     {
-      promptTokens: Type.Integer({ minimum: 0 }),
-      completionTokens: Type.Integer({ minimum: 0 }),
-      totalTokens: Type.Integer({ minimum: 0 }),
+      promptTokens: exactInteger({ minimum: 0 }),
+      completionTokens: exactInteger({ minimum: 0 }),
+      totalTokens: exactInteger({ minimum: 0 }),
       costMicroUsd: Type.Optional(
-        Type.Number({ minimum: 0, description: 'What the request cost, in millionths of a US dollar: as posted, or priced by the service from AGENTFOREST_MODEL_PRICES.' }),
+        exactNumber({ minimum: 0, description: 'What the request cost, in millionths of a US dollar: as posted, or priced by the service from AGENTFOREST_MODEL_PRICES.' }),
       ),
     },
     { additionalProperties: false, description: 'Tokens the model request that produced this assistant message used; `totalTokens` is what a tokens budget counts.' },
@@ -75,9 +75,9 @@ export const TokenUsage = shared(
 export type TokenUsage = Static<typeof TokenUsage>;
 
 const BUDGET_LIMIT_FIELDS = {
-  tokens: Type.Optional(Type.Integer({ minimum: 0, description: 'Tokens (`totalTokens` of recorded usage) the subtree may spend.' })),
-  steps: Type.Optional(Type.Integer({ minimum: 0, description: 'Model requests (step claims) the subtree may make.' })),
-  costMicroUsd: Type.Optional(Type.Integer({ minimum: 0, description: 'Millionths of a US dollar the subtree may spend (usage priced per AGENTFOREST_MODEL_PRICES, or as posted).' })),
+  tokens: Type.Optional(exactInteger({ minimum: 0, description: 'Tokens (`totalTokens` of recorded usage) the subtree may spend.' })),
+  steps: Type.Optional(exactInteger({ minimum: 0, description: 'Model requests (step claims) the subtree may make.' })),
+  costMicroUsd: Type.Optional(exactInteger({ minimum: 0, description: 'Millionths of a US dollar the subtree may spend (usage priced per AGENTFOREST_MODEL_PRICES, or as posted).' })),
 };
 
 export const Budget = shared(

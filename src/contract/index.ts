@@ -21,7 +21,7 @@ export * from './receipts.js';
 export * from './sessions.js';
 export * from './steps.js';
 export * from './webhooks.js';
-export { literals, ref } from './schema.js';
+export { exactInteger, exactNumber, literals, ref } from './schema.js';
 
 /** Every shared schema, each after the ones it refers to. */
 export const CONTRACT_SCHEMAS: readonly (TSchema & { $id: string })[] = [

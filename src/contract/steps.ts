@@ -104,19 +104,75 @@ export const ToolResult = shared(
 );
 export type ToolResult = Static<typeof ToolResult>;
 
-/** The model's answer to a step, as a backend or the built-in model driver posts it. */
-export const OutputBody = Type.Object(
+const ModelName = Type.String({
+  minLength: 1,
+  maxLength: 200,
+  description: 'The model that answered: its price in AGENTFOREST_MODEL_PRICES gives `usage` its cost when `usage` carries none.',
+});
+
+/** The model's answer to a step in the service's own form, as the built-in model driver records it too. */
+export const StepOutput = shared(
+  'StepOutput',
+  Type.Object(
+    {
+      content: Type.Optional(Type.Union([Type.String(), ref(Content)])),
+      toolCalls: Type.Optional(Type.Array(ref(ToolCall), { maxItems: 128 })),
+      usage: Type.Optional(ref(TokenUsage)),
+      model: Type.Optional(ModelName),
+    },
+    { additionalProperties: false, description: "The model's answer: its text and its tool calls with their parsed input." },
+  ),
+);
+export type ModelOutput = Static<typeof StepOutput>;
+
+/** A tool call as a chat-completions model writes it: the arguments are JSON text. */
+const ChatToolCallOutput = Type.Object(
   {
-    content: Type.Optional(Type.Union([Type.String(), ref(Content)])),
-    toolCalls: Type.Optional(Type.Array(ref(ToolCall), { maxItems: 128 })),
-    usage: Type.Optional(ref(TokenUsage)),
-    model: Type.Optional(
-      Type.String({ minLength: 1, maxLength: 200, description: 'The model that answered: its price in AGENTFOREST_MODEL_PRICES gives `usage` its cost when `usage` carries none.' }),
+    id: OpaqueId,
+    type: Type.Literal('function'),
+    function: Type.Object(
+      {
+        name: Type.String({ minLength: 1, maxLength: 200 }),
+        arguments: Type.String({
+          description: 'The arguments as the JSON text the model wrote. Text that is not JSON gives this call an error result, and the tool is not run.',
+        }),
+      },
+      { additionalProperties: false },
     ),
   },
   { additionalProperties: false },
 );
-export type ModelOutput = Static<typeof OutputBody>;
+
+/** The model's answer as it comes from an OpenAI-compatible chat-completions API. */
+export const ChatAssistantOutput = shared(
+  'ChatAssistantOutput',
+  Type.Object(
+    {
+      role: Type.Literal('assistant'),
+      content: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'The text; null (or empty) when the model only called tools.' })),
+      tool_calls: Type.Optional(Type.Array(ChatToolCallOutput, { maxItems: 128 })),
+      refusal: Type.Optional(
+        Type.Union([Type.String(), Type.Null()], { description: 'What the model said instead of answering; recorded as the text when there is no other.' }),
+      ),
+      annotations: Type.Optional(Type.Array(Type.Unknown(), { description: 'Accepted as the model sends them, and not kept.' })),
+      usage: Type.Optional(ref(TokenUsage)),
+      model: Type.Optional(ModelName),
+    },
+    {
+      additionalProperties: false,
+      description:
+        "The model's answer as an OpenAI chat-completions assistant message (a completion's `choices[0].message`), posted as it came, " +
+        'with `usage` and `model` optionally added in the service\'s form. It is recorded exactly as the same answer in the StepOutput form would be.',
+    },
+  ),
+);
+export type ChatAssistantOutput = Static<typeof ChatAssistantOutput>;
+
+/** The model's answer to a step, as a backend posts it: either form. */
+export const OutputBody = Type.Union([ref(StepOutput), ref(ChatAssistantOutput)], {
+  description: "The model's answer, in the service's form or as the chat-completions assistant message the model returned.",
+});
+export type PostedOutput = Static<typeof OutputBody>;
 
 export const OutputResult = Type.Object(
   {
@@ -172,4 +228,4 @@ export const ToolCallResult = Type.Object(
 );
 export type ToolCallResult = Static<typeof ToolCallResult>;
 
-export const STEP_SCHEMAS = [ChatMessage, ChatTool, StepLease, Step, ToolResult] as const;
+export const STEP_SCHEMAS = [ChatMessage, ChatTool, StepLease, Step, ToolResult, StepOutput, ChatAssistantOutput] as const;

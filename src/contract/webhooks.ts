@@ -75,7 +75,7 @@ export const DeliveryQuery = Type.Object(
   {
     state: Type.Optional(DeliveryState),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 100 })),
-    cursor: Type.Optional(Type.String({ pattern: '^[0-9]{1,16}$', description: 'From `nextCursor` of the page before.' })),
+    cursor: Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description: 'From `nextCursor` of the page before.' })),
   },
   { additionalProperties: false },
 );

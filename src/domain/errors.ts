@@ -89,7 +89,7 @@ export const ERROR_CODE_DESCRIPTIONS: Record<ErrorCode, string> = {
   PAYLOAD_TOO_LARGE: 'The request body or a report\'s output is over its configured limit.',
   REQUEST_TIMEOUT: 'The request, or its headers, did not arrive within its deadline (`AGENTFOREST_REQUEST_TIMEOUT_MS`, `AGENTFOREST_HEADERS_TIMEOUT_MS`); the connection is closed.',
   HEADERS_TOO_LARGE: "The request's headers are larger than the server accepts; the connection is closed.",
-  UNSUPPORTED_MEDIA_TYPE: 'The request body is not `application/json`.',
+  UNSUPPORTED_MEDIA_TYPE: 'The request body is not `application/json`, or it comes with a `Content-Encoding` other than `identity`: bodies are read as uncompressed JSON only.',
   AGENT_BUSY: 'The agent holds its maximum of accepted messages not yet logged, or of concurrent waiters; retry after `Retry-After`.',
   PARENT_BUSY: 'The direct parent holds its maximum of accepted messages not yet logged; the report was not delivered, retry later.',
   RATE_LIMITED: 'This operator key or client address made too many operator-only requests in the window; retry after `Retry-After`.',

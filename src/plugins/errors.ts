@@ -25,11 +25,15 @@ export function frameworkErrors(error: { code?: string }, request: FastifyReques
 
 /**
  * Fastify's `schemaErrorFormatter`: the validator's errors as one message, as Fastify words
- * them, except a choice among fixed values (a union of literals: one `const` error per
- * value, then `anyOf`), which is said once with the values allowed:
- * `body/delivery must be one of "followup", "inject", "steer"`.
+ * them, except
+ * - a choice among fixed values (a union of literals: one `const` error per value, then
+ *   `anyOf`), which is said once with the values allowed:
+ *   `body/delivery must be one of "followup", "inject", "steer"`;
+ * - a value of several forms (a union at the top, like a step's output): only what is wrong
+ *   with the form it chose, see chosenForm.
  */
-export function schemaErrors(errors: FastifySchemaValidationError[], dataVar: string): Error {
+export function schemaErrors(all: FastifySchemaValidationError[], dataVar: string): Error {
+  const errors = chosenForm(all);
   const allowed = new Map<string, unknown[]>();
   for (const e of errors) {
     if (e.keyword === 'const') allowed.set(e.instancePath, [...(allowed.get(e.instancePath) ?? []), e.params.allowedValue]);
@@ -44,6 +48,22 @@ export function schemaErrors(errors: FastifySchemaValidationError[], dataVar: st
     else parts.push(`${where} ${e.message ?? 'is invalid'}`);
   }
   return new Error(parts.join(', '));
+}
+
+/**
+ * The errors of the form a value of several forms chose (a union at the top, each form an
+ * object). A form the value got into fails below the top (a field of it is wrong), the others
+ * at the top (a property they do not have, or lack): when some errors lie below the top, they
+ * are the ones that count. When every form failed at the top, a missing property says least
+ * (the value is not that form): the other errors are what is wrong. Any other list is kept.
+ */
+function chosenForm(errors: FastifySchemaValidationError[]): FastifySchemaValidationError[] {
+  if (!errors.some((e) => e.keyword === 'anyOf' && e.instancePath === '')) return errors;
+  const below = errors.filter((e) => e.instancePath !== '');
+  if (below.length > 0) return below;
+  // Forms that fail alike (a property none of them has) say it once.
+  const top = errors.filter((e, i) => e.keyword !== 'anyOf' && e.keyword !== 'required' && errors.findIndex((d) => d.message === e.message) === i);
+  return top.length > 0 ? top : errors;
 }
 
 function oneOf(where: string, values: readonly unknown[]): string {

@@ -1,7 +1,9 @@
 /**
- * JSON in and out. Request bodies: JSON only (any other content type is 415), parsed by
- * Fastify's safe parser (prototype poisoning is an error), nested at most MAX_JSON_DEPTH deep;
- * an empty body is no body, and a body-taking request without one validates as `{}`.
+ * JSON in and out. Request bodies: JSON only (any other content type is 415), uncompressed (a
+ * content coding other than `identity` is 415 too), parsed by Fastify's safe parser (prototype
+ * poisoning is an error), nested at most MAX_JSON_DEPTH deep, and well-formed Unicode (no lone
+ * surrogate in any string); see body-refusals.ts for what each refusal says. An empty body is
+ * no body, and a body-taking request without one validates as `{}`.
  * Validation: bodies strictly (no coercion, unknown properties rejected by the schemas),
  * querystrings, params and headers with coercion, since they arrive as text; both resolve
  * `$ref`s to the schemas shared with `addSchema` (src/contract/). Responses are written with
@@ -11,6 +13,7 @@
 import { Ajv } from 'ajv';
 import type { FastifyInstance } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
+import { loneSurrogate, refusedBodyReason, unsupportedEncoding } from './body-refusals.js';
 import { rootPlugin } from './root-plugin.js';
 
 export const MAX_JSON_DEPTH = 64;
@@ -59,12 +62,23 @@ function configureParsing(app: FastifyInstance): void {
       done(null, undefined);
       return;
     }
+    const encoding = unsupportedEncoding(request.headers['content-encoding']);
+    if (encoding !== undefined) {
+      done(new ServiceError('UNSUPPORTED_MEDIA_TYPE', encoding));
+      return;
+    }
     void parse(request, text, (error: Error | null, body?: unknown) => {
-      if (error !== null) return done(error);
+      if (error !== null) {
+        // Said why when it is more than malformed JSON (the reason is looked for only now).
+        const reason = refusedBodyReason(text);
+        return done(reason === undefined ? error : new ServiceError('VALIDATION', reason));
+      }
       // Deep nesting parses, but later serialization of it would overflow the stack.
       if (nestingExceeds(body, MAX_JSON_DEPTH)) {
         return done(new ServiceError('VALIDATION', `body nests deeper than ${MAX_JSON_DEPTH} levels`));
       }
+      const surrogate = loneSurrogate(text, body);
+      if (surrogate !== undefined) return done(new ServiceError('VALIDATION', surrogate));
       done(null, body);
     });
   });

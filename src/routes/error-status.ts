@@ -62,6 +62,11 @@ export const RETRY_AFTER_SECONDS: Partial<Record<ErrorCode, number>> = {
   STORE_UNAVAILABLE: 2,
 };
 
+/** A request answered with a 4xx was refused: it must change nothing. */
+export function refusesRequest(code: ErrorCode): boolean {
+  return HTTP_STATUS[code] < 500;
+}
+
 export function reasonPhrase(status: number): string {
   return STATUS_CODES[status] ?? 'Error';
 }

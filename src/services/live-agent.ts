@@ -27,6 +27,7 @@ import { DEFAULT_LIMITS } from './limits.js';
 import { AgentScope } from './agent-scope.js';
 import { AgentSteps, type LeaseEvent, type StepClaim, type StepHost } from './agent-steps.js';
 import { DEFAULT_LEASE, type LeaseOptions } from './step-lease.js';
+import { interruptedStepText } from './steps/interrupted-steps.js';
 import { matchesToken, mintToken } from './tokens.js';
 
 export type { LeaseEvent, StepClaim } from './agent-steps.js';
@@ -261,7 +262,7 @@ export class LiveAgent {
   interrupt(keepInbox: boolean): boolean {
     if (this.disposing) return false;
     const turn = this.turnState.turn;
-    if (turn.phase === 'running') this.steps.endEarly(turn.turn.step.id, `step "${turn.turn.step.id}" was cancelled: its turn was interrupted`);
+    if (turn.phase === 'running') this.steps.endEarly(turn.turn.step.id, interruptedStepText(turn.turn.step.id));
     this.endTurnSignal();
     this.apply(interrupt(this.turnState, keepInbox, this.now(), this.standIns('the turn was interrupted')));
     return true;

@@ -8,7 +8,8 @@
  * - steps/step-cache.ts: each step's messages, rendered from what is new since the last one;
  * - steps/compactions.ts (built by the system, which wires its lock): compaction entries.
  *
- * Every tool call and result is written to the caller's session.
+ * Every tool call that ran and its result are written to the caller's session; a call outside a
+ * step whose failure refuses the request writes nothing (see ToolCalls.callTool).
  */
 import type { Logger } from 'pino';
 import type { ToolSchema } from '../domain/step-render.js';
@@ -16,23 +17,24 @@ import type { TokenUsage } from '../domain/model.js';
 import type { AdmissionGate } from './agents/admission-gate.js';
 import type { Budgets } from './budgets/budgets.js';
 import type { AgentAuthority } from './agents/authority.js';
-import type { IdempotencyKeys, IdempotencyRequest } from './idempotency.js';
+import type { IdempotencyKeys } from './idempotency.js';
 import type { WaiterGate } from './limits.js';
 import type { LiveAgent, StepClaim } from './live-agent.js';
 import type { SessionLog } from './session-log.js';
 import type { LeaseView } from './step-lease.js';
 import type { StepDispatcher } from './step-dispatcher.js';
-import type { ModelOutput, OutputResult, Step, ToolCallBody, ToolResultInput } from '../contract/index.js';
+import type { ModelOutput, OutputResult, PostedOutput, Step, ToolCallBody, ToolResultInput } from '../contract/index.js';
 import { stepObject, type RenderedStep } from './steps/rendered-step.js';
 import type { StepCache } from './steps/step-cache.js';
 import type { CompactionInput, Compactions } from './steps/compactions.js';
+import type { InterruptedSteps } from './steps/interrupted-steps.js';
 import type { CompactionEntry } from '../domain/session.js';
 import { StepProtocol } from './steps/step-protocol.js';
-import { ToolCalls, type CallResult } from './steps/tool-calls.js';
+import { ToolCalls, type CallOptions, type CallResult } from './steps/tool-calls.js';
 import type { ToolRegistry } from './tool-registry.js';
 import type { Tracing } from './tracing/tracing.js';
 
-export type { CallResult } from './steps/tool-calls.js';
+export type { CallOptions, CallResult } from './steps/tool-calls.js';
 
 export interface StepServiceDeps {
   authority: AgentAuthority;
@@ -52,6 +54,8 @@ export interface StepServiceDeps {
   price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
   /** Spans of tool calls and steps (NO_TRACING when off). */
   tracing: Tracing;
+  /** Steps whose turn was interrupted, for requests made after their incarnation is gone. */
+  interrupted: InterruptedSteps;
 }
 
 export class StepService {
@@ -60,9 +64,9 @@ export class StepService {
   private readonly compactions: Compactions;
 
   constructor(deps: StepServiceDeps) {
-    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters, budgets, price, tracing } = deps;
+    const { authority, gate, dispatcher, tools, log, logger, idempotency, cache, waiters, budgets, price, tracing, interrupted } = deps;
     this.calls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing });
-    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters, budgets, price, tracing });
+    this.protocol = new StepProtocol({ authority, gate, dispatcher, tools, calls: this.calls, log, cache, waiters, budgets, price, tracing, interrupted });
     this.compactions = deps.compactions;
   }
 
@@ -85,8 +89,8 @@ export class StepService {
     return this.protocol.claimAny(waitMs, rootId, signal, since);
   }
 
-  /** `attempt`: the fence (X-Step-Attempt, absent 1). */
-  postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput, attempt?: number): Promise<OutputResult> {
+  /** The output in either form; `attempt`: the fence (X-Step-Attempt, absent 1). */
+  postOutput(id: string, token: string | undefined, stepId: string, output: PostedOutput, attempt?: number): Promise<OutputResult> {
     return this.protocol.postOutput(id, token, stepId, output, attempt);
   }
 
@@ -109,8 +113,8 @@ export class StepService {
   }
 
   /** Run one service-owned tool as this agent, outside a step's output (see ToolCalls.callTool). */
-  callTool(id: string, token: string | undefined, body: ToolCallBody, signal?: AbortSignal, idem?: IdempotencyRequest): Promise<CallResult & { replayed: boolean }> {
-    return this.calls.callTool(id, token, body, signal, idem);
+  callTool(id: string, token: string | undefined, body: ToolCallBody, options?: CallOptions): Promise<CallResult & { replayed: boolean }> {
+    return this.calls.callTool(id, token, body, options);
   }
 
   /** `POST /v1/agents/{id}/compactions` (steps/compactions.ts). */

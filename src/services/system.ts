@@ -48,6 +48,7 @@ import type { SessionStore } from './session-store.js';
 import { StepDispatcher } from './step-dispatcher.js';
 import { DEFAULT_LEASE, type LeaseOptions } from './step-lease.js';
 import { Compactions } from './steps/compactions.js';
+import { InterruptedSteps } from './steps/interrupted-steps.js';
 import { DEFAULT_STEP_CACHE_BYTES, StepCache } from './steps/step-cache.js';
 import { Interrupts } from './continuation/interrupts.js';
 import { StepService } from './step-service.js';
@@ -277,8 +278,10 @@ export function createSystem(options: SystemOptions): System {
   events.on('cold-resumed', metrics.observer.coldResumed);
   events.on('settled', metrics.observer.settled);
   events.on('step-lease', metrics.leaseObserver);
+  const interruptedSteps = new InterruptedSteps();
   const interrupts = new Interrupts({
     registry,
+    interrupted: interruptedSteps,
     abortDriven: (agent) => {
       if (drivenByModel(agent)) events.emit('driven-released', agent);
     },
@@ -298,7 +301,22 @@ export function createSystem(options: SystemOptions): System {
   const stored = new StoredSessions({ registry, log, manager, ownership });
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
   const compactions = new Compactions({ authority, registry, log, clock, manager, stored, price });
-  const steps = new StepService({ authority, gate, dispatcher, tools, log, logger, idempotency, cache: stepCache, compactions, waiters, budgets, price, tracing });
+  const steps = new StepService({
+    authority,
+    gate,
+    dispatcher,
+    tools,
+    log,
+    logger,
+    idempotency,
+    cache: stepCache,
+    compactions,
+    waiters,
+    budgets,
+    price,
+    tracing,
+    interrupted: interruptedSteps,
+  });
   const cluster = ownership === undefined ? undefined : new Cluster({ ownership, store: store as PostgresSessionStore, dispatcher, steps, queries, logger });
   const driver = new ModelDriver(
     { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },

@@ -137,9 +137,9 @@ export function schemaValue(schema: JsonSchema, vocabulary: Vocabulary): fc.Arbi
       if (schema.pattern !== undefined) return fc.stringMatching(new RegExp(schema.pattern));
       return fc.string({ minLength: schema.minLength ?? 0, maxLength: Math.max(schema.minLength ?? 0, Math.min(schema.maxLength ?? 24, 24)) });
     case 'integer':
-      return fc.integer({ min: schema.minimum ?? -1_000, max: schema.maximum ?? 1_000 });
+      return fc.integer({ min: schema.minimum ?? -1_000, max: upperBound(schema) });
     case 'number':
-      return fc.double({ min: schema.minimum ?? -1_000, max: schema.maximum ?? 1_000, noNaN: true });
+      return fc.double({ min: schema.minimum ?? -1_000, max: upperBound(schema), noNaN: true });
     case 'boolean':
       return fc.boolean();
     case 'null':
@@ -151,6 +151,14 @@ export function schemaValue(schema: JsonSchema, vocabulary: Vocabulary): fc.Arbi
     default:
       return fc.jsonValue({ maxDepth: 2 });
   }
+}
+
+/**
+ * The largest valid number to generate. A `maximum` of Number.MAX_SAFE_INTEGER only keeps JSON
+ * from rounding, so such a field gets small values as if it had none.
+ */
+function upperBound(schema: JsonSchema): number {
+  return schema.maximum === undefined || schema.maximum >= Number.MAX_SAFE_INTEGER ? 1_000 : schema.maximum;
 }
 
 function objectValue(schema: JsonSchema, vocabulary: Vocabulary): fc.Arbitrary<unknown> {

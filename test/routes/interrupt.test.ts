@@ -169,6 +169,46 @@ describe('what an operator interrupt does to the open turn', () => {
   });
 });
 
+describe('an interrupted step after its incarnation is gone', () => {
+  /** Output, heartbeat and tool results for `stepId` with `agent`'s token: each answer's body. */
+  async function stepRequests(h: Harness, agent: CreatedRoot, stepId: string): Promise<unknown[]> {
+    const answers = [
+      await postOutput(h.app, agent, stepId, { content: 'too late' }),
+      await heartbeat(h, agent, stepId),
+      await postResults(h.app, agent, stepId, [{ toolCallId: 'x', content: 'late' }]),
+    ];
+    return answers.map((res) => res.json());
+  }
+
+  it("a child that settled since: the old token's output, heartbeat and tool results are 409 saying the turn was interrupted; nothing is written", async () => {
+    const h = await startHarness();
+    const root = await createRoot(h.app, { id: 'r' });
+    const child = await startChild(h, root);
+    const step = await claimStep(h, child);
+    expect(await interrupted(h, child.id)).toEqual([child.id]);
+    await until(() => h.system.registry.get(child.id) === undefined, 'the interrupted child settles');
+    const before = await session(h.app, child.id);
+
+    const refused = { statusCode: 409, code: 'STEP_CONFLICT', error: 'Conflict', message: cancelledStep(step.id) };
+    expect(await stepRequests(h, child, step.id)).toEqual([refused, refused, refused]);
+    expect(await session(h.app, child.id)).toEqual(before);
+    expect(h.system.registry.get(child.id)).toBeUndefined();
+  });
+
+  it('a root disposed since: the same; another token, or another step, is still refused as before', async () => {
+    const h = await startHarness();
+    const { root, step } = await rootMidTurn(h);
+    expect(await interrupted(h, root.id)).toEqual([root.id]);
+    expect((await h.app.inject({ method: 'DELETE', url: `/v1/agents/${root.id}` })).statusCode).toBe(202);
+    const refused = { statusCode: 409, code: 'STEP_CONFLICT', error: 'Conflict', message: cancelledStep(step.id) };
+    expect(await stepRequests(h, root, step.id)).toEqual([refused, refused, refused]);
+
+    const stale = { statusCode: 403, code: 'UNAUTHORIZED', error: 'Forbidden', message: `agent "${root.id}" requires the token of its live incarnation` };
+    expect(await stepRequests(h, { id: root.id, token: 'not-the-token-of-any-incarnation-000000000' }, step.id)).toEqual([stale, stale, stale]);
+    expect(await stepRequests(h, root, 'stp_never-interrupted')).toEqual([stale, stale, stale]);
+  });
+});
+
 describe('keepInbox', () => {
   it('by default keeps queued followups queued and a leftover steer first among them; staged context is written after the turn-end; nothing starts until the next followup', async () => {
     const h = await startHarness();

@@ -175,14 +175,13 @@ describe('who may call interrupt_agent', () => {
     await until(() => rootAgent.disposing && h.system.registry.liveChildren(root.id).length === 1, 'the cascade closes the first child');
     const [left] = h.system.registry.liveChildren(root.id);
     expect(left!.disposing).toBe(false);
-    const ran = appended(h, root.id, isToolResult);
-    const answered = interruptAs(h, root, left!.id);
-    await ran;
+    // Refused, so nothing is written: the answer comes while the commit is still held.
+    expect(await interruptAs(h, root, left!.id)).toEqual(unauthorized(`interrupting "${left!.id}" requires the exact live ancestor agent`));
     expect(left!.state.turn.phase).not.toBe('idle');
     release();
     store.gate = undefined;
-    expect(await answered).toEqual(unauthorized(`interrupting "${left!.id}" requires the exact live ancestor agent`));
     expect((await deleted).statusCode).toBe(202);
+    expect((await session(h.app, root.id)).filter((e) => e.type === 'message' && (e.role === 'tool' || e.role === 'assistant'))).toEqual([]);
   });
 });
 

@@ -11,6 +11,7 @@ import type { StepService } from '../../services/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { clusterCaller } from '../cluster/index.js';
+import { refusesRequest } from '../error-status.js';
 import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
 import { AgentView, ref } from '../../contract/index.js';
 import { AGENT_SECURITY, AgentIdParams, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
@@ -222,7 +223,10 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       tags: ['tools'],
       operationId: 'callTool',
       summary: 'Execute a service-owned tool as this agent',
-      description: 'Errors add `toolResult`, the exact text to show the model.',
+      description:
+        'Errors add `toolResult`, the exact text to show the model. A call refused with a 4xx (an unknown tool, input the tool refuses, ' +
+        'a report too large or not delivered) writes nothing to the session, not even as the result of an open step\'s call with the same ' +
+        '`toolCallId`: post that result to the step\'s tool-results instead.',
       security: AGENT_SECURITY,
       headers: IdempotencyHeaders,
       params: AgentIdParams,
@@ -236,9 +240,14 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       },
     },
   }, async (request, reply) => {
-    const { replayed, toolCallId, output, content, spawned, resumed } = await steps.callTool(request.params.id, agentToken(request), request.body, clientGone(reply), idempotencyOf(request));
+    const { replayed, toolCallId, output, content, spawned, resumed } = await steps.callTool(request.params.id, agentToken(request), request.body, {
+      signal: clientGone(reply),
+      idem: idempotencyOf(request),
+      // A refused request changes nothing: only a 5xx failure is still logged as the call and its error.
+      writesFailure: (error) => !refusesRequest(error.code),
+    });
     markReplay(reply, replayed);
-    // spec/API.md's fields, plus the credentials a backend needs of the children a call started or resumed.
+    // The call's result, plus the credentials a backend needs of the children a call started or resumed.
     return { toolCallId, isError: false as const, output, content, ...(spawned === undefined ? {} : { spawned }), ...(resumed === undefined ? {} : { resumed }) };
   });
 };

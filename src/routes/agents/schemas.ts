@@ -4,7 +4,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import { AGENT_KINDS, AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
-import { AgentId, AgentView, Budget, Content, literals, ModelSpec, ref } from '../../contract/index.js';
+import { AgentId, AgentView, Budget, Content, exactInteger, literals, ModelSpec, ref } from '../../contract/index.js';
 
 export { AgentWithToken, MessageAccepted, SessionPage, ToolCallBody, ToolCallResult } from '../../contract/index.js';
 
@@ -85,7 +85,7 @@ export const MessageBody = Type.Object(
 
 export const SessionQuery = Type.Object(
   {
-    after: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Return entries with seq greater than this.' })),
+    after: Type.Optional(exactInteger({ minimum: 0, default: 0, description: 'Return entries with seq greater than this.' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
   },
   { additionalProperties: false },

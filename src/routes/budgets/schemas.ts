@@ -2,12 +2,12 @@
  * Schemas of the budget resource: an agent's limits and the usage figures of its subtree.
  */
 import { Type } from '@sinclair/typebox';
-import { AgentId, BudgetView, ref, UsageRollup } from '../../contract/index.js';
+import { AgentId, BudgetView, exactInteger, ref, UsageRollup } from '../../contract/index.js';
 
 export { BudgetView } from '../../contract/index.js';
 
 const limit = (what: string) =>
-  Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: `${what}; null removes the limit, absent leaves it as it is.` }));
+  Type.Optional(Type.Union([exactInteger({ minimum: 0 }), Type.Null()], { description: `${what}; null removes the limit, absent leaves it as it is.` }));
 
 export const BudgetChangeBody = Type.Object(
   {

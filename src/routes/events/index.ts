@@ -10,6 +10,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { EventStreams, StreamEvent } from '../../services/event-stream.js';
 import type { EventHub } from '../../services/event-hub.js';
 import { AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
+import { exactInteger } from '../../contract/index.js';
 import { MESSAGES, ServiceError } from '../../domain/errors.js';
 
 export interface EventRoutesOptions {
@@ -23,7 +24,7 @@ export interface EventRoutesOptions {
 const EventsQuery = Type.Object(
   {
     forest: Type.Optional(Type.Boolean({ default: false, description: "Stream the whole forest of this root (ids are the forest's positions)." })),
-    after: Type.Optional(Type.Integer({ minimum: 0, description: 'Resume after this event id (Last-Event-ID takes precedence).' })),
+    after: Type.Optional(exactInteger({ minimum: 0, description: 'Resume after this event id (Last-Event-ID takes precedence).' })),
   },
   { additionalProperties: false },
 );

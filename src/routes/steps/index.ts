@@ -102,6 +102,8 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       operationId: 'postStepOutput',
       summary: "Post the model's answer to a step",
       description:
+        "In the service's form, or as the chat-completions assistant message the model returned (tool call arguments as JSON text; " +
+        'a call whose arguments are not JSON gets an error result and is not run). ' +
         'Service-owned tool calls run at once (`toolResults`); the backend\'s own calls are listed as `awaiting`. ' +
         'An output without tool calls ends the turn.',
       security: AGENT_SECURITY,

@@ -4,7 +4,7 @@
  * share, are in the wire contract (src/contract/).
  */
 import { Type } from '@sinclair/typebox';
-import { AgentId, OpaqueId, ref, Step, StepLease, TokenUsage } from '../../contract/index.js';
+import { AgentId, exactInteger, OpaqueId, ref, Step, StepLease, TokenUsage } from '../../contract/index.js';
 
 export { CompactionEntry } from '../../contract/index.js';
 
@@ -37,7 +37,7 @@ export const StepParams = Type.Object({ id: AgentId, stepId: OpaqueId });
 /** The fence of a step request: the attempt whose claim holds the step (absent: 1). */
 export const StepAttemptHeaders = Type.Object({
   'x-step-attempt': Type.Optional(
-    Type.Integer({ minimum: 1, description: "The lease's attempt from the claim (step.lease.attempt); absent means 1." }),
+    exactInteger({ minimum: 1, description: "The lease's attempt from the claim (step.lease.attempt); absent means 1." }),
   ),
 });
 
@@ -54,7 +54,7 @@ export const CompactionBody = Type.Object(
   {
     summary: Type.String({ minLength: 1, maxLength: 1_000_000, description: 'Stands for the conversation through throughSeq in every later step.' }),
     throughSeq: Type.Optional(
-      Type.Integer({
+      exactInteger({
         minimum: 1,
         description:
           "The last seq the summary stands for (absent: the session's last entry). Past the previous compaction's, within the log, " +

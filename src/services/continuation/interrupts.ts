@@ -10,16 +10,20 @@
  *
  * An interrupt cancels the open turn at once (turn-end `cancelled`) without waiting for
  * anything to quiesce; with `keepInbox` queued work stays queued and waits for the next waking
- * delivery. Each decision and its interrupt run in one synchronous span.
+ * delivery. The step the turn was on is remembered as interrupted (steps/interrupted-steps.ts).
+ * Each decision and its interrupt run in one synchronous span.
  */
 import { ServiceError } from '../../domain/errors.js';
 import type { AgentRegistry } from '../agent-registry.js';
 import type { LiveAgent } from '../live-agent.js';
+import type { InterruptedSteps } from '../steps/interrupted-steps.js';
 
 export type InterruptOrigin = 'tool' | 'operator';
 
 export interface InterruptDeps {
   registry: AgentRegistry;
+  /** Where an interrupted step is remembered, so its later requests are told so after its incarnation is gone. */
+  interrupted: InterruptedSteps;
   /** Cancels a built-in-driver request in flight for this agent. */
   abortDriven: (agent: LiveAgent) => void;
   observe?: (origin: InterruptOrigin, interrupted: number) => void;
@@ -54,7 +58,10 @@ export class Interrupts {
   }
 
   private interruptOne(agent: LiveAgent, keepInbox: boolean): boolean {
+    const turn = agent.state.turn;
+    const stepId = turn.phase === 'running' ? turn.turn.step.id : undefined;
     if (!agent.interrupt(keepInbox)) return false;
+    if (stepId !== undefined) this.deps.interrupted.remember(agent.id, stepId, agent.token);
     this.deps.abortDriven(agent);
     return true;
   }

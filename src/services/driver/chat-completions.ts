@@ -3,7 +3,8 @@
  * retry policy: 429, 5xx and connection failures are retried with exponential backoff (and
  * `Retry-After` when the endpoint sends one), all within one deadline per step. Whatever goes
  * wrong ends as a ModelRequestError whose message can be written to a session as is: it names
- * the endpoint's status and its own error text, never the API key.
+ * the endpoint's status and its own error text, never the API key; the status is on the error
+ * too.
  */
 import { Buffer } from 'node:buffer';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -49,6 +50,8 @@ export class ModelRequestError extends Error {
     message: string,
     /** Requests sent before giving up. */
     readonly attempts = 1,
+    /** The HTTP status of the endpoint's last answer; absent when none came (a network failure, a timeout). */
+    readonly status?: number,
   ) {
     super(message);
   }
@@ -105,19 +108,24 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
     let attempts = 0;
     for (;;) {
       attempts++;
-      let failure: { message: string; retryable: boolean; retryAfterMs?: number };
+      let failure: { message: string; retryable: boolean; retryAfterMs?: number; status?: number };
       try {
         // A redirect would re-send the conversation to a URL no policy checked: not followed.
         const response = await fetchImpl(url, { method: 'POST', headers, body: payload, signal, redirect: 'manual' });
         if (response.status >= 300 && response.status < 400) {
           await response.body?.cancel().catch(() => undefined);
-          throw new ModelRequestError(`${url} answered ${response.status}, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`, attempts);
+          throw new ModelRequestError(
+            `${url} answered ${response.status}, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`,
+            attempts,
+            response.status,
+          );
         }
         const text = redact(await readLimited(response, url, attempts));
-        if (response.ok) return { ...parseCompletion(url, text, attempts), attempts };
+        if (response.ok) return { ...parseCompletion(url, text, attempts, response.status), attempts };
         failure = {
           message: `${url} answered ${response.status}${errorText(text)}`,
           retryable: response.status === 429 || response.status >= 500,
+          status: response.status,
         };
         const retryAfter = retryAfterMs(response.headers.get('retry-after'));
         if (retryAfter !== undefined) failure.retryAfterMs = retryAfter;
@@ -128,9 +136,9 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         failure = { message: `could not reach ${url}: ${networkReason(error)}`, retryable: true };
       }
       failure.message = redact(failure.message);
-      if (!failure.retryable) throw new ModelRequestError(failure.message, attempts);
+      if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
       if (attempts > policy.retries) {
-        throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts);
+        throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts, failure.status);
       }
       const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** (attempts - 1));
       const wait = failure.retryAfterMs ?? backoff * (0.5 + Math.random() * 0.5);
@@ -138,7 +146,7 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         await sleep(wait, undefined, { signal });
       } catch {
         if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
-        throw new ModelRequestError(`${failure.message}; the ${policy.timeoutMs} ms step timeout ran out before attempt ${attempts + 1}`, attempts);
+        throw new ModelRequestError(`${failure.message}; the ${policy.timeoutMs} ms step timeout ran out before attempt ${attempts + 1}`, attempts, failure.status);
       }
     }
   } finally {
@@ -159,7 +167,7 @@ async function readLimited(response: Response, url: string, attempts: number): P
     size += value.byteLength;
     if (size > MAX_ANSWER_BYTES) {
       await reader.cancel().catch(() => undefined);
-      throw new ModelRequestError(`the answer of ${url} is larger than ${MAX_ANSWER_BYTES} bytes`, attempts);
+      throw new ModelRequestError(`the answer of ${url} is larger than ${MAX_ANSWER_BYTES} bytes`, attempts, response.status);
     }
     chunks.push(value);
   }
@@ -167,8 +175,8 @@ async function readLimited(response: Response, url: string, attempts: number): P
 }
 
 /** The first choice's message of a chat completion, or a ModelRequestError saying what is wrong with it. */
-function parseCompletion(url: string, text: string, attempts: number): Omit<ChatAnswer, 'attempts'> {
-  const invalid = (why: string): ModelRequestError => new ModelRequestError(`the answer of ${url} is not a chat completion: ${why}`, attempts);
+function parseCompletion(url: string, text: string, attempts: number, status: number): Omit<ChatAnswer, 'attempts'> {
+  const invalid = (why: string): ModelRequestError => new ModelRequestError(`the answer of ${url} is not a chat completion: ${why}`, attempts, status);
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);

@@ -6,8 +6,9 @@
  * tool the agent does not have gets an `unknown tool` error result, arguments that are not
  * JSON get an error result without running anything. A request that cannot be completed
  * (after retries, or past the step timeout) ends the turn as failed with the reason in its
- * turn-end entry; disposing the agent aborts its request in flight. A step over the agent's
- * `model.maxContextTokens` is compacted first (compaction.ts).
+ * turn-end entry, and is logged at `warn` with the agent id, the endpoint's HTTP status and
+ * its error text (never the API key); disposing the agent aborts its request in flight. A
+ * step over the agent's `model.maxContextTokens` is compacted first (compaction.ts).
  */
 import type { Logger } from 'pino';
 import { ServiceError } from '../../domain/errors.js';
@@ -19,6 +20,7 @@ import type { LiveAgent, StepClaim } from '../live-agent.js';
 import type { SessionLog } from '../session-log.js';
 import type { DirectClaimant, StepDispatcher } from '../step-dispatcher.js';
 import type { StepService } from '../step-service.js';
+import { readArguments } from '../steps/chat-output.js';
 import { completeChat, ModelRequestCancelled, ModelRequestError, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
@@ -164,10 +166,13 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       answer = await this.ask(model, step.messages ?? [], step.tools, signal);
     } catch (error) {
       if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return true; // the disposal ended the turn
-      // completeChat redacts the key from everything the endpoint said.
-      const reason = error instanceof ModelRequestError ? error.message : 'an internal error (see the service log)';
-      if (!(error instanceof ModelRequestError)) this.deps.logger.error({ err: error, agentId: agent.id }, `a ${failed} unexpectedly`);
-      return await this.fail(agent, `${failed}: ${reason}`);
+      // completeChat redacts the key from everything the endpoint said; the request's headers are never logged.
+      if (error instanceof ModelRequestError) {
+        this.deps.logger.warn({ agentId: agent.id, status: error.status, attempts: error.attempts, error: error.message }, failed);
+        return await this.fail(agent, `${failed}: ${error.message}`);
+      }
+      this.deps.logger.error({ err: error, agentId: agent.id }, `a ${failed} unexpectedly`);
+      return await this.fail(agent, `${failed}: an internal error (see the service log)`);
     } finally {
       clearInterval(renew);
     }
@@ -217,14 +222,8 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       // A call needs an id of its own to be answered: mint one where the model gave none or repeated one.
       const id = raw.id !== undefined && !seen.has(raw.id) && raw.id.length <= 200 ? raw.id : agent.newMessageId();
       seen.add(id);
-      let input: unknown;
-      try {
-        input = raw.arguments.trim() === '' ? {} : JSON.parse(raw.arguments);
-      } catch (error) {
-        input = raw.arguments;
-        const why = error instanceof Error ? error.message : String(error);
-        refused.set(id, `the arguments of tool call "${id}" (${raw.name}) are not valid JSON (${why}); the tool was not run`);
-      }
+      const { input, refusal } = readArguments(id, raw.name, raw.arguments);
+      if (refusal !== undefined) refused.set(id, refusal);
       calls.push({ id, name: raw.name, input });
     }
     const output = {

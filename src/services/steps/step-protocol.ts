@@ -8,7 +8,7 @@
  * results is validated whole before any of it is written; every write is durable before the
  * call resolves.
  */
-import type { AgentCredential, ModelOutput, OutputResult, ToolResultInput } from '../../contract/index.js';
+import type { AgentCredential, ModelOutput, OutputResult, PostedOutput, ToolResultInput } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
 import type { ToolCall } from '../../domain/message.js';
 import { renderTools, type ToolSchema } from '../../domain/step-render.js';
@@ -23,6 +23,8 @@ import type { SessionLog } from '../session-log.js';
 import type { StepDispatcher } from '../step-dispatcher.js';
 import type { ToolRegistry } from '../tool-registry.js';
 import type { Tracing } from '../tracing/tracing.js';
+import { readOutput } from './chat-output.js';
+import type { InterruptedSteps } from './interrupted-steps.js';
 import { loggableCall } from './redaction.js';
 import { estimateTokens, type RenderedStep } from './rendered-step.js';
 import type { StepCache } from './step-cache.js';
@@ -45,6 +47,8 @@ export interface StepProtocolDeps {
   price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
   /** Told which model a backend said answered, for the step's span. */
   tracing: Pick<Tracing, 'answeredBy'>;
+  /** Steps whose turn was interrupted: told so even once their incarnation is gone. */
+  interrupted: Pick<InterruptedSteps, 'refuse'>;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -105,24 +109,28 @@ export class StepProtocol {
     return step === null ? null : { agentId: claim.agent.id, agentToken: claim.agent.token, step };
   }
 
-  /** `attempt` is the fence (X-Step-Attempt): only the claim holding the step may answer it. */
-  async postOutput(id: string, token: string | undefined, stepId: string, output: ModelOutput, attempt = 1): Promise<OutputResult> {
-    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+  /**
+   * The output as posted, in either form (read into one by chat-output.ts). `attempt` is the
+   * fence (X-Step-Attempt): only the claim holding the step may answer it.
+   */
+  async postOutput(id: string, token: string | undefined, stepId: string, posted: PostedOutput, attempt = 1): Promise<OutputResult> {
+    const { output, refused } = readOutput(posted);
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
     refuseDriven(agent);
-    return this.applyOutput(agent, stepId, output, attempt);
+    return this.applyOutput(agent, stepId, output, attempt, refused);
   }
 
   /** Renew the lease of the claim `attempt` on a step: 200 `{lease}`. */
   async heartbeat(id: string, token: string | undefined, stepId: string, attempt = 1): Promise<{ lease: LeaseView }> {
-    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
     refuseDriven(agent);
     return { lease: agent.steps.heartbeat(stepId, attempt) };
   }
 
   /**
    * Record a step's output and run its service-owned tool calls. A call listed in `refused`
-   * (the driver could not read its arguments) is recorded with that error as its result
-   * instead of being run. The calls run with the turn's signal: an interrupt meanwhile stops
+   * (its arguments could not be read) is recorded with that error as its result instead of
+   * being run, whoever's tool it names. The calls run with the turn's signal: an interrupt meanwhile stops
    * them before their effect, and the results not yet recorded then are the stand-ins the
    * interrupt wrote (the response says the turn ended).
    */
@@ -182,7 +190,7 @@ export class StepProtocol {
   }
 
   async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt = 1): Promise<{ turn: 'open' | 'ended' }> {
-    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
     refuseDriven(agent);
     return this.applyToolResults(agent, stepId, results, attempt);
   }
@@ -193,6 +201,15 @@ export class StepProtocol {
     for (const r of results) agent.steps.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true, attempt);
     await this.deps.log.durable(agent.rootId);
     return { turn: 'open' };
+  }
+
+  /**
+   * A request about `stepId` whose token is not the live incarnation's: 409 when that token's
+   * incarnation held the step when its turn was interrupted, else AGENT_NOT_FOUND or UNAUTHORIZED.
+   */
+  private async rejectStepCaller(id: string, stepId: string, token: string | undefined): Promise<never> {
+    this.deps.interrupted.refuse(id, stepId, token);
+    return this.deps.authority.rejectCredential(id);
   }
 
   /**

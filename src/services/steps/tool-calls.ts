@@ -3,9 +3,10 @@
  * failure into the result the session records, and `POST /v1/agents/{id}/tool-calls` (a call
  * outside a step's output, with an optional idempotency key).
  *
- * Invariants: every call and its result are written to the caller's session (the input
- * redacted, see redaction.ts); a failed call's result is `Error: <message>` and the same
- * ServiceError is what the caller gets; under an idempotency key only a success is kept,
+ * Invariants: every call that ran and its result are written to the caller's session (the
+ * input redacted, see redaction.ts), except a failure the caller says refuses its request
+ * (`writesFailure`), which writes nothing; a failed call's result is `Error: <message>` and the
+ * same ServiceError is what the caller gets; under an idempotency key only a success is kept,
  * without tokens, recorded in the synchronous span of the tool's effect.
  */
 import type { Logger } from 'pino';
@@ -22,6 +23,19 @@ import { loggableCall, withoutTokens } from './redaction.js';
 
 /** A call's result as the route sees it: the contract's tool result plus the credentials it returns (the route's wire shape drops `name`). */
 export type CallResult = ToolResult & { spawned?: AgentCredential[]; resumed?: AgentCredential[] };
+
+/** How a call outside a step's output is made. */
+export interface CallOptions {
+  /** Aborted when the caller went away: a call not yet admitted is CANCELLED. */
+  signal?: AbortSignal | undefined;
+  /** An idempotency key: a success is kept and replayed. */
+  idem?: IdempotencyRequest | undefined;
+  /**
+   * Whether a failure is still written to the session as the call and its error result
+   * (absent: always). False for a failure that refuses the request, which must change nothing.
+   */
+  writesFailure?: ((error: ServiceError) => boolean) | undefined;
+}
 
 /** What running one tool call came to; `error` is set when it failed. */
 export interface RunOutcome {
@@ -70,22 +84,24 @@ export class ToolCalls {
   /**
    * Run one service-owned tool as this agent, outside a step's output. The call and its
    * result are written to the agent's session: as the result of the open step's call with the
-   * same id when there is one, otherwise as a call/result pair at the next safe position.
-   * Errors are rethrown with the same text the session records.
+   * same id when there is one, otherwise as a call/result pair at the next safe position. A
+   * failure is rethrown with the text the session would record; it is written only when
+   * `writesFailure` says so.
    */
-  async callTool(id: string, token: string | undefined, body: ToolCallBody, signal?: AbortSignal, idem?: IdempotencyRequest): Promise<CallResult & { replayed: boolean }> {
+  async callTool(id: string, token: string | undefined, body: ToolCallBody, options: CallOptions = {}): Promise<CallResult & { replayed: boolean }> {
     const { authority } = this.deps;
+    const { signal, idem, writesFailure } = options;
     const agent = authority.liveWithToken(id, token) ?? (await this.rejectToolCaller(id, body.name, token));
     if (idem === undefined) {
       // No key: nothing to record or replay, and the view is the caller's own.
-      const view: CallResult & { replayed?: boolean } = await this.invoke(agent, body, signal);
+      const view: CallResult & { replayed?: boolean } = await this.invoke(agent, body, signal, writesFailure);
       view.replayed = false;
       return view as CallResult & { replayed: boolean };
     }
     const result = await this.deps.idempotency.run<CallResult>({ sender: agent.id, rootId: agent.rootId }, idem, 200, async (record) => {
       // The key lookup awaited: act only if this is still the live incarnation.
       if (authority.liveWithToken(id, token) !== agent) await this.rejectToolCaller(id, body.name, token);
-      return this.invoke(agent, body, signal, record);
+      return this.invoke(agent, body, signal, writesFailure, record);
     });
     // A stored result never holds a token: a replay names each child's current one.
     const current = (list: AgentCredential[] | undefined): AgentCredential[] | undefined =>
@@ -126,10 +142,17 @@ export class ToolCalls {
 
   /**
    * Run one tool call as `agent` and log it; resolves once durable with a view of its own.
-   * `record`, under an idempotency key, receives the success once, without tokens, in the
-   * synchronous span of the tool's effect.
+   * A failure `writesFailure` turns down is thrown without writing anything. `record`, under
+   * an idempotency key, receives the success once, without tokens, in the synchronous span of
+   * the tool's effect.
    */
-  private async invoke(agent: LiveAgent, body: ToolCallBody, signal: AbortSignal | undefined, record?: (view: CallResult) => void): Promise<CallResult> {
+  private async invoke(
+    agent: LiveAgent,
+    body: ToolCallBody,
+    signal: AbortSignal | undefined,
+    writesFailure: CallOptions['writesFailure'],
+    record?: (view: CallResult) => void,
+  ): Promise<CallResult> {
     const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
     // A call the open step does not await is logged as context, a call and its result: with
     // no room for them it is refused before it runs, and the room is held until it is logged.
@@ -153,6 +176,7 @@ export class ToolCalls {
     } finally {
       releaseRoom?.();
     }
+    if (outcome.error !== undefined && writesFailure?.(outcome.error) === false) throw outcome.error;
     this.record(agent, call, outcome.result);
     const view: CallResult = outcome.result;
     if (outcome.spawned.length > 0) view.spawned = outcome.spawned;

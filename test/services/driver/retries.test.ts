@@ -1,7 +1,8 @@
 /**
  * The built-in model driver against a scripted chat-completions server (demo/scripted-model.ts).
  * Retries and giving up: retryable statuses and connection failures, the error text recorded
- * (never an echoed API key), the per-step timeout and the backoff counted against it.
+ * (never an echoed API key) and logged at warn, the per-step timeout and the backoff counted
+ * against it.
  */
 import { describe, expect, it } from 'vitest';
 import { lastMessage } from '../../../demo/scripted-model.js';
@@ -16,6 +17,7 @@ import {
   turnEnded,
   view,
 } from '../../fixtures/driver.js';
+import { createLogger } from '../../../src/logger.js';
 import { createRoot, session } from '../../fixtures/harness.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 
@@ -117,6 +119,46 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     expect(end.error).toMatch(/answered 401: Incorrect API key provided: /);
     // The service sent this key; the session must not become a store of it.
     expect(JSON.stringify(await session(h.app, root.id))).not.toContain('sk-test-echoed-secret');
+  });
+
+  it('logs a failing endpoint at warn with the agent id, the status and the error text, never the key or the Authorization header', async () => {
+    const KEY = 'sk-test-logged-secret';
+    const lines: string[] = [];
+    const logger = createLogger('trace', { write: (line: string) => void lines.push(line) });
+    const h = await start({ logger, driver: { env: { DEMO_API_KEY: KEY } } });
+    const model = await startModelServer(() => ({ status: 401, body: JSON.stringify({ error: { message: `Incorrect API key provided: ${KEY}` } }) }));
+    const root = await createRoot(h.app, { model: spec(model, { apiKeyEnv: 'DEMO_API_KEY' }) });
+    accepted(await followup(h, root.id, 'hi'));
+    await turnEnded(h, root.id);
+    expect(model.requests[0]!.authorization).toBe(`Bearer ${KEY}`);
+
+    const records = lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+    const failures = records.filter((r) => r.msg === 'model request failed');
+    expect(failures).toEqual([
+      expect.objectContaining({
+        level: 40,
+        agentId: root.id,
+        status: 401,
+        attempts: 1,
+        error: `${model.url}/chat/completions answered 401: Incorrect API key provided: [redacted]`,
+      }),
+    ]);
+    expect(lines.join('\n')).not.toContain(KEY);
+    expect(lines.join('\n').toLowerCase()).not.toContain('bearer');
+  });
+
+  it('logs an endpoint that cannot be reached at warn without a status', async () => {
+    const lines: string[] = [];
+    const h = await start({ logger: createLogger('warn', { write: (line: string) => void lines.push(line) }), driver: { retries: 1 } });
+    const gone = await startModelServer(() => answer('never'));
+    const url = gone.url;
+    await gone.close();
+    const root = await createRoot(h.app, { model: { provider: 'openai-compatible', baseUrl: url, model: 'm' } });
+    accepted(await followup(h, root.id, 'anyone there?'));
+    await turnEnded(h, root.id);
+    const failure = lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((r) => r.msg === 'model request failed');
+    expect(failure).toMatchObject({ level: 40, agentId: root.id, attempts: 2, error: `could not reach ${url}/chat/completions: ECONNREFUSED (gave up after 2 attempts)` });
+    expect(failure).not.toHaveProperty('status');
   });
 
   it.each([

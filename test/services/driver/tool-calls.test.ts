@@ -172,7 +172,10 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     const held = deferred<void>();
     const model = await startModelServer((req) => {
       if (isChild(req)) return answer('child done');
-      if (lastMessage(req)!.role === 'user') {
+      const last = lastMessage(req)!;
+      // A first turn starts a child, so that the root has the subagent-control tools.
+      if (last.role === 'user' && last.content === 'first') return { answer: { toolCalls: [call('spawn_subagent', { prompt: 'first child' }, 's0')] } };
+      if (last.role === 'user') {
         // From here every commit waits: the spawn below cannot finish until the test says.
         store.gate = held.promise;
         return { answer: { toolCalls: [call('ext_lookup', { q: 'x' }, 'x1'), call('spawn_subagent', { prompt: 'slow' }, 's1')] } };
@@ -180,40 +183,46 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       return answer('done');
     });
     const root = await createRoot(h.app, { model: spec(model) });
+    accepted(await followup(h, root.id, 'first'));
+    const first = (await turnEnded(h, root.id)).length;
     accepted(await followup(h, root.id, 'go'));
     const live = h.system.registry.get(root.id)!;
     const awaiting = (): readonly string[] => (live.state.turn.phase === 'running' ? live.state.turn.turn.step.awaiting : []);
     await until(() => store.held > 0 && awaiting().includes('x1') && awaiting().includes('s1'), 'the answer recorded, its spawn held at the commit', DRIVER_WAIT);
+    const callX1 = (name: string, input: object) =>
+      h.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/tool-calls`, headers: { 'x-agent-token': root.token }, payload: { name, input, toolCallId: 'x1' } });
 
-    // A backend answers the unknown call itself, while the driver is still inside the spawn.
-    const backend = h.app.inject({
-      method: 'POST',
-      url: `/v1/agents/${root.id}/tool-calls`,
-      headers: { 'x-agent-token': root.token },
-      payload: { name: 'ext_lookup', input: { q: 'x' }, toolCallId: 'x1' },
-    });
+    // A call the backend makes for x1 that is refused answers nothing: x1 still awaits.
+    const refused = await callX1('ext_lookup', { q: 'x' });
+    expect(refused.statusCode).toBe(404);
+    expect(refused.json()).toMatchObject({ code: 'TOOL_NOT_FOUND', toolResult: { isError: true, content: 'Error: unknown tool "ext_lookup"' } });
+    expect(awaiting()).toEqual(['x1', 's1']);
+
+    // One that runs is x1's result, while the driver is still inside the spawn (interrupt_agent
+    // runs at once; naming no live subagent, it is accepted as a no-op).
+    const backend = callX1('interrupt_agent', { agent_id: 'nobody' });
     await until(() => !awaiting().includes('x1'), 'the backend result for x1', DRIVER_WAIT);
     expect(awaiting()).toEqual(['s1']);
     store.gate = undefined;
     held.resolve();
 
     const res = await backend;
-    expect(res.statusCode).toBe(404);
-    expect(res.json()).toMatchObject({ code: 'TOOL_NOT_FOUND', toolResult: { isError: true, content: 'Error: unknown tool "ext_lookup"' } });
-    const log = await turnEnded(h, root.id);
-    const childId = (await childrenOf(h, root.id))[0]!.id;
+    expect(res.statusCode).toBe(200);
+
+    const log = (await turnEnded(h, root.id, 2)).slice(first);
+    const childId = (await childrenOf(h, root.id))[1]!.id;
     expect(picture(log)).toEqual([
       'turn-start',
       'user:go',
       'step-start:0',
       'assistant: calls[ext_lookup,spawn_subagent]',
-      'tool:Error: unknown tool "ext_lookup"',
+      'tool:interrupt requested for agent nobody',
       `tool:started background subagent ${childId}`,
       'step-start:1',
       'assistant:done',
       'turn-end:completed',
     ]);
-    expect([log[4]!.toolCallId, log[4]!.isError]).toEqual(['x1', true]);
+    expect([log[4]!.toolCallId, log[4]!.isError]).toEqual(['x1', undefined]);
     expect(log[5]!.toolCallId).toBe('s1');
     expect(h.errors()).toEqual([]);
     await until(async () => (await view(h, childId)).status === 'settled', 'the child to settle', DRIVER_WAIT);
