@@ -41,6 +41,7 @@ import { postgresUnavailable } from './postgres-outages.js';
 import { inTransaction } from './postgres-transactions.js';
 import { writeRows } from './postgres-writes.js';
 import { PostgresWebhooks } from './postgres-webhooks.js';
+import { storedRootOf, type RootRow } from './root-rows.js';
 
 export interface PostgresStoreOptions {
   url: string;
@@ -172,7 +173,7 @@ export class PostgresSessionStore implements SessionStore {
    * database's collation; the partial index sessions_roots serves the page in that order.
    */
   async roots(after: ListPosition | undefined, limit: number): Promise<StoredRoot[]> {
-    const { rows } = await this.pool.query<{ id: string; created_at: string; label: string | null; last_entry_at: string | null; boundary: string | null }>(
+    const { rows } = await this.pool.query<RootRow>(
       `SELECT s.id, s.created_at, (s.header::jsonb)->>'label' AS label,
          (SELECT (e.body::jsonb)->>'at' FROM entries e WHERE e.session_id = s.id AND e.seq = s.last_seq) AS last_entry_at,
          (SELECT b.type FROM entries b WHERE b.session_id = s.id AND b.type IN ('turn-start', 'turn-end') ORDER BY b.seq DESC LIMIT 1) AS boundary
@@ -182,13 +183,7 @@ export class PostgresSessionStore implements SessionStore {
       // '' sorts before every creation time: no position is the start of the list.
       [after?.createdAt ?? '', after?.id ?? '', limit],
     );
-    return rows.map((row) => ({
-      id: row.id,
-      ...(row.label === null ? {} : { label: row.label }),
-      createdAt: row.created_at,
-      lastEntryAt: row.last_entry_at ?? row.created_at,
-      openTurn: row.boundary === 'turn-start',
-    }));
+    return rows.map(storedRootOf);
   }
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {

@@ -32,6 +32,7 @@ import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
 import { SqliteWebhooks } from './sqlite-webhooks.js';
 import { InlineWriter, ThreadWriter, type SqliteWriter } from './sqlite-writer.js';
 import { sqliteUnavailable } from './sqlite-outages.js';
+import { storedRootOf, type RootRow } from './root-rows.js';
 import { encodeBatch, LAST_FOREST_SEQ, openConnection, type SqliteSyncMode, type WriterSettings } from './sqlite-writes.js';
 
 export { SQLITE_SYNC_MODES, type SqliteSyncMode } from './sqlite-writes.js';
@@ -183,13 +184,7 @@ export class SqliteSessionStore implements SessionStore {
   async roots(after: ListPosition | undefined, limit: number): Promise<StoredRoot[]> {
     // '' sorts before every creation time: no position is the start of the list.
     const rows = this.statements.roots.all({ createdAt: after?.createdAt ?? '', id: after?.id ?? '', limit });
-    return rows.map((row) => ({
-      id: row.id,
-      ...(row.label === null ? {} : { label: row.label }),
-      createdAt: row.created_at,
-      lastEntryAt: row.last_entry_at ?? row.created_at,
-      openTurn: row.boundary === 'turn-start',
-    }));
+    return rows.map(storedRootOf);
   }
 
   async readForest(rootId: string, after: number, limit: number): Promise<BatchEntry[]> {
@@ -291,14 +286,6 @@ function parseChunk(text: string): StoredEntry[] {
 
 function entryOf(seq: number, [, body]: StoredEntry): SessionEntry {
   return { seq, ...body } as SessionEntry;
-}
-
-interface RootRow {
-  id: string;
-  created_at: string;
-  label: string | null;
-  last_entry_at: string | null;
-  boundary: string | null;
 }
 
 interface PendingDbRow {
