@@ -25,7 +25,7 @@ async function endTurn(h: Harness, agent: CreatedRoot): Promise<void> {
 }
 
 /** One forest's whole life: a child that reports and settles twice (cold-resumed once), then the disposal. */
-async function forestLife(h: Harness): Promise<void> {
+async function forestLife(h: Harness): Promise<{ rootId: string; childId: string }> {
   const root = await createRoot(h.app);
   const child = await startChild(h, root);
   await report(h, child, 'first finding');
@@ -42,7 +42,21 @@ async function forestLife(h: Harness): Promise<void> {
   await endTurn(h, again);
   await until(async () => (await status(h, child.id)) === 'settled', 'the child settles again');
   expect((await h.app.inject({ method: 'DELETE', url: `/v1/agents/${root.id}` })).statusCode).toBe(202);
+  return { rootId: root.id, childId: child.id };
 }
+
+describe('a disposed forest', () => {
+  it('leaves no live agent, no open session and no forest position in the log', async () => {
+    const h = await startHarness();
+
+    const { rootId, childId } = await forestLife(h);
+
+    expect(h.system.registry.size).toBe(0);
+    expect(h.system.registry.liveInForest(rootId)).toBe(0);
+    expect([h.system.log.isOpen(rootId), h.system.log.isOpen(childId)]).toEqual([false, false]);
+    expect(h.system.log.forestLoaded(rootId)).toBe(false);
+  });
+});
 
 describe('tool schemas', () => {
   it('a child Activation, fresh or cold-resumed, compiles no schema: its report tool reuses the one compiled at load', async () => {
