@@ -269,7 +269,7 @@ async function main(): Promise<Record<string, unknown>> {
     const drift = heap.slope * window;
     return {
       at: new Date().toISOString(),
-      commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim(),
+      commit,
       machine: { cpus: cpus().length, model: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
       settings: { minutes, warmUpMinutes, epochSeconds, forests, children, sampleSeconds, serverEnv },
       epochs,
@@ -298,9 +298,16 @@ async function main(): Promise<Record<string, unknown>> {
   }
 }
 
+// The build measured: the commit, marked when the sources differ from it.
+const commit = `${execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim()}${execFileSync('git', ['status', '--porcelain', 'src'], { cwd: root, encoding: 'utf8' }).trim() === '' ? '' : '+changes'}`;
 buildServer();
 const results = await main();
 const { samples: _samples, heapGrowth: grew, ...summary } = results;
 if (grew !== undefined) console.table(grew);
 console.log(JSON.stringify(summary, null, 2));
+const { heap, rss } = summary as { heap: { slopeMiBPerMinute: number; slopeErrorMiBPerMinute: number; driftMiB: number; spreadMiB: number; flat: boolean }; rss: { startMiB: number; endMiB: number } };
+console.log(
+  `heap after full collections: ${heap.slopeMiBPerMinute} ± ${heap.slopeErrorMiBPerMinute} MiB/min after the warm-up, a drift of ${heap.driftMiB} MiB ` +
+    `against a spread of ${heap.spreadMiB} MiB: ${heap.flat ? 'flat' : 'GROWING'}; RSS ${rss.startMiB} → ${rss.endMiB} MiB`,
+);
 writeFileSync(join(root, 'bench', 'soak.json'), `${JSON.stringify(results, null, 2)}\n`);
