@@ -82,15 +82,38 @@ export async function startBareServer(): Promise<Server> {
   return startProcess(BARE_SERVER, join(tmpdir(), `agentforest-bench-bare-${process.pid}-${Date.now()}.log`), {});
 }
 
-async function startProcess(script: string, logPath: string, env: Record<string, string>): Promise<Server> {
+/** A server started with its inspector open (see startInspectedServer). */
+export interface InspectedServer extends Server {
+  /** The inspector's WebSocket address (bench/inspector.ts connects to it). */
+  inspectorUrl: string;
+  pid: number;
+}
+
+/**
+ * Start the built service exactly as `npm start` does (dist/server.js, no route of the
+ * benchmark's), with its inspector open on a free loopback port: the bench reads its heap and
+ * takes heap snapshots through it. Its standard error goes to a file beside the log, where
+ * node names the inspector's address.
+ */
+export async function startInspectedServer(data: string, env: Record<string, string> = {}): Promise<InspectedServer> {
+  const errPath = `${data}.stderr`;
+  const server = await startProcess('dist/server.js', `${data}.log`, { AGENTFOREST_DATA: data, ...env }, { nodeFlags: ['--inspect=127.0.0.1:0'], errPath });
+  const line = readFileSync(errPath, 'utf8').split('\n').find((l) => l.startsWith('Debugger listening on '));
+  if (line === undefined) throw new Error(`the server named no inspector address in ${errPath}`);
+  return { ...server, inspectorUrl: line.slice('Debugger listening on '.length).trim(), pid: server.child.pid! };
+}
+
+async function startProcess(script: string, logPath: string, env: Record<string, string>, options: { nodeFlags?: string[]; errPath?: string } = {}): Promise<Server> {
   const log = openSync(logPath, 'w');
-  const child = spawn(process.execPath, ['--expose-gc', ...startFlags(), script], {
+  const err = options.errPath === undefined ? 'inherit' : openSync(options.errPath, 'w');
+  const child = spawn(process.execPath, [...(options.nodeFlags ?? ['--expose-gc']), ...startFlags(), script], {
     cwd: root,
     // One client drives each server as hard as it can: the operator rate limit is off.
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', AGENTFOREST_RATE_LIMIT: '0', ...env },
-    stdio: ['ignore', log, 'inherit'],
+    stdio: ['ignore', log, err],
   });
   closeSync(log);
+  if (typeof err === 'number') closeSync(err);
   let exited: number | null = null;
   child.once('exit', (code) => (exited = code ?? -1));
   const deadline = Date.now() + 60_000;
@@ -113,6 +136,7 @@ async function startProcess(script: string, logPath: string, env: Record<string,
         await new Promise((r) => child.once('exit', r));
       }
       rmSync(logPath, { force: true });
+      if (options.errPath !== undefined) rmSync(options.errPath, { force: true });
     },
   };
 }

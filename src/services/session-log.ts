@@ -45,8 +45,10 @@ export class SessionLog {
   /** Open sessions: their last seq and their forest's root. */
   private readonly sessions = new Map<string, { seq: number; root: string }>();
   /**
-   * Forests this process has written to: the last forestSeq assigned and how many sessions are
-   * open. Kept after the last session closes, so a reload can never hand out a position twice.
+   * Forests with a session open here: the last forestSeq assigned and how many sessions are
+   * open. Forgotten when the last one closes (a disposed forest leaves nothing here); loading
+   * it again reads its last position back once the writes queued before have committed, so a
+   * position is never handed out twice.
    */
   private readonly forests = new Map<string, { seq: number; open: number }>();
   private readonly listeners = new Set<CommitListener>();

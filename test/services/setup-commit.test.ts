@@ -21,7 +21,7 @@ import type { IdSource } from '../../src/domain/ports.js';
 import type { SessionEntry } from '../../src/domain/session.js';
 import { REVOKED_MESSAGE } from '../../src/services/continuation/setup-registry.js';
 import type { AgentScope, LiveAgent } from '../../src/services/live-agent.js';
-import { defineTool } from '../../src/services/define-tool.js';
+import { defineTool, toolInput } from '../../src/services/define-tool.js';
 import { timeOrderedIds } from '../../src/services/ids.js';
 import { claim, createRoot, postOutput, startHarness, until, type Harness } from '../fixtures/harness.js';
 
@@ -35,7 +35,7 @@ const CHILD = { mode: 'continuable', provider: 'in-process', prompt: 'child task
 const PROBE_TOOL = defineTool({
   name: 'probe',
   description: 'test probe',
-  input: Type.Object({}),
+  input: toolInput(Type.Object({})),
   inScope: () => true,
   execute: () => ({ output: {}, content: 'probed' }),
 });

@@ -7,7 +7,7 @@
 import { Type } from '@sinclair/typebox';
 import type { ChildListing } from '../../contract/index.js';
 import type { ChildDelivery, ContinuationManager } from '../continuation/continuation-manager.js';
-import { defineTool } from '../define-tool.js';
+import { defineTool, toolInput } from '../define-tool.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { ServiceTool, ToolOutcome } from '../tool-registry.js';
 
@@ -25,6 +25,32 @@ export const INTERRUPT_AGENT_DESCRIPTION =
   "Interrupt a background subagent below you (any depth): its current turn stops at once. Messages already queued for it stay " +
   'queued and wait until you send it another message. Returns accepted: false when the subagent is not running here.';
 
+const SendMessageInput = toolInput(
+  Type.Object(
+    {
+      subagent_id: Type.String({ minLength: 1, description: 'The subagent id returned when the background subagent was started.' }),
+      message: Type.String({ minLength: 1, description: 'The message to deliver to the subagent.' }),
+    },
+    { additionalProperties: false },
+  ),
+);
+const ListAgentsInput = toolInput(
+  Type.Object(
+    {
+      scope: Type.Optional(
+        Type.Union([Type.Literal('children'), Type.Literal('descendants')], { description: 'children (default): the subagents you started; descendants: every depth.' }),
+      ),
+    },
+    { additionalProperties: false },
+  ),
+);
+const InterruptAgentInput = toolInput(
+  Type.Object(
+    { agent_id: Type.String({ minLength: 1, description: 'The id of the subagent to interrupt.' }) },
+    { additionalProperties: false },
+  ),
+);
+
 export interface ControlDeps {
   manager: ContinuationManager;
   hasContinuableChildren(agent: LiveAgent): boolean;
@@ -38,13 +64,7 @@ export function controlTools(deps: ControlDeps): ServiceTool[] {
   const sendMessage = defineTool({
     name: 'send_message',
     description: SEND_MESSAGE_DESCRIPTION,
-    input: Type.Object(
-      {
-        subagent_id: Type.String({ minLength: 1, description: 'The subagent id returned when the background subagent was started.' }),
-        message: Type.String({ minLength: 1, description: 'The message to deliver to the subagent.' }),
-      },
-      { additionalProperties: false },
-    ),
+    input: SendMessageInput,
     inScope,
     async execute(input, { agent, accepted }) {
       const outcome = (delivered: ChildDelivery): ToolOutcome => ({
@@ -67,14 +87,7 @@ export function controlTools(deps: ControlDeps): ServiceTool[] {
   const listAgents = defineTool({
     name: 'list_agents',
     description: LIST_AGENTS_DESCRIPTION,
-    input: Type.Object(
-      {
-        scope: Type.Optional(
-          Type.Union([Type.Literal('children'), Type.Literal('descendants')], { description: 'children (default): the subagents you started; descendants: every depth.' }),
-        ),
-      },
-      { additionalProperties: false },
-    ),
+    input: ListAgentsInput,
     inScope,
     async execute(input, { agent }) {
       const scope = input.scope ?? 'children';
@@ -90,10 +103,7 @@ export function controlTools(deps: ControlDeps): ServiceTool[] {
   const interruptAgent = defineTool({
     name: 'interrupt_agent',
     description: INTERRUPT_AGENT_DESCRIPTION,
-    input: Type.Object(
-      { agent_id: Type.String({ minLength: 1, description: 'The id of the subagent to interrupt.' }) },
-      { additionalProperties: false },
-    ),
+    input: InterruptAgentInput,
     inScope,
     execute(input, { agent, accepted }) {
       const outcome: ToolOutcome = { output: { accepted: deps.interrupt(agent, input.agent_id) }, content: `interrupt requested for agent ${input.agent_id}` };

@@ -10,7 +10,7 @@ import { Type } from '@sinclair/typebox';
 import { ServiceError } from '../../domain/errors.js';
 import type { ReportDelivery } from '../../domain/packages.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
-import { defineTool } from '../define-tool.js';
+import { defineTool, toolInput } from '../define-tool.js';
 import { DEFAULT_LIMITS } from '../limits.js';
 import type { ServiceTool } from '../tool-registry.js';
 
@@ -21,11 +21,14 @@ export const REPORT_DESCRIPTION =
 
 export const REPORT_OUTPUT_DESCRIPTION = 'Self-contained content for your parent; it does not see your private work.';
 
+const ReportInput = toolInput(Type.Object({ output: Type.String({ description: REPORT_OUTPUT_DESCRIPTION }) }, { additionalProperties: false }));
+
+/** The `report` tool of one Activation (built for each; its input was compiled once, above). */
 export function reportTool(manager: ContinuationManager, delivery: ReportDelivery, maxBytes: number = DEFAULT_LIMITS.reportBytes): ServiceTool {
   return defineTool({
     name: 'report',
     description: REPORT_DESCRIPTION,
-    input: Type.Object({ output: Type.String({ description: REPORT_OUTPUT_DESCRIPTION }) }, { additionalProperties: false }),
+    input: ReportInput,
     inScope: () => true,
     execute(input, { agent, signal, accepted }) {
       const bytes = Buffer.byteLength(input.output, 'utf8');

@@ -7,7 +7,7 @@
 import { Type } from '@sinclair/typebox';
 import { Budget } from '../../contract/index.js';
 import type { ContinuationManager } from '../continuation/continuation-manager.js';
-import { defineTool } from '../define-tool.js';
+import { defineTool, toolInput } from '../define-tool.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { ServiceTool, ToolOutcome } from '../tool-registry.js';
 
@@ -31,8 +31,8 @@ const GRANT_FIELD = {
   ),
 };
 
-const SpawnInput = Type.Object(SPAWN_FIELDS, { additionalProperties: false });
-const SpawnInputWithGrant = Type.Object({ ...SPAWN_FIELDS, ...GRANT_FIELD }, { additionalProperties: false });
+const SpawnInput = toolInput(Type.Object(SPAWN_FIELDS, { additionalProperties: false }));
+const SpawnInputWithGrant = toolInput(Type.Object({ ...SPAWN_FIELDS, ...GRANT_FIELD }, { additionalProperties: false }));
 
 export function spawnSubagentTool(manager: ContinuationManager, options: { modelGrants: boolean } = { modelGrants: false }): ServiceTool {
   return defineTool({
