@@ -6,7 +6,7 @@
  * The state it moves, its phases and effects are in agent-state.ts; the transitions of one
  * step (claim, lapse, output, results) in step-machine.ts. Both are re-exported here.
  *
- * Deliveries (reference-semantics.md §1):
+ * Deliveries:
  * - `inject`: idle/closing append at once; admitting/running stage it for the next safe log
  *   position (the next step start or the turn end). It never creates an inbox item.
  * - `followup`: one queued inbox item, the sole prompt of a later turn; never joins an open turn.

@@ -1,6 +1,6 @@
 /**
  * The turn state machine as a table: every phase (with each step status of a running turn)
- * against every operation, then the delivery rules of reference-semantics.md §1 as scenarios,
+ * against every operation, then the delivery rules (inject, followup, steer) as scenarios,
  * then a seeded random walk that checks the inbox accounting and log shape. Every state is
  * built with the real transition functions from `initialState()`, and every transition is
  * followed by `checkInvariants`.

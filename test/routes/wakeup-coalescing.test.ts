@@ -6,7 +6,7 @@
  * the `Background subagent <childId> reported:` framing, and turn-start names the first. Only
  * the inbox tail is joined, so FIFO order of all queued work holds; quiet reports are never
  * coalesced away; the grouping survives a restart on SQLite. With coalescing off (the default)
- * each wakeup report is its own later turn, as spec/API.md says.
+ * each wakeup report is its own later turn, as the contract says.
  */
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';

@@ -1,11 +1,10 @@
 /**
- * The parent-side control tools (package `subagent-control`), reference scenarios 31–35
- * (reference-semantics.md §5), driven over HTTP: `send_message` from a step's output and from
- * `POST /v1/agents/{id}/tool-calls`.
+ * The parent-side control tools (package `subagent-control`), driven over HTTP: `send_message`
+ * from a step's output and from `POST /v1/agents/{id}/tool-calls`.
  *
  * send_message is in scope only for agents that have continuable children, so every caller
- * here first starts one. Adaptation: scenario 35 ("no calling agent") becomes a tool call
- * without an agent token, which the HTTP service refuses with 403 UNAUTHORIZED and a toolResult.
+ * here first starts one. A call with no calling agent is, over HTTP, a tool call without an
+ * agent token, which the service refuses with 403 UNAUTHORIZED and a toolResult.
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
@@ -96,7 +95,7 @@ async function parentInTurn(h: Harness, id = 'r'): Promise<{ root: CreatedRoot; 
 }
 
 describe('send_message', () => {
-  it('scenario 31: send_message to a settled child cold-resumes it as its next turn, with the coordinator source', async () => {
+  it('send_message to a settled child cold-resumes it as its next turn, with the coordinator source', async () => {
     const h = await open();
     const { root, child, step } = await parentInTurn(h);
     await output(h, child, (await claimStep(h, child)).id, { content: 'first answer' });
@@ -136,7 +135,7 @@ describe('send_message', () => {
     expect(userTexts(childLog)).toEqual(['child task', 'more work']);
   });
 
-  it('scenario 32: send_message during an open child turn becomes a later turn and never joins the open one', async () => {
+  it('send_message during an open child turn becomes a later turn and never joins the open one', async () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -173,7 +172,7 @@ describe('send_message', () => {
     expect(laterStep.messages.filter((m) => m.role === 'user').at(-1)?.content).toBe('later work');
   });
 
-  it('scenario 33: send_message to an unknown id is an error saying the subagent is unavailable', async () => {
+  it('send_message to an unknown id is an error saying the subagent is unavailable', async () => {
     const h = await open();
     const { root, step } = await parentInTurn(h);
 
@@ -191,7 +190,7 @@ describe('send_message', () => {
     expect(error.toolResult).toEqual({ isError: true, content: `Error: ${error.message}` });
   });
 
-  it('scenario 34: send_message from an agent that is not the subagent\'s parent is an error naming another parent session', async () => {
+  it('send_message from an agent that is not the subagent\'s parent is an error naming another parent session', async () => {
     const h = await open();
     const owner = await createRoot(h.app, { id: 'owner' });
     const target = await startChild(h, owner);
@@ -218,7 +217,7 @@ describe('send_message', () => {
 
   // Adaptation: the reference's "no calling agent" (exec.agent undefined) is, over HTTP, a tool
   // call that carries no agent token: refused before any tool runs, still with a toolResult.
-  it('scenario 35: a tool call with no calling agent (no agent token) is 403 UNAUTHORIZED with a toolResult', async () => {
+  it('a tool call with no calling agent (no agent token) is 403 UNAUTHORIZED with a toolResult', async () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);

@@ -1,15 +1,14 @@
 /**
- * The child-scoped `report` tool, reference scenarios 1–17 (reference-semantics.md §5), driven
- * over HTTP (`app.inject()`) and dropping to the service layer (`h.system`) only for what HTTP
- * cannot express: a parent whose send throws once, a pre-aborted signal, a report landing while
- * a drain or a disposal is in progress, and setup contributions that revoke themselves.
+ * The child-scoped `report` tool, driven over HTTP (`app.inject()`) and dropping to the service
+ * layer (`h.system`) only for what HTTP cannot express: a parent whose send throws once, a
+ * pre-aborted signal, a report landing while a drain or a disposal is in progress, and setup
+ * contributions that revoke themselves.
  *
- * Adaptations of the reference to this HTTP service (API.md wins where they differ):
- * - scenario 12: "plugin fiber disposed / re-loaded" is DELETE and PUT /v1/packages/subagent-report.
- * - scenario 13/14: the self-revoking contributions are registered on `h.system.setup`.
- * - scenario 15: this service goes beyond the reference: once a parent's disposal has started,
- *   a report to it fails with PARENT_UNAVAILABLE (the reference still accepts it).
- * - scenario 16: "plugin shape" is the package resource (GET/PUT /v1/packages) and loadConfig.
+ * How the service's shape shows in them:
+ * - the report package unloaded and loaded again is DELETE and PUT /v1/packages/subagent-report;
+ * - the self-revoking contributions are registered on `h.system.setup`;
+ * - once a parent's disposal has started, a report to it fails with PARENT_UNAVAILABLE;
+ * - the package's shape is the package resource (GET/PUT /v1/packages) and loadConfig.
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -202,7 +201,7 @@ function lastUser(step: ClaimedStep): string | null | undefined {
 }
 
 describe('report: visibility and scope', () => {
-  it('scenario 1: roots never list report; a continuable child lists exactly one report whose only parameter is output', async () => {
+  it('roots never list report; a continuable child lists exactly one report whose only parameter is output', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     expect(await toolNames(h, root)).not.toContain('report');
@@ -225,7 +224,7 @@ describe('report: visibility and scope', () => {
     expect(stepToolNames(step).filter((n) => n === 'report')).toHaveLength(1);
   });
 
-  it('scenario 1: roots, one-shot and remote children never have report: not listed, and a call is 404 TOOL_NOT_FOUND with the exact body', async () => {
+  it('roots, one-shot and remote children never have report: not listed, and a call is 404 TOOL_NOT_FOUND with the exact body', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const oneShot = await startChild(h, root, { mode: 'one-shot' });
@@ -238,7 +237,7 @@ describe('report: visibility and scope', () => {
     expect(await reportsAt(h, root.id)).toHaveLength(0);
   });
 
-  it('scenario 2: with the report package uninstalled a new child lacks report and a call is an error', async () => {
+  it('with the report package uninstalled a new child lacks report and a call is an error', async () => {
     const h = await startHarness();
     expect((await h.app.inject({ method: 'DELETE', url: '/v1/packages/subagent-report' })).statusCode).toBe(200);
     const root = await createRoot(h.app, { id: 'r' });
@@ -250,7 +249,7 @@ describe('report: visibility and scope', () => {
     expect(await reportsAt(h, root.id)).toHaveLength(0);
   });
 
-  it('scenario 3: a child with toolFilter {allow: []} keeps report and lacks send_message even with a child of its own', async () => {
+  it('a child with toolFilter {allow: []} keeps report and lacks send_message even with a child of its own', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const filtered = await startChild(h, root, { toolFilter: { allow: [] } });
@@ -270,7 +269,7 @@ describe('report: visibility and scope', () => {
 });
 
 describe('report: delivery', () => {
-  it('scenario 4: quiet report to an idle parent appends one framed message before returning, starts no parent turn', async () => {
+  it('quiet report to an idle parent appends one framed message before returning, starts no parent turn', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -289,7 +288,7 @@ describe('report: delivery', () => {
     expect(shape(await session(h.app, root.id))).toEqual([`user:Background subagent ${child.id} reported:\nCHILD_FINDING`]);
   });
 
-  it('scenario 4: at the service level the quiet report is in the idle parent\'s log, not staged, when reportFrom returns', async () => {
+  it('at the service level the quiet report is in the idle parent\'s log, not staged, when reportFrom returns', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -303,7 +302,7 @@ describe('report: delivery', () => {
     expect(await reportsAt(h, root.id)).toEqual([expect.objectContaining(framed(child.id, 'SYNC', messageId))]);
   });
 
-  it('scenario 5: a wakeup report queues one parent inbox item and becomes one later parent turn, never joining the open one', async () => {
+  it('a wakeup report queues one parent inbox item and becomes one later parent turn, never joining the open one', async () => {
     const h = await startHarness();
     const put = await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     expect(put.statusCode).toBe(200);
@@ -350,7 +349,7 @@ describe('report: delivery', () => {
     expect((await session(h.app, root.id)).filter((e) => e.type === 'turn-start')).toHaveLength(2);
   });
 
-  it('scenario 5: wakeup reports to an idle parent each become one later parent turn, in the order they were made', async () => {
+  it('wakeup reports to an idle parent each become one later parent turn, in the order they were made', async () => {
     const h = await startHarness();
     await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     const root = await createRoot(h.app, { id: 'r' });
@@ -373,7 +372,7 @@ describe('report: delivery', () => {
     expect(turnStarts.map((e) => e['turnId'])).toEqual(turnIds);
   });
 
-  it('scenario 6: quiet reports to an idle parent, two in one step output and one by the tool-call route, reach it in the order they were made', async () => {
+  it('quiet reports to an idle parent, two in one step output and one by the tool-call route, reach it in the order they were made', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -390,7 +389,7 @@ describe('report: delivery', () => {
     expect(parentReports.map((e) => e.messageId)).toEqual(ids);
   });
 
-  it('scenario 6: quiet reports staged for a running parent keep their order when they are written', async () => {
+  it('quiet reports staged for a running parent keep their order when they are written', async () => {
     const h = await startHarness();
     const { root, step: rootStep0 } = await rootInTurn(h);
     const child = await startChild(h, root);
@@ -404,7 +403,7 @@ describe('report: delivery', () => {
     expect((await reportsAt(h, root.id)).map((e) => e.content?.[1]?.text)).toEqual(['FIRST', 'SECOND']);
   });
 
-  it('scenario 7: the parent keeps a report after the child settles and leaves the live registry', async () => {
+  it('the parent keeps a report after the child settles and leaves the live registry', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -419,7 +418,7 @@ describe('report: delivery', () => {
     expect(await reportsAt(h, root.id)).toEqual([expect.objectContaining(framed(child.id, 'KEEP', messageId))]);
   });
 
-  it('scenario 8: a grandchild report crosses one edge: staged at the running child (written at its next step start or turn end), at once at the waiting child, never at the root', async () => {
+  it('a grandchild report crosses one edge: staged at the running child (written at its next step start or turn end), at once at the waiting child, never at the root', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -470,7 +469,7 @@ describe('report: delivery', () => {
     expect(await reportsAt(h, root.id)).toEqual([expect.objectContaining(framed(child.id, 'derived from DEEP', fromChild))]);
   });
 
-  it('scenario 9: a wakeup report to a waiting continuable parent keeps it registered and lands later as its turn', async () => {
+  it('a wakeup report to a waiting continuable parent keeps it registered and lands later as its turn', async () => {
     const h = await startHarness();
     await h.app.inject({ method: 'PUT', url: '/v1/packages/subagent-report', payload: { config: { reportDelivery: 'wakeup' } } });
     const root = await createRoot(h.app, { id: 'r' });
@@ -499,7 +498,7 @@ describe('report: delivery', () => {
 });
 
 describe('report: rejections', () => {
-  it('scenario 10: a parent whose send throws once: PARENT_UNAVAILABLE and nothing recorded; the next report is delivered', async () => {
+  it('a parent whose send throws once: PARENT_UNAVAILABLE and nothing recorded; the next report is delivered', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -530,7 +529,7 @@ describe('report: rejections', () => {
     expect(await reportsAt(h, root.id)).toEqual([expect.objectContaining(framed(child.id, 'SECOND', messageId))]);
   });
 
-  it('scenario 10: at the service level the send failure is the PARENT_UNAVAILABLE cause', async () => {
+  it('at the service level the send failure is the PARENT_UNAVAILABLE cause', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -547,7 +546,7 @@ describe('report: rejections', () => {
     expect(await reportsAt(h, root.id)).toHaveLength(0);
   });
 
-  it('scenario 11: a root, a one-shot child, a remote child and a forged copy of a child are UNAUTHORIZED senders', async () => {
+  it('a root, a one-shot child, a remote child and a forged copy of a child are UNAUTHORIZED senders', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -568,7 +567,7 @@ describe('report: rejections', () => {
     expect(await reportsAt(h, root.id)).toHaveLength(0);
   });
 
-  it('scenario 11: a stale incarnation cannot report after its child settled and was cold-resumed', async () => {
+  it('a stale incarnation cannot report after its child settled and was cold-resumed', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -610,7 +609,7 @@ describe('report: rejections', () => {
     expect((await reportsAt(h, root.id)).map((e) => e.content?.[1]?.text)).toEqual(['FRESH']);
   });
 
-  it('scenario 11: a pre-aborted signal rejects the report before anything is delivered', async () => {
+  it('a pre-aborted signal rejects the report before anything is delivered', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -622,7 +621,7 @@ describe('report: rejections', () => {
     expect(await view(h, root.id)).toMatchObject({ status: 'idle', inbox: { queued: 0 }, staged: 0 });
   });
 
-  it('scenarios 11 and 15: once a host-owned parent\'s disposal completed the child stays live and its reports, by route or step output, are PARENT_UNAVAILABLE; earlier ones stay', async () => {
+  it('once a host-owned parent\'s disposal completed the child stays live and its reports, by route or step output, are PARENT_UNAVAILABLE; earlier ones stay', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -655,7 +654,7 @@ describe('report: rejections', () => {
     expect((await reportsAt(h, root.id)).map((e) => e.messageId)).toEqual([before]);
   });
 
-  it('scenario 11: a report while the forest is being drained (root disposal with cascade) is DRAINING', async () => {
+  it('a report while the forest is being drained (root disposal with cascade) is DRAINING', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -667,12 +666,12 @@ describe('report: rejections', () => {
     await closing;
 
     expect(error.code).toBe('DRAINING');
-    // The reference names the drained parent; API.md fixes one DRAINING text, which wins.
+    // The contract fixes one DRAINING text: the drained parent is not named in it.
     expect(error.message).toBe('continuable subagents are draining; the operation was not admitted');
     expect(await reportsAt(h, root.id)).toHaveLength(0);
   });
 
-  it('scenario 11: a child whose Activation is being disposed gets ACTIVATION_CLOSING', async () => {
+  it('a child whose Activation is being disposed gets ACTIVATION_CLOSING', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -695,7 +694,7 @@ describe('report: rejections', () => {
 });
 
 describe('report: package lifecycle and setup revocation', () => {
-  it('scenario 12: uninstalling the package revokes report from a resident child at once; re-installing does not re-grant it to that child', async () => {
+  it('uninstalling the package revokes report from a resident child at once; re-installing does not re-grant it to that child', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
@@ -724,7 +723,7 @@ describe('report: package lifecycle and setup revocation', () => {
     expect((await reportsAt(h, root.id)).map((e) => e.content?.[1]?.text)).toEqual(['NEW_CHILD']);
   });
 
-  it('scenario 13: a contribution that revokes itself inside its installer fails the child with ACTIVATION_SETUP_REVOKED; nothing is published', async () => {
+  it('a contribution that revokes itself inside its installer fails the child with ACTIVATION_SETUP_REVOKED; nothing is published', async () => {
     const ids = countingIds();
     const h = await startHarness({ ids });
     const root = await createRoot(h.app, { id: 'r' });
@@ -760,7 +759,7 @@ describe('report: package lifecycle and setup revocation', () => {
     expect(await toolNames(h, next)).toContain('report');
   });
 
-  it('scenario 14: a revocation from a microtask during setup fails the child with ACTIVATION_SETUP_REVOKED; the disposer ran, nothing is published', async () => {
+  it('a revocation from a microtask during setup fails the child with ACTIVATION_SETUP_REVOKED; the disposer ran, nothing is published', async () => {
     const ids = countingIds();
     const h = await startHarness({ ids });
     const root = await createRoot(h.app, { id: 'r' });
@@ -795,12 +794,11 @@ describe('report: package lifecycle and setup revocation', () => {
     expect((await h.app.inject({ method: 'GET', url: `/v1/agents?parentId=${root.id}` })).json<{ items: { id: string }[] }>().items.map((a) => a.id)).toEqual([next.id]);
   });
 
-  // Adaptation: the reference accepts a report while the parent's dispose() has started (its
-  // accepted risk). This service goes beyond it: once the parent's disposal has started, a
-  // report to it fails with PARENT_UNAVAILABLE. (A root parent disposed with cascade closes its
-  // whole forest under a scoped drain, where reports fail with DRAINING: see scenario 11; so
-  // the window is shown with a continuable child parent being closed.)
-  it('scenario 15: once the parent\'s disposal has started (still registered), a report to it fails with PARENT_UNAVAILABLE', async () => {
+  // Once the parent's disposal has started, a report to it fails with PARENT_UNAVAILABLE. (A root
+  // parent disposed with cascade closes its whole forest under a scoped drain, where reports fail
+  // with DRAINING, as a test above shows; so the window is shown with a continuable child parent
+  // being closed.)
+  it('once the parent\'s disposal has started (still registered), a report to it fails with PARENT_UNAVAILABLE', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const parent = await startChild(h, root);
@@ -825,7 +823,7 @@ describe('report: package lifecycle and setup revocation', () => {
 
   // Adaptation: the reference pins the plugin's shape (name, inject, Config); over HTTP the
   // package resource and the environment loader carry the same configuration contract.
-  it('scenario 16: the report package defaults to quiet, accepts wakeup and rejects any other delivery mode', async () => {
+  it('the report package defaults to quiet, accepts wakeup and rejects any other delivery mode', async () => {
     const h = await startHarness();
     const listed = await h.app.inject({ method: 'GET', url: '/v1/packages' });
     expect(listed.statusCode).toBe(200);
@@ -857,7 +855,7 @@ describe('report: package lifecycle and setup revocation', () => {
     expect((rejected as Error).message).toMatch(/quiet, wakeup, next-step/);
   });
 
-  it('scenario 17: a child that ends with a final answer and no report reports nothing; its user messages are exactly its task', async () => {
+  it('a child that ends with a final answer and no report reports nothing; its user messages are exactly its task', async () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);

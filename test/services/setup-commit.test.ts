@@ -1,8 +1,7 @@
 /**
- * The AgentSetupCommit publication boundary through the real composition (reference scenarios
- * 29 and 30, and 13/14 at service level): a continuable child's setup contributions run and
- * commit before its session is created (or re-opened) and before it enters the live registry;
- * a revocation that lands before the commit rolls the child back so that nothing is
+ * The AgentSetupCommit publication boundary through the real composition: a continuable
+ * child's setup contributions run and commit before its session is created (or re-opened) and
+ * before it enters the live registry; a revocation that lands before the commit rolls the child back so that nothing is
  * published, and the same operation succeeds once that contribution is gone.
  *
  * How the order is observed: the child id is minted before setup, so an IdSource wrapper
@@ -143,7 +142,7 @@ async function settleChild(h: Harness, child: LiveAgent): Promise<void> {
 }
 
 describe('AgentSetupCommit: create and resume ordering', () => {
-  it('scenario 29: a new child runs setup and commits it before its session is created and before it is registered', async () => {
+  it('a new child runs setup and commits it before its session is created and before it is registered', async () => {
     const { h, parent, agentIds } = await open();
     const order: string[] = [];
     const scopes: AgentScope[] = [];
@@ -182,7 +181,7 @@ describe('AgentSetupCommit: create and resume ordering', () => {
     expect(entries[0]).toMatchObject({ seq: 1, type: 'activation', event: 'created' });
   });
 
-  it('scenario 29: a cold resume runs the current contributions on a new scope and commits before the session re-opens and the agent re-registers', async () => {
+  it('a cold resume runs the current contributions on a new scope and commits before the session re-opens and the agent re-registers', async () => {
     const { h, parent, agentIds } = await open();
     const order: string[] = [];
     const scopes: AgentScope[] = [];
@@ -239,7 +238,7 @@ describe('AgentSetupCommit: a revoked resume commit', () => {
     expect(activationEvents(await h.system.log.read(childId, 0))).toEqual(['created', 'settled']);
   }
 
-  it('scenario 30: a contribution that revokes itself while installing on resume makes the followup reject revoked, and a retry then resumes the child', async () => {
+  it('a contribution that revokes itself while installing on resume makes the followup reject revoked, and a retry then resumes the child', async () => {
     const f = await open();
     const { h, parent } = f;
     const child = await settledChild(f);
@@ -276,7 +275,7 @@ describe('AgentSetupCommit: a revoked resume commit', () => {
     expect(activationEvents(await h.system.log.read(child.id, 0))).toEqual(['created', 'settled', 'resumed']);
   });
 
-  it('scenario 30: a revocation queued on a microtask during resume setup makes the commit reject revoked, and a retry then resumes the child', async () => {
+  it('a revocation queued on a microtask during resume setup makes the commit reject revoked, and a retry then resumes the child', async () => {
     const f = await open();
     const { h, parent } = f;
     const child = await settledChild(f);
@@ -313,7 +312,7 @@ describe('AgentSetupCommit: a revoked resume commit', () => {
   });
 });
 
-describe('AgentSetupCommit: a revoked creation (scenarios 13 and 14 at service level)', () => {
+describe('AgentSetupCommit: a creation whose contribution revokes itself, at service level', () => {
   /** Checks that the failed creation left only the root: no child session and no live child. */
   async function expectOnlyTheRoot(h: Harness, childId: string): Promise<void> {
     expect(liveIds(h)).toEqual(['root']);
@@ -325,7 +324,7 @@ describe('AgentSetupCommit: a revoked creation (scenarios 13 and 14 at service l
     expect(await h.system.store.header(childId)).toBeUndefined();
   }
 
-  it('scenario 13: a contribution that revokes itself inside its installer makes startChild reject revoked and publishes nothing', async () => {
+  it('a contribution that revokes itself inside its installer makes startChild reject revoked and publishes nothing', async () => {
     const { h, parent, agentIds } = await open();
     const released: string[] = [];
     const scopes: AgentScope[] = [];
@@ -352,7 +351,7 @@ describe('AgentSetupCommit: a revoked creation (scenarios 13 and 14 at service l
     expect(released).toEqual(['self']);
   });
 
-  it('scenario 14: a revocation queued on a microtask during setup makes startChild reject revoked, runs the disposer and publishes nothing', async () => {
+  it('a revocation queued on a microtask during setup makes startChild reject revoked, runs the disposer and publishes nothing', async () => {
     const { h, parent, agentIds } = await open();
     const released: string[] = [];
     const scopes: AgentScope[] = [];
@@ -382,7 +381,7 @@ describe('AgentSetupCommit: a revoked creation (scenarios 13 and 14 at service l
     expect(released).toEqual(['late']);
   });
 
-  it('scenario 14: a contribution removed after the child was published is live revocation: its tool vanishes and the child stays', async () => {
+  it('a contribution removed after the child was published is live revocation: its tool vanishes and the child stays', async () => {
     const { h, parent } = await open();
     const released: string[] = [];
     const remove = h.system.setup.register((scope) => {

@@ -1,5 +1,5 @@
 /**
- * ActivationSetupRegistry on its own (reference scenarios 18–28): registration order, the
+ * ActivationSetupRegistry on its own: registration order, the
  * provisional batch and its AgentSetupCommit, idempotent removal and scope release, rollback
  * of a failing apply, and the aggregate ACTIVATION_SETUP_RELEASE_FAILED error. Scopes are plain
  * objects; every contribution returns a disposer that records its call into `released`.
@@ -49,7 +49,7 @@ function serviceErrorOf(act: () => unknown): ServiceError {
 }
 
 describe('ActivationSetupRegistry', () => {
-  it('scenario 18: two contributions install in registration order, and commit() succeeds without disposing anything', () => {
+  it('two contributions install in registration order, and commit() succeeds without disposing anything', () => {
     const { registry, released, contribution } = fixture();
     registry.register(contribution('a'));
     registry.register(contribution('b'));
@@ -63,7 +63,7 @@ describe('ActivationSetupRegistry', () => {
     expect(child.installed).toEqual(['a', 'b']);
   });
 
-  it('scenario 19: removing a contribution twice and then closing the child calls its disposer exactly once', () => {
+  it('removing a contribution twice and then closing the child calls its disposer exactly once', () => {
     const { registry, released, contribution } = fixture();
     const remove = registry.register(contribution('a'));
     const child = scope('c1');
@@ -77,7 +77,7 @@ describe('ActivationSetupRegistry', () => {
     expect(registry.size).toBe(0);
   });
 
-  it('scenario 20: closing the child and then removing the contribution calls its disposer exactly once', () => {
+  it('closing the child and then removing the contribution calls its disposer exactly once', () => {
     const { registry, released, contribution } = fixture();
     const remove = registry.register(contribution('a'));
     const child = scope('c1');
@@ -90,7 +90,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a@c1']);
   });
 
-  it('scenario 21: a contribution removed before apply is skipped while the others install', () => {
+  it('a contribution removed before apply is skipped while the others install', () => {
     const { registry, released, contribution } = fixture();
     registry.register(contribution('a'));
     const removeB = registry.register(contribution('b'));
@@ -104,7 +104,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual([]);
   });
 
-  it('scenario 22: apply, then remove before commit disposes once and commit throws revoked', () => {
+  it('apply, then remove before commit disposes once and commit throws revoked', () => {
     const { registry, released, contribution } = fixture();
     const remove = registry.register(contribution('a'));
     const child = scope('c1');
@@ -124,7 +124,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a@c1']);
   });
 
-  it('scenario 22: a removal that lands on a microtask between apply and commit still makes commit throw revoked', async () => {
+  it('a removal that lands on a microtask between apply and commit still makes commit throw revoked', async () => {
     const { registry, released, contribution } = fixture();
     const remove = registry.register(contribution('a'));
     const child = scope('c1');
@@ -137,7 +137,7 @@ describe('ActivationSetupRegistry', () => {
     expect(serviceErrorOf(() => setup.commit()).code).toBe('ACTIVATION_SETUP_REVOKED');
   });
 
-  it('scenario 23: an installer that removes its own registration is disposed once and commit throws revoked', () => {
+  it('an installer that removes its own registration is disposed once and commit throws revoked', () => {
     const { registry, released } = fixture();
     const remove: () => void = registry.register((target) => {
       target.installed.push('self');
@@ -160,7 +160,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['self@c1']);
   });
 
-  it('scenario 24: removal across three children where the first disposer throws releases all three in order and throws the aggregate', () => {
+  it('removal across three children where the first disposer throws releases all three in order and throws the aggregate', () => {
     const { registry, released } = fixture();
     const boom = new Error('disposer c1 failed');
     const remove = registry.register((target) => () => {
@@ -182,7 +182,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['c1', 'c2', 'c3']);
   });
 
-  it('scenario 25: closing a child where the first of two disposers throws still releases both, in order, and throws the aggregate', () => {
+  it('closing a child where the first of two disposers throws still releases both, in order, and throws the aggregate', () => {
     const { registry, released } = fixture();
     registry.register(() => () => {
       released.push('a');
@@ -201,7 +201,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a', 'b']);
   });
 
-  it('scenario 25: when both disposers of a closing child throw, the aggregate names both failures and their chains', () => {
+  it('when both disposers of a closing child throw, the aggregate names both failures and their chains', () => {
     const { registry, released } = fixture();
     registry.register(() => () => {
       released.push('a');
@@ -223,7 +223,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a', 'b']);
   });
 
-  it('scenario 26: when the second of three installers throws, apply rethrows it, undoes only the first and never installs the third', () => {
+  it('when the second of three installers throws, apply rethrows it, undoes only the first and never installs the third', () => {
     const { registry, released, contribution } = fixture();
     const boom = new Error('boom');
     let thirdCalls = 0;
@@ -248,7 +248,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a@c1']);
   });
 
-  it('scenario 26: a disposer that throws during the rollback is swallowed and apply rethrows the original error', () => {
+  it('a disposer that throws during the rollback is swallowed and apply rethrows the original error', () => {
     const { registry, released } = fixture();
     const boom = new Error('boom');
     registry.register(() => () => {
@@ -263,7 +263,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a']);
   });
 
-  it('scenario 27: when the second installer removes the first and then throws, the first is disposed exactly once', () => {
+  it('when the second installer removes the first and then throws, the first is disposed exactly once', () => {
     const { registry, released, contribution } = fixture();
     const boom = new Error('boom');
     const removeFirst = registry.register(contribution('a'));
@@ -281,7 +281,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a@c1']);
   });
 
-  it('scenario 28: with two children, closing one releases only its own installation', () => {
+  it('with two children, closing one releases only its own installation', () => {
     const { registry, released, contribution } = fixture();
     registry.register(contribution('a'));
     const first = scope('c1');
@@ -296,7 +296,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a@c1', 'a@c2']);
   });
 
-  it('scenario 28: releasing a child scope twice disposes its installations once', () => {
+  it('releasing a child scope twice disposes its installations once', () => {
     const { registry, released, contribution } = fixture();
     registry.register(contribution('a'));
     registry.register(contribution('b'));
@@ -309,7 +309,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a@c1', 'b@c1']);
   });
 
-  it('scenario 22: removal after commit is live revocation: the disposer runs at once and the committed child stays committed', () => {
+  it('removal after commit is live revocation: the disposer runs at once and the committed child stays committed', () => {
     const { registry, released, contribution } = fixture();
     const remove = registry.register(contribution('a'));
     const child = scope('c1');
@@ -322,7 +322,7 @@ describe('ActivationSetupRegistry', () => {
     expect(() => setup.commit()).not.toThrow();
   });
 
-  it('scenario 22: releasing an uncommitted scope (a rollback) invalidates its commit', () => {
+  it('releasing an uncommitted scope (a rollback) invalidates its commit', () => {
     const { registry, released, contribution } = fixture();
     registry.register(contribution('a'));
     const child = scope('c1');
@@ -334,7 +334,7 @@ describe('ActivationSetupRegistry', () => {
     expect(serviceErrorOf(() => setup.commit()).code).toBe('ACTIVATION_SETUP_REVOKED');
   });
 
-  it('scenario 21: a contribution registered after apply does not install into that scope, only into the next one', () => {
+  it('a contribution registered after apply does not install into that scope, only into the next one', () => {
     const { registry, released, contribution } = fixture();
     registry.register(contribution('a'));
     const first = scope('c1');
@@ -352,7 +352,7 @@ describe('ActivationSetupRegistry', () => {
     expect(released).toEqual(['a@c1']);
   });
 
-  it('scenario 21: a contribution removed by an earlier installer during apply is never installed', () => {
+  it('a contribution removed by an earlier installer during apply is never installed', () => {
     const { registry, released, contribution } = fixture();
     let removeSecond: () => void = () => undefined;
     registry.register((target) => {

@@ -29,7 +29,7 @@ export class Admission {
   checkAdmission(agent: LiveAgent): void {
     if (this.deps.isDraining()) throw new ServiceError('DRAINING', MESSAGES.draining);
     if (this.closingScopes.has(agent.rootId)) {
-      // API.md fixes one DRAINING text; the forest being drained is in the logs, not the message.
+      // The contract fixes one DRAINING text; the forest being drained is in the logs, not the message.
       throw new ServiceError('DRAINING', MESSAGES.draining);
     }
   }
