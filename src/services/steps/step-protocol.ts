@@ -114,9 +114,10 @@ export class StepProtocol {
    * fence (X-Step-Attempt): only the claim holding the step may answer it.
    */
   async postOutput(id: string, token: string | undefined, stepId: string, posted: PostedOutput, attempt = 1): Promise<OutputResult> {
-    const { output, refused } = readOutput(posted);
     const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
     refuseDriven(agent);
+    // Read only for the caller that holds the step, in the same synchronous span as the write.
+    const { output, refused } = readOutput(posted);
     return this.applyOutput(agent, stepId, output, attempt, refused);
   }
 
