@@ -37,7 +37,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks' | 'log' | 'store'> & Partial<Pick<System, 'ownership' | 'cluster' | 'tracing'>>;
+  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks' | 'log'> & Partial<Pick<System, 'ownership' | 'cluster' | 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -85,18 +85,19 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       : {
           requestTimeout: deps.timeouts.requestMs,
           keepAliveTimeout: deps.timeouts.keepAliveMs,
-          http: { requestTimeout: deps.timeouts.requestMs, headersTimeout: deps.timeouts.headersMs, connectionsCheckingInterval: TIMEOUT_CHECK_MS },
+          // Fastify sets the server's requestTimeout from its own option above.
+          http: { headersTimeout: deps.timeouts.headersMs, connectionsCheckingInterval: TIMEOUT_CHECK_MS },
         }),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   if (deps.maxConnections !== undefined) capConnections(app, deps.maxConnections);
-  const { agents, steps, packageChanges, streams, hub, metrics, budgets, budgetChanges, log, store } = deps.system;
+  const { agents, steps, packageChanges, streams, hub, metrics, budgets, budgetChanges, log } = deps.system;
   await app.register(requestIdHeader);
   await app.register(requestMetrics, { metrics });
   await app.register(gracefulClose);
   await app.register(wireContract);
   await app.register(jsonBodies);
-  await app.register(errorHandling, { storeUnavailable: (error) => store.isUnavailable(error) });
+  await app.register(errorHandling, { storeUnavailable: (error) => log.store.isUnavailable(error) });
   await registerProtection(app, deps.protection ?? {});
   registerOperatorAuth(app, deps.apiKeys ?? []);
   // Traces on: a request's `traceparent` names the trace the turns it starts continue. First of
@@ -112,7 +113,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(openApi, deps.publicUrl === undefined ? {} : { publicUrl: deps.publicUrl });
 
   await app.register(healthRoutes, {
-    readiness: { draining: () => agents.draining, storeWritable: () => log.storeWritable, pingStore: () => store.ping() },
+    readiness: { draining: () => agents.draining, storeWritable: () => log.storeWritable, pingStore: () => log.store.ping() },
   });
   const cluster = deps.system.cluster;
   await app.register(agentRoutes, { agents, steps, cluster });

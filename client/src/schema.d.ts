@@ -114,7 +114,7 @@ export interface paths {
         put?: never;
         /**
          * Re-open a root after a restart
-         * @description A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt. With `Idempotency-Key`, a retry whose first answer was lost gets the same answer, with the token of that incarnation while it is live.
+         * @description A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt. With `Idempotency-Key`, a retry whose first answer was lost gets the same answer, with the token of the root's live incarnation.
          */
         post: operations["resumeAgent"];
         delete?: never;

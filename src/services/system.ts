@@ -289,7 +289,7 @@ export function createSystem(options: SystemOptions): System {
   });
 
   const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
-  const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, ownership, checkModel: checkModelPolicy, budgets, idempotency });
+  const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, ownership, checkModel: checkModelPolicy, budgets, idempotency, authority });
   events.on('forests-lost', (lost) => roots.dropForests(lost));
   const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
   const notRunning = new NotRunningRoots({ registry, log, ownership });

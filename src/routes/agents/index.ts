@@ -144,7 +144,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       summary: 'Re-open a root after a restart',
       description:
         'A new live incarnation with a new token. A turn a crash left open goes on: its open step is claimable again as the next attempt. ' +
-        'With `Idempotency-Key`, a retry whose first answer was lost gets the same answer, with the token of that incarnation while it is live.',
+        'With `Idempotency-Key`, a retry whose first answer was lost gets the same answer, with the token of the root\'s live incarnation.',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       headers: IdempotencyHeaders,

@@ -15,7 +15,7 @@ export function compareOrder(a: OrderKey, b: OrderKey): number {
 }
 
 /** The first `limit` of `sorted` as views, and the cursor after them when more follow. */
-export function pageOf<T>(sorted: readonly T[], limit: number, view: (item: T) => AgentView): { items: AgentView[]; nextCursor: string | null } {
+export function pageOf<T, V extends OrderKey = AgentView>(sorted: readonly T[], limit: number, view: (item: T) => V): { items: V[]; nextCursor: string | null } {
   const items = sorted.slice(0, limit).map(view);
   const last = items[items.length - 1];
   return { items, nextCursor: sorted.length > limit && last !== undefined ? encodeCursor(last) : null };

@@ -16,7 +16,7 @@ import type { AgentRegistry } from '../agent-registry.js';
 import type { ForestOwnership } from '../ownership.js';
 import type { SessionLog } from '../session-log.js';
 import type { ListPosition, StoredRoot } from '../session-store.js';
-import { decodeCursor, encodeCursor } from './list-order.js';
+import { decodeCursor, pageOf } from './list-order.js';
 
 export interface NotRunningDeps {
   registry: Pick<AgentRegistry, 'get'>;
@@ -47,9 +47,7 @@ export class NotRunningRoots {
       after = read.at(-1);
       if (kept.length > page.limit || read.length < want) break;
     }
-    const items = kept.slice(0, page.limit);
-    const last = items.at(-1);
-    return { items, nextCursor: kept.length > page.limit && last !== undefined ? encodeCursor(last) : null };
+    return pageOf(kept, page.limit, (root) => root);
   }
 
   private async heldElsewhere(roots: readonly StoredRoot[]): Promise<ReadonlySet<string>> {

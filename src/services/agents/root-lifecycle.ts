@@ -23,6 +23,7 @@ import type { SessionLog } from '../session-log.js';
 import type { AgentView, AgentWithToken } from '../../contract/index.js';
 import type { IdempotencyKeys, IdempotencyRequest } from '../idempotency.js';
 import type { AdmissionGate } from './admission-gate.js';
+import type { AgentAuthority } from './authority.js';
 import { OPERATOR_SENDER } from './deliveries.js';
 import type { AgentQueries } from './agent-queries.js';
 
@@ -44,6 +45,8 @@ export interface RootLifecycleDeps {
   budgets: Pick<Budgets, 'hold' | 'forgetIfUnused'>;
   /** Idempotency keys of resumes. */
   idempotency: IdempotencyKeys;
+  /** The live incarnation's token, for a replayed resume. */
+  authority: Pick<AgentAuthority, 'currentToken'>;
 }
 
 /** What a resume's idempotency record keeps: the view, never the token. */
@@ -94,12 +97,12 @@ export class RootLifecycle {
   /** Re-open a root whose process stopped (or that was disposed): a new incarnation, a new token. */
   /**
    * Re-open a root. With an idempotency key, a retry whose first answer was lost gets the same
-   * view again, with the token of the incarnation that resume made while it is live.
+   * view again, with the token of the root's live incarnation.
    */
   async resumeRoot(id: string, idem?: IdempotencyRequest): Promise<AgentWithToken & { replayed: boolean }> {
     this.deps.gate.admitNewWork();
     const result = await this.deps.idempotency.run<StoredResume>({ sender: OPERATOR_SENDER, rootId: id }, idem, 201, (record) => this.resume(id, record));
-    return { agent: result.body.agent, agentToken: this.deps.registry.get(id)?.token ?? '', replayed: result.replayed };
+    return { agent: result.body.agent, agentToken: this.deps.authority.currentToken(id), replayed: result.replayed };
   }
 
   private async resume(id: string, record: (body: StoredResume) => void): Promise<StoredResume> {
