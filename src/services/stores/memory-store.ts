@@ -125,7 +125,7 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async lastTurnBoundary(id: string): Promise<TurnBoundary | undefined> {
-    const last = this.lastOfSession(id, (e) => e.type === 'turn-start' || e.type === 'turn-end');
+    const last = this.lastOfSession(id, isTurnBoundary);
     if (last === undefined || (last.type !== 'turn-start' && last.type !== 'turn-end')) return undefined;
     return { type: last.type, turnId: last.turnId!, seq: last.seq };
   }
@@ -151,7 +151,7 @@ export class MemorySessionStore implements SessionStore {
     return this.rootsInOrder.slice(start, start + limit).map((session) => {
       const { id, createdAt, label } = session.header;
       const last = session.entries.at(-1);
-      const boundary = session.entries.findLast((e) => e.type === 'turn-start' || e.type === 'turn-end');
+      const boundary = this.lastOfSession(id, isTurnBoundary);
       return {
         id,
         ...(label === undefined ? {} : { label }),
@@ -250,6 +250,10 @@ export class MemorySessionStore implements SessionStore {
   private lastOfSession(id: string, wanted: (entry: StoredEntry) => boolean): StoredEntry | undefined {
     return this.sessions.get(id)?.entries.findLast(wanted);
   }
+}
+
+function isTurnBoundary(entry: StoredEntry): boolean {
+  return entry.type === 'turn-start' || entry.type === 'turn-end';
 }
 
 function summary(session: StoredSession): SessionSummary {
