@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import type { EntryBody, SessionEntry, SessionHeader } from '../src/domain/session.js';
-import type { BatchEntry } from '../src/services/session-store.js';
-import { SqliteSessionStore } from '../src/services/stores/sqlite-store.js';
+import type { BatchEntry } from '../src/sessions/session-store.js';
+import { SqliteSessionStore } from '../src/adapters/sqlite/sqlite-store.js';
 
 export const root = fileURLToPath(new URL('..', import.meta.url));
 

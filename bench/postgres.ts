@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { firstLine, startScratchPostgres, type ScratchPostgres } from '../scripts/scratch-postgres.js';
-import { redactUrl } from '../src/services/stores/postgres-store.js';
+import { redactUrl } from '../src/adapters/postgres/postgres-store.js';
 
 export type BenchDatabase =
   | { url: string; source: string; release(): Promise<void> }

@@ -50,10 +50,10 @@ const DRIVER = `
 const [dist, storeKind, callsText, dir] = process.argv.slice(2);
 const load = (path) => import(dist + '/' + path);
 const { buildApp } = await load('app.js');
-const { createSystem } = await load('services/system.js');
+const { createSystem } = await load('composition/system.js');
 const { createLogger } = await load('logger.js');
-const { MemorySessionStore } = await load('services/stores/memory-store.js');
-const { SqliteSessionStore } = await load('services/stores/sqlite-store.js');
+const { MemorySessionStore } = await load('adapters/memory/memory-store.js');
+const { SqliteSessionStore } = await load('adapters/sqlite/sqlite-store.js');
 const store = storeKind === 'sqlite' ? new SqliteSessionStore({ path: dir + '/report.db' }) : new MemorySessionStore();
 const logger = createLogger('silent');
 const system = createSystem({ store, logger });

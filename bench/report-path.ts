@@ -16,10 +16,10 @@ buildServer();
 const dist = (path: string): Promise<Record<string, unknown>> => import(join(root, 'dist', path)) as Promise<Record<string, unknown>>;
 /* eslint-disable @typescript-eslint/no-explicit-any -- the built modules are loaded by path, untyped */
 const { buildApp } = (await dist('app.js')) as any;
-const { createSystem } = (await dist('services/system.js')) as any;
+const { createSystem } = (await dist('composition/system.js')) as any;
 const { createLogger } = (await dist('logger.js')) as any;
-const { MemorySessionStore } = (await dist('services/stores/memory-store.js')) as any;
-const { SqliteSessionStore } = (await dist('services/stores/sqlite-store.js')) as any;
+const { MemorySessionStore } = (await dist('adapters/memory/memory-store.js')) as any;
+const { SqliteSessionStore } = (await dist('adapters/sqlite/sqlite-store.js')) as any;
 
 const dir = mkdtempSync(join(tmpdir(), 'agentforest-path-'));
 try {

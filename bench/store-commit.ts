@@ -10,9 +10,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SessionEntry } from '../src/domain/session.js';
-import { uuidV7Source } from '../src/services/ids.js';
-import type { BatchEntry, PendingOp } from '../src/services/session-store.js';
-import { SqliteSessionStore, type SqliteSyncMode } from '../src/services/stores/sqlite-store.js';
+import { uuidV7Source } from '../src/sessions/ids.js';
+import type { BatchEntry, PendingOp } from '../src/sessions/session-store.js';
+import { SqliteSessionStore, type SqliteSyncMode } from '../src/adapters/sqlite/sqlite-store.js';
 import { childHeader, rootHeader } from './lib.js';
 
 const flag = (name: string): string | undefined => {

@@ -29,7 +29,7 @@ import { registerProtection, type ProtectionOptions } from './routes/protection.
 import { stepRoutes } from './routes/steps/index.js';
 import { uiRoutes } from './routes/ui/index.js';
 import { capConnections } from './plugins/connection-cap.js';
-import type { System } from './services/system.js';
+import type { System } from './composition/system.js';
 
 export { API_VERSION } from './plugins/openapi.js';
 

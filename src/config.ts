@@ -2,20 +2,20 @@
  * Configuration from the environment: one TypeBox schema, the type derived from it, and a
  * loader that reports every problem at once in words an operator can act on.
  */
-import { DEFAULT_DELIVERY } from './services/webhooks/delivery-worker.js';
+import { DEFAULT_DELIVERY } from './observation/webhooks/delivery-worker.js';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from './domain/packages.js';
 import { NO_PRICES, parseModelPrices, type ModelPrices } from './domain/pricing.js';
-import { DEFAULT_CONFIRM_MS } from './services/packages/cluster-packages.js';
-import { DEFAULT_LEASE } from './services/step-lease.js';
-import { DEFAULT_DRIVER_OPTIONS } from './services/driver/model-driver.js';
-import { parseBaseUrl } from './services/driver/model-policy.js';
-import { DEFAULT_STEP_CACHE_BYTES } from './services/steps/step-cache.js';
-import { DEFAULT_LIMITS, type Limits } from './services/limits.js';
-import { redactUrl } from './services/stores/postgres-store.js';
-import { SQLITE_SYNC_MODES } from './services/stores/sqlite-store.js';
-import { tracesWanted } from './services/tracing/tracing.js';
+import { DEFAULT_CONFIRM_MS } from './cluster/cluster-packages.js';
+import { DEFAULT_LEASE } from './steps/step-lease.js';
+import { DEFAULT_DRIVER_OPTIONS } from './driver/model-driver.js';
+import { parseBaseUrl } from './driver/model-policy.js';
+import { DEFAULT_STEP_CACHE_BYTES } from './steps/step-cache.js';
+import { DEFAULT_LIMITS, type Limits } from './agents/limits.js';
+import { redactUrl } from './adapters/postgres/postgres-store.js';
+import { SQLITE_SYNC_MODES } from './adapters/sqlite/sqlite-store.js';
+import { tracesWanted } from './observation/tracing/tracing.js';
 import { unknownVariables } from './unknown-variables.js';
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;

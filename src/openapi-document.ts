@@ -4,8 +4,8 @@
  */
 import { buildApp } from './app.js';
 import { createLogger } from './logger.js';
-import { createSystem } from './services/system.js';
-import { MemorySessionStore } from './services/stores/memory-store.js';
+import { createSystem } from './composition/system.js';
+import { MemorySessionStore } from './adapters/memory/memory-store.js';
 
 export async function generateOpenApi(): Promise<string> {
   const logger = createLogger('silent');

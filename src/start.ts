@@ -10,10 +10,10 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
-import { redactUrl } from './services/stores/postgres-store.js';
-import { createSystem, openStore } from './services/system.js';
-import { DEFAULT_DELIVERY } from './services/webhooks/delivery-worker.js';
-import { startTraceExport } from './services/tracing/trace-export.js';
+import { redactUrl } from './adapters/postgres/postgres-store.js';
+import { createSystem, openStore } from './composition/system.js';
+import { DEFAULT_DELIVERY } from './observation/webhooks/delivery-worker.js';
+import { startTraceExport } from './observation/tracing/trace-export.js';
 
 export interface StartOptions {
   /** Called once the drain handlers own SIGTERM/SIGINT (server.ts stops handling them then). */

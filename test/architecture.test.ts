@@ -67,12 +67,18 @@ function importsOf(files: readonly SourceFile[]): Import[] {
 }
 
 const underLayer = (layer: string) => (target: string) => target === `src/${layer}` || target.startsWith(`src/${layer}/`);
+/** The runtime's folders: everything between the routes and the domain. */
+const RUNTIME = ['agents', 'budgets', 'children', 'cluster', 'driver', 'observation', 'sessions', 'steps', 'tools'] as const;
+const underRuntime = (target: string): boolean => RUNTIME.some((layer) => underLayer(layer)(target));
+const runtimeFiles = (): SourceFile[] => RUNTIME.flatMap((layer) => sourceFiles(layer));
 const NODE_BUILTINS = new Set(builtinModules);
 const FRAMEWORK = /^(?:fastify|pino|@fastify\/[^/]+)(?:\/.*)?$/;
 
 function isForbiddenInDomain(target: string): boolean {
   return (
-    underLayer('services')(target) ||
+    underRuntime(target) ||
+    underLayer('adapters')(target) ||
+    underLayer('composition')(target) ||
     underLayer('routes')(target) ||
     FRAMEWORK.test(target) ||
     target.startsWith('node:') ||
@@ -111,13 +117,13 @@ describe('import parsing', () => {
 
   it('resolves relative specifiers against the importing file', () => {
     const file = { path: 'src/domain/turn-machine.ts', text: '' };
-    expect(resolveSpecifier(file, '../services/live-agent.js')).toBe('src/services/live-agent.js');
+    expect(resolveSpecifier(file, '../agents/live-agent.js')).toBe('src/agents/live-agent.js');
     expect(resolveSpecifier(file, './errors.js')).toBe('src/domain/errors.js');
     expect(resolveSpecifier(file, 'fastify')).toBe('fastify');
   });
 
   it('classifies framework, node and layer imports as forbidden in the domain', () => {
-    for (const target of ['fastify', '@fastify/swagger', 'pino', 'node:crypto', 'crypto', 'fs/promises', 'src/services/x.js', 'src/routes/agents/index.js']) {
+    for (const target of ['fastify', '@fastify/swagger', 'pino', 'node:crypto', 'crypto', 'fs/promises', 'src/agents/x.js', 'src/adapters/memory/memory-store.js', 'src/routes/agents/index.js']) {
       expect(isForbiddenInDomain(target), target).toBe(true);
     }
     for (const target of ['src/domain/errors.js', 'fastify-like', 'pinot']) {
@@ -128,13 +134,13 @@ describe('import parsing', () => {
 
 describe('architecture', () => {
   const domain = sourceFiles('domain');
-  const services = sourceFiles('services');
+  const services = runtimeFiles();
   const contract = sourceFiles('contract');
   const plugins = sourceFiles('plugins');
 
   it('the layers being checked contain the files we expect', () => {
     expect(domain.map((f) => f.path)).toContain('src/domain/turn-machine.ts');
-    expect(services.map((f) => f.path)).toContain('src/services/live-agent.ts');
+    expect(services.map((f) => f.path)).toContain('src/agents/live-agent.ts');
     expect(importsOf(domain).map((i) => i.target)).toContain('src/domain/errors.js');
     expect(importsOf(services).some((i) => underLayer('domain')(i.target))).toBe(true);
   });

@@ -34,7 +34,7 @@ export interface ChatTool {
  * A log as one step's messages, from scratch: `system` from the instructions; then, after the
  * latest compaction entry, one user message carrying its summary and only the entries after
  * its `throughSeq`; without one, every entry. `entries` are a log prefix in seq order.
- * The step cache (services/steps/step-cache.ts) builds the same list incrementally.
+ * The step cache (src/steps/step-cache.ts) builds the same list incrementally.
  */
 export function renderMessages(instructions: string | undefined, entries: readonly SessionEntry[]): ChatMessage[] {
   let compaction: CompactionEntry | undefined;

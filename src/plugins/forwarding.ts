@@ -20,9 +20,9 @@
 import replyFrom from '@fastify/reply-from';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
-import type { AgentService } from '../services/agent-service.js';
-import { FORWARDED_BY } from '../services/cluster/peers.js';
-import type { LeaseHolder } from '../services/stores/postgres-leases.js';
+import type { AgentService } from '../agents/agent-service.js';
+import { FORWARDED_BY } from '../cluster/peers.js';
+import type { LeaseHolder } from '../adapters/postgres/postgres-leases.js';
 import { rootPlugin } from './root-plugin.js';
 
 export type ForwardingOptions = {

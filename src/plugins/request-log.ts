@@ -10,7 +10,7 @@
  * while its response was written is still logged at error level, as Fastify does.
  */
 import { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
-import type { Metrics } from '../services/metrics.js';
+import type { Metrics } from '../observation/metrics.js';
 import { rootPlugin } from './root-plugin.js';
 
 export class OneLinePerRequest extends LogController {

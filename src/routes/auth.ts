@@ -5,7 +5,7 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
-import { digest, matchesAny } from '../services/tokens.js';
+import { digest, matchesAny } from '../agents/tokens.js';
 
 export const AGENT_TOKEN_HEADER = 'x-agent-token';
 

@@ -4,7 +4,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { fingerprint, type IdempotencyRequest } from '../services/idempotency.js';
+import { fingerprint, type IdempotencyRequest } from '../sessions/idempotency.js';
 
 export const IdempotencyHeaders = Type.Object({
   'idempotency-key': Type.Optional(

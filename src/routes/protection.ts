@@ -9,7 +9,7 @@ import rateLimit from '@fastify/rate-limit';
 import underPressure from '@fastify/under-pressure';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
-import { digest } from '../services/tokens.js';
+import { digest } from '../agents/tokens.js';
 import { bearerKey } from './auth.js';
 import { RETRY_AFTER_SECONDS } from './error-status.js';
 

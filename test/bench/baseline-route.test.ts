@@ -5,8 +5,8 @@ import { parse } from 'yaml';
 import { benchRoutes } from '../../bench/baseline-route.js';
 import { buildApp } from '../../src/app.js';
 import { createLogger } from '../../src/logger.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
-import { createSystem } from '../../src/services/system.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
+import { createSystem } from '../../src/composition/system.js';
 
 const opened: FastifyInstance[] = [];
 

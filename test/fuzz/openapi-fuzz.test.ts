@@ -28,7 +28,7 @@
  */
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { LiveAgent } from '../../src/services/live-agent.js';
+import type { LiveAgent } from '../../src/agents/live-agent.js';
 import { chaosRuns, chaosSeed } from '../fixtures/chaos.js';
 import { settle, startHarness, type Harness } from '../fixtures/harness.js';
 import { brokenPromises, operationsOf, routeOf, type Answer, type OpenApiDocument } from './contract.js';

@@ -6,7 +6,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it, vi } from 'vitest';
 import type { AgentView, ErrorBody, SessionPage } from '../../src/contract/index.js';
 import { fixedClock, sequentialIds } from '../../src/domain/ports.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 import {
   claim,
   createRoot,

@@ -7,7 +7,7 @@
  * test/services/compaction-races.test.ts and compaction-resume-races.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 import { compact, expectError, postCompaction, renderedFromLog } from '../fixtures/compactions.js';
 import { claimStep, rootMidTurn } from '../fixtures/forest.js';
 import {

@@ -13,9 +13,9 @@ import type { ChildCreated, ErrorBody, MessageAccepted, ToolCallResult } from '.
 import { buildApp } from '../../src/app.js';
 import { fixedClock, type Clock } from '../../src/domain/ports.js';
 import { createLogger } from '../../src/logger.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
-import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
-import { createSystem } from '../../src/services/system.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
+import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
+import { createSystem } from '../../src/composition/system.js';
 import {
   claim,
   createRoot,

@@ -1,6 +1,6 @@
 /**
  * The service's limits over HTTP (`app.inject()`, and real HTTP for event streams): for each
- * limit in src/services/limits.ts, a request at the limit is allowed and the next one is refused
+ * limit in src/agents/limits.ts, a request at the limit is allowed and the next one is refused
  * with the documented status, code, message and `Retry-After` (docs/operations.md, "Limits and load
  * protection"), and the refusal changes nothing: no new session, no new live agent, the inbox
  * and the log as they were. Small limits are set per test through startHarness({ limits }).
@@ -9,7 +9,7 @@ import http from 'node:http';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AgentView, ToolCallErrorBody as ErrorBody } from '../../src/contract/index.js';
-import type { Limits } from '../../src/services/limits.js';
+import type { Limits } from '../../src/agents/limits.js';
 import {
   createRoot,
   postOutput,

@@ -10,9 +10,9 @@ import { describe, expect, it } from 'vitest';
 import type { Receipt } from '../../src/contract/index.js';
 import { fixedClock } from '../../src/domain/ports.js';
 import { isoTime } from '../../src/domain/session.js';
-import type { SessionStore } from '../../src/services/session-store.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
-import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
+import type { SessionStore } from '../../src/sessions/session-store.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
+import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
 import {
   claim,
   createRoot,

@@ -11,7 +11,7 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { AgentView } from '../../src/contract/index.js';
-import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
+import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
 import {
   claim,
   postOutput,

@@ -5,7 +5,7 @@
  *    reach the logs, an error body, a session or the SQLite file: a scripted scenario against
  *    a real server process at the lowest log level, with every response and the whole output kept.
  * 2. Token comparison is constant-time over the fixed token length; key comparison hashes
- *    first and compares every configured digest, as src/services/tokens.ts claims (behaviour
+ *    first and compares every configured digest, as src/agents/tokens.ts claims (behaviour
  *    only; nothing is timed).
  * 3. JSON bodies cannot pollute Object.prototype: `__proto__` and `constructor.prototype` keys
  *    are rejected with the documented 4xx error shape, never a 5xx.
@@ -21,12 +21,12 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import type { InjectOptions } from 'fastify';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { digest, matchesAny, matchesToken, mintToken } from '../../src/services/tokens.js';
-import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
+import { digest, matchesAny, matchesToken, mintToken } from '../../src/agents/tokens.js';
+import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
 import { startHarness, type Harness } from '../fixtures/harness.js';
 import { PROJECT_ROOT, startServer, stopLeftoverServers, type RunningServer, type ServerExit } from '../fixtures/server-process.js';
 
-/** Every timingSafeEqual call made by src/services/tokens.ts: the byte lengths of both sides. */
+/** Every timingSafeEqual call made by src/agents/tokens.ts: the byte lengths of both sides. */
 const comparisons = vi.hoisted(() => [] as [number, number][]);
 
 vi.mock('node:crypto', async (importOriginal) => {

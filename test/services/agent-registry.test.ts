@@ -8,10 +8,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { SessionHeader } from '../../src/domain/session.js';
-import { AgentRegistry } from '../../src/services/agent-registry.js';
-import { AgentScope, type LiveAgent } from '../../src/services/live-agent.js';
-import { ServiceEvents } from '../../src/services/service-events.js';
-import type { ServiceTool } from '../../src/services/tool-registry.js';
+import { AgentRegistry } from '../../src/agents/agent-registry.js';
+import { AgentScope, type LiveAgent } from '../../src/agents/live-agent.js';
+import { ServiceEvents } from '../../src/composition/service-events.js';
+import type { ServiceTool } from '../../src/tools/tool-registry.js';
 
 /** Just what the registry reads of an agent. */
 function agent(id: string, root: string | null, parent: string | null = root): LiveAgent {

@@ -11,7 +11,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import pg from 'pg';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { ReportDelivery } from '../../src/domain/packages.js';
-import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
+import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { callReport, report, startChild } from '../fixtures/forest.js';
 import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';

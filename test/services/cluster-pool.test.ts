@@ -10,10 +10,10 @@
  */
 import type { Logger } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ClusterPool, type LocalClaim, type PoolClaim } from '../../src/services/cluster/cluster-pool.js';
-import type { Caller, Peer, PeerAnswer, PeerCall, PeerClient } from '../../src/services/cluster/peers.js';
-import { WorkBoard } from '../../src/services/cluster/work-board.js';
-import type { RenderedStep } from '../../src/services/steps/rendered-step.js';
+import { ClusterPool, type LocalClaim, type PoolClaim } from '../../src/cluster/cluster-pool.js';
+import type { Caller, Peer, PeerAnswer, PeerCall, PeerClient } from '../../src/cluster/peers.js';
+import { WorkBoard } from '../../src/cluster/work-board.js';
+import type { RenderedStep } from '../../src/steps/rendered-step.js';
 
 const ME = 'instance-me';
 const CALLER: Caller = { authorization: 'Bearer operator-key', requestId: 'req-7' };

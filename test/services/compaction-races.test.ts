@@ -19,8 +19,8 @@ import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { isServiceError } from '../../src/domain/errors.js';
 import { HTTP_STATUS } from '../../src/routes/error-status.js';
-import type { CompactionEntry } from '../../src/services/session-store.js';
-import { stepObject } from '../../src/services/steps/rendered-step.js';
+import type { CompactionEntry } from '../../src/sessions/session-store.js';
+import { stepObject } from '../../src/steps/rendered-step.js';
 import {
   compactionsIn,
   compactionsInsideSteps,

@@ -30,7 +30,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { isClaimable } from '../../src/domain/turn-machine.js';
-import type { LiveAgent } from '../../src/services/live-agent.js';
+import type { LiveAgent } from '../../src/agents/live-agent.js';
 import {
   activationEvents,
   EVENTS,

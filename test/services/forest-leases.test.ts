@@ -8,9 +8,9 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
-import { SessionLog } from '../../src/services/session-log.js';
-import type { IdempotencyRecord, PendingRow, WriteBatch } from '../../src/services/session-store.js';
-import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
+import { SessionLog } from '../../src/sessions/session-log.js';
+import type { IdempotencyRecord, PendingRow, WriteBatch } from '../../src/sessions/session-store.js';
+import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
 import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
 

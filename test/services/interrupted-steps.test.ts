@@ -1,12 +1,12 @@
 /**
- * InterruptedSteps (src/services/steps/interrupted-steps.ts): a step remembered as interrupted
+ * InterruptedSteps (src/steps/interrupted-steps.ts): a step remembered as interrupted
  * is refused with STEP_CONFLICT for the token that held it and no other, and the memory keeps
  * the most recent 4096 steps.
  */
 import { describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/domain/errors.js';
-import { InterruptedSteps } from '../../src/services/steps/interrupted-steps.js';
-import { mintToken } from '../../src/services/tokens.js';
+import { InterruptedSteps } from '../../src/steps/interrupted-steps.js';
+import { mintToken } from '../../src/agents/tokens.js';
 
 function refusal(steps: InterruptedSteps, agentId: string, stepId: string, token: string | undefined): ServiceError | undefined {
   try {

@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { ToolCall } from '../../src/domain/message.js';
-import { loggableCall } from '../../src/services/steps/redaction.js';
-import { mintToken } from '../../src/services/tokens.js';
+import { loggableCall } from '../../src/steps/redaction.js';
+import { mintToken } from '../../src/agents/tokens.js';
 
 const token = mintToken();
 const call = (input: unknown): ToolCall => ({ id: 'call-1', name: 'report', input });

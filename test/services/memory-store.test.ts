@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
-import type { BatchEntry } from '../../src/services/session-store.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
+import type { BatchEntry } from '../../src/sessions/session-store.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 const header = (id: string, root?: string): SessionHeader => ({

@@ -1,5 +1,5 @@
 /**
- * The model policy (src/services/driver/model-policy.ts) on its own: base URLs are parsed
+ * The model policy (src/driver/model-policy.ts) on its own: base URLs are parsed
  * strictly and returned normalised, the operator's AGENTFOREST_MODEL_BASE_URLS list matches
  * by origin and whole path segments, and loadConfig refuses a bad list entry at start-up.
  */
@@ -8,7 +8,7 @@ import { loadConfig } from '../../src/config.js';
 import { configErrorOf } from '../fixtures/config-error.js';
 import { ServiceError } from '../../src/domain/errors.js';
 import type { ModelSpec } from '../../src/domain/model.js';
-import { checkModel, parseBaseUrl, type ModelPolicy } from '../../src/services/driver/model-policy.js';
+import { checkModel, parseBaseUrl, type ModelPolicy } from '../../src/driver/model-policy.js';
 
 const model = (baseUrl: string, extra: Partial<ModelSpec> = {}): ModelSpec => ({ provider: 'openai-compatible', baseUrl, model: 'm', ...extra });
 

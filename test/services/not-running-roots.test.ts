@@ -7,8 +7,8 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ListPosition, StoredRoot } from '../../src/services/session-store.js';
-import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
+import type { ListPosition, StoredRoot } from '../../src/sessions/session-store.js';
+import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
 import { DelegatingStore } from '../fixtures/delegating-store.js';
 import { createRoot, json, startHarness } from '../fixtures/harness.js';
 import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';

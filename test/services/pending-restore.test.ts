@@ -7,8 +7,8 @@
  */
 import type { LightMyRequestResponse } from 'fastify';
 import { describe, expect, it } from 'vitest';
-import type { SessionStore } from '../../src/services/session-store.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
+import type { SessionStore } from '../../src/sessions/session-store.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 import {
   claim,
   createRoot,

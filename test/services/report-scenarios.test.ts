@@ -14,7 +14,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import { ServiceError } from '../../src/domain/errors.js';
-import type { LiveAgent } from '../../src/services/live-agent.js';
+import type { LiveAgent } from '../../src/agents/live-agent.js';
 import {
   claim,
   createRoot,

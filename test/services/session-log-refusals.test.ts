@@ -7,9 +7,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { EntryBody, SessionHeader } from '../../src/domain/session.js';
-import { forestsOf, withoutForests } from '../../src/services/batch-forests.js';
-import { SessionLog } from '../../src/services/session-log.js';
-import type { BatchEntry, IdempotencyRecord, WriteBatch, WriteOutcome } from '../../src/services/session-store.js';
+import { forestsOf, withoutForests } from '../../src/sessions/batch-forests.js';
+import { SessionLog } from '../../src/sessions/session-log.js';
+import type { BatchEntry, IdempotencyRecord, WriteBatch, WriteOutcome } from '../../src/sessions/session-store.js';
 import { DelegatingStore } from '../fixtures/delegating-store.js';
 import { storeUnavailable } from '../fixtures/store-errors.js';
 

@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import type { SettlementNoticeMode } from '../../src/domain/packages.js';
 import { createLogger } from '../../src/logger.js';
-import type { LiveAgent } from '../../src/services/live-agent.js';
+import type { LiveAgent } from '../../src/agents/live-agent.js';
 import {
   claim,
   createRoot,

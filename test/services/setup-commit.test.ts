@@ -18,10 +18,10 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ServiceError } from '../../src/domain/errors.js';
 import type { IdSource } from '../../src/domain/ports.js';
 import type { SessionEntry } from '../../src/domain/session.js';
-import { REVOKED_MESSAGE } from '../../src/services/continuation/setup-registry.js';
-import type { AgentScope, LiveAgent } from '../../src/services/live-agent.js';
-import { defineTool, toolInput } from '../../src/services/define-tool.js';
-import { timeOrderedIds } from '../../src/services/ids.js';
+import { REVOKED_MESSAGE } from '../../src/children/setup-registry.js';
+import type { AgentScope, LiveAgent } from '../../src/agents/live-agent.js';
+import { defineTool, toolInput } from '../../src/tools/define-tool.js';
+import { timeOrderedIds } from '../../src/sessions/ids.js';
 import { claim, createRoot, postOutput, startHarness, until, type Harness } from '../fixtures/harness.js';
 
 const REVOKED_TEXT =

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/domain/errors.js';
-import { ActivationSetupRegistry, REVOKED_MESSAGE, type SetupContribution } from '../../src/services/continuation/setup-registry.js';
+import { ActivationSetupRegistry, REVOKED_MESSAGE, type SetupContribution } from '../../src/children/setup-registry.js';
 
 interface Scope {
   name: string;

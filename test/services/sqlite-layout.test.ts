@@ -7,10 +7,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ACTIVATION_EVENTS, type EntryBody, type SessionEntry, type SessionHeader } from '../../src/domain/session.js';
-import type { BatchEntry, SessionStore } from '../../src/services/session-store.js';
-import { MemorySessionStore } from '../../src/services/stores/memory-store.js';
-import { SqliteSessionStore } from '../../src/services/stores/sqlite-store.js';
-import { PAGE_ENTRIES } from '../../src/services/stores/sqlite-writes.js';
+import type { BatchEntry, SessionStore } from '../../src/sessions/session-store.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
+import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
+import { PAGE_ENTRIES } from '../../src/adapters/sqlite/sqlite-writes.js';
 
 const AT = '2026-12-01T00:00:00.000Z';
 const SESSIONS = ['r1', 'c1', 'c2', 'r2'] as const;

@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
-import type { BatchEntry } from '../../src/services/session-store.js';
-import { SqliteSessionStore, schemaVersionOf } from '../../src/services/stores/sqlite-store.js';
-import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/services/stores/sqlite-migrations.js';
-import { encodeBatch, openConnection, PAGE_ENTRIES, SqliteWrites, WAL_AUTOCHECKPOINT_PAGES, WAL_SIZE_LIMIT_BYTES } from '../../src/services/stores/sqlite-writes.js';
+import type { BatchEntry } from '../../src/sessions/session-store.js';
+import { SqliteSessionStore, schemaVersionOf } from '../../src/adapters/sqlite/sqlite-store.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/adapters/sqlite/sqlite-migrations.js';
+import { encodeBatch, openConnection, PAGE_ENTRIES, SqliteWrites, WAL_AUTOCHECKPOINT_PAGES, WAL_SIZE_LIMIT_BYTES } from '../../src/adapters/sqlite/sqlite-writes.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 

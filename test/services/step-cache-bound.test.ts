@@ -10,7 +10,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ChatMessage } from '../../src/contract/index.js';
 import type { SessionEntry } from '../../src/domain/session.js';
-import type { CompactionEntry } from '../../src/services/session-store.js';
+import type { CompactionEntry } from '../../src/sessions/session-store.js';
 import { DelegatingStore } from '../fixtures/delegating-store.js';
 import { createRoot, postOutput, postResults, send, settle, startHarness, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 import { claimSince, expectExact } from '../fixtures/step-check.js';

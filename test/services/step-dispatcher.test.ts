@@ -6,7 +6,7 @@
  * Timeouts and park times run on fake timers.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { StepDispatcher } from '../../src/services/step-dispatcher.js';
+import { StepDispatcher } from '../../src/steps/step-dispatcher.js';
 
 interface FakeAgent {
   readonly id: string;

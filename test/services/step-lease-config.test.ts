@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
-import { DEFAULT_LEASE } from '../../src/services/step-lease.js';
+import { DEFAULT_LEASE } from '../../src/steps/step-lease.js';
 import { configErrorOf } from '../fixtures/config-error.js';
 
 describe('step lease configuration', () => {

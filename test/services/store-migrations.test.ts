@@ -15,9 +15,9 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../src/domain/session.js';
-import { SqliteSessionStore, schemaVersionOf } from '../../src/services/stores/sqlite-store.js';
-import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/services/stores/sqlite-migrations.js';
-import { PAGE_ENTRIES } from '../../src/services/stores/sqlite-writes.js';
+import { SqliteSessionStore, schemaVersionOf } from '../../src/adapters/sqlite/sqlite-store.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../../src/adapters/sqlite/sqlite-migrations.js';
+import { PAGE_ENTRIES } from '../../src/adapters/sqlite/sqlite-writes.js';
 
 interface TrackedConnection {
   readonly name: string;

@@ -6,7 +6,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
-import type { BatchEntry, SessionStore, StoredRoot } from '../../src/services/session-store.js';
+import type { BatchEntry, SessionStore, StoredRoot } from '../../src/sessions/session-store.js';
 import { STORE_FACTORIES, type StoreFixture } from '../fixtures/store-factories.js';
 
 const T0 = '2026-01-01T00:00:00.000Z';

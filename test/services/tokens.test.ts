@@ -3,7 +3,7 @@
  * the exact secret only.
  */
 import { describe, expect, it } from 'vitest';
-import { digest, matchesAny, matchesToken, mintToken } from '../../src/services/tokens.js';
+import { digest, matchesAny, matchesToken, mintToken } from '../../src/agents/tokens.js';
 
 describe('mintToken', () => {
   it('gives a base64url token of 256 random bits', () => {

@@ -82,7 +82,7 @@ describe('tracing off loads no OpenTelemetry module', () => {
   });
 
   it('the OpenTelemetry implementation does import the SDK (the walk would see it)', () => {
-    const reached = packagesReached('src/services/tracing/otel-sdk.ts');
+    const reached = packagesReached('src/observation/tracing/otel-sdk.ts');
     expect([...reached.keys()]).toEqual(expect.arrayContaining(['@opentelemetry/api', '@opentelemetry/sdk-trace-node', '@opentelemetry/exporter-trace-otlp-http']));
   });
 });

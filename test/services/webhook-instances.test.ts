@@ -6,7 +6,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { PostgresSessionStore } from '../../src/services/stores/postgres-store.js';
+import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { claim, createRoot, postOutput, send, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';

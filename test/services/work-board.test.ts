@@ -7,7 +7,7 @@
  */
 import type { Logger } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { WorkBoard } from '../../src/services/cluster/work-board.js';
+import { WorkBoard } from '../../src/cluster/work-board.js';
 
 const ME = 'instance-me';
 

@@ -5,9 +5,9 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import { ServiceError } from '../../domain/errors.js';
-import type { AgentService } from '../../services/agent-service.js';
-import type { Cluster } from '../../services/cluster/cluster.js';
-import type { StepService } from '../../services/step-service.js';
+import type { AgentService } from '../../agents/agent-service.js';
+import type { Cluster } from '../../cluster/cluster.js';
+import type { StepService } from '../../steps/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { clusterCaller } from '../cluster/index.js';

@@ -3,8 +3,8 @@
  * it and its subtree. Thin: parse, call the service, shape.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { BudgetChanges } from '../../services/budgets/budget-changes.js';
-import type { Budgets } from '../../services/budgets/budgets.js';
+import type { BudgetChanges } from '../../budgets/budget-changes.js';
+import type { Budgets } from '../../budgets/budgets.js';
 import { AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import { BudgetChangeBody, BudgetView, UsageList, UsageQuery } from './schemas.js';
 

@@ -3,7 +3,7 @@
  * first queued turn.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { AgentService } from '../../services/agent-service.js';
+import type { AgentService } from '../../agents/agent-service.js';
 import { agentToken } from '../auth.js';
 import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
 import { AGENT_SECURITY, AgentIdParams, errorResponses } from '../common-schemas.js';

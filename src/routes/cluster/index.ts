@@ -1,7 +1,7 @@
 /**
  * Between instances on one database (not for clients): `GET /v1/cluster/pool` answers when this
  * instance's oldest pool step was parked, which a pool claim on another instance compares
- * (src/services/cluster/cluster-pool.ts). Operator auth applies as on every route; it is left
+ * (src/cluster/cluster-pool.ts). Operator auth applies as on every route; it is left
  * out of the OpenAPI document. `clusterCaller` tells the routes that answer for the whole
  * cluster whether a request is a client's (ask the cluster) or another instance's (answer
  * from what is here).
@@ -9,8 +9,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
-import type { Cluster } from '../../services/cluster/cluster.js';
-import { FORWARDED_BY, type Caller } from '../../services/cluster/peers.js';
+import type { Cluster } from '../../cluster/cluster.js';
+import { FORWARDED_BY, type Caller } from '../../cluster/peers.js';
 
 const PoolState = Type.Object({ oldestParkedAt: Type.Union([Type.Number(), Type.Null()]) }, { additionalProperties: false });
 

@@ -7,8 +7,8 @@
  */
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { EventStreams, StreamEvent } from '../../services/event-stream.js';
-import type { EventHub } from '../../services/event-hub.js';
+import type { EventStreams, StreamEvent } from '../../observation/event-stream.js';
+import type { EventHub } from '../../observation/event-hub.js';
 import { AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import { exactInteger } from '../../contract/index.js';
 import { MESSAGES, ServiceError } from '../../domain/errors.js';

@@ -2,7 +2,7 @@
  * Delivery receipts: where an acknowledged message is, from durable state.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { AgentService } from '../../services/agent-service.js';
+import type { AgentService } from '../../agents/agent-service.js';
 import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import { MessageParams, Receipt } from './schemas.js';
 

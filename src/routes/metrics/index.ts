@@ -2,7 +2,7 @@
  * Prometheus metrics in the text exposition format.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Metrics } from '../../services/metrics.js';
+import type { Metrics } from '../../observation/metrics.js';
 import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 
 export const metricsRoutes: FastifyPluginAsyncTypebox<{ metrics: Metrics }> = async (app, { metrics }) => {

@@ -5,7 +5,7 @@
  * did not (`unconfirmed`).
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { PackageChanges } from '../../services/packages/package-changes.js';
+import type { PackageChanges } from '../../tools/packages/package-changes.js';
 import { EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import { PackageChangeView, ref } from '../../contract/index.js';
 import { InstallBody, PackageList, PackageParams } from './schemas.js';

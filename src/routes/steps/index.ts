@@ -5,9 +5,9 @@
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
-import type { Cluster } from '../../services/cluster/cluster.js';
-import type { StepService } from '../../services/step-service.js';
-import { stepJsonPieces } from '../../services/steps/rendered-step.js';
+import type { Cluster } from '../../cluster/cluster.js';
+import type { StepService } from '../../steps/step-service.js';
+import { stepJsonPieces } from '../../steps/rendered-step.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { clusterCaller } from '../cluster/index.js';
@@ -34,7 +34,7 @@ export interface StepRoutesOptions {
   cluster?: Pick<Cluster, 'pool'> | undefined;
 }
 
-/** A step is sent as the JSON the step cache rendered (see services/steps/rendered-step.ts). */
+/** A step is sent as the JSON the step cache rendered (see src/steps/rendered-step.ts). */
 const JSON_TYPE = 'application/json; charset=utf-8';
 /** Above this size a step is streamed piece by piece rather than copied into one buffer. */
 const STREAM_FROM_BYTES = 64 * 1024;

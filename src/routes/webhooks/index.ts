@@ -5,7 +5,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import { CreatedWebhook, DeliveryId, DeliveryList, DeliveryQuery, DeliveryView, NewWebhook, WebhookId, WebhookList, WebhookView } from '../../contract/index.js';
-import type { WebhookSubscriptions } from '../../services/webhooks/subscriptions.js';
+import type { WebhookSubscriptions } from '../../observation/webhooks/subscriptions.js';
 import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import { deliveryView, webhookView } from './views.js';
 

@@ -9,7 +9,7 @@
 import { describe, expect, it } from 'vitest';
 import { call, lastMessage, type ChatMessage, type ChatRequest, type Reply } from '../../../demo/scripted-model.js';
 import type { TokenUsage } from '../../../src/contract/index.js';
-import { COMPACTION_PROMPT } from '../../../src/services/driver/compaction.js';
+import { COMPACTION_PROMPT } from '../../../src/driver/compaction.js';
 import { accepted, answer, DRIVER_WAIT, followup, picture, spec, start, text, turnEnded, view, type AgentView } from '../../fixtures/driver.js';
 import { createRoot, session, until, type Entry, type Harness } from '../../fixtures/harness.js';
 import { interrupted } from '../../fixtures/interrupts.js';

@@ -6,7 +6,7 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { lastMessage, type Reply } from '../../../demo/scripted-model.js';
-import { SqliteSessionStore } from '../../../src/services/stores/sqlite-store.js';
+import { SqliteSessionStore } from '../../../src/adapters/sqlite/sqlite-store.js';
 import { tempDir } from '../../fixtures/cleanup.js';
 import {
   accepted,

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import type { Reply } from '../../../demo/scripted-model.js';
-import { MemorySessionStore } from '../../../src/services/stores/memory-store.js';
+import { MemorySessionStore } from '../../../src/adapters/memory/memory-store.js';
 import { CrashingStore } from '../../fixtures/crashing-store.js';
 import { accepted, answer, DRIVER_WAIT, followup, picture, spec, start, turnEnded } from '../../fixtures/driver.js';
 import { createRoot, until } from '../../fixtures/harness.js';

@@ -6,7 +6,7 @@ import {
   parseWebhookUrl,
   resolvePublic,
   WebhookAddressError,
-} from '../../../src/services/webhooks/address-guard.js';
+} from '../../../src/observation/webhooks/address-guard.js';
 
 function refusal(run: () => unknown): WebhookAddressError {
   try {

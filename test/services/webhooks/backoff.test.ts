@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_BACKOFF, parseRetryAfter, retryDelayMs } from '../../../src/services/webhooks/backoff.js';
+import { DEFAULT_BACKOFF, parseRetryAfter, retryDelayMs } from '../../../src/observation/webhooks/backoff.js';
 
 const always = (value: number) => (): number => value;
 

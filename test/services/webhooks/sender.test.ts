@@ -2,8 +2,8 @@ import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Serv
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { afterEach, describe, expect, it } from 'vitest';
-import { sendWebhook, type WebhookRequest } from '../../../src/services/webhooks/sender.js';
-import { generateSecret, parseSecret, signatureHeaders } from '../../../src/services/webhooks/signing.js';
+import { sendWebhook, type WebhookRequest } from '../../../src/observation/webhooks/sender.js';
+import { generateSecret, parseSecret, signatureHeaders } from '../../../src/observation/webhooks/signing.js';
 
 interface Received {
   headers: IncomingHttpHeaders;

@@ -1,6 +1,6 @@
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
-import { generateSecret, parseSecret, signatureHeaders } from '../../../src/services/webhooks/signing.js';
+import { generateSecret, parseSecret, signatureHeaders } from '../../../src/observation/webhooks/signing.js';
 
 const nowSeconds = (): number => Math.floor(Date.now() / 1000);
 function thrownMessage(run: () => unknown): string {

@@ -1,0 +1,54 @@
+/**
+ * Webhook rows as both SQL stores read them back (SQLite's numbers, PostgreSQL's BIGINT text),
+ * turned into the outbox's types.
+ */
+import { eventsOfColumn, type Delivery, type DeliveryState, type WebhookEventType, type WebhookSubscription } from '../observation/webhooks/outbox.js';
+
+export interface SubscriptionRow {
+  id: string;
+  url: string;
+  events: string;
+  root_id: string | null;
+  secret: string;
+  created_at: number;
+}
+
+export interface DeliveryRow {
+  seq: number;
+  webhook_id: string;
+  event_id: string;
+  root_id: string;
+  type: string;
+  state: string;
+  attempts: number;
+  created_at: number;
+  next_at: number;
+  window_start: number;
+  last_attempt_at: number | null;
+  last_status: number | null;
+  last_error: string | null;
+  delivered_at: number | null;
+}
+
+export function subscriptionOf(row: SubscriptionRow): WebhookSubscription {
+  return { id: row.id, url: row.url, events: eventsOfColumn(row.events), rootId: row.root_id, secret: row.secret, createdAt: Number(row.created_at) };
+}
+
+export function deliveryOf(row: DeliveryRow): Delivery {
+  return {
+    webhookId: row.webhook_id,
+    eventId: row.event_id,
+    type: row.type as WebhookEventType,
+    rootId: row.root_id,
+    state: row.state as DeliveryState,
+    attempts: Number(row.attempts),
+    createdAt: Number(row.created_at),
+    nextAt: Number(row.next_at),
+    windowStart: Number(row.window_start),
+    lastAttemptAt: row.last_attempt_at === null ? null : Number(row.last_attempt_at),
+    lastStatus: row.last_status === null ? null : Number(row.last_status),
+    lastError: row.last_error,
+    deliveredAt: row.delivered_at === null ? null : Number(row.delivered_at),
+    seq: Number(row.seq),
+  };
+}

@@ -1,0 +1,76 @@
+/**
+ * The shapes the continuation manager is built from and speaks in: its collaborators
+ * (`ContinuationDeps`), what a parent asks for when it starts a child (`ChildSpec`), what a
+ * delivery to a child answers (`ChildDelivery`), and what it tells the metrics. The parts of
+ * the manager (report-rule.ts, child-lifecycle.ts, closing.ts) share them.
+ */
+import type { Logger } from 'pino';
+import type { ChildMode, Provider } from '../domain/agent.js';
+import type { Budget } from '../domain/budget.js';
+import type { TextBlock } from '../domain/message.js';
+import type { ModelSpec } from '../domain/model.js';
+import type { ReportDelivery } from '../domain/packages.js';
+import type { Clock, IdSource } from '../domain/ports.js';
+import type { SessionHeader } from '../domain/session.js';
+import type { AgentRegistry } from '../agents/agent-registry.js';
+import type { AgentScope, LiveAgent } from '../agents/live-agent.js';
+import type { SessionLog } from '../sessions/session-log.js';
+import type { ActivationSetupRegistry } from './setup-registry.js';
+
+/** What the manager tells the metrics about (all optional). */
+export interface ContinuationObserver {
+  /** A report call ended; an accepted one names the parent's message and the reporting child. */
+  report(delivery: ReportDelivery, outcome: string, messageId?: string, child?: LiveAgent): void;
+  coldResumed(): void;
+  settled(): void;
+}
+
+export interface ContinuationDeps {
+  registry: AgentRegistry;
+  log: SessionLog;
+  clock: Clock;
+  ids: IdSource;
+  logger: Logger;
+  setup: ActivationSetupRegistry<AgentScope>;
+  /** Builds a LiveAgent wired to the dispatcher and to this manager's hooks (unpublished). */
+  makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => LiveAgent;
+  isDraining: () => boolean;
+  observer?: ContinuationObserver;
+  /** The deepest a child may be (a root is depth 0). */
+  maxDepth?: number;
+  /** Grants to children (budgets.ts). */
+  budgets: BudgetPort;
+  /**
+   * Wakeup reports join a parent's queued wakeup turn (the inbox tail) instead of queueing a
+   * turn each. Off by default: the HTTP contract gives each wakeup report its own later turn.
+   */
+  coalesceWakeups?: boolean;
+}
+
+/** What the child lifecycle needs of budgets (budgets/budgets.ts). */
+export interface BudgetPort {
+  /** Throws VALIDATION when the grant promises more than the budgets above `parentId` have left. */
+  checkGrant(parentId: string, grant: Budget): void;
+}
+
+export interface ChildSpec {
+  mode: ChildMode;
+  provider: Provider;
+  prompt: string | TextBlock[];
+  label?: string;
+  instructions?: string;
+  toolFilter?: { allow: string[] };
+  /** The child's own model; absent: an in-process child inherits its parent's (if any). */
+  model?: ModelSpec;
+  /** A grant: limits of its own, out of what the budgets above it have left. */
+  budget?: Budget;
+}
+
+export interface ChildDelivery {
+  messageId: string;
+  inboxItemId?: string;
+  resumed?: { agentToken: string };
+}
+
+/** Which wording an authority failure uses: the HTTP route's, or send_message's. */
+export type DeliveryPath = 'http' | 'tool';

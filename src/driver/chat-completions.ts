@@ -1,0 +1,265 @@
+/**
+ * One model request to an OpenAI-compatible chat-completions endpoint, with the service's
+ * retry policy: 429, 5xx and connection failures are retried with exponential backoff (and
+ * `Retry-After` when the endpoint sends one), all within one deadline per step. Whatever goes
+ * wrong ends as a ModelRequestError whose message can be written to a session as is: it names
+ * the endpoint's status and its own error text, never the API key; the status is on the error
+ * too.
+ */
+import { Buffer } from 'node:buffer';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ChatMessage, ChatTool } from '../domain/step-render.js';
+import type { TokenUsage } from '../domain/model.js';
+
+export interface RetryPolicy {
+  /** Retries after the first attempt, for 429, 5xx and connection failures. */
+  retries: number;
+  /** The first backoff; each retry doubles it, up to maxBackoffMs. */
+  backoffMs: number;
+  maxBackoffMs: number;
+  /** The whole step, retries and backoff included, must finish within this. */
+  timeoutMs: number;
+}
+
+export interface ChatRequest {
+  baseUrl: string;
+  apiKey?: string;
+  model: string;
+  messages: ChatMessage[];
+  tools: ChatTool[];
+  temperature?: number;
+}
+
+export interface RawToolCall {
+  id: string | undefined;
+  name: string;
+  /** The JSON text the model wrote, not yet parsed. */
+  arguments: string;
+}
+
+export interface ChatAnswer {
+  content: string | null;
+  toolCalls: RawToolCall[];
+  usage?: TokenUsage;
+  attempts: number;
+}
+
+export class ModelRequestError extends Error {
+  override readonly name = 'ModelRequestError';
+  constructor(
+    message: string,
+    /** Requests sent before giving up. */
+    readonly attempts = 1,
+    /** The HTTP status of the endpoint's last answer; absent when none came (a network failure, a timeout). */
+    readonly status?: number,
+  ) {
+    super(message);
+  }
+}
+
+/** As for a backend's output (POST .../output): tool calls in one answer. */
+export const MAX_TOOL_CALLS = 128;
+
+/** The largest answer read from an endpoint; anything bigger fails the step. */
+export const MAX_ANSWER_BYTES = 8 * 1024 * 1024;
+
+/** The step was cancelled (its agent was disposed or stopped): nothing is to be recorded. */
+export class ModelRequestCancelled extends Error {
+  override readonly name = 'ModelRequestCancelled';
+}
+
+type Fetch = typeof fetch;
+
+/** `<baseUrl>/chat/completions`, from the parsed (normalised) base URL. */
+export function completionsUrl(baseUrl: string): string {
+  const base = new URL(baseUrl);
+  base.pathname = `${base.pathname.replace(/\/+$/, '')}/chat/completions`;
+  return base.href;
+}
+
+export async function completeChat(request: ChatRequest, policy: RetryPolicy, cancel: AbortSignal, fetchImpl: Fetch = fetch): Promise<ChatAnswer> {
+  const url = completionsUrl(request.baseUrl);
+  const key = request.apiKey;
+  // An endpoint may quote the key it was sent (`Incorrect API key provided: sk-...`), and what
+  // it answers goes into a session: the key never does.
+  const redact = (text: string): string => (key !== undefined && key !== '' && text.includes(key) ? text.split(key).join('[redacted]') : text);
+  const body: Record<string, unknown> = { model: request.model, messages: request.messages };
+  if (request.tools.length > 0) body.tools = request.tools;
+  if (request.temperature !== undefined) body.temperature = request.temperature;
+  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
+  if (request.apiKey !== undefined) headers.authorization = `Bearer ${request.apiKey}`;
+  const payload = JSON.stringify(body);
+
+  // One controller per step, aborted by the deadline or by the caller's cancel signal (whose
+  // listener is removed again: the caller's signal lives as long as its agent's loop).
+  const step = new AbortController();
+  const signal = step.signal;
+  let expired = false;
+  const timer = setTimeout(() => {
+    expired = true;
+    step.abort();
+  }, policy.timeoutMs);
+  const onCancel = (): void => step.abort();
+  cancel.addEventListener('abort', onCancel, { once: true });
+  if (cancel.aborted) step.abort();
+  const timedOut = (attempts: number): ModelRequestError =>
+    new ModelRequestError(`no answer from ${url} within ${policy.timeoutMs} ms (${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts);
+  try {
+    let attempts = 0;
+    for (;;) {
+      attempts++;
+      let failure: { message: string; retryable: boolean; retryAfterMs?: number; status?: number };
+      try {
+        // A redirect would re-send the conversation to a URL no policy checked: not followed.
+        const response = await fetchImpl(url, { method: 'POST', headers, body: payload, signal, redirect: 'manual' });
+        if (response.status >= 300 && response.status < 400) {
+          await response.body?.cancel().catch(() => undefined);
+          throw new ModelRequestError(
+            `${url} answered ${response.status}, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`,
+            attempts,
+            response.status,
+          );
+        }
+        const text = redact(await readLimited(response, url, attempts));
+        if (response.ok) return { ...parseCompletion(url, text, attempts, response.status), attempts };
+        failure = {
+          message: `${url} answered ${response.status}${errorText(text)}`,
+          retryable: response.status === 429 || response.status >= 500,
+          status: response.status,
+        };
+        const retryAfter = retryAfterMs(response.headers.get('retry-after'));
+        if (retryAfter !== undefined) failure.retryAfterMs = retryAfter;
+      } catch (error) {
+        if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
+        if (expired) throw timedOut(attempts);
+        if (error instanceof ModelRequestError) throw error;
+        failure = { message: `could not reach ${url}: ${networkReason(error)}`, retryable: true };
+      }
+      failure.message = redact(failure.message);
+      if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
+      if (attempts > policy.retries) {
+        throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts, failure.status);
+      }
+      const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** (attempts - 1));
+      const wait = failure.retryAfterMs ?? backoff * (0.5 + Math.random() * 0.5);
+      try {
+        await sleep(wait, undefined, { signal });
+      } catch {
+        if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
+        throw new ModelRequestError(`${failure.message}; the ${policy.timeoutMs} ms step timeout ran out before attempt ${attempts + 1}`, attempts, failure.status);
+      }
+    }
+  } finally {
+    clearTimeout(timer);
+    cancel.removeEventListener('abort', onCancel);
+  }
+}
+
+/** The body as text, refusing (without reading on) one larger than MAX_ANSWER_BYTES. */
+async function readLimited(response: Response, url: string, attempts: number): Promise<string> {
+  if (response.body === null) return '';
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = response.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_ANSWER_BYTES) {
+      await reader.cancel().catch(() => undefined);
+      throw new ModelRequestError(`the answer of ${url} is larger than ${MAX_ANSWER_BYTES} bytes`, attempts, response.status);
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** The first choice's message of a chat completion, or a ModelRequestError saying what is wrong with it. */
+function parseCompletion(url: string, text: string, attempts: number, status: number): Omit<ChatAnswer, 'attempts'> {
+  const invalid = (why: string): ModelRequestError => new ModelRequestError(`the answer of ${url} is not a chat completion: ${why}`, attempts, status);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw invalid(`not JSON (${excerpt(text)})`);
+  }
+  const choice = isRecord(parsed) && Array.isArray(parsed.choices) ? (parsed.choices[0] as unknown) : undefined;
+  if (!isRecord(choice) || !isRecord(choice.message)) throw invalid('it has no choices[0].message');
+  const message = choice.message;
+  const rawCalls = message.tool_calls ?? [];
+  if (!Array.isArray(rawCalls)) throw invalid('message.tool_calls is not a list');
+  if (rawCalls.length > MAX_TOOL_CALLS) throw invalid(`it has ${rawCalls.length} tool calls; at most ${MAX_TOOL_CALLS} are accepted in one answer`);
+  const toolCalls = rawCalls.map((call: unknown, i): RawToolCall => {
+    const fn = isRecord(call) ? call.function : undefined;
+    if (!isRecord(call) || !isRecord(fn) || typeof fn.name !== 'string') throw invalid(`tool_calls[${i}] has no function name`);
+    const args = fn.arguments;
+    return {
+      id: typeof call.id === 'string' && call.id !== '' ? call.id : undefined,
+      name: fn.name,
+      arguments: typeof args === 'string' ? args : args === undefined ? '' : JSON.stringify(args),
+    };
+  });
+  const answer: Omit<ChatAnswer, 'attempts'> = { content: contentText(message.content), toolCalls };
+  const usage = isRecord(parsed) ? usageOf(parsed.usage) : undefined;
+  if (usage !== undefined) answer.usage = usage;
+  return answer;
+}
+
+/** Text content: a string, or (some servers) a list of parts whose text parts are joined. */
+function contentText(content: unknown): string | null {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    const texts = content.filter(isRecord).map((part) => part.text).filter((t): t is string => typeof t === 'string');
+    return texts.length === 0 ? null : texts.join('');
+  }
+  return null;
+}
+
+function usageOf(usage: unknown): TokenUsage | undefined {
+  if (!isRecord(usage)) return undefined;
+  const n = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.round(v) : 0);
+  const promptTokens = n(usage.prompt_tokens);
+  const completionTokens = n(usage.completion_tokens);
+  const total = n(usage.total_tokens);
+  return { promptTokens, completionTokens, totalTokens: total > 0 ? total : promptTokens + completionTokens };
+}
+
+/** The endpoint's own error text: `error.message` of a JSON error body, else the start of the body. */
+function errorText(text: string): string {
+  if (text.trim() === '') return '';
+  try {
+    const parsed: unknown = JSON.parse(text);
+    if (isRecord(parsed) && isRecord(parsed.error) && typeof parsed.error.message === 'string') return `: ${excerpt(parsed.error.message)}`;
+    if (isRecord(parsed) && typeof parsed.error === 'string') return `: ${excerpt(parsed.error)}`;
+  } catch {
+    // not JSON: show the text itself
+  }
+  return `: ${excerpt(text)}`;
+}
+
+function networkReason(error: unknown): string {
+  if (error instanceof Error) {
+    const cause = (error as Error & { cause?: unknown }).cause;
+    if (isRecord(cause) && typeof cause.code === 'string') return cause.code;
+    if (cause instanceof Error) return cause.message;
+    return error.message;
+  }
+  return String(error);
+}
+
+/** `Retry-After` in seconds or as an HTTP date, capped at one minute. */
+function retryAfterMs(header: string | null): number | undefined {
+  if (header === null) return undefined;
+  const seconds = Number(header);
+  const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(header) - Date.now();
+  return Number.isFinite(ms) && ms >= 0 ? Math.min(ms, 60_000) : undefined;
+}
+
+function excerpt(text: string): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > 300 ? `${flat.slice(0, 300)}…` : flat;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

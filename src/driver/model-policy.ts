@@ -1,0 +1,75 @@
+/**
+ * What a `model` given at creation may name. Anyone who may create an agent chooses where its
+ * model requests go; the API key is the service's, so which environment variables may serve
+ * as keys, and (optionally) which endpoints may receive them, is the operator's decision.
+ */
+import { ServiceError } from '../domain/errors.js';
+import type { ModelSpec } from '../domain/model.js';
+
+export interface ModelPolicy {
+  /** Variables that may be named as `apiKeyEnv`; default: names ending in `_API_KEY`, except AGENTFOREST_*. */
+  keyEnvs?: readonly string[] | undefined;
+  /** URL prefixes a `baseUrl` must start with; default: any http(s) URL. */
+  baseUrls?: readonly string[] | undefined;
+  /** Where keys are read (the process environment). */
+  env: Readonly<Record<string, string | undefined>>;
+}
+
+export function keyEnvAllowed(name: string, policy: ModelPolicy): boolean {
+  if (policy.keyEnvs !== undefined) return policy.keyEnvs.includes(name);
+  return /_API_KEY$/.test(name) && !name.startsWith('AGENTFOREST_');
+}
+
+/**
+ * Throws VALIDATION, naming the field, unless this model may be used. Returns the model with
+ * its base URL normalised (dot segments resolved, no trailing slash): the form requests use.
+ */
+export function checkModel(spec: ModelSpec, policy: ModelPolicy): ModelSpec {
+  const url = parseBaseUrl(spec.baseUrl, 'model.baseUrl');
+  if (policy.baseUrls !== undefined && !policy.baseUrls.some((prefix) => underPrefix(url, parseBaseUrl(prefix, 'AGENTFOREST_MODEL_BASE_URLS')))) {
+    throw new ServiceError('VALIDATION', `model.baseUrl "${spec.baseUrl}" is not one of the endpoints this service may call (AGENTFOREST_MODEL_BASE_URLS)`);
+  }
+  if (spec.apiKeyEnv !== undefined) {
+    if (!keyEnvAllowed(spec.apiKeyEnv, policy)) {
+      throw new ServiceError(
+        'VALIDATION',
+        `model.apiKeyEnv "${spec.apiKeyEnv}" is not a variable this service lends as an API key (AGENTFOREST_MODEL_KEY_ENVS; by default names ending in _API_KEY)`,
+      );
+    }
+    if ((policy.env[spec.apiKeyEnv] ?? '') === '') {
+      throw new ServiceError('VALIDATION', `model.apiKeyEnv "${spec.apiKeyEnv}" is not set in the service's environment`);
+    }
+  }
+  return { ...spec, baseUrl: normalised(url) };
+}
+
+/** An http(s) URL with no credentials, query or fragment (not even an empty `?` or `#`). */
+export function parseBaseUrl(text: string, field: string): URL {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new ServiceError('VALIDATION', `${field} "${text}" is not a URL`);
+  }
+  // Credentials, queries and fragments may hold secrets: those are refused without echoing the text.
+  if (url.username !== '' || url.password !== '' || text.includes('?') || text.includes('#')) {
+    throw new ServiceError('VALIDATION', `${field} must not carry credentials, a query or a fragment; name the key with model.apiKeyEnv`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ServiceError('VALIDATION', `${field} "${text}" must be an http or https URL`);
+  // An encoded slash or backslash survives normalisation here and may be decoded (and `..`
+  // resolved) by a gateway: the path would escape the prefix it was checked against.
+  if (/%2f|%5c/i.test(url.pathname)) throw new ServiceError('VALIDATION', `${field} "${text}" must not contain an encoded slash or backslash`);
+  return url;
+}
+
+/** Same origin, and the path equal to the prefix's or below it (whole segments only). */
+function underPrefix(url: URL, prefix: URL): boolean {
+  if (url.origin !== prefix.origin) return false;
+  const base = prefix.pathname.replace(/\/+$/, '');
+  const path = url.pathname.replace(/\/+$/, '');
+  return path === base || path.startsWith(`${base}/`);
+}
+
+function normalised(url: URL): string {
+  return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
+}

@@ -1,0 +1,241 @@
+/**
+ * The step protocol: claiming model requests (per agent or from the worker pool), recording
+ * the model's output (running its service-owned tool calls at once), recording the backend's
+ * own tool results, and the tools an agent sees.
+ *
+ * Invariants: a step of an agent the built-in model driver owns is never claimed or answered
+ * over HTTP; a claimed step whose caller went away is given back, never lost; a batch of tool
+ * results is validated whole before any of it is written; every write is durable before the
+ * call resolves.
+ */
+import type { AgentCredential, ModelOutput, OutputResult, PostedOutput, ToolResultInput } from '../contract/index.js';
+import { ServiceError } from '../domain/errors.js';
+import type { ToolCall } from '../domain/message.js';
+import { renderTools, type ToolSchema } from '../domain/step-render.js';
+import type { TokenUsage } from '../domain/model.js';
+import type { AdmissionGate } from '../agents/admission-gate.js';
+import type { Budgets } from '../budgets/budgets.js';
+import type { AgentAuthority } from '../agents/authority.js';
+import type { WaiterGate } from '../agents/limits.js';
+import type { LeaseView } from './step-lease.js';
+import type { LiveAgent, StepClaim } from '../agents/live-agent.js';
+import type { SessionLog } from '../sessions/session-log.js';
+import type { StepDispatcher } from './step-dispatcher.js';
+import type { ToolRegistry } from '../tools/tool-registry.js';
+import type { Tracing } from '../observation/tracing/tracing.js';
+import { readOutput } from './chat-output.js';
+import type { InterruptedSteps } from './interrupted-steps.js';
+import { loggableCall } from './redaction.js';
+import { estimateTokens, type RenderedStep } from './rendered-step.js';
+import type { StepCache } from './step-cache.js';
+import { failedCall, type ToolCalls } from '../tools/tool-calls.js';
+
+export interface StepProtocolDeps {
+  authority: AgentAuthority;
+  gate: AdmissionGate;
+  dispatcher: StepDispatcher<LiveAgent, StepClaim>;
+  tools: ToolRegistry;
+  calls: ToolCalls;
+  log: SessionLog;
+  /** Renders each step's messages from what is new since the last one. */
+  cache: StepCache;
+  /** Bounds the concurrent long-polls per agent. */
+  waiters?: WaiterGate | undefined;
+  /** A direct claim is refused while a budget stops the agent (budgets.ts). */
+  budgets: Pick<Budgets, 'checkClaim'>;
+  /** Gives an output's usage its cost (domain/pricing.ts). */
+  price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
+  /** Told which model a backend said answered, for the step's span. */
+  tracing: Pick<Tracing, 'answeredBy'>;
+  /** Steps whose turn was interrupted: told so even once their incarnation is gone. */
+  interrupted: Pick<InterruptedSteps, 'refuse'>;
+}
+
+/** The built-in model driver alone claims and answers the steps of an agent that has a model. */
+function refuseDriven(agent: LiveAgent): void {
+  if (agent.header.model !== undefined) {
+    throw new ServiceError(
+      'STEP_CONFLICT',
+      `agent "${agent.id}" is driven by the service's built-in model driver; its steps are not claimed or answered over HTTP`,
+    );
+  }
+}
+
+export class StepProtocol {
+  constructor(private readonly deps: StepProtocolDeps) {}
+
+  /** Steps claimed whose output has not arrived: model requests in flight. */
+  stepsInFlight(agents: Iterable<LiveAgent>): number {
+    let n = 0;
+    for (const agent of agents) {
+      const turn = agent.state.turn;
+      if (turn.phase === 'running' && turn.turn.step.status === 'claimed') n++;
+    }
+    return n;
+  }
+
+  async toolsFor(id: string, token: string | undefined): Promise<ToolSchema[]> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    return this.deps.tools.listFor(agent);
+  }
+
+  /**
+   * Claim this agent's next step, waiting up to `waitMs`. Null when none (204). `since`: the id
+   * of an earlier step whose messages the caller holds (the step then comes in delta form).
+   */
+  async claimStep(id: string, token: string | undefined, waitMs: number, signal?: AbortSignal, since?: string): Promise<RenderedStep | null> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.deps.authority.rejectCredential(id));
+    refuseDriven(agent);
+    this.deps.gate.admitNewWork();
+    this.deps.budgets.checkClaim(agent);
+    const leave = waitMs > 0 ? this.deps.waiters?.enter(agent.id, 'step long-polls') : undefined;
+    try {
+      const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
+      if (claim !== null) return await this.handOver(claim, signal, since);
+      // A budget may have stopped the step meanwhile (the long-poll was answered for it).
+      this.deps.budgets.checkClaim(agent);
+      return null;
+    } finally {
+      leave?.();
+    }
+  }
+
+  /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
+  async claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal, since?: string): Promise<{ agentId: string; agentToken: string; step: RenderedStep } | null> {
+    this.deps.gate.admitNewWork();
+    const claim = await this.deps.dispatcher.claimOrWait(rootId === undefined ? {} : { rootId }, waitMs, signal);
+    if (claim === null) return null;
+    const step = await this.handOver(claim, signal, since);
+    return step === null ? null : { agentId: claim.agent.id, agentToken: claim.agent.token, step };
+  }
+
+  /**
+   * The output as posted, in either form (read into one by chat-output.ts). `attempt` is the
+   * fence (X-Step-Attempt): only the claim holding the step may answer it.
+   */
+  async postOutput(id: string, token: string | undefined, stepId: string, posted: PostedOutput, attempt = 1): Promise<OutputResult> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
+    refuseDriven(agent);
+    // Read only for the caller that holds the step, in the same synchronous span as the write.
+    const { output, refused } = readOutput(posted);
+    return this.applyOutput(agent, stepId, output, attempt, refused);
+  }
+
+  /** Renew the lease of the claim `attempt` on a step: 200 `{lease}`. */
+  async heartbeat(id: string, token: string | undefined, stepId: string, attempt = 1): Promise<{ lease: LeaseView }> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
+    refuseDriven(agent);
+    return { lease: agent.steps.heartbeat(stepId, attempt) };
+  }
+
+  /**
+   * Record a step's output and run its service-owned tool calls. A call listed in `refused`
+   * (its arguments could not be read) is recorded with that error as its result instead of
+   * being run, whoever's tool it names. The calls run with the turn's signal: an interrupt meanwhile stops
+   * them before their effect, and the results not yet recorded then are the stand-ins the
+   * interrupt wrote (the response says the turn ended).
+   */
+  async applyOutput(agent: LiveAgent, stepId: string, output: ModelOutput, attempt: number, refused?: ReadonlyMap<string, string>): Promise<OutputResult> {
+    const calls = output.toolCalls ?? [];
+    const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
+    if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
+    const usage = output.usage === undefined ? undefined : this.deps.price(output.usage, output.model ?? agent.header.model?.model);
+    this.deps.tracing.answeredBy(agent, output.model);
+    const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), usage);
+    const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
+    if (calls.length > 0) await this.runCalls(agent, stepId, calls, refused, result);
+    await this.deps.log.durable(agent.rootId);
+    return result;
+  }
+
+  /**
+   * Run an output's service-owned calls in order, recording each result, and list the
+   * backend's own calls as awaiting. If the turn is cancelled while a call runs, the rest
+   * are not run and the response says the turn ended.
+   */
+  private async runCalls(agent: LiveAgent, stepId: string, calls: readonly ToolCall[], refused: ReadonlyMap<string, string> | undefined, result: OutputResult): Promise<void> {
+    const spawned: AgentCredential[] = [];
+    const resumed: AgentCredential[] = [];
+    const signal = agent.turnSignal;
+    const hold = agent.steps.holdForServiceCall();
+    try {
+      for (const call of calls) {
+        const refusal = refused?.get(call.id);
+        if (refusal !== undefined) {
+          const failed = failedCall(call, new ServiceError('VALIDATION', refusal)).result;
+          agent.steps.recordToolResult(stepId, call.id, failed.content, true);
+          result.toolResults.push(failed);
+          continue;
+        }
+        const tool = this.deps.tools.find(agent, call.name);
+        if (tool === undefined) {
+          result.awaiting.push(call);
+          continue;
+        }
+        const outcome = await this.deps.calls.run(agent, tool, call, signal);
+        spawned.push(...outcome.spawned);
+        resumed.push(...outcome.resumed);
+        if (signal.aborted) break; // the turn was cancelled meanwhile; its stand-in result is logged
+        agent.steps.recordToolResult(stepId, call.id, outcome.result.content, outcome.result.isError);
+        result.toolResults.push(outcome.result);
+      }
+    } finally {
+      hold();
+    }
+    if (signal.aborted) {
+      result.turn = 'ended';
+      result.awaiting = [];
+    }
+    if (spawned.length > 0) result.spawned = spawned;
+    if (resumed.length > 0) result.resumed = resumed;
+  }
+
+  async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt = 1): Promise<{ turn: 'open' | 'ended' }> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
+    refuseDriven(agent);
+    return this.applyToolResults(agent, stepId, results, attempt);
+  }
+
+  async applyToolResults(agent: LiveAgent, stepId: string, results: readonly ToolResultInput[], attempt: number): Promise<{ turn: 'open' | 'ended' }> {
+    // Validate the whole batch before writing any of it, so a rejected request changes nothing.
+    agent.steps.checkToolResults(stepId, results.map((r) => r.toolCallId), attempt);
+    for (const r of results) agent.steps.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true, attempt);
+    await this.deps.log.durable(agent.rootId);
+    return { turn: 'open' };
+  }
+
+  /**
+   * A request about `stepId` whose token is not the live incarnation's: 409 when that token's
+   * incarnation held the step when its turn was interrupted, else AGENT_NOT_FOUND or UNAUTHORIZED.
+   */
+  private async rejectStepCaller(id: string, stepId: string, token: string | undefined): Promise<never> {
+    this.deps.interrupted.refuse(id, stepId, token);
+    return this.deps.authority.rejectCredential(id);
+  }
+
+  /**
+   * A claimed step as a model request: the log up to its step-start as messages (after `since`
+   * when the cache knows that step), and the agent's tools.
+   */
+  async renderStep(claim: StepClaim, since?: string): Promise<RenderedStep> {
+    const messages = await this.deps.cache.render(claim.agent, claim.stepId, claim.upToSeq, since);
+    const toolsJson = JSON.stringify(renderTools(this.deps.tools.listFor(claim.agent)));
+    return {
+      id: claim.stepId,
+      turnId: claim.turnId,
+      index: claim.index,
+      lease: claim.lease,
+      messages,
+      toolsJson,
+      estimatedTokens: estimateTokens(messages.mark.bytes + Buffer.byteLength(toolsJson)),
+    };
+  }
+
+  /** Render a claimed step; if its caller left meanwhile, give the step back instead. */
+  private async handOver(claim: StepClaim, signal: AbortSignal | undefined, since: string | undefined): Promise<RenderedStep | null> {
+    const step = await this.renderStep(claim, since);
+    if (signal?.aborted !== true) return step;
+    claim.agent.steps.release(claim.stepId);
+    return null;
+  }
+}
