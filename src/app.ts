@@ -37,7 +37,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'packageChanges' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks' | 'log'> & Partial<Pick<System, 'ownership' | 'cluster' | 'tracing'>>;
+  system: Pick<System, 'agents' | 'steps' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks' | 'log'> & Partial<Pick<System, 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -91,7 +91,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   if (deps.maxConnections !== undefined) capConnections(app, deps.maxConnections);
-  const { agents, steps, packageChanges, streams, hub, metrics, budgets, budgetChanges, log } = deps.system;
+  const { agents, steps, topology, streams, hub, metrics, budgets, budgetChanges, log } = deps.system;
   await app.register(requestIdHeader);
   await app.register(requestMetrics, { metrics });
   await app.register(gracefulClose);
@@ -105,21 +105,20 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const requestContext = deps.system.tracing?.requestContext;
   if (requestContext !== undefined) app.addHook('preHandler', (request, _reply, done) => requestContext(request.headers, done));
   // Several instances: a request for an agent whose forest another instance owns goes there.
-  const ownership = deps.system.ownership;
-  if (ownership !== undefined) {
+  const peering = topology.peering;
+  if (peering !== undefined) {
     const streamTimeoutMs = 3 * (deps.eventHeartbeatMs ?? DEFAULT_HEARTBEAT_MS);
-    await app.register(forwarding, { agents, instanceId: ownership.options.instanceId, streamTimeoutMs });
+    await app.register(forwarding, { peering, streamTimeoutMs });
   }
   await app.register(openApi, deps.publicUrl === undefined ? {} : { publicUrl: deps.publicUrl });
 
   await app.register(healthRoutes, {
     readiness: { draining: () => agents.draining, storeWritable: () => log.storeWritable, pingStore: () => log.store.ping() },
   });
-  const cluster = deps.system.cluster;
-  await app.register(agentRoutes, { agents, steps, cluster });
+  await app.register(agentRoutes, { agents, steps, topology });
   await app.register(childRoutes, { agents });
   await app.register(budgetRoutes, { budgets, changes: budgetChanges });
-  await app.register(stepRoutes, { steps, cluster });
+  await app.register(stepRoutes, { steps, topology });
   await app.register(messageRoutes, { agents });
   await app.register(eventRoutes, {
     streams,
@@ -127,10 +126,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     heartbeatMs: deps.eventHeartbeatMs ?? DEFAULT_HEARTBEAT_MS,
     maxBufferedBytes: deps.eventBufferBytes ?? 1_048_576,
   });
-  await app.register(packageRoutes, { packages: packageChanges });
+  await app.register(packageRoutes, { packages: topology.packages });
   await app.register(webhookRoutes, { subscriptions: deps.system.webhooks.subscriptions });
   await app.register(metricsRoutes, { metrics });
-  if (cluster !== undefined) await app.register(clusterRoutes, { cluster });
+  if (peering !== undefined) await app.register(clusterRoutes, { peering });
   await app.register(uiRoutes);
   return app;
 }

@@ -11,7 +11,8 @@ import { buildApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
 import { redactUrl } from './adapters/postgres/postgres-store.js';
-import { createSystem, openStore } from './composition/system.js';
+import { openStore } from './composition/open-store.js';
+import { createSystem } from './composition/system.js';
 import { DEFAULT_DELIVERY } from './observation/webhooks/delivery-worker.js';
 import { startTraceExport } from './observation/tracing/trace-export.js';
 
@@ -37,9 +38,15 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   for (const warning of config.warnings) logger.warn(warning);
   // Before anything runs a turn; off, no OpenTelemetry module is loaded.
   const traces = config.tracing.export ? await startTraceExport(config.tracing) : undefined;
-  const store = await openStore({ dataPath: config.dataPath, databaseUrl: config.databaseUrl, synchronous: config.sqliteSynchronous });
+  const { store, cluster } = await openStore({
+    dataPath: config.dataPath,
+    databaseUrl: config.databaseUrl,
+    synchronous: config.sqliteSynchronous,
+    cluster: { instanceId: config.instanceId ?? randomUUID(), leaseMs: config.leaseMs, confirmMs: config.configConfirmMs },
+  });
   const system = createSystem({
     store,
+    cluster,
     logger,
     packages: config.packages,
     reportDelivery: config.reportDelivery,
@@ -62,16 +69,13 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
       perEndpoint: config.webhooks.perEndpoint,
     },
     ...(traces === undefined ? {} : { tracing: traces.tracing }),
-    ...(config.databaseUrl === undefined
-      ? {}
-      : {
-          ownership: { instanceId: config.instanceId ?? randomUUID(), url: config.advertiseUrl ?? `http://${config.host}:${config.port}`, leaseMs: config.leaseMs },
-          clusterPackages: { confirmMs: config.configConfirmMs },
-        }),
   });
+  // Where clients reach this instance (other instances send misdirected clients there): the
+  // configured URL, else the address listened on (with PORT=0 known only once listening).
+  let listeningAt: string | undefined = undefined;
+  const advertisedUrl = (): string => config.advertiseUrl ?? listeningAt ?? `http://${config.host}:${config.port}`;
   // With several instances, the database's package configuration replaces the environment's.
-  await system.packageChanges.start();
-  await system.cluster?.start();
+  await system.topology.start(advertisedUrl);
   await system.webhooks.start();
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
@@ -109,10 +113,8 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     await waitUntil(() => system.steps.stepsInFlight(system.registry.values()) === 0, deadline);
     await closeBy(app, deadline);
     system.webhooks.stop();
-    await system.cluster?.stop();
     await system.agents.shutdown();
-    await system.packageChanges.stop();
-    await system.ownership?.stop();
+    await system.topology.stop();
     await store.close();
     // After the drain closed the last turns: their spans are exported before the process ends.
     await traces?.shutdown().catch((err: unknown) => logger.warn({ err }, 'exporting the last traces failed'));
@@ -121,8 +123,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   onSignalsHandled();
 
   const address = await app.listen({ host: config.host, port: config.port });
-  // Misdirected clients are sent here; with PORT=0 the port is known only now.
-  if (system.ownership !== undefined && config.advertiseUrl === undefined) system.ownership.options.url = address;
+  listeningAt = address;
   logger.info(
     { url: address, store: store.kind, data: config.databaseUrl === undefined ? config.dataPath : redactUrl(config.databaseUrl), auth: config.apiKeys.length > 0, traces: config.tracing.export },
     `agentforest listening on ${address}`,

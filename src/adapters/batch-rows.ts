@@ -3,7 +3,7 @@
  * from: it crosses a thread boundary as strings and numbers, and binds to statements as is.
  */
 import type { WriteBatch } from '../sessions/session-store.js';
-import type { WebhookChange } from '../observation/webhooks/outbox.js';
+import type { WebhookChange } from '../sessions/outbox.js';
 
 export type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
 /** One entry; `body` is the entry without `seq`, as JSON. */

@@ -2,7 +2,7 @@
  * Webhook rows as both SQL stores read them back (SQLite's numbers, PostgreSQL's BIGINT text),
  * turned into the outbox's types.
  */
-import { eventsOfColumn, type Delivery, type DeliveryState, type WebhookEventType, type WebhookSubscription } from '../observation/webhooks/outbox.js';
+import { eventsOfColumn, type Delivery, type DeliveryState, type WebhookEventType, type WebhookSubscription } from '../sessions/outbox.js';
 
 export interface SubscriptionRow {
   id: string;

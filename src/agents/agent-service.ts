@@ -33,7 +33,7 @@ import type { IdempotencyRequest } from '../sessions/idempotency.js';
 import type { LiveAgent } from './live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StoredRoot } from '../sessions/session-store.js';
-import type { LeaseHolder } from '../adapters/postgres/postgres-leases.js';
+import type { ForestOwner } from '../topology/topology.js';
 import type { AgentView, AgentWithToken, Receipt, SessionPage } from '../contract/index.js';
 
 export type { ListFilter } from './reads/agent-queries.js';
@@ -163,7 +163,7 @@ export class AgentService {
   }
 
   /** The lease of the instance that owns agent `id`'s forest, when it is not this one. */
-  ownerElsewhere(id: string): Promise<LeaseHolder | undefined> {
+  ownerElsewhere(id: string): Promise<ForestOwner | undefined> {
     return this.deps.queries.ownerElsewhere(id);
   }
 

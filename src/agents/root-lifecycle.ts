@@ -18,7 +18,7 @@ import type { AgentRegistry } from './agent-registry.js';
 import type { ContinuationManager } from '../children/continuation-manager.js';
 import type { Budgets } from '../budgets/budgets.js';
 import type { LiveAgent } from './live-agent.js';
-import type { ForestOwnership } from '../cluster/ownership.js';
+import type { ForestPlacement } from '../topology/topology.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { AgentView, AgentWithToken } from '../contract/index.js';
 import type { IdempotencyKeys, IdempotencyRequest } from '../sessions/idempotency.js';
@@ -37,8 +37,8 @@ export interface RootLifecycleDeps {
   queries: AgentQueries;
   /** Builds an unpublished root LiveAgent wired to the dispatcher and hooks. */
   makeRoot: (header: SessionHeader) => LiveAgent;
-  /** Several instances on one PostgreSQL database: forest leases (see ownership.ts). */
-  ownership?: ForestOwnership | undefined;
+  /** Who holds each forest: this instance alone, or one of several (leases). */
+  forests: ForestPlacement;
   /** Throws VALIDATION unless a `model` given at creation may be used; returns it normalised (see driver/model-policy.ts). */
   checkModel?: (spec: ModelSpec) => ModelSpec;
   /** Holds a forest's accounts while a resumed root is published (budgets.ts). */
@@ -67,7 +67,7 @@ export class RootLifecycle {
       if ((await this.deps.log.store.header(id)) !== undefined) {
         throw new ServiceError('AGENT_EXISTS', `a durable session already has the id "${id}"; resume it instead`);
       }
-      await this.deps.ownership?.acquire(id);
+      await this.deps.forests.acquire(id);
       this.deps.gate.admitNewWork();
       const header: SessionHeader = {
         version: SESSION_SCHEMA_VERSION,
@@ -117,7 +117,7 @@ export class RootLifecycle {
       }
       // The lease first: from here on a previous owner's writes are refused, so what is read
       // next is the forest's final state.
-      await this.deps.ownership?.acquire(id);
+      await this.deps.forests.acquire(id);
       const lastTurn = await this.deps.log.lastTurn(id);
       const pending = await this.deps.log.store.pending(id);
       await this.deps.log.loadForest(id);
@@ -156,7 +156,7 @@ export class RootLifecycle {
     if (agent !== undefined) {
       await this.deps.manager.close(agent, cascade);
       // With cascade=false children may stay live: the lease goes with the forest's last agent.
-      if (agent.header.kind === 'root') await this.deps.ownership?.releaseIfIdle(agent.id);
+      if (agent.header.kind === 'root') await this.deps.forests.releaseIfIdle(agent.id);
       return this.deps.queries.viewOfLive(agent);
     }
     const header = await this.deps.queries.storedHeader(id);
@@ -165,13 +165,13 @@ export class RootLifecycle {
     // With several instances, its forest's lease is needed to write; held only for this close
     // when the forest is not live here.
     const root = header.rootSession ?? header.id;
-    const borrowed = this.deps.ownership !== undefined && !this.deps.ownership.holds(root);
-    if (borrowed) await this.deps.ownership!.acquire(root);
+    const borrowed = !this.deps.forests.holds(root);
+    if (borrowed) await this.deps.forests.acquire(root);
     let closed: boolean;
     try {
       closed = await this.deps.manager.closeStored(header);
     } finally {
-      if (borrowed) await this.deps.ownership!.releaseIfIdle(root);
+      if (borrowed) await this.deps.forests.releaseIfIdle(root);
     }
     if (!closed) return this.dispose(id, cascade);
     const view = await this.deps.queries.storedView(id);
@@ -214,7 +214,7 @@ export class RootLifecycle {
   /** A creation or resume that failed gives its forest's lease and accounts back (kept while any of it is live). */
   private async releaseUnlessLive(id: string): Promise<void> {
     this.deps.budgets.forgetIfUnused(id);
-    await this.deps.ownership?.releaseIfIdle(id);
+    await this.deps.forests.releaseIfIdle(id);
   }
 
   /** Wait for the opened root session's writes; on failure stop tracking it so the id stays usable. */

@@ -9,15 +9,10 @@
  * forests are then not live anywhere), and the omission is logged.
  */
 import type { Logger } from 'pino';
-import type { AgentView } from '../contract/index.js';
 import type { ListFilter } from '../agents/reads/agent-queries.js';
 import { compareOrder, encodeCursor } from '../agents/reads/list-order.js';
-import type { Caller, Peer, PeerClient } from './peers.js';
-
-export interface AgentPage {
-  items: AgentView[];
-  nextCursor: string | null;
-}
+import type { AgentPage, Caller } from '../topology/topology.js';
+import type { Peer, PeerClient } from './peers.js';
 
 export interface ClusterListDeps {
   /** This instance's own page. */

@@ -16,16 +16,14 @@
 import type { Logger } from 'pino';
 import type { PackageConfig, PackageChangeView, PackageView } from '../contract/index.js';
 import { changedState, requirePackage, type PackageChange } from '../domain/package-state.js';
-import { NotificationListener } from '../adapters/postgres/postgres-notifications.js';
-import { PACKAGES_APPLIED, PACKAGES_CHANGED, type PostgresPackages, type StoredPackages, type UnconfirmedInstance } from '../adapters/postgres/postgres-packages.js';
 import type { PackageChanges } from '../tools/packages/package-changes.js';
 import type { PackageManager } from '../tools/packages/package-manager.js';
+import { PACKAGES_APPLIED, PACKAGES_CHANGED, type ClusterDatabase, type Listener, type StoredPackages, type UnconfirmedInstance } from './cluster-database.js';
+import type { PackageFence } from './fences.js';
 
 export interface ClusterPackagesOptions {
   /** This instance's id in forest leases. */
   instanceId: string;
-  /** The URL this instance advertises (read when confirming: it is known only once listening). */
-  url: () => string;
   /** How long a change waits for the other instances to confirm it. */
   confirmMs: number;
   /** The fallback version check's period. */
@@ -33,10 +31,11 @@ export interface ClusterPackagesOptions {
 }
 
 export interface ClusterPackagesDeps {
-  manager: PackageManager;
-  table: PostgresPackages;
-  /** The database URL, for the LISTEN connection. */
-  databaseUrl: string;
+  /** This process's packages (read when a version is applied: built after the topology). */
+  manager: () => PackageManager;
+  database: ClusterDatabase;
+  /** The version applied here, which the database checks report writes against. */
+  fence: PackageFence;
   logger?: Logger | undefined;
 }
 
@@ -47,11 +46,11 @@ export const DEFAULT_POLL_MS = 3_000;
 const RECHECK_MS = 100;
 
 export class ClusterPackages implements PackageChanges {
-  /** The version the PackageManager matches (0: none yet). */
-  private applied = 0;
   /** The highest version recorded as applied in the database. */
   private confirmed = 0;
-  private listener: NotificationListener | undefined;
+  /** The URL this instance advertises (given at start: it may be known only once listening). */
+  private url: () => string = () => '';
+  private listener: Listener | undefined;
   private poll: NodeJS.Timeout | undefined;
   /** Reloads run one after another, so versions are read and applied in order. */
   private reloads: Promise<void> = Promise.resolve();
@@ -60,27 +59,28 @@ export class ClusterPackages implements PackageChanges {
   constructor(
     private readonly deps: ClusterPackagesDeps,
     private readonly options: ClusterPackagesOptions,
-  ) {
-    deps.table.fence = {
-      applied: () => this.applied,
-      behind: () => {
-        deps.logger?.warn({ applied: this.applied }, 'a report write was refused: this instance is behind the package configuration; reloading it');
-        void this.reload();
-      },
-    };
-  }
+  ) {}
 
   /** The version this instance applied. */
   get version(): number {
-    return this.applied;
+    return this.deps.fence.applied();
+  }
+
+  /** The version the PackageManager matches (0: none yet). */
+  private get applied(): number {
+    return this.deps.fence.applied();
   }
 
   /** Seed a fresh database with this process's configuration, or adopt the stored one; then follow it. */
-  async start(): Promise<void> {
-    this.adopt(await this.deps.table.seed(this.deps.manager.state()));
+  async start(url: () => string): Promise<void> {
+    this.url = url;
+    this.deps.fence.follow(() => {
+      this.deps.logger?.warn({ applied: this.applied }, 'a report write was refused: this instance is behind the package configuration; reloading it');
+      void this.reload();
+    });
+    this.adopt(await this.deps.database.packages.seed(this.deps.manager().state()));
     await this.confirm();
-    this.listener = new NotificationListener({
-      url: this.deps.databaseUrl,
+    this.listener = this.deps.database.listen({
       channels: [PACKAGES_CHANGED, PACKAGES_APPLIED],
       onNotify: (channel) => (channel === PACKAGES_CHANGED ? void this.reload() : this.wake()),
       // Notifications sent while disconnected are lost: read the row again.
@@ -92,7 +92,7 @@ export class ClusterPackages implements PackageChanges {
     this.poll.unref();
   }
 
-  /** Stop following the configuration (the LISTEN and the version check). */
+  /** Stop following the configuration (the LISTEN and the version check); a refused report write still reloads it. */
   async stop(): Promise<void> {
     if (this.poll !== undefined) clearInterval(this.poll);
     this.poll = undefined;
@@ -101,7 +101,7 @@ export class ClusterPackages implements PackageChanges {
   }
 
   list(): PackageView[] {
-    return this.deps.manager.list();
+    return this.deps.manager().list();
   }
 
   install(name: string, config: PackageConfig): Promise<PackageChangeView> {
@@ -116,7 +116,7 @@ export class ClusterPackages implements PackageChanges {
   reload(): Promise<void> {
     this.reloads = this.reloads.then(async () => {
       try {
-        const stored = await this.deps.table.read();
+        const stored = await this.deps.database.packages.read();
         try {
           this.adopt(stored);
         } finally {
@@ -131,7 +131,7 @@ export class ClusterPackages implements PackageChanges {
 
   private async change(change: PackageChange): Promise<PackageChangeView> {
     const name = requirePackage(change.name);
-    const stored = await this.deps.table.change((current) => changedState(current, change));
+    const stored = await this.deps.database.packages.change((current) => changedState(current, change));
     let failure: { error: unknown } | undefined;
     try {
       this.adopt(stored);
@@ -144,16 +144,16 @@ export class ClusterPackages implements PackageChanges {
       this.deps.logger?.warn({ version: stored.version, unconfirmed }, 'instances did not confirm a package change in time; they cannot deliver reports until they apply it');
     }
     if (failure !== undefined) throw failure.error;
-    return unconfirmed.length === 0 ? this.deps.manager.view(name) : { ...this.deps.manager.view(name), unconfirmed };
+    return unconfirmed.length === 0 ? this.deps.manager().view(name) : { ...this.deps.manager().view(name), unconfirmed };
   }
 
   /** Apply a stored version if it is newer than the one applied (in one synchronous span). */
   private adopt(stored: StoredPackages): void {
     if (stored.version <= this.applied) return;
     try {
-      this.deps.manager.apply(stored.state);
+      this.deps.manager().apply(stored.state);
     } finally {
-      this.applied = stored.version;
+      this.deps.fence.advance(stored.version);
     }
   }
 
@@ -161,7 +161,7 @@ export class ClusterPackages implements PackageChanges {
   private async confirm(): Promise<void> {
     const version = this.applied;
     if (version <= this.confirmed) return;
-    await this.deps.table.confirm(this.options.instanceId, this.options.url(), version);
+    await this.deps.database.packages.confirm(this.options.instanceId, this.url(), version);
     this.confirmed = Math.max(this.confirmed, version);
   }
 
@@ -169,7 +169,7 @@ export class ClusterPackages implements PackageChanges {
   private async awaitConfirmations(version: number): Promise<UnconfirmedInstance[]> {
     const deadline = Date.now() + this.options.confirmMs;
     for (;;) {
-      const missing = await this.deps.table.unconfirmed(this.options.instanceId, version);
+      const missing = await this.deps.database.packages.unconfirmed(this.options.instanceId, version);
       const left = deadline - Date.now();
       if (missing.length === 0 || left <= 0) return missing;
       await this.nextConfirmation(Math.min(RECHECK_MS, left));

@@ -14,19 +14,9 @@
  * other may be handed out in either order.
  */
 import type { Logger } from 'pino';
-import type { RenderedStep } from '../steps/rendered-step.js';
-import type { Caller, Peer, PeerClient } from './peers.js';
+import type { Caller, LocalClaim, PoolClaim, PoolState } from '../topology/topology.js';
+import type { Peer, PeerClient } from './peers.js';
 import type { WorkBoard } from './work-board.js';
-
-export type LocalClaim = { agentId: string; agentToken: string; step: RenderedStep };
-
-/** A step claimed here, or the JSON body another instance answered the forwarded claim with. */
-export type PoolClaim = { local: LocalClaim } | { forwarded: Buffer };
-
-/** An instance's answer to "when was your oldest step parked" (`GET /v1/cluster/pool`). */
-export interface PoolState {
-  oldestParkedAt: number | null;
-}
 
 export interface ClusterPoolDeps {
   /** This instance's own pool claim, of any forest. */

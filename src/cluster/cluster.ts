@@ -6,23 +6,24 @@
  * of it.
  */
 import type { Logger } from 'pino';
-import type { AgentQueries } from '../agents/reads/agent-queries.js';
-import type { ForestOwnership } from './ownership.js';
-import type { StepService } from '../steps/step-service.js';
-import type { StepDispatcher } from '../steps/step-dispatcher.js';
-import { NotificationListener } from '../adapters/postgres/postgres-notifications.js';
-import type { PostgresSessionStore } from '../adapters/postgres/postgres-store.js';
+import type { ListFilter } from '../agents/reads/agent-queries.js';
+import type { AgentPage, LocalClaim, PoolState } from '../topology/topology.js';
+import type { ClusterDatabase, Listener } from './cluster-database.js';
 import { ClusterList } from './cluster-list.js';
-import { ClusterPool, type PoolState } from './cluster-pool.js';
+import { ClusterPool } from './cluster-pool.js';
+import type { ForestOwnership } from './ownership.js';
 import { PeerClient } from './peers.js';
 import { WORK_CHANNEL, WorkBoard } from './work-board.js';
 
 export interface ClusterDeps {
-  ownership: ForestOwnership;
-  store: PostgresSessionStore;
-  dispatcher: Pick<StepDispatcher<never, unknown>, 'oldestParkedAt'> & { onParked: (() => void) | undefined };
-  steps: Pick<StepService, 'claimAny'>;
-  queries: Pick<AgentQueries, 'list'>;
+  database: ClusterDatabase;
+  ownership: Pick<ForestOwnership, 'instanceId' | 'peers'>;
+  /** When this instance's oldest parked step was parked, if one is. */
+  oldestParkedAt: () => number | undefined;
+  /** This instance's own pool claim, of any forest. */
+  claimHere: (waitMs: number, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
+  /** This instance's own live list. */
+  listHere: (filter: ListFilter) => Promise<AgentPage>;
   logger?: Logger | undefined;
 }
 
@@ -31,31 +32,29 @@ export class Cluster {
   readonly pool: ClusterPool;
   private readonly client: PeerClient;
   private readonly board: WorkBoard;
-  private readonly listener: NotificationListener;
+  private readonly listener: Listener;
 
   constructor(private readonly deps: ClusterDeps) {
-    const { ownership, store, dispatcher, logger } = deps;
+    const { ownership, database, logger } = deps;
     const peers = () => ownership.peers();
-    this.client = new PeerClient(ownership.options.instanceId);
+    this.client = new PeerClient(ownership.instanceId);
     this.board = new WorkBoard({
-      instanceId: ownership.options.instanceId,
-      hasParked: () => dispatcher.oldestParkedAt() !== undefined,
-      notify: (payload) => store.notify(WORK_CHANNEL, payload),
+      instanceId: ownership.instanceId,
+      hasParked: () => deps.oldestParkedAt() !== undefined,
+      notify: (payload) => database.notify(WORK_CHANNEL, payload),
       logger,
     });
-    dispatcher.onParked = () => this.board.parked();
-    this.listener = new NotificationListener({
-      url: store.url,
+    this.listener = database.listen({
       channels: [WORK_CHANNEL],
       onNotify: (_channel, payload) => this.board.heard(payload),
       // News sent while disconnected is lost; waiting claims look again when it repeats.
       onConnected: () => undefined,
       logger,
     });
-    this.list = new ClusterList({ local: (filter) => deps.queries.list(filter), peers, client: this.client, logger });
+    this.list = new ClusterList({ local: deps.listHere, peers, client: this.client, logger });
     this.pool = new ClusterPool({
-      claimHere: (waitMs, signal, since) => deps.steps.claimAny(waitMs, undefined, signal, since),
-      oldestHere: () => dispatcher.oldestParkedAt(),
+      claimHere: deps.claimHere,
+      oldestHere: deps.oldestParkedAt,
       peers,
       client: this.client,
       board: this.board,
@@ -63,9 +62,14 @@ export class Cluster {
     });
   }
 
+  /** A step was parked here with nobody here waiting for it: another instance's pool may claim it. */
+  parked(): void {
+    this.board.parked();
+  }
+
   /** What this instance's pool holds, for another instance's claim (`GET /v1/cluster/pool`). */
   poolState(): PoolState {
-    return { oldestParkedAt: this.deps.dispatcher.oldestParkedAt() ?? null };
+    return { oldestParkedAt: this.deps.oldestParkedAt() ?? null };
   }
 
   async start(): Promise<void> {
@@ -75,7 +79,6 @@ export class Cluster {
 
   async stop(): Promise<void> {
     this.board.stop();
-    this.deps.dispatcher.onParked = undefined;
     await this.listener.stop();
     await this.client.close();
   }

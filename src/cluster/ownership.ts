@@ -12,16 +12,9 @@
  */
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
-import type { ForestLeases, LeaseHolder } from '../adapters/postgres/postgres-leases.js';
-import type { PostgresSessionStore } from '../adapters/postgres/postgres-store.js';
-
-export interface OwnershipOptions {
-  /** This instance's identity in lease rows. */
-  instanceId: string;
-  /** The base URL clients reach this instance at, sent to misdirected clients. */
-  url: string;
-  leaseMs: number;
-}
+import type { ForestOwner, ForestPlacement } from '../topology/topology.js';
+import type { LeaseTable } from './cluster-database.js';
+import type { LeaseFence } from './fences.js';
 
 /** What the ownership asks of the rest of the instance. */
 export interface OwnershipDeps {
@@ -34,23 +27,30 @@ export interface OwnershipDeps {
   logger?: Logger;
 }
 
-export class ForestOwnership {
-  private readonly epochs = new Map<string, number>();
-  private readonly leases: ForestLeases;
+export class ForestOwnership implements ForestPlacement {
+  readonly exclusive = false;
+  readonly instanceId: string;
+  /** The fence's epochs: every write is checked against them (kept here alone). */
+  private readonly epochs: Map<string, number>;
   private timer: NodeJS.Timeout | undefined;
+  /** The base URL clients reach this instance at, written into the leases it takes (see start). */
+  private url: () => string = () => {
+    throw new Error('forest ownership is not started');
+  };
 
   constructor(
-    store: PostgresSessionStore,
-    readonly options: OwnershipOptions,
+    private readonly leases: LeaseTable,
+    fence: LeaseFence,
+    private readonly leaseMs: number,
     private readonly deps: OwnershipDeps,
   ) {
-    this.leases = store.leases;
-    this.leases.fence = { owner: options.instanceId, epochs: this.epochs };
+    this.instanceId = fence.owner;
+    this.epochs = fence.epochs;
   }
 
   /** Take the forest's lease, or throw 421 MISDIRECTED naming the instance that holds it. */
   async acquire(rootId: string): Promise<void> {
-    const result = await this.leases.acquire(rootId, this.options.instanceId, this.options.url, this.options.leaseMs);
+    const result = await this.leases.acquire(rootId, this.instanceId, this.url(), this.leaseMs);
     if (!result.owned) throw misdirected(rootId, result.ownerUrl);
     this.epochs.set(rootId, result.epoch);
   }
@@ -74,38 +74,39 @@ export class ForestOwnership {
 
   private async release(rootId: string, epoch: number): Promise<void> {
     this.epochs.delete(rootId);
-    await this.leases.release(rootId, this.options.instanceId, epoch).catch((err: unknown) => {
+    await this.leases.release(rootId, this.instanceId, epoch).catch((err: unknown) => {
       this.deps.logger?.warn({ err, rootId }, 'releasing a forest lease failed; it will expire');
     });
   }
 
   /** The instance that holds this forest's unexpired lease, when that is another instance. */
-  async ownerElsewhere(rootId: string): Promise<LeaseHolder | undefined> {
+  async ownerElsewhere(rootId: string): Promise<ForestOwner | undefined> {
     if (this.epochs.has(rootId)) return undefined;
     const holder = await this.leases.holder(rootId);
-    return holder !== undefined && holder.owner !== this.options.instanceId ? holder : undefined;
+    return holder !== undefined && holder.owner !== this.instanceId ? holder : undefined;
   }
 
   /** Of these forests, the ones another instance holds now (it runs them). */
   async heldElsewhere(rootIds: readonly string[]): Promise<Set<string>> {
-    return new Set(await this.leases.heldByOthers(rootIds, this.options.instanceId));
+    return new Set(await this.leases.heldByOthers(rootIds, this.instanceId));
   }
 
   /** The other instances holding forests now (each has live agents), at their advertised URLs. */
   async peers(): Promise<{ instanceId: string; url: string }[]> {
-    const holders = await this.leases.otherHolders(this.options.instanceId);
+    const holders = await this.leases.otherHolders(this.instanceId);
     return holders.map((h) => ({ instanceId: h.owner, url: h.ownerUrl }));
   }
 
-  /** Renew the held leases every third of their duration. */
-  start(): void {
-    this.timer = setInterval(() => void this.renew(), Math.max(50, Math.floor(this.options.leaseMs / 3)));
+  /** Renew the held leases every third of their duration; `url`: where clients reach this instance. */
+  start(url: () => string): void {
+    this.url = url;
+    this.timer = setInterval(() => void this.renew(), Math.max(50, Math.floor(this.leaseMs / 3)));
     this.timer.unref();
   }
 
   async renew(): Promise<void> {
     try {
-      const lost = await this.leases.renew(this.options.instanceId, this.epochs, this.options.leaseMs);
+      const lost = await this.leases.renew(this.instanceId, this.epochs, this.leaseMs);
       if (lost.length > 0) this.lost(lost);
     } catch (err) {
       this.deps.logger?.error({ err }, 'renewing forest leases failed; they expire unless a later renewal succeeds');

@@ -6,6 +6,7 @@
  * operator key, so a peer grants nothing the caller could not have asked for directly.
  */
 import { Agent, request } from 'undici';
+import type { Caller } from '../topology/topology.js';
 
 /** Set on a request one instance sends another, naming the sender. */
 export const FORWARDED_BY = 'x-agentforest-forwarded-by';
@@ -14,13 +15,6 @@ export const FORWARDED_BY = 'x-agentforest-forwarded-by';
 export interface Peer {
   instanceId: string;
   url: string;
-}
-
-/** Who asked: passed on to the peer, which checks the key itself. */
-export interface Caller {
-  /** The caller's Authorization header, as it came. */
-  authorization: string | undefined;
-  requestId: string;
 }
 
 export interface PeerCall extends Caller {

@@ -27,8 +27,7 @@ import { Budgets } from '../budgets/budgets.js';
 import { EventHub } from '../observation/event-hub.js';
 import { timeOrderedIds } from '../sessions/ids.js';
 import { DEFAULT_LIMITS, WaiterGate, type Limits } from '../agents/limits.js';
-import { Cluster } from '../cluster/cluster.js';
-import { ForestOwnership, type OwnershipOptions } from '../cluster/ownership.js';
+import { ClusterTopology, type ClusterOptions } from '../cluster/cluster-topology.js';
 import { EventStreams } from '../observation/event-stream.js';
 import { Metrics } from '../observation/metrics.js';
 import { IdempotencyKeys } from '../sessions/idempotency.js';
@@ -38,8 +37,6 @@ import { ContinuationManager, type ContinuationObserver } from '../children/cont
 import { ActivationSetupRegistry } from '../children/setup-registry.js';
 import { SettlementNotices } from '../children/settlement-notices.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from '../agents/live-agent.js';
-import { ClusterPackages, DEFAULT_CONFIRM_MS, DEFAULT_POLL_MS, type ClusterPackagesOptions } from '../cluster/cluster-packages.js';
-import { localPackageChanges, type PackageChanges } from '../tools/packages/package-changes.js';
 import { PackageManager } from '../tools/packages/package-manager.js';
 import { ServiceEvents } from './service-events.js';
 import { SessionLog } from '../sessions/session-log.js';
@@ -52,9 +49,8 @@ import { InterruptedSteps } from '../steps/interrupted-steps.js';
 import { DEFAULT_STEP_CACHE_BYTES, StepCache } from '../steps/step-cache.js';
 import { Interrupts } from '../children/interrupts.js';
 import { StepService } from '../steps/step-service.js';
-import { MemorySessionStore } from '../adapters/memory/memory-store.js';
-import { PostgresSessionStore } from '../adapters/postgres/postgres-store.js';
-import { SqliteSessionStore, type SqliteSyncMode } from '../adapters/sqlite/sqlite-store.js';
+import { SingleInstance } from '../topology/single-instance.js';
+import type { Topology } from '../topology/topology.js';
 import { ToolRegistry } from '../tools/tool-registry.js';
 import { NO_TRACING, type Tracing, type TracingFactory } from '../observation/tracing/tracing.js';
 import { DEFAULT_DELIVERY, type DeliveryOptions } from '../observation/webhooks/delivery-worker.js';
@@ -72,18 +68,12 @@ export interface System {
   agents: AgentService;
   steps: StepService;
   packages: PackageManager;
-  /**
-   * What the package routes change: this process's packages, or with forest ownership the
-   * cluster's (started before serving, stopped at close).
-   */
-  packageChanges: PackageChanges;
+  /** One instance, or several on one database (started before serving, stopped at close). */
+  topology: Topology;
   idempotency: IdempotencyKeys;
   hub: EventHub;
   streams: EventStreams;
   metrics: Metrics;
-  ownership: ForestOwnership | undefined;
-  /** With forest ownership: the list and the worker pool across instances (started before serving, stopped at close). */
-  cluster: Cluster | undefined;
   driver: ModelDriver;
   /** Whether new work is admitted (draining). */
   gate: AdmissionGate;
@@ -121,10 +111,8 @@ export interface SystemOptions {
   stepCacheBytes?: number;
   /** Step leases (default DEFAULT_LEASE: 5 minutes, 3 attempts). */
   lease?: Partial<LeaseOptions>;
-  /** Forest leases, for several instances on one PostgreSQL database (PostgreSQL store only). */
-  ownership?: OwnershipOptions;
-  /** With forest leases: how long a package change waits for the other instances, and the fallback version check's period. */
-  clusterPackages?: Partial<Pick<ClusterPackagesOptions, 'confirmMs' | 'pollMs'>>;
+  /** Several instances on one database (the store opened with the cluster's fences); unset, one instance. */
+  cluster?: ClusterOptions | undefined;
   /** The built-in model driver: retry policy, timeout, concurrency, key lookup (default: process.env). */
   driver?: Partial<DriverOptions>;
   /** What a `model` may name (default: keys named *_API_KEY, any endpoint); keys are read from the driver's env. */
@@ -148,18 +136,8 @@ const KEEP_UNUSED_FORESTS = 256;
 
 export const systemClock: Clock = clockOf(() => Date.now());
 
-/** The store the configuration names: PostgreSQL when a database URL is given, else SQLite or memory. */
-export async function openStore(options: { dataPath: string; databaseUrl?: string | undefined; synchronous?: SqliteSyncMode }): Promise<SessionStore> {
-  if (options.databaseUrl !== undefined) return PostgresSessionStore.open({ url: options.databaseUrl });
-  if (options.dataPath === ':memory:') return new MemorySessionStore();
-  return new SqliteSessionStore({ path: options.dataPath, synchronous: options.synchronous ?? 'full' });
-}
-
 export function createSystem(options: SystemOptions): System {
   const { store, logger } = options;
-  if (options.ownership !== undefined && !(store instanceof PostgresSessionStore)) {
-    throw new Error('forest ownership needs the PostgreSQL store (AGENTFOREST_DATABASE_URL)');
-  }
   const clock = options.clock ?? systemClock;
   const ids = options.ids ?? timeOrderedIds();
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -169,33 +147,44 @@ export function createSystem(options: SystemOptions): System {
 
   const events = new ServiceEvents();
   const gate = new AdmissionGate(events);
-  const log = new SessionLog(store, logger, (roots) => events.emit('fenced', roots));
+  const log = new SessionLog(store, logger, (roots) => topology.forests.lost(roots));
   const registry = new AgentRegistry(limits, events);
+  // One instance, or several on one database: chosen here, once. What the topology asks of
+  // objects built below (this instance's list, pool claim and packages, dropping lost
+  // forests), it asks through these closures, never before it starts.
+  const topology: Topology =
+    options.cluster === undefined
+      ? new SingleInstance({
+          list: (filter) => queries.list(filter),
+          claimAny: (waitMs, rootId, signal, since) => steps.claimAny(waitMs, rootId, signal, since),
+          packages: () => packages,
+        })
+      : new ClusterTopology(options.cluster, {
+          logger,
+          liveInForest: (root) => registry.liveInForest(root),
+          durable: (root) => log.durable(root),
+          onLost: (lost) => roots.dropForests(lost),
+          listHere: (filter) => queries.list(filter),
+          claimHere: (waitMs, rootId, signal, since) => steps.claimAny(waitMs, rootId, signal, since),
+          oldestParkedAt: () => dispatcher.oldestParkedAt(),
+          packages: () => packages,
+          ownerOfAgent: (id) => queries.ownerElsewhere(id),
+        });
+  const forests = topology.forests;
   // Right after the log and the registry, which it reads: off, nothing observes the log.
   const tracing = options.tracing === undefined ? NO_TRACING : options.tracing({ registry });
   if (tracing.entries !== undefined) log.observe(tracing.entries);
   events.on('agent-left', (agent) => tracing.agentLeft(agent));
   // Before the dispatcher, whose claim gate it is.
-  const budgets = new Budgets({ log, registry, events, keepUnused: options.ownership === undefined ? KEEP_UNUSED_FORESTS : 0 });
+  const budgets = new Budgets({ log, registry, events, keepUnused: forests.exclusive ? KEEP_UNUSED_FORESTS : 0 });
   const prices = options.modelPrices ?? NO_PRICES;
   const price = (usage: TokenUsage, model: string | undefined): TokenUsage => priceUsage(usage, model, prices);
 
-  const ownership = options.ownership === undefined
-    ? undefined
-    : new ForestOwnership(store as PostgresSessionStore, options.ownership, {
-        logger,
-        liveInForest: (root) => registry.liveInForest(root),
-        durable: (root) => log.durable(root),
-        onLost: (roots) => events.emit('forests-lost', roots),
-      });
-  if (ownership !== undefined) {
-    events.on('fenced', (roots) => ownership.lost(roots));
-    // A forest's lease goes with its last live agent: a child may outlive a root disposed with
-    // cascade=false.
-    events.on('agent-left', (agent) => {
-      if (agent.header.kind === 'child') void ownership.releaseIfIdle(agent.rootId);
-    });
-  }
+  // A forest's lease goes with its last live agent: a child may outlive a root disposed with
+  // cascade=false.
+  events.on('agent-left', (agent) => {
+    if (agent.header.kind === 'child') void forests.releaseIfIdle(agent.rootId);
+  });
 
   // The dispatcher hands the steps of model-driven agents to the built-in driver, and the
   // driver claims them through the dispatcher and answers them through the step service,
@@ -210,6 +199,7 @@ export function createSystem(options: SystemOptions): System {
       release: (agent) => events.emit('driven-released', agent),
     },
     budgets,
+    () => topology.parked(),
   );
   events.on('draining', () => dispatcher.release());
   events.on('budget-exhausted', (agent) => dispatcher.hold(agent));
@@ -254,7 +244,7 @@ export function createSystem(options: SystemOptions): System {
   events.on('agent-changed', (agent) => manager.onAgentChange(agent));
 
   const authority = new AgentAuthority({ registry, log });
-  const queries = new AgentQueries({ registry, manager, log, ownership, budgets });
+  const queries = new AgentQueries({ registry, manager, log, forests, budgets });
   const hub = new EventHub({ log, viewOf: (agent) => queries.viewOfLive(agent) });
   events.on('agent-changed', (agent) => hub.agentChanged(agent));
   events.on('agent-added', (agent) => hub.agentChanged(agent));
@@ -289,16 +279,15 @@ export function createSystem(options: SystemOptions): System {
   });
 
   const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
-  const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, ownership, checkModel: checkModelPolicy, budgets, idempotency, authority });
-  events.on('forests-lost', (lost) => roots.dropForests(lost));
+  const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, forests, checkModel: checkModelPolicy, budgets, idempotency, authority });
   const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
-  const notRunning = new NotRunningRoots({ registry, log, ownership });
+  const notRunning = new NotRunningRoots({ registry, log, forests });
   const agents = new AgentService({ gate, authority, queries, notRunning, roots, deliveries, log, interrupts });
 
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
   events.on('agent-left', (agent) => stepCache.forget(agent));
   events.on('turn-ended', (agent) => stepCache.turnEnded(agent));
-  const stored = new StoredSessions({ registry, log, manager, ownership });
+  const stored = new StoredSessions({ registry, log, manager, forests });
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
   const compactions = new Compactions({ authority, registry, log, clock, manager, stored, price });
   const steps = new StepService({
@@ -317,7 +306,6 @@ export function createSystem(options: SystemOptions): System {
     tracing,
     interrupted: interruptedSteps,
   });
-  const cluster = ownership === undefined ? undefined : new Cluster({ ownership, store: store as PostgresSessionStore, dispatcher, steps, queries, logger });
   const driver = new ModelDriver(
     { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
@@ -344,20 +332,8 @@ export function createSystem(options: SystemOptions): System {
       modelGrants: options.spawnBudgets ?? false,
     },
   );
-  // With several instances the database holds the configuration; the options above only seed a fresh one.
-  const packageChanges: PackageChanges = ownership === undefined
-    ? localPackageChanges(packages)
-    : new ClusterPackages(
-        { manager: packages, table: (store as PostgresSessionStore).packages, databaseUrl: (store as PostgresSessionStore).url, logger },
-        {
-          instanceId: ownership.options.instanceId,
-          url: () => ownership.options.url,
-          confirmMs: options.clusterPackages?.confirmMs ?? DEFAULT_CONFIRM_MS,
-          pollMs: options.clusterPackages?.pollMs ?? DEFAULT_POLL_MS,
-        },
-      );
   const webhooks = new Webhooks(
-    { log, reads: store.webhooks, clock, ids, logger, ownership, observe: webhookMetrics(metrics.registry, store.webhooks, clock), send: options.webhookSend },
+    { log, reads: store.webhooks, clock, ids, logger, forests, observe: webhookMetrics(metrics.registry, store.webhooks, clock), send: options.webhookSend },
     { ...DEFAULT_DELIVERY, ...options.webhooks },
   );
   events.on('report', (_delivery, outcome, messageId, child) => {
@@ -370,8 +346,7 @@ export function createSystem(options: SystemOptions): System {
 
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
   events.on('turn-ended', (agent, end) => notices.onTurnEnd(agent, end));
-  ownership?.start();
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, packageChanges, idempotency, hub, streams, metrics, ownership, cluster, driver, gate, queries, events, budgets, budgetChanges, tracing, webhooks };
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, events, budgets, budgetChanges, tracing, webhooks };
 }
 
 /** What an agent leaving the registry became: a settled continuable child, or closed. */

@@ -20,15 +20,13 @@
 import replyFrom from '@fastify/reply-from';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
-import type { AgentService } from '../agents/agent-service.js';
 import { FORWARDED_BY } from '../cluster/peers.js';
-import type { LeaseHolder } from '../adapters/postgres/postgres-leases.js';
+import type { ForestOwner, Peering } from '../topology/topology.js';
 import { rootPlugin } from './root-plugin.js';
 
 export type ForwardingOptions = {
-  agents: Pick<AgentService, 'ownerElsewhere'>;
-  /** This instance's id, sent in FORWARDED_BY. */
-  instanceId: string;
+  /** Who owns a forest, and this instance's id (sent in FORWARDED_BY). */
+  peering: Pick<Peering, 'instanceId' | 'ownerOfAgent'>;
   /** Bound on a forwarded event stream's silence (it sends a heartbeat more often). */
   streamTimeoutMs: number;
 };
@@ -50,11 +48,11 @@ export const forwarding = rootPlugin<ForwardingOptions>('forwarding', async (app
   app.addHook('preHandler', async (request, reply) => {
     const id = agentRoutedBy(request);
     if (id === undefined) return;
-    const owner = await options.agents.ownerElsewhere(id);
+    const owner = await options.peering.ownerOfAgent(id);
     if (owner === undefined) return;
     if (request.headers[FORWARDED_BY] !== undefined) throw moving(id);
     if (prefersRedirect(request)) throw misdirectedTo(id, owner);
-    forward(request, reply, owner, options.instanceId, timeoutFor(request, owner, options.streamTimeoutMs));
+    forward(request, reply, owner, options.peering.instanceId, timeoutFor(request, owner, options.streamTimeoutMs));
     return reply;
   });
 });
@@ -79,13 +77,13 @@ function agentRoutedBy(request: FastifyRequest): string | undefined {
  * dead (or paused): the client is told to retry, and by then any instance can take over. A
  * step claim may long-poll first; an event stream is silent at most a heartbeat's interval.
  */
-function timeoutFor(request: FastifyRequest, owner: LeaseHolder, streamTimeoutMs: number): number {
+function timeoutFor(request: FastifyRequest, owner: ForestOwner, streamTimeoutMs: number): number {
   if (request.routeOptions.url === '/v1/agents/:id/events') return Math.max(streamTimeoutMs, owner.expiresInMs + MARGIN_MS);
   const waitMs = (request.body as { waitMs?: unknown } | null | undefined)?.waitMs;
   return (typeof waitMs === 'number' ? waitMs : 0) + owner.expiresInMs + MARGIN_MS;
 }
 
-function forward(request: FastifyRequest, reply: FastifyReply, owner: LeaseHolder, instanceId: string, timeoutMs: number): void {
+function forward(request: FastifyRequest, reply: FastifyReply, owner: ForestOwner, instanceId: string, timeoutMs: number): void {
   void reply.from(`${owner.ownerUrl.replace(/\/+$/, '')}${request.url}`, {
     timeout: timeoutMs,
     // A request sent without a body goes on without one (the routes read it as `{}`).
@@ -108,7 +106,7 @@ function prefersRedirect(request: FastifyRequest): boolean {
   return values.some((value) => value.split(',').some((token) => token.split(';')[0]!.trim().toLowerCase() === 'redirect'));
 }
 
-function misdirectedTo(id: string, owner: LeaseHolder): ServiceError {
+function misdirectedTo(id: string, owner: ForestOwner): ServiceError {
   return new ServiceError('MISDIRECTED', `agent "${id}" belongs to a forest owned by the instance at ${owner.ownerUrl}; send the request there`, { location: owner.ownerUrl });
 }
 
@@ -116,7 +114,7 @@ function moving(id: string): ServiceError {
   return new ServiceError('FOREST_FAILING_OVER', `the forest of agent "${id}" is moving between instances; retry shortly`);
 }
 
-function failingOver(owner: LeaseHolder, retryAfterSeconds: number): ServiceError {
+function failingOver(owner: ForestOwner, retryAfterSeconds: number): ServiceError {
   return new ServiceError(
     'FOREST_FAILING_OVER',
     `the instance that owns this forest (${owner.owner}) does not answer; its lease runs out within ${retryAfterSeconds} s, then any instance can take the forest over`,

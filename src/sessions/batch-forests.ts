@@ -8,7 +8,7 @@
  * forest cannot be told belongs to none: it is never fenced and never left out.
  */
 import type { PendingOp, WriteBatch } from './session-store.js';
-import { changeRoot } from '../observation/webhooks/outbox.js';
+import { changeRoot } from './outbox.js';
 
 /** The forest of a session the batch neither creates nor names, when known. */
 export type RootOfSession = (sessionId: string) => string | undefined;

@@ -1,17 +1,18 @@
 /**
- * The webhook outbox as the store sees it. An event that something in a forest caused (a turn
- * ended, a child settled, a report was delivered...) is queued into the session log's batch in
- * the synchronous span that caused it, and the store turns it into one delivery row per
- * matching subscription inside the transaction that commits the batch: a committed log entry
- * always has its deliveries, and a write that did not commit has none.
+ * The webhook outbox as the store sees it: rows the store port carries and reads back. An
+ * event that something in a forest caused (a turn ended, a child settled, a report was
+ * delivered...) is queued into the session log's batch in the synchronous span that caused it,
+ * and the store turns it into one delivery row per matching subscription inside the
+ * transaction that commits the batch: a committed log entry always has its deliveries, and a
+ * write that did not commit has none.
  *
  * Delivery states change through the same batches (`WebhookChange`), so they are fenced with
  * their forest like every other row: an instance that lost a forest cannot mark its deliveries.
  */
 
-import type { DeliveryState, WebhookEventType } from '../../domain/webhooks.js';
+import type { DeliveryState, WebhookEventType } from '../domain/webhooks.js';
 
-export { DELIVERY_STATES, WEBHOOK_EVENT_TYPES, type DeliveryState, type WebhookEventType } from '../../domain/webhooks.js';
+export { DELIVERY_STATES, WEBHOOK_EVENT_TYPES, type DeliveryState, type WebhookEventType } from '../domain/webhooks.js';
 
 /** One event for the outbox; the store delivers it to every subscription that matches then. */
 export interface OutboxEvent {

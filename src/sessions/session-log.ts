@@ -22,7 +22,7 @@ import type { Logger } from 'pino';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
 import { withoutForests } from './batch-forests.js';
 import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, storeUnavailable, type CommitResult, type PendingBatch } from './pending-batch.js';
-import type { OutboxEvent, WebhookChange } from '../observation/webhooks/outbox.js';
+import type { OutboxEvent, WebhookChange } from './outbox.js';
 import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 export type CommitListener = (batch: WriteBatch, elapsedMs: number) => void;

@@ -7,7 +7,7 @@
 import type { Message, ReceiptState } from '../domain/message.js';
 import type { PendingRowValue } from '../domain/pending-rows.js';
 import type { CompactionEntry, SessionEntry, SessionHeader } from '../domain/session.js';
-import type { OutboxEvent, WebhookChange, WebhookReads } from '../observation/webhooks/outbox.js';
+import type { OutboxEvent, WebhookChange, WebhookReads } from './outbox.js';
 
 export type { CompactionEntry } from '../domain/session.js';
 

@@ -11,14 +11,14 @@ import { ServiceError } from '../domain/errors.js';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import type { ContinuationManager } from '../children/continuation-manager.js';
-import type { ForestOwnership } from '../cluster/ownership.js';
+import type { ForestPlacement } from '../topology/topology.js';
 import type { SessionLog } from './session-log.js';
 
 export interface StoredSessionsDeps {
   registry: AgentRegistry;
   log: SessionLog;
   manager: Pick<ContinuationManager, 'underChildLock'>;
-  ownership?: ForestOwnership | undefined;
+  forests: ForestPlacement;
 }
 
 export class StoredSessions {
@@ -44,12 +44,12 @@ export class StoredSessions {
    * instance does not hold it, given back after unless some of the forest is live here.
    */
   async leased<T>(root: string, work: () => Promise<T>): Promise<T> {
-    const borrowed = this.deps.ownership !== undefined && !this.deps.ownership.holds(root);
-    if (borrowed) await this.deps.ownership!.acquire(root);
+    const borrowed = !this.deps.forests.holds(root);
+    if (borrowed) await this.deps.forests.acquire(root);
     try {
       return await work();
     } finally {
-      if (borrowed) await this.deps.ownership!.releaseIfIdle(root);
+      if (borrowed) await this.deps.forests.releaseIfIdle(root);
     }
   }
 

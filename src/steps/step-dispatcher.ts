@@ -44,14 +44,14 @@ export class StepDispatcher<A extends StepSource, C> {
   /** Each parked agent, with when it was parked (ms since the epoch): the cluster's FIFO compares these. */
   private readonly ready = new Map<string, { agent: A; at: number }>();
   private waiters: Waiter<A, C>[] = [];
-  /** Told when a step is parked with nobody here waiting for it (another instance's pool may claim it). */
-  onParked: (() => void) | undefined;
 
   constructor(
     private readonly claim: (agent: A) => C,
     /** Claims the steps of the agents it owns itself; without one every step goes to the pool. */
     private readonly direct?: DirectClaimant<A>,
     private readonly gate?: ClaimGate<A>,
+    /** Told when a step is parked with nobody here waiting for it (another instance's pool may claim it). */
+    private readonly onParked: () => void = () => undefined,
   ) {}
 
   /** The agent has a claimable step. Keeps its original place if already offered. */
@@ -68,7 +68,7 @@ export class StepDispatcher<A extends StepSource, C> {
     const index = this.waiters.findIndex((w) => matches(w.filter, agent));
     if (index === -1) {
       this.ready.set(agent.id, { agent, at: Date.now() });
-      this.onParked?.();
+      this.onParked();
       return;
     }
     const [waiter] = this.waiters.splice(index, 1);

@@ -10,8 +10,9 @@ import { describe, expect, it, vi } from 'vitest';
 import type { AgentView } from '../../src/contract/index.js';
 import type { ListFilter } from '../../src/agents/reads/agent-queries.js';
 import { decodeCursor, encodeCursor } from '../../src/agents/reads/list-order.js';
-import { ClusterList, type AgentPage } from '../../src/cluster/cluster-list.js';
-import type { Caller, Peer, PeerAnswer, PeerCall, PeerClient } from '../../src/cluster/peers.js';
+import { ClusterList } from '../../src/cluster/cluster-list.js';
+import type { Peer, PeerAnswer, PeerCall, PeerClient } from '../../src/cluster/peers.js';
+import type { AgentPage, Caller } from '../../src/topology/topology.js';
 
 const CALLER: Caller = { authorization: 'Bearer operator-key', requestId: 'req-42' };
 

@@ -12,6 +12,8 @@ import pg from 'pg';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { ReportDelivery } from '../../src/domain/packages.js';
 import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
+import { openClusterStore } from '../../src/composition/open-store.js';
+import type { ClusterTopology } from '../../src/cluster/cluster-topology.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { callReport, report, startChild } from '../fixtures/forest.js';
 import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
@@ -38,11 +40,11 @@ beforeEach(async () => {
 
 /** An instance on the test's database with id `id`, advertising http://<id lower-cased>. */
 async function instance(id: string, options: InstanceOptions = {}): Promise<Instance> {
-  const store = await PostgresSessionStore.open({ url: db.url });
+  const { store, cluster } = await openClusterStore(db.url, { instanceId: id, leaseMs: 60_000, confirmMs: options.confirmMs ?? 5_000, pollMs: options.pollMs });
   const h = await startHarness({
     store,
-    ownership: { instanceId: id, url: `http://${id.toLowerCase()}`, leaseMs: 60_000 },
-    clusterPackages: { confirmMs: options.confirmMs ?? 5_000, ...(options.pollMs === undefined ? {} : { pollMs: options.pollMs }) },
+    cluster,
+    url: `http://${id.toLowerCase()}`,
     ...(options.packages === undefined ? {} : { packages: options.packages }),
     ...(options.reportDelivery === undefined ? {} : { reportDelivery: options.reportDelivery }),
   });
@@ -161,7 +163,7 @@ describe('one package configuration for the cluster (PostgreSQL)', () => {
     const b = await instance('B');
     const { child } = await residentChild(b);
     // B stops following the configuration (its LISTEN and its version check): it cannot learn of the change.
-    await b.system.packageChanges.stop();
+    await (b.system.topology as ClusterTopology).packages.stop();
 
     const deleted = await change(a, 'DELETE', 'subagent-report');
     expect({ status: deleted.statusCode, body: deleted.json() as unknown }).toEqual({

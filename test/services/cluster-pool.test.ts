@@ -10,8 +10,9 @@
  */
 import type { Logger } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ClusterPool, type LocalClaim, type PoolClaim } from '../../src/cluster/cluster-pool.js';
-import type { Caller, Peer, PeerAnswer, PeerCall, PeerClient } from '../../src/cluster/peers.js';
+import { ClusterPool } from '../../src/cluster/cluster-pool.js';
+import type { Peer, PeerAnswer, PeerCall, PeerClient } from '../../src/cluster/peers.js';
+import type { Caller, LocalClaim, PoolClaim } from '../../src/topology/topology.js';
 import { WorkBoard } from '../../src/cluster/work-board.js';
 import type { RenderedStep } from '../../src/steps/rendered-step.js';
 

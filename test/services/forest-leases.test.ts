@@ -11,6 +11,8 @@ import type { SessionEntry, SessionHeader } from '../../src/domain/session.js';
 import { SessionLog } from '../../src/sessions/session-log.js';
 import type { IdempotencyRecord, PendingRow, WriteBatch } from '../../src/sessions/session-store.js';
 import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
+import { openClusterStore } from '../../src/composition/open-store.js';
+import { clusterFences } from '../../src/cluster/fences.js';
 import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
 
@@ -63,6 +65,20 @@ describe('forest leases (PostgreSQL)', () => {
     await db.dispose();
   });
 
+  /** Reopen store `which` as instance `owner`'s, its writes fenced by the leases it holds: the returned epochs. */
+  async function fence(which: 'a' | 'b', owner: string): Promise<Map<string, number>> {
+    const fences = clusterFences(owner);
+    const store = await PostgresSessionStore.open({ url: db.url, fences });
+    if (which === 'a') {
+      await a.close();
+      a = store;
+    } else {
+      await b.close();
+      b = store;
+    }
+    return fences.leases.epochs;
+  }
+
   it('one instance holds a forest: another is told who owns it, until the lease expires and it takes over with a higher epoch', async () => {
     const first = await a.leases.acquire('r', 'A', 'http://a', 300);
     expect(first).toEqual({ owned: true, epoch: 1 });
@@ -84,8 +100,7 @@ describe('forest leases (PostgreSQL)', () => {
   });
 
   it("a paused owner's write after a takeover is left out by the database and leaves no trace", async () => {
-    const epochsA = new Map<string, number>();
-    a.leases.fence = { owner: 'A', epochs: epochsA };
+    const epochsA = await fence('a', 'A');
     const leased = await a.leases.acquire('r', 'A', 'http://a', 300);
     if (!leased.owned) throw new Error('A should own r');
     epochsA.set('r', leased.epoch);
@@ -95,7 +110,7 @@ describe('forest leases (PostgreSQL)', () => {
     await untilExpired(b, 'r');
     const taken = await b.leases.acquire('r', 'B', 'http://b', 10_000);
     expect(taken).toEqual({ owned: true, epoch: 2 });
-    b.leases.fence = { owner: 'B', epochs: new Map([['r', 2]]) };
+    (await fence('b', 'B')).set('r', 2);
 
     // A wakes up and writes as if it still owned r.
     const stale = a.write({ headers: [], entries: [{ sessionId: 'r', entry: message(2, 'stale'), rootId: 'r', forestSeq: 2 }] });
@@ -109,7 +124,7 @@ describe('forest leases (PostgreSQL)', () => {
 
   it('a write touching a forest this instance never leased is refused, and so is one whose pending rows belong to such a forest', async () => {
     await b.write({ headers: [root('other')], entries: [] });
-    a.leases.fence = { owner: 'A', epochs: new Map() };
+    await fence('a', 'A');
     await expect(a.write({ headers: [root('mine')], entries: [] })).resolves.toEqual({ refused: ['mine'] });
     expect(await a.header('mine')).toBeUndefined();
     await expect(a.write({ headers: [], entries: [], pending: [{ op: 'put', sessionId: 'other', row: pendingRow('m') }] })).resolves.toEqual({ refused: ['other'] });
@@ -117,8 +132,7 @@ describe('forest leases (PostgreSQL)', () => {
   });
 
   it('a commit touching a lost forest and a held one writes every row of the held one and none of the lost one', async () => {
-    const epochsA = new Map<string, number>();
-    a.leases.fence = { owner: 'A', epochs: epochsA };
+    const epochsA = await fence('a', 'A');
     for (const [id, ms] of [['lost', 300], ['kept', 60_000]] as const) {
       const leased = await a.leases.acquire(id, 'A', 'http://a', ms);
       if (!leased.owned) throw new Error(`A should own ${id}`);
@@ -165,8 +179,7 @@ describe('forest leases (PostgreSQL)', () => {
   // The same two stores, under a session log.
   describe('a fenced commit at the session log', () => {
     it("answers the lost forest's waiter MISDIRECTED and the held forest's waiter normally, with only the held forest's writes committed", async () => {
-      const epochsA = new Map<string, number>();
-      a.leases.fence = { owner: 'A', epochs: epochsA };
+      const epochsA = await fence('a', 'A');
       const fenced: (readonly string[])[] = [];
       const heard: string[] = [];
       const log = new SessionLog(a, undefined, (roots) => fenced.push(roots));
@@ -218,8 +231,9 @@ describe('forest leases held by a running instance', () => {
 
   beforeEach(async () => {
     db = await freshDatabase();
-    store = await PostgresSessionStore.open({ url: db.url });
-    h = await startHarness({ store, ownership: { instanceId: 'A', url: 'http://a', leaseMs: 60_000 } });
+    const opened = await openClusterStore(db.url, { instanceId: 'A', leaseMs: 60_000 });
+    store = opened.store;
+    h = await startHarness({ store, cluster: opened.cluster, url: 'http://a' });
   });
 
   afterEach(async () => {

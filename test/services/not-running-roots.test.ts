@@ -8,7 +8,7 @@
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ListPosition, StoredRoot } from '../../src/sessions/session-store.js';
-import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
+import { openClusterStore } from '../../src/composition/open-store.js';
 import { DelegatingStore } from '../fixtures/delegating-store.js';
 import { createRoot, json, startHarness } from '../fixtures/harness.js';
 import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
@@ -77,9 +77,8 @@ describe('the roots there are to resume, with several instances (PostgreSQL)', (
 
   it('lists a root only when no instance runs its forest, and lists it once the instance that ran it stops', async () => {
     db = await freshDatabase();
-    const lease = { leaseMs: 60_000 };
-    const a = await startHarness({ store: await PostgresSessionStore.open({ url: db.url }), ownership: { instanceId: 'A', url: 'http://a', ...lease } });
-    const b = await startHarness({ store: await PostgresSessionStore.open({ url: db.url }), ownership: { instanceId: 'B', url: 'http://b', ...lease } });
+    const a = await startHarness({ ...(await openClusterStore(db.url, { instanceId: 'A', leaseMs: 60_000 })), url: 'http://a' });
+    const b = await startHarness({ ...(await openClusterStore(db.url, { instanceId: 'B', leaseMs: 60_000 })), url: 'http://b' });
     await createRoot(a.app, { id: 'runs-on-a' });
     await createRoot(a.app, { id: 'disposed-on-a' });
     await dispose(a.app, 'disposed-on-a');

@@ -21,12 +21,17 @@ function agent(id: string, rootId = 'root-1'): FakeAgent {
   return { id, rootId };
 }
 
-function setup(): { dispatcher: StepDispatcher<FakeAgent, Claim>; claims: FakeAgent[] } {
+function setup(onParked?: () => void): { dispatcher: StepDispatcher<FakeAgent, Claim>; claims: FakeAgent[] } {
   const claims: FakeAgent[] = [];
-  const dispatcher = new StepDispatcher<FakeAgent, Claim>((a) => {
-    claims.push(a);
-    return { agent: a };
-  });
+  const dispatcher = new StepDispatcher<FakeAgent, Claim>(
+    (a) => {
+      claims.push(a);
+      return { agent: a };
+    },
+    undefined,
+    undefined,
+    onParked,
+  );
   return { dispatcher, claims };
 }
 
@@ -448,9 +453,8 @@ describe('StepDispatcher: when the oldest step was parked, and news of a park', 
 
   it('onParked is called when a step is parked with nobody waiting for it', async () => {
     vi.useFakeTimers();
-    const { dispatcher } = setup();
     const onParked = vi.fn();
-    dispatcher.onParked = onParked;
+    const { dispatcher } = setup(onParked);
     const forOtherRoot = dispatcher.claimOrWait({ rootId: 'r9' }, 1_000);
 
     dispatcher.offer(agent('a', 'r1'));
@@ -463,9 +467,8 @@ describe('StepDispatcher: when the oldest step was parked, and news of a park', 
 
   it('onParked is not called when the step goes straight to a waiter, nor when a parked agent is offered again', async () => {
     vi.useFakeTimers();
-    const { dispatcher } = setup();
     const onParked = vi.fn();
-    dispatcher.onParked = onParked;
+    const { dispatcher } = setup(onParked);
     const pending = dispatcher.claimOrWait({}, 1_000);
     const a = agent('a');
 
@@ -485,8 +488,8 @@ describe('StepDispatcher: when the oldest step was parked, and news of a park', 
       (a) => ({ agent: a }),
       { owns: (a) => a.rootId === 'driven', offer: () => undefined, release: () => undefined },
       { admits: (a) => a.rootId !== 'stopped' },
+      onParked,
     );
-    dispatcher.onParked = onParked;
 
     dispatcher.offer(agent('d', 'driven'));
     dispatcher.offer(agent('s', 'stopped'));

@@ -6,7 +6,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
+import { openClusterStore } from '../../src/composition/open-store.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { claim, createRoot, postOutput, send, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
@@ -23,10 +23,11 @@ afterEach(async () => {
 });
 
 async function instance(id: string): Promise<Harness> {
-  const store = await PostgresSessionStore.open({ url: db.url });
+  const { store, cluster } = await openClusterStore(db.url, { instanceId: id, leaseMs: 60_000 });
   return startHarness({
     store,
-    ownership: { instanceId: id, url: `http://${id.toLowerCase()}`, leaseMs: 60_000 },
+    cluster,
+    url: `http://${id.toLowerCase()}`,
     webhooks: { allowPrivate: true, pollMs: 20, backoff: { baseMs: 20, maxMs: 100 } },
   });
 }

@@ -7,7 +7,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionHeader } from '../../src/domain/session.js';
 import type { SessionStore, WriteBatch } from '../../src/sessions/session-store.js';
-import type { OutboxEvent, WebhookSubscription } from '../../src/observation/webhooks/outbox.js';
+import type { OutboxEvent, WebhookSubscription } from '../../src/sessions/outbox.js';
 import { STORE_FACTORIES, type StoreFixture } from '../fixtures/store-factories.js';
 
 const AT = Date.UTC(2026, 0, 1);

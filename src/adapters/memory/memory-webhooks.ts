@@ -3,7 +3,7 @@
  * delivery per event and matching subscription, none twice; a stream's head is its oldest
  * pending delivery), for the memory store and its tests.
  */
-import type { Delivery, DeliveryQuery, DueDelivery, OutboxBacklog, OutboxEvent, WebhookChange, WebhookReads, WebhookSubscription } from '../../observation/webhooks/outbox.js';
+import type { Delivery, DeliveryQuery, DueDelivery, OutboxBacklog, OutboxEvent, WebhookChange, WebhookReads, WebhookSubscription } from '../../sessions/outbox.js';
 
 interface StoredDelivery extends Delivery {
   payload: string;

@@ -1,6 +1,6 @@
 /**
  * Forest leases and write fencing on the PostgreSQL database (table `forest_leases`): which
- * instance owns a forest, until when, and at which epoch. services/ownership.ts decides when
+ * instance owns a forest, until when, and at which epoch. src/cluster/ownership.ts decides when
  * to take, renew and give up a lease; this module is how, in SQL.
  *
  * Invariants: at most one unexpired lease per forest; a lease changes hands only once it has
@@ -13,23 +13,7 @@
 import type pg from 'pg';
 import { forestsOf, unattributedSessions, withoutForests } from '../../sessions/batch-forests.js';
 import type { WriteBatch } from '../../sessions/session-store.js';
-
-/** The leases this instance holds: every write is checked against them inside its transaction. */
-export interface WriteFence {
-  owner: string;
-  /** Fencing epoch per root this instance holds. */
-  epochs: ReadonlyMap<string, number>;
-}
-
-export type LeaseResult = { owned: true; epoch: number } | { owned: false; ownerUrl: string };
-
-export interface LeaseHolder {
-  owner: string;
-  ownerUrl: string;
-  epoch: number;
-  /** How long the lease still runs unless renewed (ms, by the database's clock). */
-  expiresInMs: number;
-}
+import type { LeaseHolder, LeaseResult, LeaseTable, WriteFence } from '../../cluster/cluster-database.js';
 
 /** What a fenced write may commit: the batch without the refused forests' rows. */
 export interface AdmittedWrite {
@@ -38,11 +22,12 @@ export interface AdmittedWrite {
   refused: string[];
 }
 
-export class ForestLeases {
-  /** When set, a batch commits the rows of a forest only if this instance holds it, at its epoch. */
-  fence: WriteFence | null = null;
-
-  constructor(private readonly pool: pg.Pool) {}
+export class ForestLeases implements LeaseTable {
+  constructor(
+    private readonly pool: pg.Pool,
+    /** When given, a batch commits the rows of a forest only if this instance holds it, at its epoch. */
+    private readonly fence: WriteFence | undefined,
+  ) {}
 
   /**
    * Take a forest's lease for `ms`: free, expired or already ours. A takeover (or a retake)
@@ -129,7 +114,7 @@ export class ForestLeases {
    */
   async admitWrite(client: pg.PoolClient, batch: WriteBatch): Promise<AdmittedWrite> {
     const fence = this.fence;
-    if (fence === null) return { batch, refused: [] };
+    if (fence === undefined) return { batch, refused: [] };
     const looked = new Map<string, string>();
     const unattributed = unattributedSessions(batch);
     if (unattributed.length > 0) {

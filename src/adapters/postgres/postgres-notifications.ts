@@ -6,27 +6,22 @@
  * listener then re-reads what it watches.
  */
 import pg from 'pg';
-import type { Logger } from 'pino';
+import type { Listener, ListenOptions } from '../../cluster/cluster-database.js';
 
-export interface ListenOptions {
+export interface NotificationOptions extends ListenOptions {
   url: string;
-  channels: readonly string[];
-  onNotify: (channel: string, payload: string | undefined) => void;
-  /** Called after every (re)connection once LISTEN is in force, the first one included. */
-  onConnected: () => void;
-  logger?: Logger | undefined;
 }
 
 const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 5_000;
 
-export class NotificationListener {
+export class NotificationListener implements Listener {
   private client: pg.Client | undefined;
   private stopped = false;
   private retryMs = FIRST_RETRY_MS;
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly options: ListenOptions) {}
+  constructor(private readonly options: NotificationOptions) {}
 
   /** Connect and LISTEN; resolves once listening (or after the first failure, retrying in the background). */
   async start(): Promise<void> {

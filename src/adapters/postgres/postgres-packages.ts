@@ -1,7 +1,7 @@
 /**
  * The cluster's package configuration on the PostgreSQL database, in SQL: one row
  * (`cluster_packages`) with the state and its version, and one row per instance
- * (`cluster_instances`) with the version it applied. services/packages/cluster-packages.ts
+ * (`cluster_instances`) with the version it applied. src/cluster/cluster-packages.ts
  * decides when to read, change and confirm; this module is how.
  *
  * Invariants: the version only grows, by one per change, and every change is one transaction
@@ -16,36 +16,14 @@ import { parsePackageState, revokesReport, type PackageState } from '../../domai
 import { withoutForests } from '../../sessions/batch-forests.js';
 import type { WriteBatch } from '../../sessions/session-store.js';
 import { inTransaction } from './postgres-transactions.js';
+import { PACKAGES_APPLIED, PACKAGES_CHANGED, type PackageTable, type ReportFence, type StoredPackages, type UnconfirmedInstance } from '../../cluster/cluster-database.js';
 
-/** NOTIFY channels: a new version was committed; an instance applied a version. */
-export const PACKAGES_CHANGED = 'agentforest_packages';
-export const PACKAGES_APPLIED = 'agentforest_packages_applied';
-
-export interface StoredPackages {
-  version: number;
-  /** The version of the last change that revoked `report` (0: none yet). */
-  reportFence: number;
-  state: PackageState;
-}
-
-/** An instance holding a live forest lease that has not confirmed a version. */
-export interface UnconfirmedInstance {
-  instanceId: string;
-  url: string;
-}
-
-/** What the write check asks of this instance: the version it applied, and a way to say it is behind. */
-export interface PackageFence {
-  applied(): number;
-  /** The database refused a report write because this instance is behind: reload now. */
-  behind(): void;
-}
-
-export class PostgresPackages {
-  /** When set, a batch delivering a report commits only if this instance applied the last revocation. */
-  fence: PackageFence | null = null;
-
-  constructor(private readonly pool: pg.Pool) {}
+export class PostgresPackages implements PackageTable {
+  constructor(
+    private readonly pool: pg.Pool,
+    /** When given, a batch delivering a report commits only if this instance applied the last revocation. */
+    private readonly fence: ReportFence | undefined,
+  ) {}
 
   /**
    * The stored configuration, seeded with `initial` (version 1) when the database has none:
@@ -133,7 +111,7 @@ export class PostgresPackages {
    */
   async admitReports(client: pg.PoolClient, batch: WriteBatch): Promise<{ batch: WriteBatch; refused: string[] }> {
     const fence = this.fence;
-    if (fence === null) return { batch, refused: [] };
+    if (fence === undefined) return { batch, refused: [] };
     const { roots, looked } = await reportRoots(client, batch);
     if (roots.length === 0) return { batch, refused: [] };
     const { rows } = await client.query<{ report_fence: string }>('SELECT report_fence FROM cluster_packages WHERE id = 1 FOR SHARE');

@@ -37,6 +37,8 @@ import { encodeRows } from '../batch-rows.js';
 import { ForestLeases } from './postgres-leases.js';
 import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
 import { PostgresPackages } from './postgres-packages.js';
+import { NotificationListener } from './postgres-notifications.js';
+import type { ClusterDatabase, ClusterFences, Listener, ListenOptions } from '../../cluster/cluster-database.js';
 import { postgresUnavailable } from './postgres-outages.js';
 import { inTransaction } from './postgres-transactions.js';
 import { writeRows } from './postgres-writes.js';
@@ -47,6 +49,8 @@ export interface PostgresStoreOptions {
   url: string;
   /** Connections in the pool (default 10). */
   poolSize?: number;
+  /** With several instances: the leases and the package version every write is checked against. */
+  fences?: ClusterFences | undefined;
 }
 
 interface PendingDbRow {
@@ -64,7 +68,7 @@ const CONNECT_TIMEOUT_MS = 5_000;
 /** Serialises the migrations of instances starting together (any fixed 64-bit key). */
 const MIGRATION_LOCK = 7_361_402_113;
 
-export class PostgresSessionStore implements SessionStore {
+export class PostgresSessionStore implements SessionStore, ClusterDatabase {
   readonly kind = 'postgres' as const;
   /** The forests' leases on this database, which also fence this store's writes. */
   readonly leases: ForestLeases;
@@ -73,10 +77,10 @@ export class PostgresSessionStore implements SessionStore {
   readonly webhooks: PostgresWebhooks;
 
   /** `url` is kept for connections of their own (a LISTEN). */
-  private constructor(private readonly pool: pg.Pool, readonly url: string) {
-    this.leases = new ForestLeases(pool);
+  private constructor(private readonly pool: pg.Pool, private readonly url: string, fences: ClusterFences | undefined) {
+    this.leases = new ForestLeases(pool, fences?.leases);
     this.webhooks = new PostgresWebhooks(pool);
-    this.packages = new PostgresPackages(pool);
+    this.packages = new PostgresPackages(pool, fences?.packages);
   }
 
   /** Connect and migrate; refuses a database whose schema is newer than this build. */
@@ -92,7 +96,12 @@ export class PostgresSessionStore implements SessionStore {
       const reason = error instanceof Error ? error.message : String(error);
       throw new Error(`cannot open the session store at ${redactUrl(options.url)}: ${reason}`, { cause: error });
     }
-    return new PostgresSessionStore(pool, options.url);
+    return new PostgresSessionStore(pool, options.url, options.fences);
+  }
+
+  /** A LISTEN on a connection of its own. */
+  listen(options: ListenOptions): Listener {
+    return new NotificationListener({ ...options, url: this.url });
   }
 
   /** NOTIFY `channel` (the LISTENing connections of every instance hear it). */

@@ -9,7 +9,7 @@
  * first; see the delivery worker).
  */
 import type pg from 'pg';
-import { eventsColumn, type Delivery, type DeliveryQuery, type DueDelivery, type OutboxBacklog, type WebhookChange, type WebhookReads, type WebhookSubscription } from '../../observation/webhooks/outbox.js';
+import { eventsColumn, type Delivery, type DeliveryQuery, type DueDelivery, type OutboxBacklog, type WebhookChange, type WebhookReads, type WebhookSubscription } from '../../sessions/outbox.js';
 import type { OutboxRow } from '../batch-rows.js';
 import { deliveryOf, subscriptionOf, type DeliveryRow, type SubscriptionRow } from '../webhook-rows.js';
 

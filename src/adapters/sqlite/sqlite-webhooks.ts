@@ -15,7 +15,7 @@ import {
   type WebhookChange,
   type WebhookReads,
   type WebhookSubscription,
-} from '../../observation/webhooks/outbox.js';
+} from '../../sessions/outbox.js';
 import type { OutboxRow } from '../batch-rows.js';
 import { deliveryOf, subscriptionOf, type DeliveryRow, type SubscriptionRow } from '../webhook-rows.js';
 

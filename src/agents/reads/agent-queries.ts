@@ -13,8 +13,7 @@ import type { AgentRegistry } from '../agent-registry.js';
 import type { Budgets } from '../../budgets/budgets.js';
 import type { ContinuationManager } from '../../children/continuation-manager.js';
 import type { LiveAgent } from '../live-agent.js';
-import type { ForestOwnership } from '../../cluster/ownership.js';
-import type { LeaseHolder } from '../../adapters/postgres/postgres-leases.js';
+import type { ForestOwner, ForestPlacement } from '../../topology/topology.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import { statusOf, storedChildView, viewOf } from './views.js';
 import { compareOrder, decodeCursor, pageOf, type OrderKey } from './list-order.js';
@@ -31,8 +30,8 @@ export interface AgentQueriesDeps {
   registry: AgentRegistry;
   manager: ContinuationManager;
   log: SessionLog;
-  /** Several instances on one PostgreSQL database: forest leases (see ownership.ts). */
-  ownership?: ForestOwnership | undefined;
+  /** Who holds each forest. */
+  forests: ForestPlacement;
   /** Usage, budgets and pauses (budgets.ts). */
   budgets: Budgets;
 }
@@ -118,11 +117,10 @@ export class AgentQueries {
    * undefined when this instance may serve the request: the agent is live here, the forest is
    * unowned, or its owner's lease expired (resume it here).
    */
-  async ownerElsewhere(id: string): Promise<LeaseHolder | undefined> {
-    const ownership = this.deps.ownership;
-    if (ownership === undefined || this.deps.registry.get(id) !== undefined) return undefined;
+  async ownerElsewhere(id: string): Promise<ForestOwner | undefined> {
+    if (this.deps.forests.exclusive || this.deps.registry.get(id) !== undefined) return undefined;
     const header = (await this.deps.log.store.header(id))?.header;
-    return ownership.ownerElsewhere(header?.rootSession ?? id);
+    return this.deps.forests.ownerElsewhere(header?.rootSession ?? id);
   }
 
   /** The view of an agent from its durable session (a root's is shown as not resident). */

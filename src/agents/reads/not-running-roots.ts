@@ -13,7 +13,7 @@
  * about what it shows plus the live roots between its items. Cursors are the live list's.
  */
 import type { AgentRegistry } from '../agent-registry.js';
-import type { ForestOwnership } from '../../cluster/ownership.js';
+import type { ForestPlacement } from '../../topology/topology.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import type { ListPosition, StoredRoot } from '../../sessions/session-store.js';
 import { decodeCursor, pageOf } from './list-order.js';
@@ -21,8 +21,8 @@ import { decodeCursor, pageOf } from './list-order.js';
 export interface NotRunningDeps {
   registry: Pick<AgentRegistry, 'get'>;
   log: Pick<SessionLog, 'settled' | 'store'>;
-  /** Several instances on one PostgreSQL database: forest leases (see ownership.ts). */
-  ownership?: Pick<ForestOwnership, 'heldElsewhere'> | undefined;
+  /** With several instances, a root another one holds is left out. */
+  forests: Pick<ForestPlacement, 'heldElsewhere'>;
 }
 
 /** The most roots one store read asks for, however many live ones a page has to skip. */
@@ -51,8 +51,7 @@ export class NotRunningRoots {
   }
 
   private async heldElsewhere(roots: readonly StoredRoot[]): Promise<ReadonlySet<string>> {
-    const ownership = this.deps.ownership;
-    if (ownership === undefined || roots.length === 0) return new Set();
-    return ownership.heldElsewhere(roots.map((r) => r.id));
+    if (roots.length === 0) return new Set();
+    return this.deps.forests.heldElsewhere(roots.map((r) => r.id));
   }
 }

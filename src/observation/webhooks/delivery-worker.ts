@@ -21,10 +21,10 @@
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../../domain/ports.js';
-import type { ForestOwnership } from '../../cluster/ownership.js';
+import type { ForestPlacement } from '../../topology/topology.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import { retryDelayMs, parseRetryAfter, type BackoffOptions, DEFAULT_BACKOFF } from './backoff.js';
-import { streamKey, type DueDelivery, type WebhookChange, type WebhookReads } from './outbox.js';
+import { streamKey, type DueDelivery, type WebhookChange, type WebhookReads } from '../../sessions/outbox.js';
 import { sendWebhook, type SendOutcome, type WebhookRequest } from './sender.js';
 import { parseSecret, signatureHeaders } from './signing.js';
 
@@ -65,7 +65,7 @@ export interface DeliveryDeps {
   log: SessionLog;
   clock: Clock;
   logger?: Logger | undefined;
-  ownership?: ForestOwnership | undefined;
+  forests: ForestPlacement;
   /** Told of every attempt (the metrics). */
   observe?: ((outcome: AttemptOutcome, seconds: number) => void) | undefined;
   /** The transport; a test may wrap it. */
@@ -139,7 +139,7 @@ export class DeliveryWorker {
       await this.pruneNow();
       const free = this.options.concurrency - this.inFlight;
       if (free > 0) {
-        const due = await this.deps.reads.due(this.deps.clock.now(), this.streams.size + free, this.deps.ownership?.options.instanceId);
+        const due = await this.deps.reads.due(this.deps.clock.now(), this.streams.size + free, this.deps.forests.instanceId);
         const tried = new Set<string>();
         for (const delivery of due) {
           if (this.stopped || this.inFlight >= this.options.concurrency) break;
@@ -162,12 +162,12 @@ export class DeliveryWorker {
 
   /** With forest leases: this instance holds the forest, or takes its lease now (nobody holds it). */
   private async mayDeliver(rootId: string, tried: Set<string>): Promise<boolean> {
-    const ownership = this.deps.ownership;
-    if (ownership === undefined || ownership.holds(rootId)) return true;
+    const forests = this.deps.forests;
+    if (forests.holds(rootId)) return true;
     if (tried.has(rootId)) return false;
     tried.add(rootId);
     try {
-      await ownership.acquire(rootId);
+      await forests.acquire(rootId);
       return true;
     } catch {
       return false;
@@ -199,7 +199,7 @@ export class DeliveryWorker {
           this.begin(next, stream, originOf(next.url));
           return;
         }
-        if (this.deps.ownership !== undefined && !this.hasStreamOf(delivery.rootId)) void this.deps.ownership.releaseIfIdle(delivery.rootId);
+        if (!this.deps.forests.exclusive && !this.hasStreamOf(delivery.rootId)) void this.deps.forests.releaseIfIdle(delivery.rootId);
         if (next !== undefined) this.nudge();
       });
   }

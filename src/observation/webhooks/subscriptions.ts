@@ -10,7 +10,7 @@
 import { ServiceError } from '../../domain/errors.js';
 import type { Clock, IdSource } from '../../domain/ports.js';
 import type { SessionLog } from '../../sessions/session-log.js';
-import type { Delivery, DeliveryQuery, WebhookEventType, WebhookReads, WebhookSubscription } from './outbox.js';
+import type { Delivery, DeliveryQuery, WebhookEventType, WebhookReads, WebhookSubscription } from '../../sessions/outbox.js';
 import { parseWebhookUrl, resolvePublic, WebhookAddressError } from './address-guard.js';
 import { generateSecret, parseSecret } from './signing.js';
 

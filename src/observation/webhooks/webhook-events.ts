@@ -20,7 +20,7 @@ import type { LiveAgent } from '../../agents/live-agent.js';
 import type { SessionLog, WriteObserver } from '../../sessions/session-log.js';
 import type { BatchEntry } from '../../sessions/session-store.js';
 import type { SessionHeader } from '../../domain/session.js';
-import type { WebhookEventType } from './outbox.js';
+import type { WebhookEventType } from '../../sessions/outbox.js';
 
 /** Which event types some subscription wants for a forest; undefined means "ask the store". */
 export type Interest = (type: WebhookEventType, rootId: string) => boolean;

@@ -6,7 +6,7 @@
 import client from 'prom-client';
 import type { Clock } from '../../domain/ports.js';
 import type { AttemptOutcome } from './delivery-worker.js';
-import type { WebhookReads } from './outbox.js';
+import type { WebhookReads } from '../../sessions/outbox.js';
 
 export function webhookMetrics(registry: client.Registry, reads: WebhookReads, clock: Clock): (outcome: AttemptOutcome, seconds: number) => void {
   const registers = [registry];

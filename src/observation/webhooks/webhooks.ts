@@ -6,10 +6,10 @@
  */
 import type { Logger } from 'pino';
 import type { Clock, IdSource } from '../../domain/ports.js';
-import type { ForestOwnership } from '../../cluster/ownership.js';
+import type { ForestPlacement } from '../../topology/topology.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import { DeliveryWorker, type DeliveryOptions, type DeliveryDeps } from './delivery-worker.js';
-import type { WebhookReads } from './outbox.js';
+import type { WebhookReads } from '../../sessions/outbox.js';
 import { WebhookSubscriptions } from './subscriptions.js';
 import { WebhookEvents } from './webhook-events.js';
 
@@ -19,7 +19,7 @@ export interface WebhookDeps {
   clock: Clock;
   ids: IdSource;
   logger?: Logger | undefined;
-  ownership?: ForestOwnership | undefined;
+  forests: ForestPlacement;
   observe?: DeliveryDeps['observe'];
   send?: DeliveryDeps['send'];
 }
@@ -36,12 +36,12 @@ export class Webhooks {
       clock: deps.clock,
       ids: deps.ids,
       allowPrivate: options.allowPrivate,
-      exact: deps.ownership === undefined,
+      exact: deps.forests.exclusive,
     });
     this.events = new WebhookEvents({ log: deps.log, clock: deps.clock, interested: this.subscriptions.interested });
     deps.log.observe(this.events);
     this.worker = new DeliveryWorker(
-      { reads: deps.reads, log: deps.log, clock: deps.clock, logger: deps.logger, ownership: deps.ownership, observe: deps.observe, send: deps.send },
+      { reads: deps.reads, log: deps.log, clock: deps.clock, logger: deps.logger, forests: deps.forests, observe: deps.observe, send: deps.send },
       options,
     );
     // A committed event or retry is due at once: look now rather than at the next poll.

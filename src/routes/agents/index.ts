@@ -6,7 +6,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import { ServiceError } from '../../domain/errors.js';
 import type { AgentService } from '../../agents/agent-service.js';
-import type { Cluster } from '../../cluster/cluster.js';
+import type { Topology } from '../../topology/topology.js';
 import type { StepService } from '../../steps/step-service.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
@@ -37,11 +37,11 @@ import {
 export interface AgentRoutesOptions {
   agents: AgentService;
   steps: StepService;
-  /** Several instances: the list of every instance's live agents, for lists without `parentId`. */
-  cluster?: Pick<Cluster, 'list'> | undefined;
+  /** The live list: this instance's, or with several instances every instance's. */
+  topology: Pick<Topology, 'list'>;
 }
 
-export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { agents, steps, cluster }) => {
+export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { agents, steps, topology }) => {
   app.post('/v1/agents', {
     schema: {
       tags: ['agents'],
@@ -80,9 +80,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       return agents.listNotRunning({ limit: limit ?? 100, ...(cursor === undefined ? {} : { cursor }) });
     }
     const filter = { limit: limit ?? 100, ...(status === undefined ? {} : { status }), ...(kind === undefined ? {} : { kind }), ...(cursor === undefined ? {} : { cursor }) };
-    const caller = clusterCaller(request);
-    if (cluster !== undefined && parentId === undefined && caller !== undefined) return cluster.list.list(filter, caller);
-    return agents.list(parentId === undefined ? filter : { ...filter, parentId });
+    return topology.list(parentId === undefined ? filter : { ...filter, parentId }, clusterCaller(request));
   });
 
   app.get('/v1/agents/:id', {

@@ -9,15 +9,15 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
-import type { Cluster } from '../../cluster/cluster.js';
-import { FORWARDED_BY, type Caller } from '../../cluster/peers.js';
+import { FORWARDED_BY } from '../../cluster/peers.js';
+import type { Caller, Peering } from '../../topology/topology.js';
 
 const PoolState = Type.Object({ oldestParkedAt: Type.Union([Type.Number(), Type.Null()]) }, { additionalProperties: false });
 
-export const clusterRoutes: FastifyPluginAsyncTypebox<{ cluster: Pick<Cluster, 'poolState'> }> = async (app, { cluster }) => {
+export const clusterRoutes: FastifyPluginAsyncTypebox<{ peering: Pick<Peering, 'poolState'> }> = async (app, { peering }) => {
   app.get('/v1/cluster/pool', {
     schema: { hide: true, response: { 200: PoolState } },
-  }, async () => cluster.poolState());
+  }, async () => peering.poolState());
 };
 
 /** Who asks, to be passed on to the other instances; undefined for a request another instance sent. */

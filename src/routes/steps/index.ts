@@ -5,7 +5,7 @@
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
-import type { Cluster } from '../../cluster/cluster.js';
+import type { Topology } from '../../topology/topology.js';
 import type { StepService } from '../../steps/step-service.js';
 import { stepJsonPieces } from '../../steps/rendered-step.js';
 import { agentToken } from '../auth.js';
@@ -30,8 +30,8 @@ import {
 
 export interface StepRoutesOptions {
   steps: StepService;
-  /** Several instances: the pool of every forest, for claims without `rootId`. */
-  cluster?: Pick<Cluster, 'pool'> | undefined;
+  /** The worker pool: this instance's, or with several instances every instance's. */
+  topology: Pick<Topology, 'claimFromPool'>;
 }
 
 /** A step is sent as the JSON the step cache rendered (see src/steps/rendered-step.ts). */
@@ -49,7 +49,7 @@ function sendPieces(reply: FastifyReply, pieces: Buffer[]): FastifyReply {
 
 const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;
 
-export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { steps, cluster }) => {
+export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { steps, topology }) => {
   app.post('/v1/agents/:id/steps/next', {
     schema: {
       tags: ['steps'],
@@ -84,11 +84,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
     },
   }, async (request, reply) => {
     const { waitMs = 0, rootId, since } = request.body;
-    const caller = clusterCaller(request);
-    const claim =
-      cluster !== undefined && rootId === undefined && caller !== undefined
-        ? await cluster.pool.claim(waitMs, clientGone(reply), since, caller)
-        : await steps.claimAny(waitMs, rootId, clientGone(reply), since).then((local) => (local === null ? null : { local }));
+    const claim = await topology.claimFromPool(waitMs, rootId, clientGone(reply), since, clusterCaller(request));
     if (claim === null) return reply.status(204).send();
     // Another instance's answer is already this route's JSON.
     if ('forwarded' in claim) return reply.type(JSON_TYPE).send(claim.forwarded);

@@ -3,7 +3,7 @@
  */
 import type { Static } from '@sinclair/typebox';
 import type { DeliveryView, WebhookView } from '../../contract/index.js';
-import type { Delivery } from '../../observation/webhooks/outbox.js';
+import type { Delivery } from '../../sessions/outbox.js';
 import type { SubscriptionView } from '../../observation/webhooks/subscriptions.js';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
