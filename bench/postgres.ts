@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { firstLine, startScratchPostgres, type ScratchPostgres } from '../scripts/scratch-postgres.js';
-import { redactUrl } from '../src/adapters/postgres/postgres-store.js';
+import { redactUrl } from '../src/domain/store-settings.js';
 
 export type BenchDatabase =
   | { url: string; source: string; release(): Promise<void> }

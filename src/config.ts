@@ -13,8 +13,7 @@ import { DEFAULT_DRIVER_OPTIONS } from './driver/model-driver.js';
 import { parseBaseUrl } from './driver/model-policy.js';
 import { DEFAULT_STEP_CACHE_BYTES } from './steps/step-cache.js';
 import { DEFAULT_LIMITS, type Limits } from './agents/limits.js';
-import { redactUrl } from './adapters/postgres/postgres-store.js';
-import { SQLITE_SYNC_MODES } from './adapters/sqlite/sqlite-store.js';
+import { redactUrl, SQLITE_SYNC_MODES } from './domain/store-settings.js';
 import { tracesWanted } from './observation/tracing/tracing.js';
 import { unknownVariables } from './unknown-variables.js';
 

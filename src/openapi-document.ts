@@ -4,12 +4,13 @@
  */
 import { buildApp } from './app.js';
 import { createLogger } from './logger.js';
+import { openStore } from './composition/open-store.js';
 import { createSystem } from './composition/system.js';
-import { MemorySessionStore } from './adapters/memory/memory-store.js';
 
 export async function generateOpenApi(): Promise<string> {
   const logger = createLogger('silent');
-  const system = createSystem({ store: new MemorySessionStore(), logger });
+  const { store } = await openStore({ dataPath: ':memory:' });
+  const system = createSystem({ store, logger });
   const app = await buildApp({ system, logger });
   await app.ready();
   const yaml = app.swagger({ yaml: true });

@@ -10,7 +10,7 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './logger.js';
-import { redactUrl } from './adapters/postgres/postgres-store.js';
+import { redactUrl } from './domain/store-settings.js';
 import { openStore } from './composition/open-store.js';
 import { createSystem } from './composition/system.js';
 import { DEFAULT_DELIVERY } from './observation/webhooks/delivery-worker.js';

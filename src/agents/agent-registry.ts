@@ -3,13 +3,18 @@
  * in flight (so concurrent requests for one id conflict before any await), and the live
  * children of each live agent. Registry presence is what "live" means.
  *
- * Entering and leaving are announced on the service events (`agent-added`, `agent-left`) after
- * the registry's own maps changed, so a listener sees the registry as it now is.
+ * Entering and leaving are announced (RegistryHooks) after the registry's own maps changed, so
+ * whoever is told sees the registry as it now is.
  */
 import { ServiceError } from '../domain/errors.js';
 import { DEFAULT_LIMITS, type Limits } from './limits.js';
 import type { LiveAgent } from './live-agent.js';
-import type { ServiceEvents } from '../composition/service-events.js';
+
+/** Told when an agent enters or leaves the live registry. */
+export interface RegistryHooks {
+  added?(agent: LiveAgent): void;
+  left?(agent: LiveAgent): void;
+}
 
 export class AgentRegistry {
   private readonly live = new Map<string, LiveAgent>();
@@ -24,7 +29,7 @@ export class AgentRegistry {
   constructor(
     private readonly limits: Pick<Limits, 'liveAgents' | 'childrenPerParent'> = DEFAULT_LIMITS,
     /** Where entering and leaving are announced (event streams, forest leases). */
-    private readonly events?: ServiceEvents,
+    private readonly hooks: RegistryHooks = {},
   ) {}
 
   get size(): number {
@@ -83,7 +88,7 @@ export class AgentRegistry {
       }
       set.add(agent.id);
     }
-    this.events?.emit('agent-added', agent);
+    this.hooks.added?.(agent);
   }
 
   /** Remove exactly this incarnation (a newer one with the same id stays). */
@@ -102,7 +107,7 @@ export class AgentRegistry {
       set?.delete(agent.id);
       if (set?.size === 0) this.childrenOf.delete(parent);
     }
-    this.events?.emit('agent-left', agent);
+    this.hooks.left?.(agent);
   }
 
   /** How many agents of the forest rooted at `rootId` are live. */

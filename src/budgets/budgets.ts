@@ -17,7 +17,6 @@ import type { SessionHeader } from '../domain/session.js';
 import { isClaimable } from '../domain/turn-machine.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import type { LiveAgent } from '../agents/live-agent.js';
-import type { ServiceEvents } from '../composition/service-events.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import { ForestLedger, subtreeOf, type Account } from './forest-ledger.js';
 
@@ -37,7 +36,10 @@ export interface UsageRow extends UsageFigures {
 export interface BudgetsDeps {
   log: SessionLog;
   registry: AgentRegistry;
-  events: ServiceEvents;
+  /** A budget stopped the step `agent` has to take (once per pause): hold it, and tell the observers. */
+  onPaused: (agent: LiveAgent, by: PausedBy) => void;
+  /** A budget change let a paused agent's step be handed out again. */
+  onResumed: (agent: LiveAgent) => void;
   /** Forests no agent uses kept for later reads (0 with several instances; see ForestLedger). */
   keepUnused: number;
 }
@@ -55,16 +57,25 @@ export class Budgets {
       // In the span that queued the entry (inside some agent's transition): pause the others later.
       onExhausted: (holder) => queueMicrotask(() => this.pauseBelow(holder)),
     });
-    // A pause lasts while the step it stopped is there to take: a turn that ends (interrupted,
-    // say) ends it, and the next step a budget stops is a pause of its own.
-    deps.events.on('turn-ended', (agent) => this.paused.delete(agent));
-    deps.events.on('agent-left', (agent) => {
-      this.paused.delete(agent);
-      this.ledger.forgetIfUnused(agent.rootId);
-    });
-    deps.events.on('forests-lost', (roots) => {
-      for (const root of roots) this.ledger.forget(root);
-    });
+  }
+
+  /**
+   * A live agent's turn ended. A pause lasts while the step it stopped is there to take: a turn
+   * that ends (interrupted, say) ends it, and the next step a budget stops is a pause of its own.
+   */
+  turnEnded(agent: LiveAgent): void {
+    this.paused.delete(agent);
+  }
+
+  /** An agent left the live registry: its pause ends, and its forest's accounts go once unused. */
+  agentLeft(agent: LiveAgent): void {
+    this.paused.delete(agent);
+    this.ledger.forgetIfUnused(agent.rootId);
+  }
+
+  /** Forests another instance holds now: their accounts are its to keep. */
+  forestsLost(roots: readonly string[]): void {
+    for (const root of roots) this.ledger.forget(root);
   }
 
   /**
@@ -171,7 +182,7 @@ export class Budgets {
     for (const agent of this.liveBelow(account)) {
       if (!this.paused.has(agent) || this.exhaustedFor(agent.id) !== undefined) continue;
       this.paused.delete(agent);
-      this.deps.events.emit('budget-resumed', agent);
+      this.deps.onResumed(agent);
     }
     this.pauseBelow(account);
   }
@@ -195,7 +206,7 @@ export class Budgets {
   private pause(agent: LiveAgent, by: PausedBy): void {
     if (this.paused.has(agent)) return;
     this.paused.add(agent);
-    this.deps.events.emit('budget-exhausted', agent, by);
+    this.deps.onPaused(agent, by);
   }
 
   /** The least that remains of `kind` over `id`'s budget and its ancestors' (undefined: none limits it). */

@@ -13,7 +13,8 @@
 import { addUsage, exhaustedKind, zeroUsage, type Budget, type Usage } from '../domain/budget.js';
 import { chargeOf } from '../domain/charges.js';
 import type { SessionHeader } from '../domain/session.js';
-import type { SessionLog, WriteObserver } from '../sessions/session-log.js';
+import type { SessionLog } from '../sessions/session-log.js';
+import type { RuntimeObserver } from '../observation/runtime-observer.js';
 import type { BatchEntry } from '../sessions/session-store.js';
 
 /** Shared by every account that spent nothing, or has no children (no object per idle agent). */
@@ -92,15 +93,13 @@ type Forest = number | Reading;
 /** Entries read per page when a forest is read back. */
 const PAGE = 1_000;
 
-export class ForestLedger implements WriteObserver {
+export class ForestLedger implements RuntimeObserver {
   private readonly accounts = new Map<string, Account>();
   private readonly forests = new Map<string, Forest>();
   /** Held forests no one uses now, oldest first (see keepUnused). */
   private readonly unused = new Set<string>();
 
-  constructor(private readonly deps: LedgerDeps) {
-    deps.log.observe(this);
-  }
+  constructor(private readonly deps: LedgerDeps) {}
 
   /** The account of an agent whose forest is held (undefined otherwise). */
   account(id: string): Account | undefined {
@@ -168,7 +167,7 @@ export class ForestLedger implements WriteObserver {
     return [...this.forests.keys()].filter((root) => this.holds(root));
   }
 
-  created(header: SessionHeader): void {
+  headerQueued(header: SessionHeader): void {
     const rootId = header.rootSession ?? header.id;
     // A new root is a new forest: nothing read before about its id stands.
     if (header.kind === 'root') {
@@ -180,7 +179,7 @@ export class ForestLedger implements WriteObserver {
     else forest?.queued.push(header);
   }
 
-  appended(item: BatchEntry): void {
+  entryQueued(item: BatchEntry): void {
     const forest = this.forests.get(item.rootId);
     if (typeof forest === 'number') this.apply(item, this.accounts, true);
     else forest?.queued.push(item);

@@ -1,10 +1,13 @@
 /**
- * Wiring of the service layer, shared by the server, the tests and the benchmarks so they all
- * run the same composition. It reads top to bottom: every object is built from objects built
- * above it, and nothing is set on an object after its construction. Where an object built
- * early must tell one built later what happened, it emits a service event (service-events.ts)
- * and the later object subscribes right after it is built; listeners of one event run in the
- * order of the subscriptions below.
+ * The wiring of the runtime, shared by the server, the tests and the benchmarks so they all run
+ * the same composition. It reads top to bottom, and nothing is set on an object after its
+ * construction: every collaborator is a constructor argument. Where an object built early must
+ * reach one built later (the two steer each other), it is given a closure over it, called only
+ * once construction is over. What only watches hears the runtime through one observer list,
+ * written once at the end (observation/runtime-observer.ts); its order means nothing.
+ *
+ * The store comes in opened (open-store.ts picks the adapter); the topology (one instance or
+ * several on one database) is chosen here, once.
  */
 import type { Logger } from 'pino';
 import type { ReportDelivery, SettlementNoticeMode } from '../domain/packages.js';
@@ -14,6 +17,7 @@ import type { SessionHeader } from '../domain/session.js';
 import { NO_PRICES, priceUsage, type ModelPrices } from '../domain/pricing.js';
 import type { TokenUsage } from '../domain/model.js';
 import { isClaimable } from '../domain/turn-machine.js';
+import { hasSettled } from '../domain/lifecycle.js';
 import { AgentRegistry } from '../agents/agent-registry.js';
 import { AgentService } from '../agents/agent-service.js';
 import { AdmissionGate } from '../agents/admission-gate.js';
@@ -30,15 +34,15 @@ import { DEFAULT_LIMITS, WaiterGate, type Limits } from '../agents/limits.js';
 import { ClusterTopology, type ClusterOptions } from '../cluster/cluster-topology.js';
 import { EventStreams } from '../observation/event-stream.js';
 import { Metrics } from '../observation/metrics.js';
+import { Observers, type RuntimeObserver } from '../observation/runtime-observer.js';
 import { IdempotencyKeys } from '../sessions/idempotency.js';
 import { DEFAULT_DRIVER_OPTIONS, drivenByModel, ModelDriver, type DriverOptions } from '../driver/model-driver.js';
 import { checkModel, type ModelPolicy } from '../driver/model-policy.js';
-import { ContinuationManager, type ContinuationObserver } from '../children/continuation-manager.js';
+import { ContinuationManager } from '../children/continuation-manager.js';
 import { ActivationSetupRegistry } from '../children/setup-registry.js';
 import { SettlementNotices } from '../children/settlement-notices.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from '../agents/live-agent.js';
 import { PackageManager } from '../tools/packages/package-manager.js';
-import { ServiceEvents } from './service-events.js';
 import { SessionLog } from '../sessions/session-log.js';
 import { StoredSessions } from '../sessions/stored-sessions.js';
 import type { SessionStore } from '../sessions/session-store.js';
@@ -79,10 +83,10 @@ export interface System {
   gate: AdmissionGate;
   /** Views, lists and session pages (what `agents` answers reads with). */
   queries: AgentQueries;
-  /** The internal events the objects above tell each other about. */
-  events: ServiceEvents;
   /** Tree budgets: the claim gate, usage figures, grants. */
   budgets: Budgets;
+  /** What the runtime tells everything that only watches it (the observer list). */
+  observers: Observers;
   /** Spans of turns, steps and tool calls (NO_TRACING unless traces are exported). */
   tracing: Tracing;
   /** The operator's budget changes. */
@@ -127,6 +131,8 @@ export interface SystemOptions {
   webhooks?: Partial<DeliveryOptions>;
   /** The webhook transport (tests wrap it; default: HTTP with the address guard). */
   webhookSend?: WebhookDeps['send'];
+  /** Observers beyond the service's own (a test's probe); they hear what the others hear. */
+  observers?: readonly RuntimeObserver[];
   /** /metrics also carries the process's own metrics (prom-client's defaults); start.ts sets it, in-process test apps leave it off. */
   processMetrics?: boolean;
 }
@@ -145,10 +151,26 @@ export function createSystem(options: SystemOptions): System {
   const env = options.driver?.env ?? process.env;
   const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { ...options.modelPolicy, env });
 
-  const events = new ServiceEvents();
-  const gate = new AdmissionGate(events);
-  const log = new SessionLog(store, logger, (roots) => topology.forests.lost(roots));
-  const registry = new AgentRegistry(limits, events);
+  // Every object below is built from objects built above it. Where two steer each other (the
+  // dispatcher hands the driver its steps, the driver claims through the dispatcher; a lost
+  // forest's roots are dropped by the lifecycle built from the log that learns of the loss),
+  // the earlier one is given a closure over the later one, called only after construction.
+  // What only watches hears the runtime through `observers`, listed once at the end.
+  const observers = new Observers(() => watching);
+  const gate = new AdmissionGate(() => {
+    dispatcher.release();
+    observers.draining();
+  });
+  const log = new SessionLog(store, logger, (roots) => topology.forests.lost(roots), observers);
+  const registry = new AgentRegistry(limits, {
+    added: (agent) => observers.agentAdded(agent),
+    left: (agent) => {
+      budgets.agentLeft(agent);
+      // A forest's lease goes with its last live agent: a child may outlive a root disposed with cascade=false.
+      if (agent.header.kind === 'child') void forests.releaseIfIdle(agent.rootId);
+      observers.agentLeft(agent, agent.header.kind === 'child' && hasSettled(agent.lifecycle) ? 'settled' : 'closed');
+    },
+  });
   // One instance, or several on one database: chosen here, once. What the topology asks of
   // objects built below (this instance's list, pool claim and packages, dropping lost
   // forests), it asks through these closures, never before it starts.
@@ -163,7 +185,10 @@ export function createSystem(options: SystemOptions): System {
           logger,
           liveInForest: (root) => registry.liveInForest(root),
           durable: (root) => log.durable(root),
-          onLost: (lost) => roots.dropForests(lost),
+          onLost: (lost) => {
+            budgets.forestsLost(lost);
+            roots.dropForests(lost);
+          },
           listHere: (filter) => queries.list(filter),
           claimHere: (waitMs, rootId, signal, since) => steps.claimAny(waitMs, rootId, signal, since),
           oldestParkedAt: () => dispatcher.oldestParkedAt(),
@@ -171,41 +196,31 @@ export function createSystem(options: SystemOptions): System {
           ownerOfAgent: (id) => queries.ownerElsewhere(id),
         });
   const forests = topology.forests;
-  // Right after the log and the registry, which it reads: off, nothing observes the log.
   const tracing = options.tracing === undefined ? NO_TRACING : options.tracing({ registry });
-  if (tracing.entries !== undefined) log.observe(tracing.entries);
-  events.on('agent-left', (agent) => tracing.agentLeft(agent));
   // Before the dispatcher, whose claim gate it is.
-  const budgets = new Budgets({ log, registry, events, keepUnused: forests.exclusive ? KEEP_UNUSED_FORESTS : 0 });
+  const budgets = new Budgets({
+    log,
+    registry,
+    keepUnused: forests.exclusive ? KEEP_UNUSED_FORESTS : 0,
+    onPaused: (agent, pausedBy) => {
+      dispatcher.hold(agent);
+      observers.budgetExhausted(agent, pausedBy);
+    },
+    onResumed: (agent) => {
+      if (!agent.disposing && isClaimable(agent.state)) dispatcher.offer(agent);
+      observers.budgetResumed(agent);
+    },
+  });
   const prices = options.modelPrices ?? NO_PRICES;
   const price = (usage: TokenUsage, model: string | undefined): TokenUsage => priceUsage(usage, model, prices);
 
-  // A forest's lease goes with its last live agent: a child may outlive a root disposed with
-  // cascade=false.
-  events.on('agent-left', (agent) => {
-    if (agent.header.kind === 'child') void forests.releaseIfIdle(agent.rootId);
-  });
-
-  // The dispatcher hands the steps of model-driven agents to the built-in driver, and the
-  // driver claims them through the dispatcher and answers them through the step service,
-  // which claims through the dispatcher too: a cycle. The dispatcher's direct claimant is
-  // therefore a port over the service events, complete at construction (which agents it owns
-  // is decided from the agent alone); the driver subscribes to it once built, below.
+  // The built-in driver claims the steps of model-driven agents itself (its own direct claimant).
   const dispatcher = new StepDispatcher<LiveAgent, StepClaim>(
     (agent) => agent.steps.claim(),
-    {
-      owns: drivenByModel,
-      offer: (agent) => events.emit('driven-step', agent),
-      release: (agent) => events.emit('driven-released', agent),
-    },
+    { owns: drivenByModel, offer: (agent) => driver.offer(agent), release: (agent) => driver.release(agent) },
     budgets,
     () => topology.parked(),
   );
-  events.on('draining', () => dispatcher.release());
-  events.on('budget-exhausted', (agent) => dispatcher.hold(agent));
-  events.on('budget-resumed', (agent) => {
-    if (!agent.disposing && isClaimable(agent.state)) dispatcher.offer(agent);
-  });
   const tools = new ToolRegistry();
   const setup = new ActivationSetupRegistry<AgentScope>();
   const idempotency = new IdempotencyKeys(log, clock, options.idempotencyTtlMs);
@@ -216,12 +231,18 @@ export function createSystem(options: SystemOptions): System {
     ids,
     dispatcher,
     onInbox: (agent, event, item) => {
-      tracing.inbox(agent, event, item);
-      if (event !== 'enqueue') events.emit('inbox-exit', agent);
+      observers.inbox(agent, event, item);
+      if (event !== 'enqueue') manager.onInboxExit(agent);
     },
-    onChange: (agent) => events.emit('agent-changed', agent),
-    onTurnEnd: (agent, end) => events.emit('turn-ended', agent, end),
-    onLease: (agent, event, stepId, attempt) => events.emit('step-lease', event, agent, stepId, attempt),
+    onChange: (agent) => {
+      manager.onAgentChange(agent);
+      observers.agentChanged(agent);
+    },
+    onTurnEnd: (agent, end) => {
+      budgets.turnEnded(agent);
+      observers.turnEnded(agent, end);
+    },
+    onLease: (agent, event, stepId, attempt) => observers.stepLease(event, agent, stepId, attempt),
     maxInbox: limits.inbox,
     lease: { ...DEFAULT_LEASE, ...options.lease },
     admitsTurns: () => !gate.draining,
@@ -235,23 +256,15 @@ export function createSystem(options: SystemOptions): System {
     setup,
     makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => new LiveAgent(header, agentDeps, scope, activationId),
     isDraining: () => gate.draining,
-    observer: observerOver(events),
+    observer: observers,
     maxDepth: limits.depth,
     coalesceWakeups: options.coalesceWakeups ?? false,
     budgets,
   });
-  events.on('inbox-exit', (agent) => manager.onInboxExit(agent));
-  events.on('agent-changed', (agent) => manager.onAgentChange(agent));
 
   const authority = new AgentAuthority({ registry, log });
   const queries = new AgentQueries({ registry, manager, log, forests, budgets });
   const hub = new EventHub({ log, viewOf: (agent) => queries.viewOfLive(agent) });
-  events.on('agent-changed', (agent) => hub.agentChanged(agent));
-  events.on('agent-added', (agent) => hub.agentChanged(agent));
-  events.on('agent-left', (agent) => hub.agentLeft(agent, leftStatus(agent, manager)));
-  events.on('budget-exhausted', (agent, pausedBy) => hub.budgetExhausted(agent, pausedBy));
-  events.on('budget-resumed', (agent) => hub.agentChanged(agent));
-  events.on('draining', () => hub.closeAll());
   const streams = new EventStreams({ log, hub, registry, view: (id) => queries.viewIfKnown(id), waiters });
 
   const metrics = new Metrics({
@@ -263,19 +276,14 @@ export function createSystem(options: SystemOptions): System {
     forestTotals: () => budgets.forestTotals(),
     processMetrics: options.processMetrics ?? false,
   });
-  events.on('budget-exhausted', metrics.budgetPaused);
-  events.on('report', metrics.observer.report);
-  events.on('cold-resumed', metrics.observer.coldResumed);
-  events.on('settled', metrics.observer.settled);
-  events.on('step-lease', metrics.leaseObserver);
   const interruptedSteps = new InterruptedSteps();
   const interrupts = new Interrupts({
     registry,
     interrupted: interruptedSteps,
     abortDriven: (agent) => {
-      if (drivenByModel(agent)) events.emit('driven-released', agent);
+      if (drivenByModel(agent)) driver.release(agent);
     },
-    observe: metrics.interruptObserver,
+    observe: (origin, count) => observers.interrupted(origin, count),
   });
 
   const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
@@ -285,8 +293,6 @@ export function createSystem(options: SystemOptions): System {
   const agents = new AgentService({ gate, authority, queries, notRunning, roots, deliveries, log, interrupts });
 
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
-  events.on('agent-left', (agent) => stepCache.forget(agent));
-  events.on('turn-ended', (agent) => stepCache.turnEnded(agent));
   const stored = new StoredSessions({ registry, log, manager, forests });
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
   const compactions = new Compactions({ authority, registry, log, clock, manager, stored, price });
@@ -307,11 +313,9 @@ export function createSystem(options: SystemOptions): System {
     interrupted: interruptedSteps,
   });
   const driver = new ModelDriver(
-    { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: metrics.driverObserver, checkModel: checkModelPolicy },
+    { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: (event) => observers.modelRequest(event), checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
   );
-  events.on('driven-step', (agent) => driver.offer(agent));
-  events.on('driven-released', (agent) => driver.release(agent));
 
   const packages = new PackageManager(
     {
@@ -336,29 +340,18 @@ export function createSystem(options: SystemOptions): System {
     { log, reads: store.webhooks, clock, ids, logger, forests, observe: webhookMetrics(metrics.registry, store.webhooks, clock), send: options.webhookSend },
     { ...DEFAULT_DELIVERY, ...options.webhooks },
   );
-  events.on('report', (_delivery, outcome, messageId, child) => {
-    if (outcome === 'accepted' && messageId !== undefined && child !== undefined) webhooks.events.reportDelivered(child, messageId);
-  });
-  events.on('budget-exhausted', (agent, pausedBy) => webhooks.events.paused(agent, pausedBy));
-  events.on('step-lease', (event, agent, stepId, attempt) => {
-    if (event === 'expired') webhooks.events.leaseExpired(agent, stepId, attempt);
-  });
-
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
-  events.on('turn-ended', (agent, end) => notices.onTurnEnd(agent, end));
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, events, budgets, budgetChanges, tracing, webhooks };
-}
 
-/** What an agent leaving the registry became: a settled continuable child, or closed. */
-function leftStatus(agent: LiveAgent, manager: ContinuationManager): 'settled' | 'closed' {
-  return agent.header.kind === 'child' && manager.settling(agent) ? 'settled' : 'closed';
-}
-
-/** The continuation manager's observer, as service events (the metrics subscribe to them). */
-function observerOver(events: ServiceEvents): ContinuationObserver {
-  return {
-    report: (delivery, outcome, messageId, child) => events.emit('report', delivery, outcome, messageId, child),
-    coldResumed: () => events.emit('cold-resumed'),
-    settled: () => events.emit('settled'),
-  };
+  // Everything that only watches, once. Its order means nothing.
+  const watching: readonly RuntimeObserver[] = [
+    hub.observer,
+    metrics.observer,
+    webhooks.observer,
+    budgets.ledger,
+    { agentLeft: (agent) => stepCache.forget(agent), turnEnded: (agent) => stepCache.turnEnded(agent) },
+    { turnEnded: (agent, end) => notices.onTurnEnd(agent, end) },
+    ...(tracing.observer === undefined ? [] : [tracing.observer]),
+    ...(options.observers ?? []),
+  ];
+  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, observers, budgets, budgetChanges, tracing, webhooks };
 }

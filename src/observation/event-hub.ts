@@ -11,6 +11,7 @@ import type { AgentStatus } from '../domain/agent.js';
 import type { PausedBy } from '../domain/budget.js';
 import type { SessionEntry } from '../domain/session.js';
 import { isClaimable } from '../domain/turn-machine.js';
+import type { RuntimeObserver } from './runtime-observer.js';
 import type { LiveAgent } from '../agents/live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { BatchEntry } from '../sessions/session-store.js';
@@ -68,9 +69,18 @@ export class EventHub {
   private flushScheduled = false;
   private closedForDrain = false;
 
-  constructor(private readonly deps: EventHubDeps) {
-    deps.log.subscribe((batch) => this.committed(batch.entries));
-  }
+  constructor(private readonly deps: EventHubDeps) {}
+
+  /** What the hub hears of the runtime (the observer list in the wiring). */
+  readonly observer: RuntimeObserver = {
+    committed: (batch) => this.committed(batch.entries),
+    agentAdded: (agent) => this.agentChanged(agent),
+    agentChanged: (agent) => this.agentChanged(agent),
+    agentLeft: (agent, became) => this.agentLeft(agent, became),
+    budgetExhausted: (agent, pausedBy) => this.budgetExhausted(agent, pausedBy),
+    budgetResumed: (agent) => this.agentChanged(agent),
+    draining: () => this.closeAll(),
+  };
 
   /** Listen to one agent's events, or (forest) to every agent of one root. Returns the unsubscribe. */
   subscribe(target: { agentId: string } | { rootId: string }, listener: HubListener): () => void {

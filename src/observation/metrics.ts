@@ -1,14 +1,15 @@
 /**
  * Prometheus metrics (prom-client), on a registry of their own so several apps in one process
- * (tests) never share counters. Counters are fed by the services' observers and the log's
- * commit events; gauges of live state are computed when scraped.
+ * (tests) never share counters. Counters are fed by what the runtime tells its observers
+ * (`observer`, commits included); gauges of live state are computed when scraped.
  */
 import client from 'prom-client';
 import type { DriverEvent } from '../driver/model-driver.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
-import type { ContinuationObserver } from '../children/continuation-manager.js';
+import type { ReportDelivery } from '../domain/packages.js';
+import type { RuntimeObserver } from './runtime-observer.js';
 import type { SessionLog } from '../sessions/session-log.js';
-import type { BatchEntry } from '../sessions/session-store.js';
+import type { BatchEntry, WriteBatch } from '../sessions/session-store.js';
 import { addUsage, zeroUsage, type Usage } from '../domain/budget.js';
 import { chargeOf } from '../domain/charges.js';
 import { queuedCount, stagedCount } from '../domain/turn-machine.js';
@@ -205,49 +206,48 @@ export class Metrics {
         }
       },
     });
-    deps.log.subscribe((batch, elapsedMs) => {
-      this.storeCommit.observe(elapsedMs / 1000);
-      this.storeEntries.inc(batch.entries.length);
-      this.countSpending(batch.entries);
-      if (this.wakeups.size === 0) return;
-      for (const { entry } of batch.entries) {
-        if (entry.type !== 'turn-start') continue;
-        const accepted = this.wakeups.get(entry.messageId);
-        if (accepted === undefined) continue;
-        this.wakeups.delete(entry.messageId);
-        this.reportToTurn.observe((performance.now() - accepted) / 1000);
-      }
-    });
   }
 
-  /** The continuation manager's observer. */
-  readonly observer: ContinuationObserver = {
-    report: (delivery, outcome, messageId) => {
-      countPair(this.reportCounts, delivery, outcome);
-      if (delivery === 'wakeup' && messageId !== undefined) {
-        if (this.wakeups.size >= MAX_PENDING_WAKEUPS) {
-          const oldest = this.wakeups.keys().next().value;
-          if (oldest !== undefined) this.wakeups.delete(oldest);
-        }
-        this.wakeups.set(messageId, performance.now());
-      }
-    },
+  /** What the metrics count of the runtime (the observer list in the wiring). */
+  readonly observer: RuntimeObserver = {
+    committed: (batch, elapsedMs) => this.committed(batch, elapsedMs),
+    budgetExhausted: () => this.budgetPauses.inc(),
+    report: (delivery, outcome, messageId) => this.reported(delivery, outcome, messageId),
     coldResumed: () => this.coldResumes.inc(),
     settled: () => this.settlements.inc(),
+    stepLease: (event) => this.leaseEvents.inc({ event }),
+    interrupted: (origin, count) => {
+      if (count > 0) this.interrupts.inc({ origin }, count);
+    },
+    modelRequest: (event) => this.modelRequest(event),
   };
 
-  /** Interrupts, as the interrupt rule reports them. */
-  readonly interruptObserver = (origin: 'tool' | 'operator', interrupted: number): void => {
-    if (interrupted > 0) this.interrupts.inc({ origin }, interrupted);
-  };
+  private committed(batch: WriteBatch, elapsedMs: number): void {
+    this.storeCommit.observe(elapsedMs / 1000);
+    this.storeEntries.inc(batch.entries.length);
+    this.countSpending(batch.entries);
+    if (this.wakeups.size === 0) return;
+    for (const { entry } of batch.entries) {
+      if (entry.type !== 'turn-start') continue;
+      const accepted = this.wakeups.get(entry.messageId);
+      if (accepted === undefined) continue;
+      this.wakeups.delete(entry.messageId);
+      this.reportToTurn.observe((performance.now() - accepted) / 1000);
+    }
+  }
 
-  /** Step lease events of the live agents. */
-  readonly leaseObserver = (event: 'expired' | 'reclaimed'): void => {
-    this.leaseEvents.inc({ event });
-  };
+  private reported(delivery: ReportDelivery, outcome: string, messageId: string | undefined): void {
+    countPair(this.reportCounts, delivery, outcome);
+    if (delivery === 'wakeup' && messageId !== undefined) {
+      if (this.wakeups.size >= MAX_PENDING_WAKEUPS) {
+        const oldest = this.wakeups.keys().next().value;
+        if (oldest !== undefined) this.wakeups.delete(oldest);
+      }
+      this.wakeups.set(messageId, performance.now());
+    }
+  }
 
-  /** The built-in model driver's observer. */
-  readonly driverObserver = (event: DriverEvent): void => {
+  private modelRequest(event: DriverEvent): void {
     if (event.kind === 'tokens') {
       this.modelTokens.inc({ kind: 'prompt' }, event.prompt);
       this.modelTokens.inc({ kind: 'completion' }, event.completion);
@@ -256,10 +256,7 @@ export class Metrics {
     this.modelRequests.inc({ outcome: event.outcome });
     if (event.attempts > 1) this.modelRetries.inc(event.attempts - 1);
     this.modelDuration.observe({ outcome: event.outcome }, event.seconds);
-  };
-
-  /** An agent was paused by a budget. */
-  readonly budgetPaused = (): void => this.budgetPauses.inc();
+  }
 
   private countSpending(entries: readonly BatchEntry[]): void {
     const total = zeroUsage();

@@ -25,20 +25,21 @@ import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, storeU
 import type { OutboxEvent, WebhookChange } from './outbox.js';
 import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
-export type CommitListener = (batch: WriteBatch, elapsedMs: number) => void;
 
 /** The first retry of a failed batch, doubled after each failure up to the last. */
 const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 2_000;
 
 /**
- * Told of every header and entry as it is queued, in the synchronous span that queues it
- * (before it commits): what follows from an entry can then be in force at once, as a step's
- * charge to its budget is.
+ * What the log tells those who watch it: every header and entry as it is queued, in the
+ * synchronous span that queues it (before it commits), so what follows from an entry can be in
+ * force at once, as a step's charge to its budget is; and every batch once it committed.
  */
-export interface WriteObserver {
-  created(header: SessionHeader): void;
-  appended(item: BatchEntry): void;
+export interface LogObserver {
+  headerQueued?(header: SessionHeader): void;
+  entryQueued?(item: BatchEntry): void;
+  /** `elapsedMs`: how long the store took. */
+  committed?(batch: WriteBatch, elapsedMs: number): void;
 }
 
 export class SessionLog {
@@ -51,8 +52,6 @@ export class SessionLog {
    * position is never handed out twice.
    */
   private readonly forests = new Map<string, { seq: number; open: number }>();
-  private readonly listeners = new Set<CommitListener>();
-  private readonly observers: WriteObserver[] = [];
   /** Forest loads in flight, shared by concurrent callers. */
   private readonly loadingForests = new Map<string, Promise<void>>();
   private pending: PendingBatch = emptyBatch();
@@ -68,6 +67,7 @@ export class SessionLog {
     private readonly logger?: Logger,
     /** Called with the roots of a write the database refused because their lease was lost. */
     private readonly onFenced: (roots: readonly string[]) => void = () => undefined,
+    private readonly observer: LogObserver = {},
   ) {}
 
   /** Queue a new session's header; its entries start at seq 1. A child's forest must be open. */
@@ -78,7 +78,7 @@ export class SessionLog {
     this.track(header.id, 0, root);
     this.pending.headers.push(header);
     this.schedule();
-    for (const observer of this.observers) observer.created(header);
+    this.observer.headerQueued?.(header);
   }
 
   /**
@@ -157,19 +157,8 @@ export class SessionLog {
     const item: BatchEntry = { sessionId: id, entry, rootId: session.root, forestSeq: forest.seq };
     this.pending.entries.push(item);
     this.schedule();
-    for (const observer of this.observers) observer.appended(item);
+    this.observer.entryQueued?.(item);
     return entry;
-  }
-
-  /** Be told of every header and entry as it is queued (see WriteObserver). */
-  observe(observer: WriteObserver): void {
-    this.observers.push(observer);
-  }
-
-  /** Hear about every committed batch, with how long the store took. Returns the unsubscribe. */
-  subscribe(listener: CommitListener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
   }
 
   /**
@@ -339,12 +328,10 @@ export class SessionLog {
         const elapsed = performance.now() - started;
         const refused = outcome?.refused ?? [];
         const committed = refused.length === 0 ? writesOf(toWrite) : withoutForests(toWrite, new Set(refused), this.rootOfSession);
-        for (const listener of this.listeners) {
-          try {
-            listener(committed, elapsed);
-          } catch (error) {
-            this.logger?.error({ err: error }, 'a commit listener failed');
-          }
+        try {
+          this.observer.committed?.(committed, elapsed);
+        } catch (error) {
+          this.logger?.error({ err: error }, 'an observer of a commit failed');
         }
         if (refused.length > 0) {
           // Refused for good, and left out: the rest committed. Tell the owner, then the waiters.

@@ -102,7 +102,7 @@ describe('tree budgets', () => {
   it('counts a pause that follows an interrupted one as a new pause', async () => {
     const h = await startHarness();
     const pauses: string[] = [];
-    h.system.events.on('budget-exhausted', (agent, by) => pauses.push(`${agent.id}:${by.budget}`));
+    h.probe.on('budgetExhausted', (agent, by) => pauses.push(`${agent.id}:${by.budget}`));
     const root = await createRoot(h.app, { budget: { steps: 1 } });
     await send(h.app, root.id, 'one');
     await oneStep(h, root);

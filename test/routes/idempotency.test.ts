@@ -15,6 +15,7 @@ import { fixedClock, type Clock } from '../../src/domain/ports.js';
 import { createLogger } from '../../src/logger.js';
 import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
+import { Probe } from '../fixtures/probe.js';
 import { createSystem } from '../../src/composition/system.js';
 import {
   claim,
@@ -40,7 +41,8 @@ const DAY_MS = 24 * 60 * 60 * 1000;
 async function openWithTtl(idempotencyTtlMs: number, clock: Clock): Promise<Harness> {
   const logger = createLogger('silent');
   const store = new MemorySessionStore();
-  const system = createSystem({ store, logger, clock, idempotencyTtlMs });
+  const probe = new Probe();
+  const system = createSystem({ store, logger, clock, idempotencyTtlMs, observers: [probe.observer] });
   const app = await buildApp({ system, logger, apiKeys: [] });
   await app.ready();
   const close = once(async () => {
@@ -49,7 +51,7 @@ async function openWithTtl(idempotencyTtlMs: number, clock: Clock): Promise<Harn
     await store.close();
   });
   closeWithTest(close);
-  return { app, system, close };
+  return { app, system, probe, close };
 }
 
 function tempDb(): string {

@@ -10,7 +10,6 @@ import { describe, expect, it } from 'vitest';
 import type { SessionHeader } from '../../src/domain/session.js';
 import { AgentRegistry } from '../../src/agents/agent-registry.js';
 import { AgentScope, type LiveAgent } from '../../src/agents/live-agent.js';
-import { ServiceEvents } from '../../src/composition/service-events.js';
 import type { ServiceTool } from '../../src/tools/tool-registry.js';
 
 /** Just what the registry reads of an agent. */
@@ -46,11 +45,11 @@ describe('AgentRegistry forests', () => {
   });
 
   it('announces an arrival once the agent is live and listed under its parent, and a departure once it is gone', () => {
-    const events = new ServiceEvents();
-    const registry = new AgentRegistry(undefined, events);
     const seen: string[] = [];
-    events.on('agent-added', (a) => seen.push(`added ${a.id}: live ${registry.get(a.id) === a}, child ${registry.hasLiveChildren('r')}`));
-    events.on('agent-left', (a) => seen.push(`left ${a.id}: live ${registry.get(a.id) !== undefined}, in forest ${registry.liveInForest('r')}`));
+    const registry: AgentRegistry = new AgentRegistry(undefined, {
+      added: (a) => seen.push(`added ${a.id}: live ${registry.get(a.id) === a}, child ${registry.hasLiveChildren('r')}`),
+      left: (a) => seen.push(`left ${a.id}: live ${registry.get(a.id) !== undefined}, in forest ${registry.liveInForest('r')}`),
+    });
     const root = agent('r', null);
     const child = agent('a', 'r');
 

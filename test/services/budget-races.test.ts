@@ -176,7 +176,7 @@ describe('concurrent claims against a root budget', () => {
     const others = [...before.keys()].filter((id) => !paused.includes(id));
     expect(paused.length).toBeGreaterThan(0);
     const resumed = new Set<string>();
-    h.system.events.on('budget-resumed', (agent) => {
+    h.probe.on('budgetResumed', (agent) => {
       if (r.members.has(agent.id)) resumed.add(agent.id);
     });
 

@@ -182,8 +182,9 @@ describe('forest leases (PostgreSQL)', () => {
       const epochsA = await fence('a', 'A');
       const fenced: (readonly string[])[] = [];
       const heard: string[] = [];
-      const log = new SessionLog(a, undefined, (roots) => fenced.push(roots));
-      log.subscribe((batch) => heard.push(...batch.entries.map((e) => `${e.rootId}:${e.entry.seq}`)));
+      const log = new SessionLog(a, undefined, (roots) => fenced.push(roots), {
+        committed: (batch) => heard.push(...batch.entries.map((e) => `${e.rootId}:${e.entry.seq}`)),
+      });
       for (const [id, ms] of [['lost', 300], ['kept', 60_000]] as const) {
         const leased = await a.leases.acquire(id, 'A', 'http://a', ms);
         if (!leased.owned) throw new Error(`A should own ${id}`);

@@ -50,10 +50,15 @@ async function setUp(...ids: string[]): Promise<{ store: RefusingStore; log: Ses
   const store = new RefusingStore();
   const fenced: (readonly string[])[] = [];
   const heard: WriteBatch[] = [];
-  const log = new SessionLog(store, undefined, (roots) => fenced.push(roots));
+  let listening = false;
+  const log = new SessionLog(store, undefined, (roots) => fenced.push(roots), {
+    committed: (batch) => {
+      if (listening) heard.push(structuredClone(batch));
+    },
+  });
   for (const id of ids) log.create(root(id));
   await log.durable();
-  log.subscribe((batch) => heard.push(structuredClone(batch)));
+  listening = true;
   store.writes.length = 0;
   return { store, log, fenced, heard };
 }

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../src/domain/session.js';
+import { Observers, type RuntimeObserver } from '../../src/observation/runtime-observer.js';
 import { SessionLog } from '../../src/sessions/session-log.js';
 import type { BatchEntry, WriteBatch } from '../../src/sessions/session-store.js';
 import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
@@ -533,12 +534,13 @@ describe('SessionLog forest numbering', () => {
   });
 });
 
-describe('SessionLog commit listeners', () => {
-  it('subscribe() hears each committed batch once, with its headers and numbered entries, in commit order', async () => {
-    const log = new SessionLog(new ProbeStore());
+describe('SessionLog observers', () => {
+  it('the observer hears each committed batch once, with its headers and numbered entries, in commit order', async () => {
     const heard: { batch: WriteBatch; elapsedMs: number }[] = [];
-    log.subscribe((batch, elapsedMs) => {
-      heard.push({ batch: structuredClone({ headers: batch.headers, entries: batch.entries }), elapsedMs });
+    const log = new SessionLog(new ProbeStore(), undefined, undefined, {
+      committed: (batch, elapsedMs) => {
+        heard.push({ batch: structuredClone({ headers: batch.headers, entries: batch.entries }), elapsedMs });
+      },
     });
 
     log.create(header('a'));
@@ -561,13 +563,14 @@ describe('SessionLog commit listeners', () => {
     for (const { elapsedMs } of heard) expect(elapsedMs).toBeGreaterThanOrEqual(0);
   });
 
-  it('subscribe() does not hear a failed batch, then hears it once when its retry commits', async () => {
+  it('the observer does not hear a failed batch, then hears it once when its retry commits', async () => {
     const store = new ProbeStore();
     store.failFirst = 1;
-    const log = new SessionLog(store);
     const heard: [string, number, string, number][][] = [];
-    log.subscribe((batch) => {
-      heard.push(positions(batch.entries));
+    const log = new SessionLog(store, undefined, undefined, {
+      committed: (batch) => {
+        heard.push(positions(batch.entries));
+      },
     });
 
     log.create(header('a'));
@@ -591,33 +594,35 @@ describe('SessionLog commit listeners', () => {
     ]);
   });
 
-  it('the function subscribe() returns stops the listener hearing later commits', async () => {
-    const log = new SessionLog(new ProbeStore());
-    const heard: number[][] = [];
-    const unsubscribe = log.subscribe((batch) => {
-      heard.push(batch.entries.map((e) => e.forestSeq));
+  it('the observer hears each header and entry in the span that queues it, before the batch commits', async () => {
+    const queued: string[] = [];
+    const committed: string[] = [];
+    const log = new SessionLog(new ProbeStore(), undefined, undefined, {
+      headerQueued: (h) => queued.push(`header ${h.id}`),
+      entryQueued: (item) => queued.push(`entry ${item.sessionId}:${item.entry.seq}`),
+      committed: (batch) => committed.push(...batch.entries.map((e) => `${e.sessionId}:${e.entry.seq}`)),
     });
 
     log.create(header('a'));
     log.append('a', body('a1'));
-    await log.durable();
-    unsubscribe();
-    log.append('a', body('a2'));
+    expect({ queued, committed }).toEqual({ queued: ['header a', 'entry a:1'], committed: [] });
     await log.durable();
 
-    expect(heard).toEqual([[1]]);
+    expect(committed).toEqual(['a:1']);
   });
 
-  it('a throwing listener neither fails the commit nor keeps later listeners from hearing it', async () => {
+  it('a throwing observer neither fails the commit nor keeps the other observers from hearing it', async () => {
     const store = new ProbeStore();
-    const log = new SessionLog(store);
     const heard: number[][] = [];
-    log.subscribe(() => {
-      throw new Error('listener broke');
-    });
-    log.subscribe((batch) => {
-      heard.push(batch.entries.map((e) => e.entry.seq));
-    });
+    const watching: RuntimeObserver[] = [
+      {
+        committed: () => {
+          throw new Error('observer broke');
+        },
+      },
+      { committed: (batch) => heard.push(batch.entries.map((e) => e.entry.seq)) },
+    ];
+    const log = new SessionLog(store, undefined, undefined, new Observers(() => watching));
 
     log.create(header('a'));
     log.append('a', body('a1'));

@@ -157,7 +157,7 @@ describe('settlement notices: modes', () => {
     const child = await startChild(h, root);
     const agent = live(h, child.id);
 
-    h.system.events.emit('turn-ended', agent, { type: 'turn-end', at: new Date(0).toISOString(), turnId: 'turn-x', reason: 'failed' });
+    h.system.observers.turnEnded(agent, { type: 'turn-end', at: new Date(0).toISOString(), turnId: 'turn-x', reason: 'failed' });
     expect(await noticesAt(h, root.id)).toEqual([expect.objectContaining(notice(child.id, 'failed'))]);
     expect((await noticesAt(h, root.id))[0]?.content).toHaveLength(1);
   });
@@ -236,7 +236,7 @@ describe('settlement notices: delivery', () => {
     const h = await open();
     await useNotices(h, 'all');
     const reported: string[] = [];
-    h.system.events.on('report', (delivery, outcome) => reported.push(`${delivery}:${outcome}`));
+    h.probe.on('report', (delivery, outcome) => reported.push(`${delivery}:${outcome}`));
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
 

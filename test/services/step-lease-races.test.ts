@@ -123,7 +123,7 @@ describe('a re-claim whose caller went away', () => {
     const first = await claimStep(h, 'a');
     // A long-poll whose caller goes away just after the lapsed step was handed to it, before it was rendered.
     const gone = new AbortController();
-    h.system.events.on('agent-changed', (agent) => {
+    h.probe.on('agentChanged', (agent) => {
       if (agent.id === 'a' && openStep(agent)?.status === 'claimed' && openStep(agent)?.attempt === 2) queueMicrotask(() => gone.abort());
     });
     expect(await h.system.steps.claimStep('a', root.token, 10_000, gone.signal)).toBeNull();

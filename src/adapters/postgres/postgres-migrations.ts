@@ -5,7 +5,12 @@
  * forest leases and the cluster's package configuration exist only here.
  */
 import { POSTGRES_WEBHOOK_TABLES } from './postgres-webhooks.js';
-import type { Migration } from '../sqlite/sqlite-migrations.js';
+
+export interface Migration {
+  version: number;
+  description: string;
+  sql: string;
+}
 
 export const POSTGRES_MIGRATIONS: readonly Migration[] = [
   {

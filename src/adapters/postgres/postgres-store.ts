@@ -13,6 +13,7 @@
  * byte for byte what was written.
  */
 import pg from 'pg';
+import { redactUrl } from '../../domain/store-settings.js';
 import type { EntryBody, SessionEntry, SessionHeader } from '../../domain/session.js';
 import type { Message } from '../../domain/message.js';
 import {
@@ -294,18 +295,6 @@ function rowToPending(row: PendingDbRow): PendingRow {
     message: JSON.parse(row.message) as Message,
     acceptedAt: row.accepted_at,
   };
-}
-
-/** The URL without its password, for messages. */
-export function redactUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password !== '') parsed.password = '***';
-    for (const key of [...parsed.searchParams.keys()]) if (/pass|secret|key/i.test(key)) parsed.searchParams.set(key, '***');
-    return parsed.toString();
-  } catch {
-    return '(an unparsable database URL)';
-  }
 }
 
 async function migrate(pool: pg.Pool): Promise<void> {

@@ -18,8 +18,8 @@ import type { WriteBatch } from '../../sessions/session-store.js';
 import { webhookWriter } from './sqlite-webhooks.js';
 import { encodeRows, seqAdvances, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from '../batch-rows.js';
 
-export const SQLITE_SYNC_MODES = ['full', 'normal'] as const;
-export type SqliteSyncMode = (typeof SQLITE_SYNC_MODES)[number];
+import type { SqliteSyncMode } from '../../domain/store-settings.js';
+export { SQLITE_SYNC_MODES, type SqliteSyncMode } from '../../domain/store-settings.js';
 
 /**
  * WAL pages after which a commit checkpoints them into the database file (SQLite's default is

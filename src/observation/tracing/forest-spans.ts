@@ -27,7 +27,7 @@ import { joinText, type Message, type ToolCall } from '../../domain/message.js';
 import type { MessageEntryFields, SessionHeader } from '../../domain/session.js';
 import type { InboxEvent, InboxItem } from '../../domain/turn-machine.js';
 import type { LiveAgent } from '../../agents/live-agent.js';
-import type { WriteObserver } from '../../sessions/session-log.js';
+import type { RuntimeObserver } from '../runtime-observer.js';
 import type { BatchEntry } from '../../sessions/session-store.js';
 import { loggableCall } from '../../steps/redaction.js';
 import type { ServiceTool, ToolExecution, ToolOutcome } from '../../tools/tool-registry.js';
@@ -74,8 +74,8 @@ function endpointOf(header: SessionHeader | undefined): { model?: string; addres
   }
 }
 
-export class ForestSpans implements Tracing, WriteObserver {
-  readonly entries: WriteObserver = this;
+export class ForestSpans implements Tracing, RuntimeObserver {
+  readonly observer: RuntimeObserver = this;
   private readonly agents = new Map<string, AgentSpans>();
   private readonly causes = new Map<string, Cause>();
   /** Tool spans whose error.type is already set (by the tool's own failure). */
@@ -95,11 +95,7 @@ export class ForestSpans implements Tracing, WriteObserver {
     private readonly options: Pick<TracingOptions, 'content'>,
   ) {}
 
-  created(): void {
-    // A new session has no spans until its first turn starts.
-  }
-
-  appended(item: BatchEntry): void {
+  entryQueued(item: BatchEntry): void {
     // Called inside the transition that appends: a failure here must never reach it.
     try {
       this.follow(item);

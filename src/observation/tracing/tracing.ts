@@ -9,27 +9,23 @@
  * dropped, never an error); no agent token or operator key is put on a span, and message
  * content only when asked for (AGENTFOREST_OTEL_CONTENT=on).
  */
-import type { InboxEvent, InboxItem } from '../../domain/turn-machine.js';
 import type { ToolCall } from '../../domain/message.js';
 import type { AgentRegistry } from '../../agents/agent-registry.js';
 import type { LiveAgent } from '../../agents/live-agent.js';
-import type { WriteObserver } from '../../sessions/session-log.js';
+import type { RuntimeObserver } from '../runtime-observer.js';
 import type { ServiceTool, ToolExecution, ToolOutcome } from '../../tools/tool-registry.js';
 
 export interface Tracing {
   /**
-   * The session-log tap that turns turn, step and message entries into spans (observed in the
-   * synchronous span that appends them); undefined when tracing is off, so nothing observes.
+   * What the traces hear of the runtime: entries as they are queued (turn, step and message
+   * spans), inbox changes (a queued message remembers what caused it), agents leaving (what was
+   * kept for them goes). Undefined when tracing is off, so nothing observes.
    */
-  readonly entries: WriteObserver | undefined;
-  /** An agent's inbox changed (see LiveAgentDeps.onInbox): a queued message remembers what caused it. */
-  inbox(agent: LiveAgent, event: InboxEvent, item: InboxItem): void;
+  readonly observer: RuntimeObserver | undefined;
   /** A backend named the model that answered the agent's open step (before its output is recorded). */
   answeredBy(agent: LiveAgent, model: string | undefined): void;
   /** Run a service-owned tool call, under its span when tracing: what it delivers is caused by it. */
   runTool(tool: ServiceTool, call: ToolCall, exec: ToolExecution): Promise<ToolOutcome> | ToolOutcome;
-  /** An agent left the live registry: what the traces kept for it goes. */
-  agentLeft(agent: LiveAgent): void;
   /**
    * Runs the rest of a request's handling in the trace its W3C `traceparent` header names, so
    * a turn an operator's message starts continues the caller's trace; undefined when off.
@@ -39,11 +35,9 @@ export interface Tracing {
 
 /** Tracing off: every method does nothing (runTool just runs the tool). */
 export const NO_TRACING: Tracing = {
-  entries: undefined,
-  inbox: () => undefined,
+  observer: undefined,
   answeredBy: () => undefined,
   runTool: (tool, call, exec) => tool.execute(call.input, exec),
-  agentLeft: () => undefined,
   requestContext: undefined,
 };
 

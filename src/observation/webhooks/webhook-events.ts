@@ -17,9 +17,8 @@ import { createHash } from 'node:crypto';
 import type { PausedBy } from '../../domain/budget.js';
 import type { Clock } from '../../domain/ports.js';
 import type { LiveAgent } from '../../agents/live-agent.js';
-import type { SessionLog, WriteObserver } from '../../sessions/session-log.js';
+import type { SessionLog } from '../../sessions/session-log.js';
 import type { BatchEntry } from '../../sessions/session-store.js';
-import type { SessionHeader } from '../../domain/session.js';
 import type { WebhookEventType } from '../../sessions/outbox.js';
 
 /** Which event types some subscription wants for a forest; undefined means "ask the store". */
@@ -32,12 +31,11 @@ export interface WebhookEventDeps {
   interested: Interest;
 }
 
-export class WebhookEvents implements WriteObserver {
+export class WebhookEvents {
   constructor(private readonly deps: WebhookEventDeps) {}
 
-  created(_header: SessionHeader): void {}
-
-  appended({ sessionId, entry, rootId, forestSeq }: BatchEntry): void {
+  /** An entry was queued: the events it means join its batch. */
+  entryQueued({ sessionId, entry, rootId, forestSeq }: BatchEntry): void {
     if (entry.type === 'turn-end') {
       this.queue('turn.ended', rootId, () => ({
         cause: `entry ${rootId} ${forestSeq}`,

@@ -10,6 +10,7 @@ import type { ForestPlacement } from '../../topology/topology.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import { DeliveryWorker, type DeliveryOptions, type DeliveryDeps } from './delivery-worker.js';
 import type { WebhookReads } from '../../sessions/outbox.js';
+import type { RuntimeObserver } from '../runtime-observer.js';
 import { WebhookSubscriptions } from './subscriptions.js';
 import { WebhookEvents } from './webhook-events.js';
 
@@ -39,16 +40,27 @@ export class Webhooks {
       exact: deps.forests.exclusive,
     });
     this.events = new WebhookEvents({ log: deps.log, clock: deps.clock, interested: this.subscriptions.interested });
-    deps.log.observe(this.events);
     this.worker = new DeliveryWorker(
       { reads: deps.reads, log: deps.log, clock: deps.clock, logger: deps.logger, forests: deps.forests, observe: deps.observe, send: deps.send },
       options,
     );
-    // A committed event or retry is due at once: look now rather than at the next poll.
-    deps.log.subscribe((batch) => {
-      if ((batch.outbox?.length ?? 0) > 0 || batch.webhooks?.some((c) => c.op === 'retry') === true) this.worker.nudge();
-    });
   }
+
+  /** What webhooks hear of the runtime: the events they deliver, and commits that make a delivery due. */
+  readonly observer: RuntimeObserver = {
+    entryQueued: (item) => this.events.entryQueued(item),
+    report: (_delivery, outcome, messageId, child) => {
+      if (outcome === 'accepted' && messageId !== undefined && child !== undefined) this.events.reportDelivered(child, messageId);
+    },
+    budgetExhausted: (agent, pausedBy) => this.events.paused(agent, pausedBy),
+    stepLease: (event, agent, stepId, attempt) => {
+      if (event === 'expired') this.events.leaseExpired(agent, stepId, attempt);
+    },
+    // A committed event or retry is due at once: look now rather than at the next poll.
+    committed: (batch) => {
+      if ((batch.outbox?.length ?? 0) > 0 || batch.webhooks?.some((c) => c.op === 'retry') === true) this.worker.nudge();
+    },
+  };
 
   async start(): Promise<void> {
     await this.subscriptions.load();
