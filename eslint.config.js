@@ -40,7 +40,7 @@ export default tseslint.config(
   {
     files: ['src/domain/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: ['fastify', 'pino', 'node:*', '../agents/*', '../budgets/*', '../children/*', '../cluster/*', '../driver/*', '../observation/*', '../sessions/*', '../steps/*', '../tools/*', '../adapters/*', '../composition/*', '../routes/*'] }],
+      'no-restricted-imports': ['error', { patterns: ['fastify', 'pino', 'node:*', '../agents/*', '../budgets/*', '../children/*', '../cluster/*', '../driver/*', '../observation/*', '../sessions/*', '../steps/*', '../tools/*', '../topology/*', '../adapters/*', '../composition/*', '../routes/*'] }],
       'no-restricted-syntax': [
         'error',
         { selector: "MemberExpression[object.name='Date'][property.name='now']", message: 'the domain takes time from a Clock' },

@@ -281,7 +281,7 @@ function importsOf(files: readonly SourceFile[]): Import[] {
 
 const underLayer = (layer: string) => (target: string) => target === `src/${layer}` || target.startsWith(`src/${layer}/`);
 /** The runtime's folders: everything between the routes and the domain. */
-const RUNTIME = ['agents', 'budgets', 'children', 'cluster', 'driver', 'observation', 'sessions', 'steps', 'tools'] as const;
+const RUNTIME = ['agents', 'budgets', 'children', 'cluster', 'driver', 'observation', 'sessions', 'steps', 'tools', 'topology'] as const;
 const underRuntime = (target: string): boolean => RUNTIME.some((layer) => underLayer(layer)(target));
 const runtimeFiles = (): SourceFile[] => RUNTIME.flatMap((layer) => sourceFiles(layer));
 const NODE_BUILTINS = new Set(builtinModules);

@@ -5,12 +5,12 @@
  *
  * - agents/root-lifecycle.ts: create, resume, dispose, shutdown, dropping lost forests;
  * - agents/deliveries.ts: messages delivered and children started over HTTP;
- * - agents/agent-queries.ts and agents/receipts.ts: views, lists, session pages, receipts,
+ * - agents/reads/agent-queries.ts and agents/reads/receipts.ts: views, lists, session pages, receipts,
  *   ownerElsewhere;
  * - agents/not-running-roots.ts: the roots there are to resume;
  * - agents/authority.ts: tokens of live incarnations;
  * - agents/admission-gate.ts: draining;
- * - continuation/interrupts.ts: the operator's interrupt.
+ * - src/children/interrupts.ts: the operator's interrupt.
  *
  * Authority is checked in the same synchronous span as the action it guards; only failure
  * paths await (to tell a missing agent from a wrong token).

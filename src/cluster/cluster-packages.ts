@@ -1,7 +1,7 @@
 /**
  * One package configuration for every instance on one PostgreSQL database. The configuration
- * is a versioned row (stores/postgres-packages.ts); the environment only seeds a fresh
- * database. This instance applies every new version at once: a NOTIFY wakes it (on a
+ * is a versioned row (cluster-database.ts's PackageTable, in the PostgreSQL adapter); the
+ * environment only seeds a fresh database. This instance applies every new version at once: a NOTIFY wakes it (on a
  * connection of its own, reconnecting if it drops), and a periodic version check catches what
  * a lost notification missed. After applying a version it records so and NOTIFYs.
  *

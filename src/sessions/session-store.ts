@@ -1,7 +1,7 @@
 /**
- * The durable session store port. Implementations: stores/memory-store.ts (tests, `:memory:`),
- * stores/sqlite-store.ts (the default) and stores/postgres-store.ts (several instances). A
- * store persists headers and entries; it never decides seq numbers (the session log does) but
+ * The durable session store port. Implementations, under src/adapters/: memory-store.ts
+ * (tests, `:memory:`), sqlite-store.ts (the default) and postgres-store.ts (several
+ * instances). A store persists headers and entries; it never decides seq numbers (the session log does) but
  * rejects a batch that would leave a gap or a duplicate, so the log on disk is always gap-free.
  */
 import type { Message, ReceiptState } from '../domain/message.js';

@@ -3,7 +3,7 @@
  * steps and tool calls. It holds no rule of its own; it builds and routes to
  *
  * - steps/step-protocol.ts: claiming steps, recording outputs and tool results;
- * - steps/tool-calls.ts: running service-owned tools, `POST /v1/agents/{id}/tool-calls`;
+ * - src/tools/tool-calls.ts: running service-owned tools, `POST /v1/agents/{id}/tool-calls`;
  * - steps/redaction.ts (used by both): no token is ever logged or stored;
  * - steps/step-cache.ts: each step's messages, rendered from what is new since the last one;
  * - steps/compactions.ts (built by the system, which wires its lock): compaction entries.

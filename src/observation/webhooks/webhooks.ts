@@ -1,7 +1,7 @@
 /**
  * Webhooks, composed: the subscriptions, the events that the log and the runtime queue into
- * the outbox, and the delivery worker. `system.ts` builds it and subscribes it to the service
- * events; `start` loads the subscriptions and starts delivering (the server calls it before
+ * the outbox, and the delivery worker. `system.ts` builds it and lists its `observer` among the
+ * runtime's observers; `start` loads the subscriptions and starts delivering (the server calls it before
  * serving), `stop` stops sending.
  */
 import type { Logger } from 'pino';

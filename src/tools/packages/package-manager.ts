@@ -3,7 +3,7 @@
  * through /v1/packages. Global tools appear and vanish for every agent at once; the report
  * contribution follows the setup registry's rules (grants wait for the next Activation,
  * revocation is immediate). The settlement-notice mode of `subagent-report` is read at each
- * turn end (continuation/settlement-notices.ts), so a change, and the package's removal, apply
+ * turn end (src/children/settlement-notices.ts), so a change, and the package's removal, apply
  * at once.
  */
 import type { PackageConfig, PackageView } from '../../contract/index.js';

@@ -2,7 +2,7 @@
  * Package `subagent-control`: `send_message`, `list_agents` and `interrupt_agent`, for every
  * agent that has continuable children. send_message continues a child's conversation as its
  * next turn, cold-resuming a settled child; only the exact live direct parent may send.
- * interrupt_agent cancels a live descendant's open turn (continuation/interrupts.ts).
+ * interrupt_agent cancels a live descendant's open turn (src/children/interrupts.ts).
  */
 import { Type } from '@sinclair/typebox';
 import type { ChildListing } from '../../contract/index.js';
