@@ -73,10 +73,10 @@ await call('POST', '/v1/agents/' + child.agent.id + '/steps/' + step.id + '/outp
 const body = { name: 'report', input: { output: 'a finding worth reporting to the parent' } };
 let left = Number(callsText);
 await Promise.all(Array.from({ length: 50 }, async () => {
-  while (left-- > 0) await system.steps.callTool(child.agent.id, child.agentToken, body);
+  while (left-- > 0) await system.toolCalls.callTool(child.agent.id, child.agentToken, body);
 }));
 await app.close();
-await system.agents.shutdown();
+await system.roots.shutdown();
 await store.close();
 `;
 

@@ -49,12 +49,12 @@ try {
       let left = calls;
       const started = performance.now();
       await Promise.all(Array.from({ length: 50 }, async () => {
-        while (left-- > 0) await system.steps.callTool(child.agent.id, child.agentToken, body);
+        while (left-- > 0) await system.toolCalls.callTool(child.agent.id, child.agentToken, body);
       }));
       rows[label][`run ${run}`] = +(((performance.now() - started) * 1000) / calls).toFixed(1);
     }
     await app.close();
-    await system.agents.shutdown();
+    await system.roots.shutdown();
     await store.close();
   }
   console.log(`µs per report call, ${calls} calls per run, 50 in flight`);

@@ -30,6 +30,7 @@ import { stepRoutes } from './routes/steps/index.js';
 import { uiRoutes } from './routes/ui/index.js';
 import { capConnections } from './plugins/connection-cap.js';
 import type { System } from './composition/system.js';
+import { receiptOf } from './agents/reads/receipts.js';
 
 export { API_VERSION } from './plugins/openapi.js';
 
@@ -37,7 +38,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'agents' | 'steps' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks' | 'log'> & Partial<Pick<System, 'tracing'>>;
+  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks' | 'log'> & Partial<Pick<System, 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -91,7 +92,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   if (deps.maxConnections !== undefined) capConnections(app, deps.maxConnections);
-  const { agents, steps, topology, streams, hub, metrics, budgets, budgetChanges, log } = deps.system;
+  const { roots, deliveries, queries, notRunning, interrupts, protocol, toolCalls, compactions, gate, topology, streams, hub, metrics, budgets, budgetChanges, log } = deps.system;
   await app.register(requestIdHeader);
   await app.register(requestMetrics, { metrics });
   await app.register(gracefulClose);
@@ -113,13 +114,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(openApi, deps.publicUrl === undefined ? {} : { publicUrl: deps.publicUrl });
 
   await app.register(healthRoutes, {
-    readiness: { draining: () => agents.draining, storeWritable: () => log.storeWritable, pingStore: () => log.store.ping() },
+    readiness: { draining: () => gate.draining, storeWritable: () => log.storeWritable, pingStore: () => log.store.ping() },
   });
-  await app.register(agentRoutes, { agents, steps, topology });
-  await app.register(childRoutes, { agents });
+  await app.register(agentRoutes, { roots, deliveries, queries, notRunning, interrupts, protocol, calls: toolCalls, topology });
+  await app.register(childRoutes, { deliveries });
   await app.register(budgetRoutes, { budgets, changes: budgetChanges });
-  await app.register(stepRoutes, { steps, topology });
-  await app.register(messageRoutes, { agents });
+  await app.register(stepRoutes, { protocol, compactions, topology });
+  await app.register(messageRoutes, { receipt: (messageId) => receiptOf(log, messageId) });
   await app.register(eventRoutes, {
     streams,
     hub,

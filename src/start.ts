@@ -108,12 +108,12 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     if (err !== undefined) logger.error({ err }, 'stopping after an uncaught error');
     logger.info({ signal }, 'draining: readiness is failing, new work is refused, open long-polls end');
     clearInterval(expiry);
-    system.agents.startDrain();
+    system.gate.startDrain();
     const deadline = Date.now() + config.drainTimeoutMs;
-    await waitUntil(() => system.steps.stepsInFlight(system.registry.values()) === 0, deadline);
+    await waitUntil(() => system.protocol.stepsInFlight(system.registry.values()) === 0, deadline);
     await closeBy(app, deadline);
     system.webhooks.stop();
-    await system.agents.shutdown();
+    await system.roots.shutdown();
     await system.topology.stop();
     await store.close();
     // After the drain closed the last turns: their spans are exported before the process ends.

@@ -17,6 +17,7 @@ import { ServiceError } from '../domain/errors.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import type { LiveAgent } from '../agents/live-agent.js';
 import type { InterruptedSteps } from '../steps/interrupted-steps.js';
+import type { SessionHeader } from '../domain/session.js';
 
 export type InterruptOrigin = 'tool' | 'operator';
 
@@ -27,6 +28,10 @@ export interface InterruptDeps {
   /** Cancels a built-in-driver request in flight for this agent. */
   abortDriven: (agent: LiveAgent) => void;
   observe?: (origin: InterruptOrigin, interrupted: number) => void;
+  /** The header of an agent that is not live, if it exists (AgentQueries.storedHeader). */
+  storedHeader: (id: string) => Promise<SessionHeader | undefined>;
+  /** Waits until the forest's writes so far committed. */
+  durable: (rootId: string) => Promise<void>;
 }
 
 export class Interrupts {
@@ -49,12 +54,22 @@ export class Interrupts {
     return done;
   }
 
-  /** The operator's interrupt: the agent, or with `subtree` its live descendants child-first and then it. */
-  byOperator(agent: LiveAgent, options: { keepInbox: boolean; subtree: boolean }): string[] {
+  /**
+   * The operator's interrupt: agent `id`, or with `subtree` its live descendants child-first and
+   * then it; the ids interrupted, once their turn-ends are durable. An agent that exists but is
+   * not live has nothing to interrupt.
+   */
+  async byOperator(id: string, options: { keepInbox: boolean; subtree: boolean }): Promise<{ interrupted: string[] }> {
+    const agent = this.deps.registry.get(id);
+    if (agent === undefined) {
+      if ((await this.deps.storedHeader(id)) === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
+      return { interrupted: [] };
+    }
     const targets = options.subtree ? [...this.deps.registry.liveDescendantsChildFirst(agent.id), agent] : [agent];
     const interrupted = targets.filter((target) => this.interruptOne(target, options.keepInbox)).map((target) => target.id);
     this.deps.observe?.('operator', interrupted.length);
-    return interrupted;
+    await this.deps.durable(agent.rootId);
+    return { interrupted };
   }
 
   private interruptOne(agent: LiveAgent, keepInbox: boolean): boolean {

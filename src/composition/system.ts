@@ -19,7 +19,6 @@ import type { TokenUsage } from '../domain/model.js';
 import { isClaimable } from '../domain/turn-machine.js';
 import { hasSettled } from '../domain/lifecycle.js';
 import { AgentRegistry } from '../agents/agent-registry.js';
-import { AgentService } from '../agents/agent-service.js';
 import { AdmissionGate } from '../agents/admission-gate.js';
 import { AgentQueries } from '../agents/reads/agent-queries.js';
 import { NotRunningRoots } from '../agents/reads/not-running-roots.js';
@@ -52,7 +51,8 @@ import { Compactions } from '../steps/compactions.js';
 import { InterruptedSteps } from '../steps/interrupted-steps.js';
 import { DEFAULT_STEP_CACHE_BYTES, StepCache } from '../steps/step-cache.js';
 import { Interrupts } from '../children/interrupts.js';
-import { StepService } from '../steps/step-service.js';
+import { StepProtocol } from '../steps/step-protocol.js';
+import { ToolCalls } from '../tools/tool-calls.js';
 import { SingleInstance } from '../topology/single-instance.js';
 import type { Topology } from '../topology/topology.js';
 import { ToolRegistry } from '../tools/tool-registry.js';
@@ -69,8 +69,22 @@ export interface System {
   tools: ToolRegistry;
   setup: ActivationSetupRegistry<AgentScope>;
   manager: ContinuationManager;
-  agents: AgentService;
-  steps: StepService;
+  /** Roots: create, resume, dispose; the stop of every live agent. */
+  roots: RootLifecycle;
+  /** Messages and children delivered over HTTP. */
+  deliveries: AgentDeliveries;
+  /** The roots that are not live here (the ones to resume). */
+  notRunning: NotRunningRoots;
+  /** Tokens of live incarnations. */
+  authority: AgentAuthority;
+  /** The operator's and the tools' interrupts. */
+  interrupts: Interrupts;
+  /** Claiming steps, recording outputs and tool results. */
+  protocol: StepProtocol;
+  /** Service-owned tool calls outside a step's output (`POST /v1/agents/{id}/tool-calls`). */
+  toolCalls: ToolCalls;
+  /** Compaction entries. */
+  compactions: Compactions;
   packages: PackageManager;
   /** One instance, or several on one database (started before serving, stopped at close). */
   topology: Topology;
@@ -178,7 +192,7 @@ export function createSystem(options: SystemOptions): System {
     options.cluster === undefined
       ? new SingleInstance({
           list: (filter) => queries.list(filter),
-          claimAny: (waitMs, rootId, signal, since) => steps.claimAny(waitMs, rootId, signal, since),
+          claimAny: (waitMs, rootId, signal, since) => protocol.claimAny(waitMs, rootId, signal, since),
           packages: () => packages,
         })
       : new ClusterTopology(options.cluster, {
@@ -190,7 +204,7 @@ export function createSystem(options: SystemOptions): System {
             roots.dropForests(lost);
           },
           listHere: (filter) => queries.list(filter),
-          claimHere: (waitMs, rootId, signal, since) => steps.claimAny(waitMs, rootId, signal, since),
+          claimHere: (waitMs, rootId, signal, since) => protocol.claimAny(waitMs, rootId, signal, since),
           oldestParkedAt: () => dispatcher.oldestParkedAt(),
           packages: () => packages,
           ownerOfAgent: (id) => queries.ownerElsewhere(id),
@@ -284,28 +298,28 @@ export function createSystem(options: SystemOptions): System {
       if (drivenByModel(agent)) driver.release(agent);
     },
     observe: (origin, count) => observers.interrupted(origin, count),
+    storedHeader: (id) => queries.storedHeader(id),
+    durable: (root) => log.durable(root),
   });
 
   const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
   const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, forests, checkModel: checkModelPolicy, budgets, idempotency, authority });
   const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
   const notRunning = new NotRunningRoots({ registry, log, forests });
-  const agents = new AgentService({ gate, authority, queries, notRunning, roots, deliveries, log, interrupts });
 
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
   const stored = new StoredSessions({ registry, log, manager, forests });
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
   const compactions = new Compactions({ authority, registry, log, clock, manager, stored, price });
-  const steps = new StepService({
+  const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing });
+  const protocol = new StepProtocol({
     authority,
     gate,
     dispatcher,
     tools,
+    calls: toolCalls,
     log,
-    logger,
-    idempotency,
     cache: stepCache,
-    compactions,
     waiters,
     budgets,
     price,
@@ -313,7 +327,7 @@ export function createSystem(options: SystemOptions): System {
     interrupted: interruptedSteps,
   });
   const driver = new ModelDriver(
-    { steps, dispatcher, log, logger, isDraining: () => gate.draining, observe: (event) => observers.modelRequest(event), checkModel: checkModelPolicy },
+    { protocol, compactions, dispatcher, log, logger, isDraining: () => gate.draining, observe: (event) => observers.modelRequest(event), checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
   );
 
@@ -353,5 +367,5 @@ export function createSystem(options: SystemOptions): System {
     ...(tracing.observer === undefined ? [] : [tracing.observer]),
     ...(options.observers ?? []),
   ];
-  return { store, log, registry, dispatcher, tools, setup, manager, agents, steps, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, observers, budgets, budgetChanges, tracing, webhooks };
+  return { store, log, registry, dispatcher, tools, setup, manager, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, observers, budgets, budgetChanges, tracing, webhooks };
 }

@@ -15,7 +15,9 @@ import type { SessionEntry } from '../domain/session.js';
 import { headMessages, renderEntry, type ChatMessage } from '../domain/step-render.js';
 import type { StepClaim } from '../agents/live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
-import type { StepService } from '../steps/step-service.js';
+import type { StepProtocol } from '../steps/step-protocol.js';
+import type { Compactions } from '../steps/compactions.js';
+import { stepObject } from '../steps/rendered-step.js';
 import { estimateTokens } from '../steps/rendered-step.js';
 import { ModelRequestCancelled, ModelRequestError, type ChatAnswer } from './chat-completions.js';
 
@@ -31,7 +33,8 @@ export const COMPACTION_PROMPT =
 export const MAX_SUMMARY_CHARS = 1_000_000;
 
 export interface CompactionDeps {
-  steps: Pick<StepService, 'renderStep' | 'compactHeld'>;
+  protocol: Pick<StepProtocol, 'renderStep'>;
+  compactions: Pick<Compactions, 'compactLive'>;
   log: Pick<SessionLog, 'lastCompaction' | 'read'>;
   logger: Logger;
 }
@@ -71,9 +74,9 @@ export async function compactStep(
   if (summary.length > MAX_SUMMARY_CHARS) throw new ModelRequestError(`the summary is longer than ${MAX_SUMMARY_CHARS} characters`, answer.attempts);
   // An interrupt or a disposal during the request: the step is no longer this driver's.
   if (signal.aborted || agent.disposing) throw new ModelRequestCancelled('the step ended during its compaction');
-  const entry = await deps.steps.compactHeld(agent, { summary, throughSeq: plan.throughSeq, usage: answer.usage }, claim.stepId);
+  const entry = await deps.compactions.compactLive(agent, { summary, throughSeq: plan.throughSeq, usage: answer.usage }, claim.stepId);
   // The same claim, cut at the compaction: its messages start from the summary.
-  return deps.steps.renderStep({ ...claim, upToSeq: entry.seq });
+  return stepObject(await deps.protocol.renderStep({ ...claim, upToSeq: entry.seq }));
 }
 
 /**

@@ -19,7 +19,9 @@ import { isClaimable } from '../domain/turn-machine.js';
 import type { LiveAgent, StepClaim } from '../agents/live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { DirectClaimant, StepDispatcher } from '../steps/step-dispatcher.js';
-import type { StepService } from '../steps/step-service.js';
+import type { StepProtocol } from '../steps/step-protocol.js';
+import type { Compactions } from '../steps/compactions.js';
+import { stepObject } from '../steps/rendered-step.js';
 import { readArguments } from '../steps/chat-output.js';
 import { completeChat, ModelRequestCancelled, ModelRequestError, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
@@ -41,7 +43,8 @@ export const DEFAULT_DRIVER_OPTIONS: Omit<DriverOptions, 'env'> = {
 };
 
 export interface ModelDriverDeps {
-  steps: StepService;
+  protocol: Pick<StepProtocol, 'renderStep' | 'applyOutput' | 'applyToolResults'>;
+  compactions: Pick<Compactions, 'compactLive'>;
   dispatcher: StepDispatcher<LiveAgent, StepClaim>;
   log: SessionLog;
   logger: Logger;
@@ -156,7 +159,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     // What a failure ends the turn as: the summarising request's, or the step's own.
     let failed = 'model request failed';
     try {
-      let step = await this.deps.steps.renderStep(claim);
+      let step = stepObject(await this.deps.protocol.renderStep(claim));
       const limit = model.maxContextTokens;
       if (limit !== undefined && step.estimatedTokens > limit) {
         failed = 'compaction request failed';
@@ -232,12 +235,12 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       ...(answer.usage === undefined ? {} : { usage: answer.usage }),
     };
     try {
-      const result = await this.deps.steps.applyOutput(agent, claim.stepId, output, claim.lease.attempt, refused);
+      const result = await this.deps.protocol.applyOutput(agent, claim.stepId, output, claim.lease.attempt, refused);
       // The model has only the service's tools: any other name is answered as unknown (unless
       // a backend answered it meanwhile through POST tool-calls).
       const unanswered = result.awaiting.filter((call) => stillAwaited(agent, claim.stepId, call.id));
       if (unanswered.length > 0 && !agent.disposing) {
-        await this.deps.steps.applyToolResults(
+        await this.deps.protocol.applyToolResults(
           agent,
           claim.stepId,
           unanswered.map((call) => ({ toolCallId: call.id, content: `Error: unknown tool "${call.name}"`, isError: true })),

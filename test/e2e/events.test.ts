@@ -55,7 +55,7 @@ async function startServer(options: ServerOptions = {}): Promise<Server> {
   closeWithTest(async () => {
     system.hub.closeAll();
     await app.close();
-    await system.agents.shutdown();
+    await system.roots.shutdown();
     await system.store.close();
   });
   return { app, system, base: `http://127.0.0.1:${address.port}`, port: address.port, sockets };
@@ -616,7 +616,7 @@ describe('draining and errors', () => {
     const metrics = await (await fetch(`${server.base}/metrics`)).text();
     expect(metrics).toMatch(/^agentforest_event_streams 2$/m);
 
-    system.agents.startDrain();
+    system.gate.startDrain();
     await forest.waitForEnd('the forest stream ends on drain');
     await agent.waitForEnd('the agent stream ends on drain');
     for (const stream of [forest, agent]) {
@@ -629,7 +629,7 @@ describe('draining and errors', () => {
     const server = await startServer();
     const { app, system } = server;
     await createRoot(app, { id: 'r' });
-    system.agents.startDrain();
+    system.gate.startDrain();
     const response = await fetch(eventsUrl(server, 'r'), { signal: AbortSignal.timeout(3_000) });
     if (response.status === 200) {
       // Accepted: it must end by itself, like the streams that were open when the drain began.

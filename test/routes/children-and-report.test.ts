@@ -500,7 +500,7 @@ describe('errors on the child and report routes', () => {
     const h = await open();
     const root = await createRoot(h.app, { id: 'r' });
     const child = await startChild(h, root);
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
     const draining = { statusCode: 503, code: 'DRAINING', error: 'Service Unavailable', message: DRAINING_MESSAGE };
 
     const start = await postChild(h, root.id, root.token, { mode: 'continuable', prompt: 'x' });

@@ -51,7 +51,7 @@ describe('draining', () => {
     expect(before.statusCode).toBe(200);
     expect(before.json()).toEqual({ status: 'ready' });
 
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
 
     const ready = await h.app.inject({ method: 'GET', url: '/readyz' });
     expect(ready.statusCode).toBe(503);
@@ -63,7 +63,7 @@ describe('draining', () => {
 
   it('while draining, creating a root answers 503 DRAINING and creates nothing', async () => {
     const h = await startHarness();
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
 
     expectDraining(await h.app.inject({ method: 'POST', url: '/v1/agents', payload: { id: 'late' } }));
     expect((await h.app.inject({ method: 'GET', url: '/v1/agents/late' })).statusCode).toBe(404);
@@ -74,7 +74,7 @@ describe('draining', () => {
     const h = await startHarness();
     const root = await createRoot(h.app, { id: 'parent' });
     const child = await startChild(h, root);
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
     const subagents = { ...DRAINING_BODY, message: 'continuable subagents are draining; the operation was not admitted' };
 
     const started = await h.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/children`, headers: { 'x-agent-token': root.token }, payload: { mode: 'continuable', prompt: 'late' } });
@@ -91,7 +91,7 @@ describe('draining', () => {
     await rootWithClaimedStep(h, 'task');
     const idleBefore = await session(h.app, 'idle');
     const busyBefore = await session(h.app, 'r');
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
 
     for (const id of ['idle', 'r']) {
       for (const delivery of ['followup', 'inject', 'steer'] as const) {
@@ -109,7 +109,7 @@ describe('draining', () => {
     const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     await h.app.inject({ method: 'DELETE', url: '/v1/agents/r' });
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
 
     expectDraining(await h.app.inject({ method: 'POST', url: '/v1/agents/r/resume' }));
     expect((await h.app.inject({ method: 'GET', url: '/v1/agents/r' })).statusCode).toBe(404);
@@ -120,7 +120,7 @@ describe('draining', () => {
     const root = await createRoot(h.app, { id: 'r' });
     await send(h.app, 'r', 'task');
     await settle();
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
 
     expectDraining(await claimRaw(h, root));
     expectDraining(await poolClaim(h));
@@ -134,7 +134,7 @@ describe('draining', () => {
     const pending = claimRaw(h, root, 15_000);
     await untilWaiting(h, 1);
 
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
     expect(waiting(h)).toBe(0);
     const res = await pending;
     expect(res.statusCode).toBe(204);
@@ -146,7 +146,7 @@ describe('draining', () => {
     const pending = poolClaim(h, { waitMs: 15_000 });
     await untilWaiting(h, 1);
 
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
     expect(waiting(h)).toBe(0);
     expect((await pending).statusCode).toBe(204);
   });
@@ -154,7 +154,7 @@ describe('draining', () => {
   it('output for a step claimed before the drain is still accepted and ends the turn', async () => {
     const h = await startHarness();
     const { root, step } = await rootWithClaimedStep(h, 'task');
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
 
     const res = await postOutput(h.app, root, step.id, { content: 'finished' });
     expect(res.statusCode).toBe(200);
@@ -167,7 +167,7 @@ describe('draining', () => {
     const { root, step } = await rootWithClaimedStep(h, 'task');
     const output = await postOutput(h.app, root, step.id, { toolCalls: [{ id: 'c1', name: 'lookup', input: {} }] });
     expect(output.statusCode).toBe(200);
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
 
     const res = await postResults(h.app, root, step.id, [{ toolCallId: 'c1', content: 'found' }]);
     expect(res.statusCode).toBe(200);
@@ -180,7 +180,7 @@ describe('draining', () => {
     const h = await startHarness();
     await createRoot(h.app, { id: 'r' });
     await send(h.app, 'r', 'note', 'inject');
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
 
     expect((await h.app.inject({ method: 'GET', url: '/v1/agents/r' })).statusCode).toBe(200);
     const listed = (await h.app.inject({ method: 'GET', url: '/v1/agents' })).json() as { items: { id: string }[] };
@@ -190,7 +190,7 @@ describe('draining', () => {
 
   it('with operator keys, a draining service still answers an unauthenticated request 401, not 503', async () => {
     const h = await startHarness({ apiKeys: ['k1'] });
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
     const res = await h.app.inject({ method: 'POST', url: '/v1/agents', payload: {} });
     expect(res.statusCode).toBe(401);
     expect((res.json() as { code: string }).code).toBe('UNAUTHENTICATED');

@@ -47,7 +47,7 @@ async function openWithTtl(idempotencyTtlMs: number, clock: Clock): Promise<Harn
   await app.ready();
   const close = once(async () => {
     await app.close();
-    await system.agents.shutdown();
+    await system.roots.shutdown();
     await store.close();
   });
   closeWithTest(close);

@@ -372,7 +372,7 @@ describe('inbox: messages one agent accepted and has not yet logged', () => {
     // All five start in one synchronous span, so each passes its room check before any of them
     // is logged: only the room they hold keeps them from overshooting together.
     const calls = ['a', 'b', 'c', 'd', 'e'].map((output) =>
-      h.system.steps.callTool(child.id, child.token, { name: 'report', input: { output } }).then(
+      h.system.toolCalls.callTool(child.id, child.token, { name: 'report', input: { output } }).then(
         () => 'ok',
         (error: { code?: string }) => error.code,
       ),

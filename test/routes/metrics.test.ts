@@ -172,7 +172,7 @@ describe('GET /metrics after a scripted forest', () => {
     expect(after.value('agentforest_settlements_total')).toBe(1);
     expect(after.value('agentforest_cold_resumes_total')).toBe(1);
 
-    h.system.agents.startDrain();
+    h.system.gate.startDrain();
     expect((await scrape(h)).value('agentforest_draining')).toBe(1);
   });
 

@@ -123,7 +123,7 @@ describe('a compaction racing a report into the parent', () => {
         mode === 'race'
           ? await together(rng, compaction, async () => (await callReport(h, child, output)).statusCode)
           : await inWindow(h, store, rng, parent.id, body, parent.token, async () => {
-              await h.system.steps.callTool(child.id, child.token, { name: 'report', input: { output } }); // throws when refused
+              await h.system.toolCalls.callTool(child.id, child.token, { name: 'report', input: { output } }); // throws when refused
               return 200;
             });
       expect(compacted.statusCode, `${what}: ${compacted.body}`).toBe(201);
@@ -209,7 +209,7 @@ describe('a compaction racing a step claim', () => {
         mode === 'race'
           ? await together(rng, () => postCompaction(h, root.id, body, root.token), () => claimBy(h, root, how))
           : await inWindow(h, store, rng, root.id, body, root.token, async () => {
-              const rendered = await h.system.steps.claimStep(root.id, root.token, 0);
+              const rendered = await h.system.protocol.claimStep(root.id, root.token, 0);
               return rendered === null ? null : (stepObject(rendered) as ClaimedStep);
             });
       expect(step, what).not.toBeNull();
@@ -328,7 +328,7 @@ describe('concurrent compactions', () => {
 
       const post = async (body: Record<string, unknown>): Promise<Answer> => answerOf(await postCompaction(h, root.id, body, root.token));
       // Inside the first one's reads, the others come through the service at once: no route in between to let it finish first.
-      const direct = (body: Record<string, unknown>): Promise<Answer> => answerOfService(h.system.steps.compact(root.id, root.token, body as { summary: string }));
+      const direct = (body: Record<string, unknown>): Promise<Answer> => answerOfService(h.system.compactions.post(root.id, root.token, body as { summary: string }));
       const answers =
         mode === 'race'
           ? await Promise.all(bodies.map((body) => issueAfterSeededWait(rng, () => post(body))))

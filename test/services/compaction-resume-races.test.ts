@@ -95,8 +95,8 @@ describe('an operator compaction racing the resume of a root not resumed since a
       const id = `x${seed}`;
       const what = `seed ${seed} (${mode})`;
       const body = { summary: `SUMMARY ${seed}` };
-      const compaction = (): Promise<Answer> => fromService(201, h.system.steps.compact(id, undefined, body));
-      const resume = (): Promise<Answer> => fromService(201, h.system.agents.resumeRoot(id));
+      const compaction = (): Promise<Answer> => fromService(201, h.system.compactions.post(id, undefined, body));
+      const resume = (): Promise<Answer> => fromService(201, h.system.roots.resumeRoot(id));
       let answers: [Answer, Answer];
       if (mode === 'race') answers = await together(rng, () => fromRoute(postCompaction(h, id, body)), () => fromRoute(h.app.inject({ method: 'POST', url: `/v1/agents/${id}/resume` })));
       else if (mode === 'resume inside') answers = await inside(store, rng, 'lastCompaction', id, compaction, resume);
@@ -113,7 +113,7 @@ describe('an operator compaction racing the resume of a root not resumed since a
       }
       outcomes.add(`${compacted.status}/${resumed.status}`);
 
-      const token = resumed.status === 201 ? (resumed.body!['agentToken'] as string) : (await h.system.agents.resumeRoot(id)).agentToken;
+      const token = resumed.status === 201 ? (resumed.body!['agentToken'] as string) : (await h.system.roots.resumeRoot(id)).agentToken;
       const agent = { id, token };
       expect((await send(h.app, id, 'next')).statusCode).toBe(202);
       await checkResumedStep(h, agent, 'Root rules.', compacted, { type: 'turn-start' }, what);
@@ -141,8 +141,8 @@ describe("an operator compaction racing a settled child's cold resume by its par
       const what = `seed ${seed} (${mode})`;
       const body = { summary: `SUMMARY ${seed}` };
 
-      const compaction = (): Promise<Answer> => fromService(201, h.system.steps.compact(child.id, undefined, body));
-      const followup = (): Promise<Answer> => fromService(202, h.system.agents.deliver(child.id, parent.token, 'more', 'followup'));
+      const compaction = (): Promise<Answer> => fromService(201, h.system.compactions.post(child.id, undefined, body));
+      const followup = (): Promise<Answer> => fromService(202, h.system.deliveries.deliver(child.id, parent.token, 'more', 'followup'));
       let answers: [Answer, Answer];
       if (mode === 'race') {
         const toChild = () => fromRoute(h.app.inject({ method: 'POST', url: `/v1/agents/${child.id}/messages`, headers: { 'x-agent-token': parent.token }, payload: { content: 'more', delivery: 'followup' } }));

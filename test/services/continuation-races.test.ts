@@ -244,7 +244,7 @@ describe('races landed in one window at a time', () => {
         const stepId = lab.held.get(child);
         expect(stepId, `hops ${hops}`).toBeDefined();
         lab.held.delete(child);
-        const ended = lab.sys.steps.postOutput(child.id, child.token, stepId!, { content: 'done' });
+        const ended = lab.sys.protocol.postOutput(child.id, child.token, stepId!, { content: 'done' });
         const sender = child;
         let followup: { record: DeliveryRecord; done: Promise<void> } | undefined;
         afterMicrotasks(hops, () => {
@@ -341,7 +341,7 @@ describe('races found by the windows above, pinned one interleaving each', () =>
 
       const closing = lab.close(middle);
       // The parent closes `first` (awaiting a commit) while `second` ends its turn and settles.
-      const ended = lab.sys.steps.postOutput(second.id, second.token, stepId!, { content: 'done' });
+      const ended = lab.sys.protocol.postOutput(second.id, second.token, stepId!, { content: 'done' });
       expect((await ended).turn).toBe('ended');
       await closing;
       await lab.settleAll();

@@ -66,7 +66,7 @@ describe('an interrupt between a claim and its output', () => {
     const root = await createRoot(h.app, { id: 'r' });
     const agent = h.system.registry.get(root.id)!;
     const { messageId } = agent.deliver('followup', 'go');
-    const done = h.system.agents.interrupt(root.id, { keepInbox: true, subtree: false });
+    const done = h.system.interrupts.byOperator(root.id, { keepInbox: true, subtree: false });
     expect(await done).toEqual({ interrupted: [root.id] });
     await settle();
     expect(await claim(h.app, root)).toBeNull();

@@ -351,7 +351,7 @@ describe('settlement notices: skipped silently', () => {
     expect(resumed.statusCode).toBe(201);
     expect([...h.system.registry.values()].map((agent) => agent.id)).toEqual([child.id, root.id]);
 
-    await h.system.agents.shutdown();
+    await h.system.roots.shutdown();
     expect(turnEnds(await session(h.app, child.id))).toEqual([expect.objectContaining({ reason: 'cancelled' })]);
     expect(await noticesAt(h, root.id)).toEqual([]);
     expect(h.warnings).toEqual([]);

@@ -126,7 +126,7 @@ describe('a re-claim whose caller went away', () => {
     h.probe.on('agentChanged', (agent) => {
       if (agent.id === 'a' && openStep(agent)?.status === 'claimed' && openStep(agent)?.attempt === 2) queueMicrotask(() => gone.abort());
     });
-    expect(await h.system.steps.claimStep('a', root.token, 10_000, gone.signal)).toBeNull();
+    expect(await h.system.protocol.claimStep('a', root.token, 10_000, gone.signal)).toBeNull();
 
     const next = await claimStep(h, 'a');
     expect(next.step).toMatchObject({ id: first.step.id, index: 0, lease: { attempt: 3 } });

@@ -5,9 +5,14 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import { ServiceError } from '../../domain/errors.js';
-import type { AgentService } from '../../agents/agent-service.js';
+import type { AgentDeliveries } from '../../agents/deliveries.js';
+import type { RootLifecycle } from '../../agents/root-lifecycle.js';
+import type { AgentQueries } from '../../agents/reads/agent-queries.js';
+import type { NotRunningRoots } from '../../agents/reads/not-running-roots.js';
+import type { Interrupts } from '../../children/interrupts.js';
+import type { StepProtocol } from '../../steps/step-protocol.js';
 import type { Topology } from '../../topology/topology.js';
-import type { StepService } from '../../steps/step-service.js';
+import type { ToolCalls } from '../../tools/tool-calls.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
 import { clusterCaller } from '../cluster/index.js';
@@ -35,13 +40,18 @@ import {
 } from './schemas.js';
 
 export interface AgentRoutesOptions {
-  agents: AgentService;
-  steps: StepService;
+  roots: Pick<RootLifecycle, 'createRoot' | 'dispose' | 'resumeRoot'>;
+  deliveries: Pick<AgentDeliveries, 'deliver'>;
+  queries: Pick<AgentQueries, 'view' | 'sessionPage'>;
+  notRunning: Pick<NotRunningRoots, 'list'>;
+  interrupts: Pick<Interrupts, 'byOperator'>;
+  protocol: Pick<StepProtocol, 'toolsFor'>;
+  calls: Pick<ToolCalls, 'callTool'>;
   /** The live list: this instance's, or with several instances every instance's. */
   topology: Pick<Topology, 'list'>;
 }
 
-export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { agents, steps, topology }) => {
+export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async (app, { roots, deliveries, queries, notRunning, interrupts, protocol, calls, topology }) => {
   app.post('/v1/agents', {
     schema: {
       tags: ['agents'],
@@ -52,7 +62,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: { 201: AgentWithToken, ...errorResponses(['AGENT_EXISTS', 'DRAINING', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => {
-    const created = await agents.createRoot(request.body);
+    const created = await roots.createRoot(request.body);
     return reply.status(201).send(created);
   });
 
@@ -77,7 +87,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       if (refused.length > 0) {
         throw new ServiceError('VALIDATION', `live=false lists the roots that are not live and takes only limit and cursor; leave out ${refused.join(', ')}`);
       }
-      return agents.listNotRunning({ limit: limit ?? 100, ...(cursor === undefined ? {} : { cursor }) });
+      return notRunning.list({ limit: limit ?? 100, ...(cursor === undefined ? {} : { cursor }) });
     }
     const filter = { limit: limit ?? 100, ...(status === undefined ? {} : { status }), ...(kind === undefined ? {} : { kind }), ...(cursor === undefined ? {} : { cursor }) };
     return topology.list(parentId === undefined ? filter : { ...filter, parentId }, clusterCaller(request));
@@ -93,7 +103,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       params: AgentIdParams,
       response: { 200: ref(AgentView), ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
     },
-  }, async (request) => agents.view(request.params.id));
+  }, async (request) => queries.view(request.params.id));
 
   app.delete('/v1/agents/:id', {
     schema: {
@@ -111,7 +121,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: { 202: DisposeResult, ...errorResponses(['AGENT_NOT_FOUND']) },
     },
   }, async (request, reply) => {
-    const agent = await agents.dispose(request.params.id, request.query.cascade ?? true);
+    const agent = await roots.dispose(request.params.id, request.query.cascade ?? true);
     return reply.status(202).send({ agent });
   });
 
@@ -131,7 +141,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: { 202: InterruptResult, ...errorResponses(['AGENT_NOT_FOUND']) },
     },
   }, async (request, reply) => {
-    const result = await agents.interrupt(request.params.id, { keepInbox: request.body.keepInbox ?? true, subtree: request.body.subtree ?? false });
+    const result = await interrupts.byOperator(request.params.id, { keepInbox: request.body.keepInbox ?? true, subtree: request.body.subtree ?? false });
     return reply.status(202).send(result);
   });
 
@@ -150,7 +160,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'IDEMPOTENCY_CONFLICT', 'DRAINING', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => {
-    const { replayed, ...resumed } = await agents.resumeRoot(request.params.id, idempotencyOf(request));
+    const { replayed, ...resumed } = await roots.resumeRoot(request.params.id, idempotencyOf(request));
     markReplay(reply, replayed);
     return reply.status(201).send(resumed);
   });
@@ -176,7 +186,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       },
     },
   }, async (request, reply) => {
-    const { replayed, ...accepted } = await agents.deliver(
+    const { replayed, ...accepted } = await deliveries.deliver(
       request.params.id,
       agentToken(request),
       request.body.content,
@@ -199,7 +209,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       response: { 200: SessionPage, ...errorResponses(['AGENT_NOT_FOUND'], { bodyless: true }) },
     },
   }, async (request, reply) => {
-    const page = await agents.sessionPage(request.params.id, request.query.after ?? 0, request.query.limit ?? 100);
+    const page = await queries.sessionPage(request.params.id, request.query.after ?? 0, request.query.limit ?? 100);
     // Entries are a union by `type`; the schema documents them as one object with optional fields.
     return reply.send(page as never);
   });
@@ -213,7 +223,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       params: AgentIdParams,
       response: { 200: ToolList, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND'], { bodyless: true }) },
     },
-  }, async (request) => ({ tools: await steps.toolsFor(request.params.id, agentToken(request)) }));
+  }, async (request) => ({ tools: await protocol.toolsFor(request.params.id, agentToken(request)) }));
 
   app.post('/v1/agents/:id/tool-calls', {
     config: { toolCall: true },
@@ -238,7 +248,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       },
     },
   }, async (request, reply) => {
-    const { replayed, toolCallId, output, content, spawned, resumed } = await steps.callTool(request.params.id, agentToken(request), request.body, {
+    const { replayed, toolCallId, output, content, spawned, resumed } = await calls.callTool(request.params.id, agentToken(request), request.body, {
       signal: clientGone(reply),
       idem: idempotencyOf(request),
       // A refused request changes nothing: only a 5xx failure is still logged as the call and its error.

@@ -3,13 +3,13 @@
  * first queued turn.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { AgentService } from '../../agents/agent-service.js';
+import type { AgentDeliveries } from '../../agents/deliveries.js';
 import { agentToken } from '../auth.js';
 import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
 import { AGENT_SECURITY, AgentIdParams, errorResponses } from '../common-schemas.js';
 import { ChildCreated, CreateChildBody } from './schemas.js';
 
-export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = async (app, { agents }) => {
+export const childRoutes: FastifyPluginAsyncTypebox<{ deliveries: Pick<AgentDeliveries, 'startChild'> }> = async (app, { deliveries }) => {
   app.post('/v1/agents/:id/children', {
     schema: {
       tags: ['children'],
@@ -39,7 +39,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = 
       ...(model === undefined ? {} : { model }),
       ...(budget === undefined ? {} : { budget }),
     };
-    const { replayed, ...created } = await agents.startChild(request.params.id, agentToken(request), spec, idempotencyOf(request));
+    const { replayed, ...created } = await deliveries.startChild(request.params.id, agentToken(request), spec, idempotencyOf(request));
     markReplay(reply, replayed);
     return reply.status(201).send(created);
   });

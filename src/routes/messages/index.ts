@@ -2,11 +2,11 @@
  * Delivery receipts: where an acknowledged message is, from durable state.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { AgentService } from '../../agents/agent-service.js';
+import type { Receipt as ReceiptView } from '../../contract/index.js';
 import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import { MessageParams, Receipt } from './schemas.js';
 
-export const messageRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> = async (app, { agents }) => {
+export const messageRoutes: FastifyPluginAsyncTypebox<{ receipt: (messageId: string) => Promise<ReceiptView> }> = async (app, { receipt }) => {
   app.get('/v1/messages/:messageId', {
     schema: {
       tags: ['messages'],
@@ -19,5 +19,5 @@ export const messageRoutes: FastifyPluginAsyncTypebox<{ agents: AgentService }> 
       params: MessageParams,
       response: { 200: Receipt, ...errorResponses(['MESSAGE_NOT_FOUND'], { bodyless: true }) },
     },
-  }, async (request) => agents.receipt(request.params.messageId));
+  }, async (request) => receipt(request.params.messageId));
 };

@@ -6,7 +6,8 @@ import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
 import type { Topology } from '../../topology/topology.js';
-import type { StepService } from '../../steps/step-service.js';
+import type { Compactions } from '../../steps/compactions.js';
+import type { StepProtocol } from '../../steps/step-protocol.js';
 import { stepJsonPieces } from '../../steps/rendered-step.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
@@ -29,7 +30,8 @@ import {
 } from './schemas.js';
 
 export interface StepRoutesOptions {
-  steps: StepService;
+  protocol: Pick<StepProtocol, 'claimStep' | 'postOutput' | 'heartbeat' | 'postToolResults'>;
+  compactions: Pick<Compactions, 'post'>;
   /** The worker pool: this instance's, or with several instances every instance's. */
   topology: Pick<Topology, 'claimFromPool'>;
 }
@@ -49,7 +51,7 @@ function sendPieces(reply: FastifyReply, pieces: Buffer[]): FastifyReply {
 
 const noStep = { description: 'No step became claimable within waitMs (or the service is draining).', type: 'null' } as const;
 
-export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { steps, topology }) => {
+export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (app, { protocol, compactions, topology }) => {
   app.post('/v1/agents/:id/steps/next', {
     schema: {
       tags: ['steps'],
@@ -65,7 +67,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_CONFLICT', 'BUDGET_EXHAUSTED', 'AGENT_BUSY', 'DRAINING']) },
     },
   }, async (request, reply) => {
-    const step = await steps.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply), request.body.since);
+    const step = await protocol.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply), request.body.since);
     if (step === null) return reply.status(204).send();
     return sendPieces(reply, stepJsonPieces(step));
   });
@@ -108,7 +110,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       body: OutputBody,
       response: { 200: OutputResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
     },
-  }, async (request) => steps.postOutput(request.params.id, agentToken(request), request.params.stepId, request.body, request.headers['x-step-attempt']));
+  }, async (request) => protocol.postOutput(request.params.id, agentToken(request), request.params.stepId, request.body, request.headers['x-step-attempt']));
 
   app.post('/v1/agents/:id/steps/:stepId/heartbeat', {
     schema: {
@@ -124,7 +126,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       body: EmptyBody,
       response: { 200: HeartbeatResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
     },
-  }, async (request) => steps.heartbeat(request.params.id, agentToken(request), request.params.stepId, request.headers['x-step-attempt']));
+  }, async (request) => protocol.heartbeat(request.params.id, agentToken(request), request.params.stepId, request.headers['x-step-attempt']));
 
   app.post('/v1/agents/:id/steps/:stepId/tool-results', {
     schema: {
@@ -139,7 +141,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       response: { 200: ToolResultsResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
     },
   }, async (request) =>
-    steps.postToolResults(request.params.id, agentToken(request), request.params.stepId, request.body.results, request.headers['x-step-attempt']));
+    protocol.postToolResults(request.params.id, agentToken(request), request.params.stepId, request.body.results, request.headers['x-step-attempt']));
 
   app.post('/v1/agents/:id/compactions', {
     schema: {
@@ -155,5 +157,5 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       body: CompactionBody,
       response: { 201: CompactionEntry, ...errorResponses(['VALIDATION', 'UNAUTHORIZED', 'AGENT_NOT_FOUND', 'AGENT_EXISTS', 'STEP_CONFLICT', 'NOT_RESUMABLE', 'AT_CAPACITY']) },
     },
-  }, async (request, reply) => reply.status(201).send(await steps.compact(request.params.id, agentToken(request), request.body)));
+  }, async (request, reply) => reply.status(201).send(await compactions.post(request.params.id, agentToken(request), request.body)));
 };

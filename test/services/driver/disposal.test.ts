@@ -72,7 +72,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
     await until(() => model.requests.length === 1, 'the model request', DRIVER_WAIT);
     const before = await h.system.store.read(root.id, 0);
     // What a lost forest lease does (ownership.ts): the forest's agents leave at once, writing nothing.
-    h.system.agents.dropForests([root.id]);
+    h.system.roots.dropForests([root.id]);
     const abandoned = await model.nextAbandoned();
     expect(abandoned.n).toBe(1);
     await until(() => h.system.driver.driving === 0, 'the driver loop to stop', DRIVER_WAIT);
