@@ -11,7 +11,8 @@ import { MESSAGES, ServiceError } from '../domain/errors.js';
 import type { TextBlock } from '../domain/message.js';
 import type { ModelSpec } from '../domain/model.js';
 import type { AgentRegistry } from './agent-registry.js';
-import type { ChildDelivery, ChildSpec, ContinuationManager } from '../children/continuation-manager.js';
+import type { ChildLifecycle } from '../children/child-lifecycle.js';
+import type { ChildDelivery, ChildSpec } from '../children/types.js';
 import type { IdempotencyKeys, IdempotencyRequest, IdempotentResult } from '../sessions/idempotency.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { AgentWithToken, ChildCreated, MessageAccepted } from '../contract/index.js';
@@ -33,7 +34,7 @@ type StoredChild = Omit<ChildCreated, 'agentToken'>;
 
 export interface DeliveriesDeps {
   registry: AgentRegistry;
-  manager: ContinuationManager;
+  children: Pick<ChildLifecycle, 'startChild' | 'deliverToChild'>;
   log: SessionLog;
   gate: AdmissionGate;
   authority: AgentAuthority;
@@ -65,7 +66,7 @@ export class AgentDeliveries {
       spec = { ...spec, model: this.deps.checkModel?.(spec.model) ?? spec.model };
     }
     const result = await this.deps.idempotency.run<StoredChild>({ sender: parent.id, rootId: parent.rootId }, idem, 201, async (record) => {
-      const { agent, messageId } = await this.deps.manager.startChild(parent, spec, (started) =>
+      const { agent, messageId } = await this.deps.children.startChild(parent, spec, (started) =>
         record({ agent: queries.viewOfLive(started.agent), messageId: started.messageId }),
       );
       return { agent: queries.viewOfLive(agent), messageId };
@@ -103,7 +104,7 @@ export class AgentDeliveries {
       const source = { kind: 'coordinator' as const, senderSessionId: parent.id };
       result = await this.deps.idempotency.run<StoredDelivery>({ sender: parent.id, rootId: parent.rootId }, idem, 202, async (record) => {
         const stored = (d: ChildDelivery): StoredDelivery => ({ ...d, ...(d.resumed === undefined ? {} : { resumed: { agentToken: '' } }) });
-        const delivered = await this.deps.manager.deliverToChild(parent, id, delivery, content, source, 'http', (d) => record(stored(d)));
+        const delivered = await this.deps.children.deliverToChild(parent, id, delivery, content, source, 'http', (d) => record(stored(d)));
         return delivered;
       });
     }

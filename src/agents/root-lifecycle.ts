@@ -2,7 +2,7 @@
  * The lifecycle of roots, and of the instance's live agents as a whole: create, resume (a new
  * incarnation with a new token), dispose (a root, or close a child, live or not), drop the
  * forests whose lease was lost, and stop everything at shutdown. Children's own lifecycle
- * belongs to the continuation manager; this module routes to it.
+ * belongs to the children's lifecycle (src/children/); this module routes to it.
  *
  * Invariants: an id is reserved in the registry before the first await, so concurrent
  * creations or resumes of one id conflict at once; a root is published (added to the registry)
@@ -15,7 +15,8 @@ import type { ModelSpec } from '../domain/model.js';
 import type { Clock, IdSource } from '../domain/ports.js';
 import { SESSION_SCHEMA_VERSION, type SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from './agent-registry.js';
-import type { ContinuationManager } from '../children/continuation-manager.js';
+import type { ChildLifecycle } from '../children/child-lifecycle.js';
+import type { Closing } from '../children/closing.js';
 import type { Budgets } from '../budgets/budgets.js';
 import type { LiveAgent } from './live-agent.js';
 import type { ForestPlacement } from '../topology/topology.js';
@@ -29,7 +30,8 @@ import type { AgentQueries } from './reads/agent-queries.js';
 
 export interface RootLifecycleDeps {
   registry: AgentRegistry;
-  manager: ContinuationManager;
+  closing: Pick<Closing, 'close' | 'closeStored' | 'abandonAll' | 'forget'>;
+  children: Pick<ChildLifecycle, 'noteContinuableChildren' | 'drain'>;
   log: SessionLog;
   clock: Clock;
   ids: IdSource;
@@ -121,7 +123,7 @@ export class RootLifecycle {
       const lastTurn = await this.deps.log.lastTurn(id);
       const pending = await this.deps.log.store.pending(id);
       await this.deps.log.loadForest(id);
-      await this.deps.manager.noteContinuableChildren(id);
+      await this.deps.children.noteContinuableChildren(id);
       releaseAccounts = await this.deps.budgets.hold(id);
       this.deps.gate.admitNewWork();
       this.deps.log.open(id, summary.lastSeq, id);
@@ -154,7 +156,7 @@ export class RootLifecycle {
   async dispose(id: string, cascade: boolean): Promise<AgentView> {
     const agent = this.deps.registry.get(id);
     if (agent !== undefined) {
-      await this.deps.manager.close(agent, cascade);
+      await this.deps.closing.close(agent, cascade);
       // With cascade=false children may stay live: the lease goes with the forest's last agent.
       if (agent.header.kind === 'root') await this.deps.forests.releaseIfIdle(agent.id);
       return this.deps.queries.viewOfLive(agent);
@@ -169,7 +171,7 @@ export class RootLifecycle {
     if (borrowed) await this.deps.forests.acquire(root);
     let closed: boolean;
     try {
-      closed = await this.deps.manager.closeStored(header);
+      closed = await this.deps.closing.closeStored(header);
     } finally {
       if (borrowed) await this.deps.forests.releaseIfIdle(root);
     }
@@ -186,8 +188,8 @@ export class RootLifecycle {
    */
   async shutdown(): Promise<void> {
     this.deps.gate.startDrain();
-    await this.deps.manager.drain();
-    this.deps.manager.abandonAll();
+    await this.deps.children.drain();
+    this.deps.closing.abandonAll();
     for (const agent of [...this.deps.registry.values()]) {
       agent.suspend();
       this.deps.registry.remove(agent);
@@ -205,7 +207,7 @@ export class RootLifecycle {
     for (const agent of [...this.deps.registry.values()]) {
       if (!lost.has(agent.rootId)) continue;
       agent.abandon();
-      this.deps.manager.forget(agent);
+      this.deps.closing.forget(agent);
       this.deps.registry.remove(agent);
     }
     for (const root of roots) this.deps.log.dropForest(root);

@@ -1,7 +1,7 @@
 /**
  * How a live incarnation leaves the live registry: by settling (a quiescent continuable child
  * without live children; cold-resumable later) or by being closed (DELETE, a parent's cascade,
- * a finished one-shot child), and how the manager forgets incarnations without writing
+ * a finished one-shot child), and how incarnations are forgotten without writing
  * (another instance owns the forest, or the process stops).
  *
  * Invariants:
@@ -100,6 +100,12 @@ export class Closing {
         this.close(agent, true).catch((error: unknown) => this.deps.logger.error({ err: error, agentId: agent.id }, 'closing a finished one-shot child failed'));
       });
     }
+  }
+
+  /** A waking message left `agent`'s inbox (admitted or discarded): its Activation may settle. */
+  inboxExit(agent: LiveAgent): void {
+    const activation = this.activations.of(agent);
+    if (activation !== undefined) this.scheduleSettle(activation);
   }
 
   /** Queue a settlement check when the Activation looks settled and none is queued. */

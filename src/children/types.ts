@@ -1,8 +1,8 @@
 /**
- * The shapes the continuation manager is built from and speaks in: its collaborators
+ * The shapes the children's lifecycle is built from and speaks in: its collaborators
  * (`ContinuationDeps`), what a parent asks for when it starts a child (`ChildSpec`), what a
- * delivery to a child answers (`ChildDelivery`), and what it tells the metrics. The parts of
- * the manager (report-rule.ts, child-lifecycle.ts, closing.ts) share them.
+ * delivery to a child answers (`ChildDelivery`), and what it tells its observers. Its parts
+ * (report-rule.ts, child-lifecycle.ts, closing.ts; built by continuation.ts) share them.
  */
 import type { Logger } from 'pino';
 import type { ChildMode, Provider } from '../domain/agent.js';
@@ -17,7 +17,7 @@ import type { AgentScope, LiveAgent } from '../agents/live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { ActivationSetupRegistry } from './setup-registry.js';
 
-/** What the manager tells the metrics about (all optional). */
+/** What the children's lifecycle tells its observers about. */
 export interface ContinuationObserver {
   /** A report call ended; an accepted one names the parent's message and the reporting child. */
   report(delivery: ReportDelivery, outcome: string, messageId?: string, child?: LiveAgent): void;
@@ -32,7 +32,7 @@ export interface ContinuationDeps {
   ids: IdSource;
   logger: Logger;
   setup: ActivationSetupRegistry<AgentScope>;
-  /** Builds a LiveAgent wired to the dispatcher and to this manager's hooks (unpublished). */
+  /** Builds a LiveAgent wired to the dispatcher and to the lifecycle's hooks (unpublished). */
   makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => LiveAgent;
   isDraining: () => boolean;
   observer?: ContinuationObserver;

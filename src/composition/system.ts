@@ -37,7 +37,7 @@ import { Observers, type RuntimeObserver } from '../observation/runtime-observer
 import { IdempotencyKeys } from '../sessions/idempotency.js';
 import { DEFAULT_DRIVER_OPTIONS, drivenByModel, ModelDriver, type DriverOptions } from '../driver/model-driver.js';
 import { checkModel, type ModelPolicy } from '../driver/model-policy.js';
-import { ContinuationManager } from '../children/continuation-manager.js';
+import { buildContinuation, type Continuation } from '../children/continuation.js';
 import { ActivationSetupRegistry } from '../children/setup-registry.js';
 import { SettlementNotices } from '../children/settlement-notices.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from '../agents/live-agent.js';
@@ -68,7 +68,8 @@ export interface System {
   dispatcher: StepDispatcher<LiveAgent, StepClaim>;
   tools: ToolRegistry;
   setup: ActivationSetupRegistry<AgentScope>;
-  manager: ContinuationManager;
+  /** Continuable children and the report rule, part by part (children/continuation.ts). */
+  continuation: Continuation;
   /** Roots: create, resume, dispose; the stop of every live agent. */
   roots: RootLifecycle;
   /** Messages and children delivered over HTTP. */
@@ -246,10 +247,10 @@ export function createSystem(options: SystemOptions): System {
     dispatcher,
     onInbox: (agent, event, item) => {
       observers.inbox(agent, event, item);
-      if (event !== 'enqueue') manager.onInboxExit(agent);
+      if (event !== 'enqueue') continuation.closing.inboxExit(agent);
     },
     onChange: (agent) => {
-      manager.onAgentChange(agent);
+      continuation.closing.noteChange(agent);
       observers.agentChanged(agent);
     },
     onTurnEnd: (agent, end) => {
@@ -261,7 +262,7 @@ export function createSystem(options: SystemOptions): System {
     lease: { ...DEFAULT_LEASE, ...options.lease },
     admitsTurns: () => !gate.draining,
   };
-  const manager = new ContinuationManager({
+  const continuation = buildContinuation({
     registry,
     log,
     clock,
@@ -277,7 +278,7 @@ export function createSystem(options: SystemOptions): System {
   });
 
   const authority = new AgentAuthority({ registry, log });
-  const queries = new AgentQueries({ registry, manager, log, forests, budgets });
+  const queries = new AgentQueries({ registry, activations: continuation.activations, log, forests, budgets });
   const hub = new EventHub({ log, viewOf: (agent) => queries.viewOfLive(agent) });
   const streams = new EventStreams({ log, hub, registry, view: (id) => queries.viewIfKnown(id), waiters });
 
@@ -303,14 +304,14 @@ export function createSystem(options: SystemOptions): System {
   });
 
   const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
-  const roots = new RootLifecycle({ registry, manager, log, clock, ids, gate, queries, makeRoot, forests, checkModel: checkModelPolicy, budgets, idempotency, authority });
-  const deliveries = new AgentDeliveries({ registry, manager, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
+  const roots = new RootLifecycle({ registry, closing: continuation.closing, children: continuation.children, log, clock, ids, gate, queries, makeRoot, forests, checkModel: checkModelPolicy, budgets, idempotency, authority });
+  const deliveries = new AgentDeliveries({ registry, children: continuation.children, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
   const notRunning = new NotRunningRoots({ registry, log, forests });
 
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
-  const stored = new StoredSessions({ registry, log, manager, forests });
+  const stored = new StoredSessions({ registry, log, lock: continuation.lock, forests });
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
-  const compactions = new Compactions({ authority, registry, log, clock, manager, stored, price });
+  const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
   const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing });
   const protocol = new StepProtocol({
     authority,
@@ -335,9 +336,10 @@ export function createSystem(options: SystemOptions): System {
     {
       tools,
       setup,
-      manager,
+      children: continuation.children,
+      reports: continuation.reports,
       control: {
-        hasContinuableChildren: (agent) => manager.hasContinuableChildren(agent),
+        hasContinuableChildren: (agent) => continuation.activations.isParentOfContinuable(agent.id),
         listChildren: (agent, scope) => queries.listChildren(agent, scope),
         interrupt: (caller, targetId) => interrupts.fromAncestor(caller, targetId),
       },
@@ -367,5 +369,5 @@ export function createSystem(options: SystemOptions): System {
     ...(tracing.observer === undefined ? [] : [tracing.observer]),
     ...(options.observers ?? []),
   ];
-  return { store, log, registry, dispatcher, tools, setup, manager, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, observers, budgets, budgetChanges, tracing, webhooks };
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, observers, budgets, budgetChanges, tracing, webhooks };
 }

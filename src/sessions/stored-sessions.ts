@@ -10,14 +10,15 @@
 import { ServiceError } from '../domain/errors.js';
 import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
-import type { ContinuationManager } from '../children/continuation-manager.js';
+import type { ChildLock } from '../children/child-lock.js';
 import type { ForestPlacement } from '../topology/topology.js';
 import type { SessionLog } from './session-log.js';
 
 export interface StoredSessionsDeps {
   registry: AgentRegistry;
   log: SessionLog;
-  manager: Pick<ContinuationManager, 'underChildLock'>;
+  /** The lock a child's cold resume and closing take. */
+  lock: Pick<ChildLock, 'run'>;
   forests: ForestPlacement;
 }
 
@@ -33,7 +34,7 @@ export class StoredSessions {
     const root = header.rootSession ?? id;
     return this.leased(root, async () => {
       const write = (): Promise<B & { seq: number }> => this.write(header, instead, build);
-      const entry = header.kind === 'root' ? await this.underReservation(id, write) : await this.deps.manager.underChildLock(id, write);
+      const entry = header.kind === 'root' ? await this.underReservation(id, write) : await this.deps.lock.run(id, write);
       await this.deps.log.durable(root);
       return entry;
     });

@@ -15,7 +15,7 @@ import type { Clock } from '../domain/ports.js';
 import type { CompactionEntry, EntryBody, SessionHeader } from '../domain/session.js';
 import type { AgentAuthority } from '../agents/authority.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
-import type { ContinuationManager } from '../children/continuation-manager.js';
+import type { ChildLock } from '../children/child-lock.js';
 import type { LiveAgent } from '../agents/live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StoredSessions } from '../sessions/stored-sessions.js';
@@ -32,7 +32,8 @@ export interface CompactionDeps {
   registry: AgentRegistry;
   log: SessionLog;
   clock: Clock;
-  manager: Pick<ContinuationManager, 'underChildLock'>;
+  /** The lock a child's cold resume and closing take. */
+  lock: Pick<ChildLock, 'run'>;
   /** Writes to sessions that are not resident. */
   stored: StoredSessions;
   /** Gives usage its cost (domain/pricing.ts). */
@@ -54,7 +55,7 @@ export class Compactions {
    * (nobody else can see that step yet), so that one claim is allowed.
    */
   async compactLive(agent: LiveAgent, input: CompactionInput, heldStep?: string): Promise<CompactionEntry> {
-    const entry = await this.deps.manager.underChildLock(agent.id, async () => {
+    const entry = await this.deps.lock.run(agent.id, async () => {
       const check = (): void => {
         if (this.deps.registry.get(agent.id) !== agent || agent.disposing) {
           throw new ServiceError('AGENT_NOT_FOUND', `agent "${agent.id}" left memory meanwhile; the compaction was not written`);

@@ -160,8 +160,8 @@ describe('report delivery next-step', () => {
     const live = (id: string) => h.system.registry.get(id)!;
 
     // One synchronous span: the parent is idle for both, and its admission waits for a microtask.
-    const first = h.system.manager.reportFrom(live(a.id), 'ONE', 'next-step');
-    const second = h.system.manager.reportFrom(live(b.id), 'TWO', 'next-step');
+    const first = h.system.continuation.reports.reportFrom(live(a.id), 'ONE', 'next-step');
+    const second = h.system.continuation.reports.reportFrom(live(b.id), 'TWO', 'next-step');
     expect(live(root.id).state.inbox.length).toBe(2);
 
     await settle();

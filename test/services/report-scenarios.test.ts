@@ -295,7 +295,7 @@ describe('report: delivery', () => {
     await claimStep(h, child);
     const parent = live(h, root.id);
 
-    const messageId = h.system.manager.reportFrom(live(h, child.id), 'SYNC', 'quiet');
+    const messageId = h.system.continuation.reports.reportFrom(live(h, child.id), 'SYNC', 'quiet');
     expect(parent.state.pending).toHaveLength(0);
     expect(parent.state.inbox).toHaveLength(0);
     expect(parent.state.turn.phase).toBe('idle');
@@ -539,7 +539,7 @@ describe('report: rejections', () => {
       throw cause;
     });
 
-    const error = serviceError(() => h.system.manager.reportFrom(live(h, child.id), 'LOST', 'quiet'));
+    const error = serviceError(() => h.system.continuation.reports.reportFrom(live(h, child.id), 'LOST', 'quiet'));
     expect(error.code).toBe('PARENT_UNAVAILABLE');
     expect(error.message).toBe(PARENT_UNAVAILABLE);
     expect(error.cause).toBe(cause);
@@ -560,7 +560,7 @@ describe('report: rejections', () => {
       [remote.id, live(h, remote.id)],
       [child.id, forged],
     ] as const) {
-      const error = serviceError(() => h.system.manager.reportFrom(sender, 'x', 'quiet'));
+      const error = serviceError(() => h.system.continuation.reports.reportFrom(sender, 'x', 'quiet'));
       expect(error.code).toBe('UNAUTHORIZED');
       expect(error.message).toBe(`agent "${id}" is not a live continuable subagent and cannot report`);
     }
@@ -600,7 +600,7 @@ describe('report: rejections', () => {
     expect(await reportsAt(h, root.id)).toHaveLength(0);
 
     // The first incarnation's LiveAgent is not the Activation's agent any more.
-    const error = serviceError(() => h.system.manager.reportFrom(firstAgent, 'STALE', 'quiet'));
+    const error = serviceError(() => h.system.continuation.reports.reportFrom(firstAgent, 'STALE', 'quiet'));
     expect(error.code).toBe('UNAUTHORIZED');
     expect(error.message).toBe(cannotReport);
 
@@ -616,7 +616,7 @@ describe('report: rejections', () => {
     await claimStep(h, child);
 
     const signal = AbortSignal.abort();
-    expect(() => h.system.manager.reportFrom(live(h, child.id), 'x', 'quiet', signal)).toThrow(expect.objectContaining({ name: 'AbortError' }) as Error);
+    expect(() => h.system.continuation.reports.reportFrom(live(h, child.id), 'x', 'quiet', signal)).toThrow(expect.objectContaining({ name: 'AbortError' }) as Error);
     expect(await reportsAt(h, root.id)).toHaveLength(0);
     expect(await view(h, root.id)).toMatchObject({ status: 'idle', inbox: { queued: 0 }, staged: 0 });
   });
@@ -661,8 +661,8 @@ describe('report: rejections', () => {
     await claimStep(h, child);
     const childAgent = live(h, child.id);
 
-    const closing = h.system.manager.close(live(h, root.id), true);
-    const error = serviceError(() => h.system.manager.reportFrom(childAgent, 'x', 'quiet'));
+    const closing = h.system.continuation.closing.close(live(h, root.id), true);
+    const error = serviceError(() => h.system.continuation.reports.reportFrom(childAgent, 'x', 'quiet'));
     await closing;
 
     expect(error.code).toBe('DRAINING');
@@ -681,11 +681,11 @@ describe('report: rejections', () => {
 
     // Closing the child closes its grandchild first, which takes at least one commit: the
     // child's disposal is open (and it is still registered) for a whole macrotask.
-    const closing = h.system.manager.close(childAgent, true);
-    for (let i = 0; i < 20 && h.system.manager.activationOf(childAgent)?.disposal == null; i++) await Promise.resolve();
-    expect(h.system.manager.activationOf(childAgent)?.disposal).not.toBeNull();
+    const closing = h.system.continuation.closing.close(childAgent, true);
+    for (let i = 0; i < 20 && h.system.continuation.activations.of(childAgent)?.disposal == null; i++) await Promise.resolve();
+    expect(h.system.continuation.activations.of(childAgent)?.disposal).not.toBeNull();
 
-    const error = serviceError(() => h.system.manager.reportFrom(childAgent, 'x', 'quiet'));
+    const error = serviceError(() => h.system.continuation.reports.reportFrom(childAgent, 'x', 'quiet'));
     await closing;
     expect(error.code).toBe('ACTIVATION_CLOSING');
     expect(error.message).toBe(`subagent "${child.id}" activation is being disposed; the report was not delivered`);
@@ -808,13 +808,13 @@ describe('report: package lifecycle and setup revocation', () => {
     const parentAgent = live(h, parent.id);
     const reporterAgent = live(h, reporter.id);
 
-    const closing = h.system.manager.close(parentAgent, true);
-    for (let i = 0; i < 20 && h.system.manager.activationOf(parentAgent)?.disposal == null; i++) await Promise.resolve();
-    expect(h.system.manager.activationOf(parentAgent)?.disposal).not.toBeNull();
+    const closing = h.system.continuation.closing.close(parentAgent, true);
+    for (let i = 0; i < 20 && h.system.continuation.activations.of(parentAgent)?.disposal == null; i++) await Promise.resolve();
+    expect(h.system.continuation.activations.of(parentAgent)?.disposal).not.toBeNull();
     expect(h.system.registry.get(parent.id)).toBe(parentAgent);
-    expect(h.system.manager.activationOf(reporterAgent)?.disposal).toBeNull();
+    expect(h.system.continuation.activations.of(reporterAgent)?.disposal).toBeNull();
 
-    const error = serviceError(() => h.system.manager.reportFrom(reporterAgent, 'LATE', 'quiet'));
+    const error = serviceError(() => h.system.continuation.reports.reportFrom(reporterAgent, 'LATE', 'quiet'));
     await closing;
     expect(error.code).toBe('PARENT_UNAVAILABLE');
     expect(error.message).toBe(PARENT_UNAVAILABLE);

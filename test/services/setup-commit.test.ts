@@ -163,7 +163,7 @@ describe('AgentSetupCommit: create and resume ordering', () => {
     });
     recordPublication(h, order);
 
-    const { agent } = await h.system.manager.startChild(parent, CHILD);
+    const { agent } = await h.system.continuation.children.startChild(parent, CHILD);
 
     expect(agent.id).toBe(lastMinted(agentIds));
     expect(order).toEqual(['setup:start', 'setup:end', 'setup:commit', 'session:created', 'activation:created', 'agent:registered']);
@@ -195,14 +195,14 @@ describe('AgentSetupCommit: create and resume ordering', () => {
       order.push('setup:end');
       return () => undefined;
     });
-    const { agent: first } = await h.system.manager.startChild(parent, CHILD);
+    const { agent: first } = await h.system.continuation.children.startChild(parent, CHILD);
     await settleChild(h, first);
     expect(h.system.log.isOpen(first.id)).toBe(false);
 
     recordPublication(h, order);
     order.length = 0;
     probes.length = 0;
-    const delivered = await h.system.manager.deliverToChild(parent, first.id, 'followup', 'more', FROM_ROOT, 'http');
+    const delivered = await h.system.continuation.children.deliverToChild(parent, first.id, 'followup', 'more', FROM_ROOT, 'http');
 
     expect(agentIds).toEqual([first.id]);
     expect(order).toEqual(['setup:start', 'setup:end', 'setup:commit', 'session:opened', 'activation:resumed', 'agent:registered']);
@@ -224,7 +224,7 @@ describe('AgentSetupCommit: create and resume ordering', () => {
 describe('AgentSetupCommit: a revoked resume commit', () => {
   /** Starts a child, lets it settle, and returns it (the revoking contribution comes later). */
   async function settledChild(f: Fixture): Promise<LiveAgent> {
-    const { agent } = await f.h.system.manager.startChild(f.parent, CHILD);
+    const { agent } = await f.h.system.continuation.children.startChild(f.parent, CHILD);
     await settleChild(f.h, agent);
     return agent;
   }
@@ -234,7 +234,7 @@ describe('AgentSetupCommit: a revoked resume commit', () => {
     expect(h.system.registry.get(childId)).toBeUndefined();
     expect(liveIds(h)).toEqual(['root']);
     expect(h.system.log.isOpen(childId)).toBe(false);
-    expect(h.system.manager.activationCount).toBe(0);
+    expect(h.system.continuation.activations.size).toBe(0);
     expect(activationEvents(await h.system.log.read(childId, 0))).toEqual(['created', 'settled']);
   }
 
@@ -254,7 +254,7 @@ describe('AgentSetupCommit: a revoked resume commit', () => {
       };
     });
 
-    const error = await rejectionOf(h.system.manager.deliverToChild(parent, child.id, 'followup', 'more', FROM_ROOT, 'http'));
+    const error = await rejectionOf(h.system.continuation.children.deliverToChild(parent, child.id, 'followup', 'more', FROM_ROOT, 'http'));
 
     expect(error.code).toBe('ACTIVATION_SETUP_REVOKED');
     expect(error.message).toBe(REVOKED_TEXT);
@@ -264,7 +264,7 @@ describe('AgentSetupCommit: a revoked resume commit', () => {
     expect(failedScopes[0]!.tools.size).toBe(0);
     await expectNothingPublished(h, child.id);
 
-    const retried = await h.system.manager.deliverToChild(parent, child.id, 'followup', 'more', FROM_ROOT, 'http');
+    const retried = await h.system.continuation.children.deliverToChild(parent, child.id, 'followup', 'more', FROM_ROOT, 'http');
 
     const resumed = h.system.registry.get(child.id);
     expect(resumed).toBeDefined();
@@ -293,7 +293,7 @@ describe('AgentSetupCommit: a revoked resume commit', () => {
     });
     recordPublication(h, order);
 
-    const error = await rejectionOf(h.system.manager.deliverToChild(parent, child.id, 'followup', 'more', FROM_ROOT, 'http'));
+    const error = await rejectionOf(h.system.continuation.children.deliverToChild(parent, child.id, 'followup', 'more', FROM_ROOT, 'http'));
 
     expect(error.code).toBe('ACTIVATION_SETUP_REVOKED');
     expect(error.message).toBe(REVOKED_MESSAGE);
@@ -303,7 +303,7 @@ describe('AgentSetupCommit: a revoked resume commit', () => {
     await expectNothingPublished(h, child.id);
 
     order.length = 0;
-    const retried = await h.system.manager.deliverToChild(parent, child.id, 'followup', 'more', FROM_ROOT, 'http');
+    const retried = await h.system.continuation.children.deliverToChild(parent, child.id, 'followup', 'more', FROM_ROOT, 'http');
 
     expect(order).toEqual(['setup:commit', 'session:opened', 'activation:resumed', 'agent:registered']);
     expect(retried.resumed?.agentToken).toBe(h.system.registry.get(child.id)?.token);
@@ -318,7 +318,7 @@ describe('AgentSetupCommit: a creation whose contribution revokes itself, at ser
     expect(liveIds(h)).toEqual(['root']);
     expect(h.system.registry.get(childId)).toBeUndefined();
     expect(h.system.log.isOpen(childId)).toBe(false);
-    expect(h.system.manager.activationCount).toBe(0);
+    expect(h.system.continuation.activations.size).toBe(0);
     await h.system.log.durable();
     expect(await h.system.store.children('root')).toEqual([]);
     expect(await h.system.store.header(childId)).toBeUndefined();
@@ -336,7 +336,7 @@ describe('AgentSetupCommit: a creation whose contribution revokes itself, at ser
       };
     });
 
-    const error = await rejectionOf(h.system.manager.startChild(parent, CHILD));
+    const error = await rejectionOf(h.system.continuation.children.startChild(parent, CHILD));
 
     expect(error.code).toBe('ACTIVATION_SETUP_REVOKED');
     expect(error.message).toBe(REVOKED_TEXT);
@@ -345,7 +345,7 @@ describe('AgentSetupCommit: a creation whose contribution revokes itself, at ser
     expect(scopes[0]!.tools.size).toBe(0);
     await expectOnlyTheRoot(h, lastMinted(agentIds));
 
-    const { agent } = await h.system.manager.startChild(parent, CHILD);
+    const { agent } = await h.system.continuation.children.startChild(parent, CHILD);
     expect(h.system.registry.get(agent.id)).toBe(agent);
     expect((await h.system.store.children('root')).map((s) => s.header.id)).toEqual([agent.id]);
     expect(released).toEqual(['self']);
@@ -365,7 +365,7 @@ describe('AgentSetupCommit: a creation whose contribution revokes itself, at ser
       };
     });
 
-    const error = await rejectionOf(h.system.manager.startChild(parent, CHILD));
+    const error = await rejectionOf(h.system.continuation.children.startChild(parent, CHILD));
 
     expect(error.code).toBe('ACTIVATION_SETUP_REVOKED');
     expect(error.message).toBe(REVOKED_TEXT);
@@ -374,7 +374,7 @@ describe('AgentSetupCommit: a creation whose contribution revokes itself, at ser
     expect(scopes[0]!.tools.size).toBe(0);
     await expectOnlyTheRoot(h, lastMinted(agentIds));
 
-    const { agent } = await h.system.manager.startChild(parent, CHILD);
+    const { agent } = await h.system.continuation.children.startChild(parent, CHILD);
     expect(h.system.registry.get(agent.id)).toBe(agent);
     expect([...agent.scope.tools.keys()]).toEqual(['report']);
     expect((await h.system.store.children('root')).map((s) => s.header.id)).toEqual([agent.id]);
@@ -391,7 +391,7 @@ describe('AgentSetupCommit: a creation whose contribution revokes itself, at ser
         released.push('probe');
       };
     });
-    const { agent } = await h.system.manager.startChild(parent, CHILD);
+    const { agent } = await h.system.continuation.children.startChild(parent, CHILD);
     expect([...agent.scope.tools.keys()]).toEqual(['report', 'probe']);
 
     remove();

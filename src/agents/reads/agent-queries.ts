@@ -11,7 +11,7 @@ import { ServiceError } from '../../domain/errors.js';
 import type { SessionHeader } from '../../domain/session.js';
 import type { AgentRegistry } from '../agent-registry.js';
 import type { Budgets } from '../../budgets/budgets.js';
-import type { ContinuationManager } from '../../children/continuation-manager.js';
+import type { Activations } from '../../children/activations.js';
 import type { LiveAgent } from '../live-agent.js';
 import type { ForestOwner, ForestPlacement } from '../../topology/topology.js';
 import type { SessionLog } from '../../sessions/session-log.js';
@@ -28,7 +28,7 @@ export interface ListFilter {
 
 export interface AgentQueriesDeps {
   registry: AgentRegistry;
-  manager: ContinuationManager;
+  activations: Pick<Activations, 'of' | 'stateOf'>;
   log: SessionLog;
   /** Who holds each forest. */
   forests: ForestPlacement;
@@ -41,8 +41,8 @@ export class AgentQueries {
 
   /** The view of a live agent: a quiescent Activation about to settle shows as waiting until it leaves the registry. */
   viewOfLive(agent: LiveAgent): AgentView {
-    const activation = this.deps.manager.activationOf(agent);
-    const state = activation === undefined ? null : this.deps.manager.stateOf(activation);
+    const activation = this.deps.activations.of(agent);
+    const state = activation === undefined ? null : this.deps.activations.stateOf(activation);
     const budgets = this.deps.budgets;
     return viewOf(agent, state === null ? null : state === 'running' ? 'running' : 'waiting', budgets.figures(agent.id), budgets.pausedBy(agent));
   }

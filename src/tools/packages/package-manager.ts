@@ -9,7 +9,8 @@
 import type { PackageConfig, PackageView } from '../../contract/index.js';
 import { changedState, requirePackage, type PackageState } from '../../domain/package-state.js';
 import { PACKAGE_NAMES, type PackageName, type ReportDelivery, type SettlementNoticeMode } from '../../domain/packages.js';
-import type { ContinuationManager } from '../../children/continuation-manager.js';
+import type { ChildLifecycle } from '../../children/child-lifecycle.js';
+import type { ReportRule } from '../../children/report-rule.js';
 import type { ActivationSetupRegistry } from '../../children/setup-registry.js';
 import type { AgentScope } from '../../agents/live-agent.js';
 import type { ToolRegistry } from '../tool-registry.js';
@@ -20,8 +21,9 @@ import { spawnSubagentTool } from './subagent.js';
 export interface PackageManagerDeps {
   tools: ToolRegistry;
   setup: ActivationSetupRegistry<AgentScope>;
-  manager: ContinuationManager;
-  control: Omit<ControlDeps, 'manager'>;
+  children: Pick<ChildLifecycle, 'startChild' | 'deliverToChild'>;
+  reports: Pick<ReportRule, 'reportFrom'>;
+  control: Omit<ControlDeps, 'children'>;
 }
 
 export class PackageManager {
@@ -115,15 +117,15 @@ export class PackageManager {
   private activate(name: PackageName): () => void {
     switch (name) {
       case 'subagent':
-        return this.deps.tools.register(spawnSubagentTool(this.deps.manager, { modelGrants: this.modelGrants }));
+        return this.deps.tools.register(spawnSubagentTool(this.deps.children, { modelGrants: this.modelGrants }));
       case 'subagent-control': {
-        const disposers = controlTools({ manager: this.deps.manager, ...this.deps.control }).map((tool) => this.deps.tools.register(tool));
+        const disposers = controlTools({ children: this.deps.children, ...this.deps.control }).map((tool) => this.deps.tools.register(tool));
         return () => disposers.forEach((dispose) => dispose());
       }
       case 'subagent-report':
         return this.deps.setup.register((scope) => {
           // The mode is read per Activation: a reconfiguration applies to the next one.
-          scope.tools.set('report', reportTool(this.deps.manager, this.reportDelivery, this.maxReportBytes));
+          scope.tools.set('report', reportTool(this.deps.reports, this.reportDelivery, this.maxReportBytes));
           return () => {
             scope.tools.delete('report');
           };

@@ -6,7 +6,8 @@
  */
 import { Type } from '@sinclair/typebox';
 import type { ChildListing } from '../../contract/index.js';
-import type { ChildDelivery, ContinuationManager } from '../../children/continuation-manager.js';
+import type { ChildLifecycle } from '../../children/child-lifecycle.js';
+import type { ChildDelivery } from '../../children/types.js';
 import { defineTool, toolInput } from '../define-tool.js';
 import type { LiveAgent } from '../../agents/live-agent.js';
 import type { ServiceTool, ToolOutcome } from '../tool-registry.js';
@@ -52,7 +53,7 @@ const InterruptAgentInput = toolInput(
 );
 
 export interface ControlDeps {
-  manager: ContinuationManager;
+  children: Pick<ChildLifecycle, 'deliverToChild'>;
   hasContinuableChildren(agent: LiveAgent): boolean;
   listChildren(agent: LiveAgent, scope: 'children' | 'descendants'): Promise<ChildListing[]>;
   /** The interrupt rule's `fromAncestor`: true when accepted; throws UNAUTHORIZED. */
@@ -72,7 +73,7 @@ export function controlTools(deps: ControlDeps): ServiceTool[] {
         content: `message queued as the next turn for subagent ${input.subagent_id}`,
         ...(delivered.resumed === undefined ? {} : { resumed: [{ agentId: input.subagent_id, agentToken: delivered.resumed.agentToken }] }),
       });
-      const delivered = await deps.manager.deliverToChild(
+      const delivered = await deps.children.deliverToChild(
         agent,
         input.subagent_id,
         'followup',

@@ -9,7 +9,7 @@
 import { Type } from '@sinclair/typebox';
 import { ServiceError } from '../../domain/errors.js';
 import type { ReportDelivery } from '../../domain/packages.js';
-import type { ContinuationManager } from '../../children/continuation-manager.js';
+import type { ReportRule } from '../../children/report-rule.js';
 import { defineTool, toolInput } from '../define-tool.js';
 import { DEFAULT_LIMITS } from '../../agents/limits.js';
 import type { ServiceTool } from '../tool-registry.js';
@@ -24,7 +24,7 @@ export const REPORT_OUTPUT_DESCRIPTION = 'Self-contained content for your parent
 const ReportInput = toolInput(Type.Object({ output: Type.String({ description: REPORT_OUTPUT_DESCRIPTION }) }, { additionalProperties: false }));
 
 /** The `report` tool of one Activation (built for each; its input was compiled once, above). */
-export function reportTool(manager: ContinuationManager, delivery: ReportDelivery, maxBytes: number = DEFAULT_LIMITS.reportBytes): ServiceTool {
+export function reportTool(reports: Pick<ReportRule, 'reportFrom'>, delivery: ReportDelivery, maxBytes: number = DEFAULT_LIMITS.reportBytes): ServiceTool {
   return defineTool({
     name: 'report',
     description: REPORT_DESCRIPTION,
@@ -35,7 +35,7 @@ export function reportTool(manager: ContinuationManager, delivery: ReportDeliver
       if (bytes > maxBytes) {
         throw new ServiceError('PAYLOAD_TOO_LARGE', `report output is ${bytes} bytes; the limit is ${maxBytes}. Report a shorter summary; the report was not delivered`);
       }
-      const messageId = manager.reportFrom(agent, input.output, delivery, signal);
+      const messageId = reports.reportFrom(agent, input.output, delivery, signal);
       const outcome = { output: { messageId }, content: `report accepted by the agent that started you as message ${messageId}` };
       accepted?.(outcome);
       return outcome;

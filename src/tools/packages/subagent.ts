@@ -6,7 +6,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import { Budget } from '../../contract/index.js';
-import type { ContinuationManager } from '../../children/continuation-manager.js';
+import type { ChildLifecycle } from '../../children/child-lifecycle.js';
 import { defineTool, toolInput } from '../define-tool.js';
 import type { LiveAgent } from '../../agents/live-agent.js';
 import type { ServiceTool, ToolOutcome } from '../tool-registry.js';
@@ -34,7 +34,7 @@ const GRANT_FIELD = {
 const SpawnInput = toolInput(Type.Object(SPAWN_FIELDS, { additionalProperties: false }));
 const SpawnInputWithGrant = toolInput(Type.Object({ ...SPAWN_FIELDS, ...GRANT_FIELD }, { additionalProperties: false }));
 
-export function spawnSubagentTool(manager: ContinuationManager, options: { modelGrants: boolean } = { modelGrants: false }): ServiceTool {
+export function spawnSubagentTool(children: Pick<ChildLifecycle, 'startChild'>, options: { modelGrants: boolean } = { modelGrants: false }): ServiceTool {
   return defineTool({
     name: 'spawn_subagent',
     description: SPAWN_SUBAGENT_DESCRIPTION,
@@ -53,7 +53,7 @@ export function spawnSubagentTool(manager: ContinuationManager, options: { model
         content: `started background subagent ${child.id}`,
         spawned: [{ agentId: child.id, agentToken: child.token }],
       });
-      const { agent: child } = await manager.startChild(agent, input.label === undefined ? spec : { ...spec, label: input.label }, (started) =>
+      const { agent: child } = await children.startChild(agent, input.label === undefined ? spec : { ...spec, label: input.label }, (started) =>
         accepted?.(outcome(started.agent)),
       );
       return outcome(child);
