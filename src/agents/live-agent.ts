@@ -225,6 +225,7 @@ export class LiveAgent {
    */
   abandon(): void {
     this.beginDisposal();
+    this.endTurnSignal();
     this.leaveDispatcher();
   }
 

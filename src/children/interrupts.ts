@@ -25,8 +25,6 @@ export interface InterruptDeps {
   registry: AgentRegistry;
   /** Where an interrupted step is remembered, so its later requests are told so after its incarnation is gone. */
   interrupted: InterruptedSteps;
-  /** Cancels a built-in-driver request in flight for this agent. */
-  abortDriven: (agent: LiveAgent) => void;
   observe?: (origin: InterruptOrigin, interrupted: number) => void;
   /** The header of an agent that is not live, if it exists (AgentQueries.storedHeader). */
   storedHeader: (id: string) => Promise<SessionHeader | undefined>;
@@ -77,7 +75,6 @@ export class Interrupts {
     const stepId = turn.phase === 'running' ? turn.turn.step.id : undefined;
     if (!agent.interrupt(keepInbox)) return false;
     if (stepId !== undefined) this.deps.interrupted.remember(agent.id, stepId, agent.token);
-    this.deps.abortDriven(agent);
     return true;
   }
 

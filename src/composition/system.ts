@@ -229,10 +229,10 @@ export function createSystem(options: SystemOptions): System {
   const prices = options.modelPrices ?? NO_PRICES;
   const price = (usage: TokenUsage, model: string | undefined): TokenUsage => priceUsage(usage, model, prices);
 
-  // The built-in driver claims the steps of model-driven agents itself (its own direct claimant).
+  // The steps of model-driven agents go to the built-in driver's lane, the others to the pool.
   const dispatcher = new StepDispatcher<LiveAgent, StepClaim>(
     (agent) => agent.steps.claim(),
-    { owns: drivenByModel, offer: (agent) => driver.offer(agent), release: (agent) => driver.release(agent) },
+    { runs: drivenByModel, admits: (agent): boolean => driver.admits(agent) },
     budgets,
     () => topology.parked(),
   );
@@ -295,9 +295,6 @@ export function createSystem(options: SystemOptions): System {
   const interrupts = new Interrupts({
     registry,
     interrupted: interruptedSteps,
-    abortDriven: (agent) => {
-      if (drivenByModel(agent)) driver.release(agent);
-    },
     observe: (origin, count) => observers.interrupted(origin, count),
     storedHeader: (id) => queries.storedHeader(id),
     durable: (root) => log.durable(root),
@@ -356,6 +353,8 @@ export function createSystem(options: SystemOptions): System {
     { log, reads: store.webhooks, clock, ids, logger, forests, observe: webhookMetrics(metrics.registry, store.webhooks, clock), send: options.webhookSend },
     { ...DEFAULT_DELIVERY, ...options.webhooks },
   );
+  // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
+  driver.start();
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
 
   // Everything that only watches, once. Its order means nothing.

@@ -1,6 +1,7 @@
 /**
  * The built-in model driver: for every live agent whose session header names a model, the
- * service runs the step loop itself. It claims each step as it becomes claimable, sends the
+ * service runs the step loop itself. Its workers (`concurrency` of them) take those agents'
+ * steps from the dispatcher's driver lane as any worker takes a step, send the
  * step's messages and tools to the chat-completions endpoint, and records the answer through
  * the same step protocol a backend uses: service-owned tool calls run at once, a call to a
  * tool the agent does not have gets an `unknown tool` error result, arguments that are not
@@ -18,7 +19,7 @@ import type { ChatMessage, ChatTool } from '../domain/step-render.js';
 import { isClaimable } from '../domain/turn-machine.js';
 import type { LiveAgent, StepClaim } from '../agents/live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
-import type { DirectClaimant, StepDispatcher } from '../steps/step-dispatcher.js';
+import type { StepDispatcher } from '../steps/step-dispatcher.js';
 import type { StepProtocol } from '../steps/step-protocol.js';
 import type { Compactions } from '../steps/compactions.js';
 import { stepObject } from '../steps/rendered-step.js';
@@ -68,83 +69,83 @@ export function drivenByModel(agent: LiveAgent): boolean {
   return agent.header.model !== undefined;
 }
 
-export class ModelDriver implements DirectClaimant<LiveAgent> {
-  private readonly active = new Map<LiveAgent, AbortController>();
-  private readonly slots: Slots;
+export class ModelDriver {
+  /** Agents whose step a worker holds now (a request in flight, or its answer being recorded). */
+  private readonly busy = new Set<LiveAgent>();
 
   constructor(
     private readonly deps: ModelDriverDeps,
     private readonly options: DriverOptions,
-  ) {
-    this.slots = new Slots(options.concurrency);
+  ) {}
+
+  /**
+   * Start the workers, each of which takes a driven agent's step from the dispatcher, runs it
+   * and takes the next; they stop once draining. Requests in flight are thereby bounded by
+   * `concurrency`, over all agents.
+   */
+  start(): void {
+    for (let i = 0; i < Math.max(1, this.options.concurrency); i++) void this.work();
   }
 
-  owns(agent: LiveAgent): boolean {
-    return drivenByModel(agent);
+  /**
+   * The dispatcher's gate on this lane, asked in the span that would claim the step: a step the
+   * driver cannot run (its model no longer permitted, or model.maxSteps reached) is not claimed,
+   * and its turn ends as failed just after.
+   */
+  admits(agent: LiveAgent): boolean {
+    // One step of an agent at a time: its next is offered again once this one is recorded.
+    if (this.busy.has(agent)) return false;
+    const reason = this.refusal(agent);
+    if (reason === undefined) return true;
+    queueMicrotask(() => void this.fail(agent, reason).catch((err: unknown) => this.deps.logger.error({ err, agentId: agent.id }, 'failing a turn the driver refused failed')));
+    return false;
   }
 
-  offer(agent: LiveAgent): void {
-    if (this.active.has(agent)) return; // its loop takes the step once the current one is done
-    const control = new AbortController();
-    this.active.set(agent, control);
-    // Not in this call: offers arrive inside the agent's own transitions.
-    queueMicrotask(() => void this.drive(agent, control));
-  }
-
-  /** The incarnation stopped, or its turn was interrupted: its request in flight is aborted. */
-  release(agent: LiveAgent): void {
-    this.active.get(agent)?.abort();
-  }
-
-  /** Agents with a loop running (a request in flight or waiting for a slot). */
-  get driving(): number {
-    return this.active.size;
-  }
-
-  private async drive(agent: LiveAgent, control: AbortController): Promise<void> {
-    try {
-      // The last check and leaving `active` happen in one synchronous span: an offer made
-      // while a step was in flight is never lost.
-      while (this.mayClaim(agent, control.signal)) {
-        const leave = await this.slots.enter(control.signal);
-        if (leave === null) return;
-        try {
-          // A budget that stops the step pauses the agent: raising it offers the step again.
-          if (this.mayClaim(agent, control.signal) && !(await this.step(agent, control.signal))) return;
-        } finally {
-          leave();
-        }
-      }
-    } catch (error) {
-      this.deps.logger.error({ err: error, agentId: agent.id }, 'the model driver stopped on an unexpected error');
-    } finally {
-      if (this.active.get(agent) === control) this.active.delete(agent);
-    }
-    // A step that became claimable on the way out (say a queued turn admitted after a failed
-    // or an interrupted one) is not left waiting: with a new signal, unless the agent is gone.
-    // Through the dispatcher, whose gate may stop it.
-    if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.deps.dispatcher.offer(agent);
-  }
-
-  private mayClaim(agent: LiveAgent, signal: AbortSignal): boolean {
-    return !signal.aborted && !agent.disposing && !this.deps.isDraining() && isClaimable(agent.state);
-  }
-
-  /** One step of the agent's turn; false when the claim gate stopped it (nothing was claimed). */
-  private async step(agent: LiveAgent, signal: AbortSignal): Promise<boolean> {
-    const declared = agent.header.model!;
+  private refusal(agent: LiveAgent): string | undefined {
     let model: ModelSpec;
     try {
-      model = this.deps.checkModel(declared);
+      model = this.deps.checkModel(agent.header.model!);
     } catch (error) {
-      return this.fail(agent, `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`);
+      return `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`;
     }
     const maxSteps = model.maxSteps ?? DEFAULT_MAX_STEPS;
     const turn = agent.state.turn;
     const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
-    if (index >= maxSteps) return this.fail(agent, `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer`);
-    const claim = this.deps.dispatcher.claimDirect(agent);
-    if (claim === null) return false;
+    return index >= maxSteps ? `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer` : undefined;
+  }
+
+  /** Driven agents with a step held by a worker or waiting for one. */
+  get driving(): number {
+    return this.busy.size + this.deps.dispatcher.drivenWaiting;
+  }
+
+  private async work(): Promise<void> {
+    while (!this.deps.isDraining()) {
+      const claim = await this.deps.dispatcher.claimOrWait({ driven: true }, Infinity);
+      if (claim === null) continue; // released: draining, checked above
+      const agent = claim.agent;
+      this.busy.add(agent);
+      try {
+        await this.step(claim);
+      } catch (error) {
+        this.deps.logger.error({ err: error, agentId: agent.id }, 'the model driver failed a step on an unexpected error');
+      } finally {
+        this.busy.delete(agent);
+      }
+      // A step that became claimable meanwhile (the turn's next, or a queued turn's first) was
+      // held while this one was recorded: through the dispatcher, whose gates may stop it.
+      if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.deps.dispatcher.offer(agent);
+    }
+  }
+
+  /** One claimed step of an agent's turn, answered or the turn failed. */
+  private async step(claim: StepClaim): Promise<void> {
+    const agent = claim.agent;
+    // Aborted when the turn ends early (an interrupt, a disposal, the agent leaving this instance).
+    const signal = agent.turnSignal;
+    if (agent.disposing || !onStep(agent, claim)) return;
+    // The gate passed this step in the span that claimed it (admits).
+    const model = this.deps.checkModel(agent.header.model!);
     let answer: ChatAnswer;
     // The service itself holds this claim: its lease is renewed while the requests run (each
     // request's own timeout bounds it), the summarising one included.
@@ -168,7 +169,7 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       }
       answer = await this.ask(model, step.messages ?? [], step.tools, signal);
     } catch (error) {
-      if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return true; // the disposal ended the turn
+      if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the turn ended meanwhile
       // completeChat redacts the key from everything the endpoint said; the request's headers are never logged.
       if (error instanceof ModelRequestError) {
         this.deps.logger.warn({ agentId: agent.id, status: error.status, attempts: error.attempts, error: error.message }, failed);
@@ -180,7 +181,6 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
       clearInterval(renew);
     }
     if (!signal.aborted && !agent.disposing) await this.record(agent, claim, answer);
-    return true;
   }
 
   /** One request to the agent's model, counted in the driver's metrics. */
@@ -258,11 +258,10 @@ export class ModelDriver implements DirectClaimant<LiveAgent> {
     }
   }
 
-  /** End the open turn as failed with this reason, and wait until that is durable; true: the step was dealt with. */
-  private async fail(agent: LiveAgent, reason: string): Promise<true> {
+  /** End the open turn as failed with this reason, and wait until that is durable. */
+  private async fail(agent: LiveAgent, reason: string): Promise<void> {
     agent.failTurn(reason);
     await this.deps.log.durable(agent.rootId);
-    return true;
   }
 }
 
@@ -275,47 +274,4 @@ function onStep(agent: LiveAgent, claim: StepClaim): boolean {
 function stillAwaited(agent: LiveAgent, stepId: string, callId: string): boolean {
   const turn = agent.state.turn;
   return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.awaiting.includes(callId);
-}
-
-/** A counting semaphore whose waiters leave when their signal aborts. */
-class Slots {
-  private free: number;
-  private readonly waiting: (() => void)[] = [];
-
-  constructor(size: number) {
-    this.free = Math.max(1, size);
-  }
-
-  /** Resolves to the release function once a slot is held, or null if the signal aborted first. */
-  enter(signal: AbortSignal): Promise<(() => void) | null> {
-    if (signal.aborted) return Promise.resolve(null);
-    if (this.free > 0) {
-      this.free--;
-      return Promise.resolve(this.releaser());
-    }
-    return new Promise((resolve) => {
-      const grant = (): void => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(this.releaser());
-      };
-      const onAbort = (): void => {
-        const i = this.waiting.indexOf(grant);
-        if (i !== -1) this.waiting.splice(i, 1);
-        resolve(null);
-      };
-      signal.addEventListener('abort', onAbort, { once: true });
-      this.waiting.push(grant);
-    });
-  }
-
-  private releaser(): () => void {
-    let done = false;
-    return () => {
-      if (done) return;
-      done = true;
-      const next = this.waiting.shift();
-      if (next === undefined) this.free++;
-      else next();
-    };
-  }
 }

@@ -1,11 +1,12 @@
 /**
- * Hands out claimable steps exactly once. An agent with a claimable step is either handed
- * straight to the oldest matching long-poll waiter or parked in `ready`, a map whose insertion
- * order is the order in which agents became claimable (the worker pool's FIFO). Claiming
- * happens synchronously inside `offer`/`tryClaim`, so two callers can never get one step.
- * The steps of agents a direct claimant owns (the built-in model driver) bypass both. Every
- * path first asks the claim gate (budgets), in the same synchronous span as the claim: an
- * agent it stops is not handed out, and is offered again when it may be.
+ * Hands out claimable steps exactly once, in two lanes: the steps of agents the built-in model
+ * driver runs (`driven`) go to its workers alone; every other step goes to the worker pool and
+ * the agents' own long-polls. An agent with a claimable step is either handed straight to the
+ * oldest matching waiter of its lane or parked there, in a map whose insertion order is the
+ * order in which agents became claimable (FIFO). Claiming happens synchronously inside
+ * `offer`/`tryClaim`, so two callers can never get one step. Every path first asks the claim
+ * gate (budgets), in the same synchronous span as the claim: an agent it stops is not handed
+ * out, and is offered again when it may be.
  */
 export interface StepSource {
   readonly id: string;
@@ -16,6 +17,13 @@ export interface ClaimFilter<A extends StepSource = StepSource> {
   /** Exactly this incarnation (identity, not id: a re-created agent is another object). */
   agent?: A;
   rootId?: string;
+  /** The built-in model driver's lane: only the steps of the agents it runs. */
+  driven?: true;
+}
+
+interface Parked<A> {
+  agent: A;
+  at: number;
 }
 
 interface Waiter<A extends StepSource, C> {
@@ -23,34 +31,31 @@ interface Waiter<A extends StepSource, C> {
   resolve: (claim: C | null) => void;
 }
 
-/**
- * Claims the steps of some agents itself (the built-in model driver): those never reach the
- * worker pool or a long-poll.
- */
-export interface DirectClaimant<A> {
-  owns(agent: A): boolean;
-  /** The agent has a claimable step; claim it with `claimDirect` (not in this call). */
-  offer(agent: A): void;
-  /** The incarnation stopped (disposed, suspended, abandoned): cancel its work in flight. */
-  release(agent: A): void;
-}
-
 /** Whether an agent's step may be handed out now; one it stops is offered again later (see budgets.ts). */
 export interface ClaimGate<A> {
   admits(agent: A): boolean;
 }
 
+/** The built-in model driver's lane: which agents it runs, and whether it takes a step now (one it refuses, it ends). */
+export interface DriverLane<A> extends ClaimGate<A> {
+  runs(agent: A): boolean;
+}
+
 export class StepDispatcher<A extends StepSource, C> {
-  /** Each parked agent, with when it was parked (ms since the epoch): the cluster's FIFO compares these. */
-  private readonly ready = new Map<string, { agent: A; at: number }>();
+  /** Each parked agent of the pool lane, with when it was parked (ms since the epoch): the cluster's FIFO compares these. */
+  private readonly ready = new Map<string, Parked<A>>();
+  /** Each parked agent of the driver's lane. */
+  private readonly drivenReady = new Map<string, Parked<A>>();
   private waiters: Waiter<A, C>[] = [];
+  /** A hand-out of the driver lane is queued (serveDriverSoon). */
+  private serving = false;
 
   constructor(
     private readonly claim: (agent: A) => C,
-    /** Claims the steps of the agents it owns itself; without one every step goes to the pool. */
-    private readonly direct?: DirectClaimant<A>,
+    /** The built-in model driver's lane; without one every step goes to the pool. */
+    private readonly driver?: DriverLane<A>,
     private readonly gate?: ClaimGate<A>,
-    /** Told when a step is parked with nobody here waiting for it (another instance's pool may claim it). */
+    /** Told when a pool step is parked with nobody here waiting for it (another instance's pool may claim it). */
     private readonly onParked: () => void = () => undefined,
   ) {}
 
@@ -60,12 +65,14 @@ export class StepDispatcher<A extends StepSource, C> {
       this.hold(agent);
       return;
     }
-    if (this.direct?.owns(agent) === true) {
-      this.direct.offer(agent);
+    if (this.driven(agent)) {
+      // Parked, and handed to a waiting driver worker once the transition offering it is over.
+      if (this.drivenReady.get(agent.id)?.agent !== agent) this.drivenReady.set(agent.id, { agent, at: Date.now() });
+      this.serveDriverSoon();
       return;
     }
     if (this.ready.get(agent.id)?.agent === agent) return;
-    const index = this.waiters.findIndex((w) => matches(w.filter, agent));
+    const index = this.waiters.findIndex((w) => this.matches(w.filter, agent));
     if (index === -1) {
       this.ready.set(agent.id, { agent, at: Date.now() });
       this.onParked();
@@ -78,6 +85,7 @@ export class StepDispatcher<A extends StepSource, C> {
   /** The agent no longer has a claimable step (claimed elsewhere, disposed). */
   withdraw(agent: A): void {
     if (this.ready.get(agent.id)?.agent === agent) this.ready.delete(agent.id);
+    if (this.drivenReady.get(agent.id)?.agent === agent) this.drivenReady.delete(agent.id);
   }
 
   /**
@@ -89,31 +97,27 @@ export class StepDispatcher<A extends StepSource, C> {
     this.answerWaiters(agent);
   }
 
-  /** The direct claimant takes the step it was offered (the caller checked it is claimable); null when the gate stops it. */
-  claimDirect(agent: A): C | null {
-    if (this.gate?.admits(agent) === false) return null;
-    return this.claim(agent);
-  }
-
   tryClaim(filter: ClaimFilter<A>): C | null {
+    const lane = filter.driven === true ? this.drivenReady : this.ready;
     if (filter.agent !== undefined) {
-      const agent = this.ready.get(filter.agent.id)?.agent;
-      if (agent === undefined || !matches(filter, agent)) return null;
-      this.ready.delete(agent.id);
-      return this.gate?.admits(agent) === false ? null : this.claim(agent);
+      const agent = lane.get(filter.agent.id)?.agent;
+      if (agent === undefined || !this.matches(filter, agent)) return null;
+      lane.delete(agent.id);
+      return this.admits(agent) ? this.claim(agent) : null;
     }
-    for (const { agent } of this.ready.values()) {
-      if (!matches(filter, agent)) continue;
-      this.ready.delete(agent.id);
-      if (this.gate?.admits(agent) === false) continue;
+    for (const { agent } of lane.values()) {
+      if (!this.matches(filter, agent)) continue;
+      lane.delete(agent.id);
+      if (!this.admits(agent)) continue;
       return this.claim(agent);
     }
     return null;
   }
 
   /**
-   * Claim now, or wait up to `waitMs` for a matching step. Resolves null on timeout, on abort
-   * (the caller went away: it must never be handed a step) or when `release` is called.
+   * Claim now, or wait up to `waitMs` (Infinity: until there is one) for a matching step.
+   * Resolves null on timeout, on abort (the caller went away: it must never be handed a step)
+   * or when `release` is called.
    */
   claimOrWait(filter: ClaimFilter<A>, waitMs: number, signal?: AbortSignal): Promise<C | null> {
     if (signal?.aborted === true) return Promise.resolve(null);
@@ -121,7 +125,7 @@ export class StepDispatcher<A extends StepSource, C> {
     if (now !== null || waitMs <= 0) return Promise.resolve(now);
     return new Promise((resolve) => {
       const finish = (claim: C | null): void => {
-        clearTimeout(timer);
+        if (timer !== undefined) clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
         resolve(claim);
       };
@@ -132,15 +136,14 @@ export class StepDispatcher<A extends StepSource, C> {
         finish(null);
       };
       const onAbort = (): void => drop();
-      const timer = setTimeout(drop, waitMs);
+      const timer = waitMs === Infinity ? undefined : setTimeout(drop, waitMs);
       signal?.addEventListener('abort', onAbort, { once: true });
       this.waiters.push(waiter);
     });
   }
 
-  /** Answer every waiter (of one incarnation, or all) with no step. */
+  /** Answer every waiter (of one incarnation, or all: draining) with no step. */
   release(agent?: A): void {
-    if (agent !== undefined && this.direct?.owns(agent) === true) this.direct.release(agent);
     this.answerWaiters(agent);
   }
 
@@ -156,11 +159,12 @@ export class StepDispatcher<A extends StepSource, C> {
     for (const w of released) w.resolve(null);
   }
 
+  /** Long-polls waiting for a step of the pool lane (the driver's workers are not counted). */
   get waiting(): number {
-    return this.waiters.length;
+    return this.waiters.filter((w) => w.filter.driven !== true).length;
   }
 
-  /** When the oldest parked step was parked (ms since the epoch), if one is. */
+  /** When the oldest parked pool step was parked (ms since the epoch), if one is. */
   oldestParkedAt(): number | undefined {
     for (const { at } of this.ready.values()) return at;
     return undefined;
@@ -169,10 +173,43 @@ export class StepDispatcher<A extends StepSource, C> {
   get readyCount(): number {
     return this.ready.size;
   }
-}
 
-function matches<A extends StepSource>(filter: ClaimFilter<A>, agent: A): boolean {
-  if (filter.agent !== undefined && filter.agent !== agent) return false;
-  if (filter.rootId !== undefined && filter.rootId !== agent.rootId) return false;
-  return true;
+  /** Driven agents whose step waits for a driver worker. */
+  get drivenWaiting(): number {
+    return this.drivenReady.size;
+  }
+
+  /** In a microtask: hand the driver lane's parked steps to its waiting workers, oldest first. */
+  private serveDriverSoon(): void {
+    if (this.serving) return;
+    this.serving = true;
+    queueMicrotask(() => {
+      this.serving = false;
+      for (;;) {
+        const index = this.waiters.findIndex((w) => w.filter.driven === true);
+        if (index === -1) return;
+        const claim = this.tryClaim({ driven: true });
+        if (claim === null) return;
+        const [waiter] = this.waiters.splice(index, 1);
+        waiter!.resolve(claim);
+      }
+    });
+  }
+
+  /** The gates a parked step passes when it is claimed: budgets, and the driver's for its lane. */
+  private admits(agent: A): boolean {
+    if (this.gate?.admits(agent) === false) return false;
+    return !this.driven(agent) || this.driver!.admits(agent);
+  }
+
+  private driven(agent: A): boolean {
+    return this.driver?.runs(agent) === true;
+  }
+
+  private matches(filter: ClaimFilter<A>, agent: A): boolean {
+    if ((filter.driven === true) !== this.driven(agent)) return false;
+    if (filter.agent !== undefined && filter.agent !== agent) return false;
+    if (filter.rootId !== undefined && filter.rootId !== agent.rootId) return false;
+    return true;
+  }
 }

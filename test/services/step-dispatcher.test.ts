@@ -330,51 +330,53 @@ describe('StepDispatcher', () => {
   });
 });
 
-describe('StepDispatcher with a direct claimant', () => {
-  function withClaimant(): { dispatcher: StepDispatcher<FakeAgent, Claim>; offered: FakeAgent[]; released: FakeAgent[] } {
-    const offered: FakeAgent[] = [];
-    const released: FakeAgent[] = [];
-    const dispatcher = new StepDispatcher<FakeAgent, Claim>((a) => ({ agent: a }), {
-      owns: (a) => a.rootId === 'driven',
-      offer: (a) => offered.push(a),
-      release: (a) => released.push(a),
-    });
-    return { dispatcher, offered, released };
+describe('StepDispatcher with a driver lane', () => {
+  function withLane(): StepDispatcher<FakeAgent, Claim> {
+    return new StepDispatcher<FakeAgent, Claim>((a) => ({ agent: a }), { runs: (a) => a.rootId === 'driven', admits: () => true });
   }
 
-  it('hands the steps of agents the claimant owns to it, never to a waiter or the pool', async () => {
-    const { dispatcher, offered } = withClaimant();
-    const waiting = dispatcher.claimOrWait({}, 0);
+  it('parks the steps of driven agents in the driver lane alone, never for a pool waiter or the pool', async () => {
+    const dispatcher = withLane();
+    const poolWaiter = dispatcher.claimOrWait({}, 10_000);
     const driven = agent('d', 'driven');
 
     dispatcher.offer(driven);
 
-    expect(offered).toEqual([driven]);
     expect(dispatcher.readyCount).toBe(0);
+    expect(dispatcher.drivenWaiting).toBe(1);
     expect(dispatcher.tryClaim({})).toBeNull();
-    expect(await waiting).toBeNull();
-    expect(dispatcher.claimDirect(driven)?.agent).toBe(driven);
+    expect(dispatcher.tryClaim({ rootId: 'driven' })).toBeNull();
+    expect(dispatcher.tryClaim({ driven: true })?.agent).toBe(driven);
+    expect(dispatcher.drivenWaiting).toBe(0);
+    dispatcher.release();
+    expect(await poolWaiter).toBeNull();
   });
 
-  it('parks the steps of agents the claimant does not own as usual', () => {
-    const { dispatcher, offered } = withClaimant();
+  it('hands a driven step straight to a waiting driver worker, and never a pool step', async () => {
+    const dispatcher = withLane();
+    const worker = dispatcher.claimOrWait({ driven: true }, Infinity);
     const pooled = agent('p');
 
     dispatcher.offer(pooled);
-
-    expect(offered).toEqual([]);
     expect(dispatcher.tryClaim({})?.agent).toBe(pooled);
+    const driven = agent('d', 'driven');
+    dispatcher.offer(driven);
+
+    expect((await worker)?.agent).toBe(driven);
+    expect(dispatcher.drivenWaiting).toBe(0);
   });
 
-  it('tells the claimant when an incarnation it owns is released, and only then', () => {
-    const { dispatcher, released } = withClaimant();
-    const driven = agent('d', 'driven');
+  it('lets a driver worker wait with no timer, uncounted among the long-polls, until a step or the drain', async () => {
+    vi.useFakeTimers();
+    const dispatcher = withLane();
+    const worker = dispatcher.claimOrWait({ driven: true }, Infinity);
 
-    dispatcher.release(agent('p'));
+    expect(vi.getTimerCount()).toBe(0);
+    expect(dispatcher.waiting).toBe(0);
+    dispatcher.release(agent('d', 'driven'));
     dispatcher.release();
-    dispatcher.release(driven);
 
-    expect(released).toEqual([driven]);
+    expect(await worker).toBeNull();
   });
 });
 
@@ -482,11 +484,11 @@ describe('StepDispatcher: when the oldest step was parked, and news of a park', 
     expect(onParked).toHaveBeenCalledTimes(1);
   });
 
-  it('onParked is not called for a step a direct claimant owns, nor for one the gate stops', () => {
+  it('onParked is not called for a step of the driver lane, nor for one the gate stops', () => {
     const onParked = vi.fn();
     const dispatcher = new StepDispatcher<FakeAgent, Claim>(
       (a) => ({ agent: a }),
-      { owns: (a) => a.rootId === 'driven', offer: () => undefined, release: () => undefined },
+      { runs: (a) => a.rootId === 'driven', admits: () => true },
       { admits: (a) => a.rootId !== 'stopped' },
       onParked,
     );

@@ -17,6 +17,7 @@ import {
   turnEnded,
   type ErrorBody,
 } from '../../fixtures/driver.js';
+import { isClaimable } from '../../../src/domain/turn-machine.js';
 import { createRoot, session, until, waitingClaims } from '../../fixtures/harness.js';
 import { deferred } from '../../fixtures/races.js';
 import { startModelServer } from '../../fixtures/model-server.js';
@@ -27,15 +28,12 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       const h = await start();
       const model = await startModelServer(() => ({ hang: true }));
       const root = await createRoot(h.app, { model: spec(model) });
-      // How many long-polls were parked each time a step was offered to the driver: the
-      // driven step must become claimable while the worker below still waits.
+      // How many long-polls were parked each time the driven agent's step became claimable:
+      // it must become claimable while the worker below still waits.
       const parkedAtOffer: number[] = [];
-      const driver = h.system.driver;
-      const offer = driver.offer.bind(driver);
-      driver.offer = (agent) => {
-        parkedAtOffer.push(waitingClaims(h));
-        offer(agent);
-      };
+      h.probe.on('agentChanged', (agent) => {
+        if (agent.id === root.id && isClaimable(agent.state)) parkedAtOffer.push(waitingClaims(h));
+      });
       // A worker already long-polling is not handed the driven agent's step.
       const longPoll = h.app.inject({ method: 'POST', url: '/v1/steps/next', payload: { waitMs: 10_000 } });
       await until(() => waitingClaims(h) === 1, 'the worker long-poll to park', DRIVER_WAIT);
