@@ -167,7 +167,7 @@ export function createSystem(options: SystemOptions): System {
   const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { ...options.modelPolicy, env });
 
   // Every object below is built from objects built above it. Where two steer each other (the
-  // dispatcher hands the driver its steps, the driver claims through the dispatcher; a lost
+  // dispatcher asks the driver's gate, the driver's workers claim from the dispatcher; a lost
   // forest's roots are dropped by the lifecycle built from the log that learns of the loss),
   // the earlier one is given a closure over the later one, called only after construction.
   // What only watches hears the runtime through `observers`, listed once at the end.
