@@ -1,0 +1,162 @@
+/**
+ * One connection to an MCP tool server, through the official SDK: over HTTP, the current
+ * protocol revision (Streamable HTTP) first, then the older HTTP+SSE transport for servers that
+ * refuse it; or a process spoken to over stdio. It lists the server's tools and calls them.
+ *
+ * Every call carries its effect key, stable for that call across retries and restarts: in the
+ * request's `_meta` (EFFECT_KEY_META) and, over HTTP, as the `Idempotency-Key` header of the
+ * request that carries it, so a server can run a repeated call once. A call that cannot reach
+ * the server or outlives its timeout is an outcome the model can read, never a thrown error.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+
+/** Where a call's effect key travels in an MCP request's `_meta`. */
+export const EFFECT_KEY_META = 'io.agentforest/effectKey';
+
+export type ToolServerEndpoint =
+  | { transport: 'http'; url: string; headers: Readonly<Record<string, string>> }
+  | { transport: 'stdio'; command: string; args: readonly string[]; env: Readonly<Record<string, string>> };
+
+export interface McpTool {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+/** What a call came to: the server's answer (`isError` when it says the call failed), or why there is none. */
+export type McpCallOutcome =
+  | { kind: 'answered'; text: string; structured?: unknown; isError: boolean }
+  | { kind: 'unreachable' | 'timeout'; error: string };
+
+export interface ConnectOptions {
+  /** How long connecting, listing and each call may take. */
+  timeoutMs: number;
+  /** The server announced that its tool list changed (`notifications/tools/list_changed`). */
+  onToolsChanged?: () => void;
+}
+
+const CLIENT_INFO = { name: 'agentforest', version: '1' };
+
+export class McpConnection {
+  private constructor(
+    private readonly client: Client,
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** Connect and initialize; throws with the reason when the server cannot be reached. */
+  static async open(endpoint: ToolServerEndpoint, options: ConnectOptions): Promise<McpConnection> {
+    if (endpoint.transport === 'stdio') {
+      const transport = new StdioClientTransport({ command: endpoint.command, args: [...endpoint.args], env: { ...endpoint.env }, stderr: 'ignore' });
+      return McpConnection.connect(transport, options);
+    }
+    const url = new URL(endpoint.url);
+    try {
+      return await McpConnection.connect(new StreamableHTTPClientTransport(url, { fetch: withIdempotencyKey(endpoint.headers) }), options);
+    } catch (streamable) {
+      // A server of the earlier, session-based revision answers the Streamable HTTP POST with a 4xx.
+      if (!refusedStreamable(streamable)) throw streamable;
+      const headers = { ...endpoint.headers };
+      return McpConnection.connect(new SSEClientTransport(url, { requestInit: { headers }, eventSourceInit: { fetch: withHeaders(headers) } }), options);
+    }
+  }
+
+  private static async connect(transport: Transport, options: ConnectOptions): Promise<McpConnection> {
+    const client = new Client(CLIENT_INFO, { capabilities: {} });
+    const onToolsChanged = options.onToolsChanged;
+    if (onToolsChanged !== undefined) client.setNotificationHandler(ToolListChangedNotificationSchema, () => onToolsChanged());
+    try {
+      await client.connect(transport, { timeout: options.timeoutMs });
+    } catch (error) {
+      await client.close().catch(() => undefined);
+      throw error;
+    }
+    return new McpConnection(client, options.timeoutMs);
+  }
+
+  /** The server's tools, every page of them. */
+  async listTools(): Promise<McpTool[]> {
+    const tools: McpTool[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await this.client.listTools(cursor === undefined ? {} : { cursor }, { timeout: this.timeoutMs });
+      for (const tool of page.tools) {
+        tools.push({ name: tool.name, description: tool.description ?? '', inputSchema: tool.inputSchema as Record<string, unknown> });
+      }
+      cursor = page.nextCursor;
+    } while (cursor !== undefined);
+    return tools;
+  }
+
+  /** Call `name` once with `input`, under the timeout, carrying `effectKey`. */
+  async callTool(name: string, input: Record<string, unknown>, effectKey: string, signal?: AbortSignal): Promise<McpCallOutcome> {
+    try {
+      const result = await this.client.callTool(
+        { name, arguments: input, _meta: { [EFFECT_KEY_META]: effectKey } },
+        undefined,
+        { timeout: this.timeoutMs, ...(signal === undefined ? {} : { signal }) },
+      );
+      const content = Array.isArray(result.content) ? (result.content as { type: string; text?: string }[]) : [];
+      const text = content.filter((part) => part.type === 'text' && typeof part.text === 'string').map((part) => part.text).join('\n');
+      return {
+        kind: 'answered',
+        text,
+        ...(result.structuredContent === undefined ? {} : { structured: result.structuredContent }),
+        isError: result.isError === true,
+      };
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      return isTimeout(error) ? { kind: 'timeout', error: `no answer within ${this.timeoutMs} ms` } : { kind: 'unreachable', error: message };
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.client.close().catch(() => undefined);
+  }
+}
+
+/** A fetch that sends `headers` on every request, and on a `tools/call` its effect key as `Idempotency-Key`. */
+function withIdempotencyKey(headers: Readonly<Record<string, string>>): typeof fetch {
+  return (input, init) => {
+    const merged = new Headers(init?.headers);
+    for (const [name, value] of Object.entries(headers)) merged.set(name, value);
+    const key = effectKeyOf(init?.body);
+    if (key !== undefined) merged.set('idempotency-key', key);
+    return fetch(input, { ...init, headers: merged });
+  };
+}
+
+function withHeaders(headers: Readonly<Record<string, string>>): typeof fetch {
+  return (input, init) => {
+    const merged = new Headers(init?.headers);
+    for (const [name, value] of Object.entries(headers)) merged.set(name, value);
+    return fetch(input, { ...init, headers: merged });
+  };
+}
+
+/** The effect key of a JSON-RPC `tools/call` request body, if it is one. */
+function effectKeyOf(body: unknown): string | undefined {
+  if (typeof body !== 'string' || !body.includes(EFFECT_KEY_META)) return undefined;
+  try {
+    const message = JSON.parse(body) as { method?: string; params?: { _meta?: Record<string, unknown> } };
+    const key = message.method === 'tools/call' ? message.params?._meta?.[EFFECT_KEY_META] : undefined;
+    return typeof key === 'string' ? key : undefined;
+  } catch {
+    return undefined; // not a single JSON-RPC message: nothing to key
+  }
+}
+
+/** A Streamable HTTP attempt the server refused as a client of the older revision would be (404/405/400). */
+function refusedStreamable(error: unknown): boolean {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'number' && code >= 400 && code < 500;
+}
+
+function isTimeout(error: unknown): boolean {
+  // McpError with ErrorCode.RequestTimeout (-32001).
+  return (error as { code?: unknown }).code === -32001;
+}
