@@ -95,23 +95,33 @@ export class ModelDriver {
   admits(agent: LiveAgent): boolean {
     // One step of an agent at a time: its next is offered again once this one is recorded.
     if (this.busy.has(agent)) return false;
-    const reason = this.refusal(agent);
-    if (reason === undefined) return true;
-    queueMicrotask(() => void this.fail(agent, reason).catch((err: unknown) => this.deps.logger.error({ err, agentId: agent.id }, 'failing a turn the driver refused failed')));
+    const refusal = this.refusal(agent);
+    if (refusal === undefined) {
+      // Admitted means claimed in this same span: the agent is this driver's until its worker is done.
+      this.busy.add(agent);
+      return true;
+    }
+    queueMicrotask(() => void this.fail(agent, refusal).catch((err: unknown) => this.deps.logger.error({ err, agentId: agent.id }, 'failing a turn the driver refused failed')));
     return false;
   }
 
+  /** Why the agent's next step cannot run: its model is no longer permitted, or its turn reached maxSteps. */
   private refusal(agent: LiveAgent): string | undefined {
-    let model: ModelSpec;
-    try {
-      model = this.deps.checkModel(agent.header.model!);
-    } catch (error) {
-      return `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}`;
-    }
-    const maxSteps = model.maxSteps ?? DEFAULT_MAX_STEPS;
+    const permitted = this.permittedModel(agent);
+    if ('refusal' in permitted) return permitted.refusal;
+    const maxSteps = permitted.model.maxSteps ?? DEFAULT_MAX_STEPS;
     const turn = agent.state.turn;
     const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
     return index >= maxSteps ? `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer` : undefined;
+  }
+
+  /** The agent's model as the operator's policy allows it now, or why it no longer does. */
+  private permittedModel(agent: LiveAgent): { model: ModelSpec } | { refusal: string } {
+    try {
+      return { model: this.deps.checkModel(agent.header.model!) };
+    } catch (error) {
+      return { refusal: `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}` };
+    }
   }
 
   /** Driven agents with a step held by a worker or waiting for one. */
@@ -123,8 +133,7 @@ export class ModelDriver {
     while (!this.deps.isDraining()) {
       const claim = await this.deps.dispatcher.claimOrWait({ driven: true }, Infinity);
       if (claim === null) continue; // released: draining, checked above
-      const agent = claim.agent;
-      this.busy.add(agent);
+      const agent = claim.agent; // in `busy` since the gate admitted it
       try {
         await this.step(claim);
       } catch (error) {
@@ -144,8 +153,10 @@ export class ModelDriver {
     // Aborted when the turn ends early (an interrupt, a disposal, the agent leaving this instance).
     const signal = agent.turnSignal;
     if (agent.disposing || !onStep(agent, claim)) return;
-    // The gate passed this step in the span that claimed it (admits).
-    const model = this.deps.checkModel(agent.header.model!);
+    // The gate checked the model in the span that claimed the step; the policy may have changed since.
+    const checked = this.permittedModel(agent);
+    if ('refusal' in checked) return this.fail(agent, checked.refusal);
+    const { model } = checked;
     let answer: ChatAnswer;
     // The service itself holds this claim: its lease is renewed while the requests run (each
     // request's own timeout bounds it), the summarising one included.
