@@ -25,11 +25,6 @@ export class AgentAuthority {
     return this.deps.registry.get(id)?.token ?? '';
   }
 
-  /** The live incarnation of an agent, for an operator's action (no token). */
-  live(id: string): LiveAgent | undefined {
-    return this.deps.registry.get(id);
-  }
-
   /** Authenticate an agent token: the exact live incarnation, or 404/403. */
   async authenticate(id: string, token: string | undefined): Promise<LiveAgent> {
     return this.liveWithToken(id, token) ?? (await this.rejectCredential(id));

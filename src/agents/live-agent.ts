@@ -279,8 +279,7 @@ export class LiveAgent {
 
   /** No step can be claimed from this incarnation any more. */
   private leaveDispatcher(): void {
-    this.deps.dispatcher.withdraw(this);
-    this.deps.dispatcher.release(this);
+    this.deps.dispatcher.hold(this);
   }
 
   /**

@@ -166,15 +166,7 @@ export class RootLifecycle {
     // A child that is not resident: close it for good (it became live meanwhile: close that one).
     // With several instances, its forest's lease is needed to write; held only for this close
     // when the forest is not live here.
-    const root = header.rootSession ?? header.id;
-    const borrowed = !this.deps.forests.holds(root);
-    if (borrowed) await this.deps.forests.acquire(root);
-    let closed: boolean;
-    try {
-      closed = await this.deps.closing.closeStored(header);
-    } finally {
-      if (borrowed) await this.deps.forests.releaseIfIdle(root);
-    }
+    const closed = await this.deps.forests.leased(header.rootSession ?? header.id, () => this.deps.closing.closeStored(header));
     if (!closed) return this.dispose(id, cascade);
     const view = await this.deps.queries.storedView(id);
     if (view === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);

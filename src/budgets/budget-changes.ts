@@ -14,6 +14,7 @@ import type { Clock } from '../domain/ports.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StoredSessions } from '../sessions/stored-sessions.js';
+import type { ForestPlacement } from '../topology/topology.js';
 import type { Budgets, BudgetView } from './budgets.js';
 
 export interface BudgetChangesDeps {
@@ -22,6 +23,8 @@ export interface BudgetChangesDeps {
   log: SessionLog;
   clock: Clock;
   stored: StoredSessions;
+  /** Who holds each forest: the lease is taken first, so the accounts read next are the forest's last. */
+  forests: Pick<ForestPlacement, 'leased'>;
 }
 
 export class BudgetChanges {
@@ -43,7 +46,7 @@ export class BudgetChanges {
     const root = header.rootSession ?? id;
     try {
       // The lease first (several instances): the accounts read next are then the forest's last.
-      return await this.deps.stored.leased(root, () =>
+      return await this.deps.forests.leased(root, () =>
         budgets.withForest(root, async () => {
           await this.deps.stored.append(header, 'change its budget', async () => ({ type: 'budget', at: clock.iso(), budget: this.next(id, change) }));
           budgets.afterChange(id);

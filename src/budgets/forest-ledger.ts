@@ -13,8 +13,7 @@
 import { addUsage, exhaustedKind, zeroUsage, type Budget, type Usage } from '../domain/budget.js';
 import { chargeOf } from '../domain/charges.js';
 import type { SessionHeader } from '../domain/session.js';
-import type { SessionLog } from '../sessions/session-log.js';
-import type { RuntimeObserver } from '../observation/runtime-observer.js';
+import type { LogObserver, SessionLog } from '../sessions/session-log.js';
 import type { BatchEntry } from '../sessions/session-store.js';
 
 /** Shared by every account that spent nothing, or has no children (no object per idle agent). */
@@ -93,7 +92,7 @@ type Forest = number | Reading;
 /** Entries read per page when a forest is read back. */
 const PAGE = 1_000;
 
-export class ForestLedger implements RuntimeObserver {
+export class ForestLedger implements Required<Pick<LogObserver, 'headerQueued' | 'entryQueued'>> {
   private readonly accounts = new Map<string, Account>();
   private readonly forests = new Map<string, Forest>();
   /** Held forests no one uses now, oldest first (see keepUnused). */

@@ -13,8 +13,7 @@ import { queuedCount } from '../domain/turn-machine.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import type { LiveAgent } from '../agents/live-agent.js';
 
-export const ACTIVATION_STATES_DERIVED = ['running', 'waiting', 'settled'] as const;
-export type DerivedActivationState = (typeof ACTIVATION_STATES_DERIVED)[number];
+type DerivedActivationState = 'running' | 'waiting' | 'settled';
 
 export interface Activation {
   readonly id: string;

@@ -191,7 +191,7 @@ export class ChildLifecycle {
       () => {
         this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);
         const child = this.publish(summary.header, scope, 'resumed', true);
-        this.deps.observer?.coldResumed();
+        this.deps.observer.coldResumed();
         // A turn the process stopped in goes on (its open step claimable again), then what it had accepted.
         child.steps.reopenTurn(lastTurn.open);
         child.restorePending(pending, lastTurn.parkedThrough);

@@ -102,12 +102,6 @@ export class Closing {
     }
   }
 
-  /** A waking message left `agent`'s inbox (admitted or discarded): its Activation may settle. */
-  inboxExit(agent: LiveAgent): void {
-    const activation = this.activations.of(agent);
-    if (activation !== undefined) this.scheduleSettle(activation);
-  }
-
   /** Queue a settlement check when the Activation looks settled and none is queued. */
   scheduleSettle(activation: Activation): void {
     const agent = activation.agent;
@@ -174,7 +168,7 @@ export class Closing {
   private finish(agent: LiveAgent, event: 'settled' | 'closed' | null): void {
     if (this.deps.registry.get(agent.id) !== agent) return;
     this.activations.forgetParent(agent.id);
-    if (event === 'settled') this.deps.observer?.settled();
+    if (event === 'settled') this.deps.observer.settled();
     agent.dispose();
     agent.advance(left);
     if (event !== null && agent.activationId !== null) {

@@ -38,10 +38,10 @@ export class ReportRule {
   reportFrom(child: LiveAgent, output: string, delivery: ReportDelivery, signal?: AbortSignal): string {
     try {
       const messageId = this.authorizeAndSend(child, output, delivery, signal);
-      this.deps.observer?.report(delivery, 'accepted', messageId, child);
+      this.deps.observer.report(delivery, 'accepted', messageId, child);
       return messageId;
     } catch (error) {
-      this.deps.observer?.report(delivery, error instanceof ServiceError ? error.code : 'ABORTED');
+      this.deps.observer.report(delivery, error instanceof ServiceError ? error.code : 'ABORTED', undefined, undefined);
       throw error;
     }
   }

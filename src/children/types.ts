@@ -9,21 +9,16 @@ import type { ChildMode, Provider } from '../domain/agent.js';
 import type { Budget } from '../domain/budget.js';
 import type { TextBlock } from '../domain/message.js';
 import type { ModelSpec } from '../domain/model.js';
-import type { ReportDelivery } from '../domain/packages.js';
 import type { Clock, IdSource } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import type { AgentScope, LiveAgent } from '../agents/live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { ActivationSetupRegistry } from './setup-registry.js';
+import type { RuntimeObserver } from '../observation/runtime-observer.js';
 
-/** What the children's lifecycle tells its observers about. */
-export interface ContinuationObserver {
-  /** A report call ended; an accepted one names the parent's message and the reporting child. */
-  report(delivery: ReportDelivery, outcome: string, messageId?: string, child?: LiveAgent): void;
-  coldResumed(): void;
-  settled(): void;
-}
+/** What the children's lifecycle tells its observers about: reports, cold resumes, settlements. */
+export type ContinuationObserver = Required<Pick<RuntimeObserver, 'report' | 'coldResumed' | 'settled'>>;
 
 export interface ContinuationDeps {
   registry: AgentRegistry;
@@ -35,7 +30,7 @@ export interface ContinuationDeps {
   /** Builds a LiveAgent wired to the dispatcher and to the lifecycle's hooks (unpublished). */
   makeAgent: (header: SessionHeader, scope: AgentScope, activationId: string) => LiveAgent;
   isDraining: () => boolean;
-  observer?: ContinuationObserver;
+  observer: ContinuationObserver;
   /** The deepest a child may be (a root is depth 0). */
   maxDepth?: number;
   /** Grants to children (budgets.ts). */

@@ -61,11 +61,6 @@ export class ClusterPackages implements PackageChanges {
     private readonly options: ClusterPackagesOptions,
   ) {}
 
-  /** The version this instance applied. */
-  get version(): number {
-    return this.deps.fence.applied();
-  }
-
   /** The version the PackageManager matches (0: none yet). */
   private get applied(): number {
     return this.deps.fence.applied();

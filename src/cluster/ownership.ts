@@ -59,6 +59,16 @@ export class ForestOwnership implements ForestPlacement {
     return this.epochs.has(rootId);
   }
 
+  async leased<T>(rootId: string, work: () => Promise<T>): Promise<T> {
+    const borrowed = !this.holds(rootId);
+    if (borrowed) await this.acquire(rootId);
+    try {
+      return await work();
+    } finally {
+      if (borrowed) await this.releaseIfIdle(rootId);
+    }
+  }
+
   /**
    * Give the lease up once no agent of the forest is live here, after the forest's writes
    * committed (a write after the release would be fenced). The epoch is read before waiting:

@@ -24,6 +24,8 @@ export interface WorkBoardDeps {
 }
 
 export class WorkBoard {
+  /** Stopped: a step parked during the stop (agents shutting down) is announced no more. */
+  private stopped = false;
   private readonly listeners = new Set<() => void>();
   private lastAnnounced = 0;
   private announceTimer: NodeJS.Timeout | undefined;
@@ -41,6 +43,7 @@ export class WorkBoard {
   }
 
   stop(): void {
+    this.stopped = true;
     clearInterval(this.repeatTimer);
     this.repeatTimer = undefined;
     clearTimeout(this.announceTimer);
@@ -49,7 +52,7 @@ export class WorkBoard {
 
   /** A step was parked here for the pool: tell the others soon. */
   parked(): void {
-    if (this.announceTimer !== undefined) return;
+    if (this.stopped || this.announceTimer !== undefined) return;
     const wait = Math.max(0, this.lastAnnounced + ANNOUNCE_MIN_MS - Date.now());
     this.announceTimer = setTimeout(() => {
       this.announceTimer = undefined;

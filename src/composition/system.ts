@@ -100,6 +100,8 @@ export interface System {
   queries: AgentQueries;
   /** Tree budgets: the claim gate, usage figures, grants. */
   budgets: Budgets;
+  /** Tells a parent that a continuable child's turn ended (when the package's mode says so). */
+  notices: SettlementNotices;
   /** What the runtime tells everything that only watches it (the observer list). */
   observers: Observers;
   /** Spans of turns, steps and tool calls (NO_TRACING unless traces are exported). */
@@ -159,6 +161,9 @@ export const systemClock: Clock = clockOf(() => Date.now());
 
 export function createSystem(options: SystemOptions): System {
   const { store, logger } = options;
+  if (options.cluster !== undefined && (options.cluster.database as object) !== store) {
+    throw new Error('several instances need the store opened with the cluster\'s fences (composition/open-store.ts openClusterStore)');
+  }
   const clock = options.clock ?? systemClock;
   const ids = options.ids ?? timeOrderedIds();
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -176,7 +181,18 @@ export function createSystem(options: SystemOptions): System {
     dispatcher.release();
     observers.draining();
   });
-  const log = new SessionLog(store, logger, (roots) => topology.forests.lost(roots), observers);
+  const log = new SessionLog(store, logger, (roots) => topology.forests.lost(roots), {
+    // The budgets' ledger first: a step's charge is in force before anything else hears of it.
+    headerQueued: (header) => {
+      budgets.ledger.headerQueued(header);
+      observers.headerQueued(header);
+    },
+    entryQueued: (item) => {
+      budgets.ledger.entryQueued(item);
+      observers.entryQueued(item);
+    },
+    committed: (batch, elapsedMs) => observers.committed(batch, elapsedMs),
+  });
   const registry = new AgentRegistry(limits, {
     added: (agent) => observers.agentAdded(agent),
     left: (agent) => {
@@ -245,16 +261,15 @@ export function createSystem(options: SystemOptions): System {
     clock,
     ids,
     dispatcher,
-    onInbox: (agent, event, item) => {
-      observers.inbox(agent, event, item);
-      if (event !== 'enqueue') continuation.closing.inboxExit(agent);
-    },
+    // An inbox effect happens inside a transition, whose end tells the closing (onChange).
+    onInbox: (agent, event, item) => observers.inbox(agent, event, item),
     onChange: (agent) => {
       continuation.closing.noteChange(agent);
       observers.agentChanged(agent);
     },
     onTurnEnd: (agent, end) => {
       budgets.turnEnded(agent);
+      notices.onTurnEnd(agent, end);
       observers.turnEnded(agent, end);
     },
     onLease: (agent, event, stepId, attempt) => observers.stepLease(event, agent, stepId, attempt),
@@ -279,11 +294,10 @@ export function createSystem(options: SystemOptions): System {
 
   const authority = new AgentAuthority({ registry, log });
   const queries = new AgentQueries({ registry, activations: continuation.activations, log, forests, budgets });
-  const hub = new EventHub({ log, viewOf: (agent) => queries.viewOfLive(agent) });
+  const hub = new EventHub({ viewOf: (agent) => queries.viewOfLive(agent) });
   const streams = new EventStreams({ log, hub, registry, view: (id) => queries.viewIfKnown(id), waiters });
 
   const metrics = new Metrics({
-    log,
     registry,
     isDraining: () => gate.draining,
     openStreams: () => hub.streams,
@@ -307,7 +321,7 @@ export function createSystem(options: SystemOptions): System {
 
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
   const stored = new StoredSessions({ registry, log, lock: continuation.lock, forests });
-  const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored });
+  const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored, forests });
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
   const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing });
   const protocol = new StepProtocol({
@@ -353,8 +367,6 @@ export function createSystem(options: SystemOptions): System {
     { log, reads: store.webhooks, clock, ids, logger, forests, observe: webhookMetrics(metrics.registry, store.webhooks, clock), send: options.webhookSend },
     { ...DEFAULT_DELIVERY, ...options.webhooks },
   );
-  // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
-  driver.start();
   const notices = new SettlementNotices({ registry, logger, mode: () => packages.settlementNoticesInForce(), isDraining: () => gate.draining });
 
   // Everything that only watches, once. Its order means nothing.
@@ -362,11 +374,11 @@ export function createSystem(options: SystemOptions): System {
     hub.observer,
     metrics.observer,
     webhooks.observer,
-    budgets.ledger,
     { agentLeft: (agent) => stepCache.forget(agent), turnEnded: (agent) => stepCache.turnEnded(agent) },
-    { turnEnded: (agent, end) => notices.onTurnEnd(agent, end) },
     ...(tracing.observer === undefined ? [] : [tracing.observer]),
     ...(options.observers ?? []),
   ];
-  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, observers, budgets, budgetChanges, tracing, webhooks };
+  // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
+  driver.start();
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, tracing, webhooks };
 }

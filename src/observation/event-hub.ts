@@ -13,7 +13,6 @@ import type { SessionEntry } from '../domain/session.js';
 import { isClaimable } from '../domain/turn-machine.js';
 import type { RuntimeObserver } from './runtime-observer.js';
 import type { LiveAgent } from '../agents/live-agent.js';
-import type { SessionLog } from '../sessions/session-log.js';
 import type { BatchEntry } from '../sessions/session-store.js';
 import type { AgentView } from '../contract/index.js';
 
@@ -53,7 +52,6 @@ export type HubEvent =
 export type HubListener = (event: HubEvent) => void;
 
 export interface EventHubDeps {
-  log: SessionLog;
   /** The agent view of a live agent (status, inbox, staged). */
   viewOf: (agent: LiveAgent) => AgentView;
 }

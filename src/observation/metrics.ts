@@ -8,7 +8,6 @@ import type { DriverEvent } from '../driver/model-driver.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import type { ReportDelivery } from '../domain/packages.js';
 import type { RuntimeObserver } from './runtime-observer.js';
-import type { SessionLog } from '../sessions/session-log.js';
 import type { BatchEntry, WriteBatch } from '../sessions/session-store.js';
 import { addUsage, zeroUsage, type Usage } from '../domain/budget.js';
 import { chargeOf } from '../domain/charges.js';
@@ -17,7 +16,6 @@ import { statusOf } from '../agents/reads/views.js';
 import type { LiveAgent } from '../agents/live-agent.js';
 
 export interface MetricsDeps {
-  log: SessionLog;
   registry: AgentRegistry;
   isDraining: () => boolean;
   openStreams: () => number;

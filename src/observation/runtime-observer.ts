@@ -1,8 +1,8 @@
 /**
- * What only watches the runtime (the event hub, metrics, tracing, webhooks' event mapper,
- * budgets' ledger, the step cache, settlement notices) hears it through one list of observers,
- * written once at the end of the wiring. Each observer implements the calls it needs. An
- * observer never steers: what changes what happens next is a constructor argument of the
+ * What only watches the runtime (the event hub, metrics, tracing, webhooks' event mapper, the
+ * step cache) hears it through one list of observers, written once at the end of the wiring.
+ * Each observer implements the calls it needs. An observer never steers: what changes what
+ * happens next (the budgets' ledger, settlement notices) is a constructor argument of the
  * runtime object that acts. So the order of the list means nothing, and an observer that
  * throws reaches the caller as a direct call would.
  */
@@ -13,15 +13,11 @@ import type { InboxEvent, InboxItem } from '../domain/turn-machine.js';
 import type { LeaseEvent, LiveAgent, TurnEndBody } from '../agents/live-agent.js';
 import type { InterruptOrigin } from '../children/interrupts.js';
 import type { DriverEvent } from '../driver/model-driver.js';
+import type { LogObserver } from '../sessions/session-log.js';
 import type { BatchEntry, WriteBatch } from '../sessions/session-store.js';
 
-export interface RuntimeObserver {
-  /** A session header was queued for writing, in the synchronous span that queued it (before it commits). */
-  headerQueued?(header: SessionHeader): void;
-  /** An entry was queued for writing, in the synchronous span that queued it (before it commits). */
-  entryQueued?(item: BatchEntry): void;
-  /** A batch committed; `elapsedMs`: how long the store took. */
-  committed?(batch: WriteBatch, elapsedMs: number): void;
+/** The log's calls (queued headers and entries, committed batches), and the runtime's. */
+export interface RuntimeObserver extends LogObserver {
   /** An agent entered the live registry. */
   agentAdded?(agent: LiveAgent): void;
   /** A live agent made a transition (after every one). */

@@ -32,26 +32,12 @@ export class StoredSessions {
   async append<B extends EntryBody>(header: SessionHeader, instead: string, build: (lastSeq: number) => Promise<B>): Promise<B & { seq: number }> {
     const id = header.id;
     const root = header.rootSession ?? id;
-    return this.leased(root, async () => {
+    return this.deps.forests.leased(root, async () => {
       const write = (): Promise<B & { seq: number }> => this.write(header, instead, build);
       const entry = header.kind === 'root' ? await this.underReservation(id, write) : await this.deps.lock.run(id, write);
       await this.deps.log.durable(root);
       return entry;
     });
-  }
-
-  /**
-   * Run `work` holding the forest's lease (several instances): borrowed for it when this
-   * instance does not hold it, given back after unless some of the forest is live here.
-   */
-  async leased<T>(root: string, work: () => Promise<T>): Promise<T> {
-    const borrowed = !this.deps.forests.holds(root);
-    if (borrowed) await this.deps.forests.acquire(root);
-    try {
-      return await work();
-    } finally {
-      if (borrowed) await this.deps.forests.releaseIfIdle(root);
-    }
   }
 
   private async underReservation<T>(id: string, critical: () => Promise<T>): Promise<T> {

@@ -7,11 +7,12 @@ import { localPackageChanges } from '../tools/packages/package-changes.js';
 import type { PackageManager } from '../tools/packages/package-manager.js';
 import type { AgentPage, ForestPlacement, LocalClaim, PoolClaim, Topology } from './topology.js';
 
-export const EVERY_FOREST_HERE: ForestPlacement = {
+const EVERY_FOREST_HERE: ForestPlacement = {
   exclusive: true,
   instanceId: undefined,
   acquire: () => Promise.resolve(),
   holds: () => true,
+  leased: (_rootId, work) => work(),
   releaseIfIdle: () => Promise.resolve(),
   heldElsewhere: () => Promise.resolve(new Set()),
   ownerElsewhere: () => Promise.resolve(undefined),

@@ -29,6 +29,11 @@ export interface ForestPlacement {
   /** Hold the forest, or throw 421 MISDIRECTED naming the instance that does. */
   acquire(rootId: string): Promise<void>;
   holds(rootId: string): boolean;
+  /**
+   * Run `work` holding the forest: borrowed for it when this instance does not hold it (to
+   * write to a session that is not resident), given back after unless some of it is live here.
+   */
+  leased<T>(rootId: string, work: () => Promise<T>): Promise<T>;
   /** Give the forest up once nothing of it is live here and its writes committed. */
   releaseIfIdle(rootId: string): Promise<void>;
   /** Of these forests, the ones another instance holds now. */

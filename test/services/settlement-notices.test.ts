@@ -157,7 +157,7 @@ describe('settlement notices: modes', () => {
     const child = await startChild(h, root);
     const agent = live(h, child.id);
 
-    h.system.observers.turnEnded(agent, { type: 'turn-end', at: new Date(0).toISOString(), turnId: 'turn-x', reason: 'failed' });
+    h.system.notices.onTurnEnd(agent, { type: 'turn-end', at: new Date(0).toISOString(), turnId: 'turn-x', reason: 'failed' });
     expect(await noticesAt(h, root.id)).toEqual([expect.objectContaining(notice(child.id, 'failed'))]);
     expect((await noticesAt(h, root.id))[0]?.content).toHaveLength(1);
   });

@@ -4,13 +4,8 @@
  * store's at its version 3 (sessions, entries with forest order, pending rows, idempotency);
  * forest leases and the cluster's package configuration exist only here.
  */
+import type { Migration } from '../migration.js';
 import { POSTGRES_WEBHOOK_TABLES } from './postgres-webhooks.js';
-
-export interface Migration {
-  version: number;
-  description: string;
-  sql: string;
-}
 
 export const POSTGRES_MIGRATIONS: readonly Migration[] = [
   {

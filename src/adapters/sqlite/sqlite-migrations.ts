@@ -3,14 +3,12 @@
  * `schema_migrations` records what ran; a database newer than this code is refused.
  */
 import type Database from 'better-sqlite3';
+import type { Migration as SqlMigration } from '../migration.js';
 import type { EntryRow } from '../batch-rows.js';
 import { encodeEntries, entryInserter, PAGE_ENTRIES } from './sqlite-writes.js';
 import { WEBHOOK_TABLES } from './sqlite-webhooks.js';
 
-export interface Migration {
-  version: number;
-  description: string;
-  sql: string;
+export interface Migration extends SqlMigration {
   /** Moves data after `sql` ran, in the same transaction. */
   run?: (db: Database.Database) => void;
 }

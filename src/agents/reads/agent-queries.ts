@@ -118,7 +118,7 @@ export class AgentQueries {
    * unowned, or its owner's lease expired (resume it here).
    */
   async ownerElsewhere(id: string): Promise<ForestOwner | undefined> {
-    if (this.deps.forests.exclusive || this.deps.registry.get(id) !== undefined) return undefined;
+    if (this.deps.registry.get(id) !== undefined) return undefined;
     const header = (await this.deps.log.store.header(id))?.header;
     return this.deps.forests.ownerElsewhere(header?.rootSession ?? id);
   }
