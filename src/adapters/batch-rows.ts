@@ -4,6 +4,7 @@
  */
 import type { WriteBatch } from '../sessions/session-store.js';
 import type { WebhookChange } from '../sessions/outbox.js';
+import type { SettingChange } from '../sessions/settings.js';
 
 export type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
 /** One entry; `body` is the entry without `seq`, as JSON. */
@@ -13,6 +14,8 @@ export type PendingChangeRow =
   | [sessionId: string, messageId: string, position: number, kind: string, itemId: string | null, message: string, acceptedAt: string];
 export type IdempotencyRow = [sender: string, key: string, fingerprint: string, status: number, response: string, createdAt: number, expiresAt: number];
 export type OutboxRow = [eventId: string, type: string, rootId: string, at: number, payload: string];
+/** A setting deleted, or put with its value as JSON text. */
+export type SettingRow = [kind: string, name: string] | [kind: string, name: string, value: string, updatedAt: string];
 
 export interface BatchRows {
   sessions: SessionRow[];
@@ -22,6 +25,8 @@ export interface BatchRows {
   outbox: OutboxRow[];
   /** Plain objects of primitives already: they cross a thread boundary as they are. */
   webhooks: WebhookChange[];
+  /** In the order the batch changes them. */
+  settings: SettingRow[];
 }
 
 export function encodeRows(batch: WriteBatch): BatchRows {
@@ -41,6 +46,7 @@ export function encodeRows(batch: WriteBatch): BatchRows {
     idempotency: (batch.idempotency ?? []).map((r) => [r.sender, r.key, r.fingerprint, r.status, JSON.stringify(r.response), r.createdAt, r.expiresAt]),
     outbox: (batch.outbox ?? []).map((e) => [e.id, e.type, e.rootId, e.at, e.payload]),
     webhooks: batch.webhooks ?? [],
+    settings: settingRows(batch.settings ?? []),
   };
 }
 
@@ -58,4 +64,15 @@ export function seqAdvances(runs: Iterable<readonly [sessionId: string, firstSeq
     else range.to = lastSeq;
   }
   return advance;
+}
+
+/** Setting changes as rows; throws (rejecting the whole batch) on a value that has no JSON text. */
+export function settingRows(changes: readonly SettingChange[]): SettingRow[] {
+  return changes.map((change): SettingRow => {
+    if (change.op === 'delete') return [change.kind, change.name];
+    const { kind, name, value, updatedAt } = change.setting;
+    const text = JSON.stringify(value) as string | undefined;
+    if (text === undefined) throw new Error(`setting "${kind}/${name}" has no JSON value`);
+    return [kind, name, text, updatedAt];
+  });
 }

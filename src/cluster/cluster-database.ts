@@ -61,6 +61,8 @@ export interface PackageTable {
 /** NOTIFY channels: a new package version was committed; an instance applied a version. */
 export const PACKAGES_CHANGED = 'agentforest_packages';
 export const PACKAGES_APPLIED = 'agentforest_packages_applied';
+/** NOTIFY channel: a batch that changed operator settings committed (payload: the kinds it changed, comma-separated). */
+export const SETTINGS_CHANGED = 'agentforest_settings';
 
 export interface ListenOptions {
   channels: readonly string[];

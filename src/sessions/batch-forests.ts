@@ -5,7 +5,8 @@
  * root; a pending change names it (`rootId`) or belongs to a session the batch creates, else
  * `rootOfSession` is asked; an idempotency record belongs to the forest it names, and so do an
  * outbox event and a delivery's state change. A row whose
- * forest cannot be told belongs to none: it is never fenced and never left out.
+ * forest cannot be told belongs to none: it is never fenced and never left out. An operator
+ * setting belongs to none by its nature.
  */
 import type { PendingOp, WriteBatch } from './session-store.js';
 import { changeRoot } from './outbox.js';
@@ -69,5 +70,6 @@ export function withoutForests(batch: WriteBatch, gone: ReadonlySet<string>, roo
       return root === undefined || !gone.has(root);
     });
   }
+  if (batch.settings !== undefined) kept.settings = batch.settings;
   return kept;
 }

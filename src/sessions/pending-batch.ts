@@ -65,5 +65,6 @@ export function mergeBatches(first: WriteBatch, second: WriteBatch): WriteBatch 
     idempotency: [...(first.idempotency ?? []), ...(second.idempotency ?? [])],
     outbox: [...(first.outbox ?? []), ...(second.outbox ?? [])],
     webhooks: [...(first.webhooks ?? []), ...(second.webhooks ?? [])],
+    settings: [...(first.settings ?? []), ...(second.settings ?? [])],
   };
 }

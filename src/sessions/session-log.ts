@@ -23,6 +23,7 @@ import type { EntryBody, SessionEntry, SessionHeader } from '../domain/session.j
 import { withoutForests } from './batch-forests.js';
 import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, storeUnavailable, type CommitResult, type PendingBatch } from './pending-batch.js';
 import type { OutboxEvent, WebhookChange } from './outbox.js';
+import type { SettingChange } from './settings.js';
 import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 
@@ -190,6 +191,12 @@ export class SessionLog {
   /** Change webhook subscriptions or delivery states in the next batch (see WebhookChange). */
   changeWebhooks(change: WebhookChange): void {
     (this.pending.webhooks ??= []).push(change);
+    this.schedule();
+  }
+
+  /** Put or delete an operator setting in the next batch (see SettingChange); it belongs to no forest. */
+  changeSettings(change: SettingChange): void {
+    (this.pending.settings ??= []).push(change);
     this.schedule();
   }
 
@@ -367,5 +374,6 @@ function writesOf(batch: WriteBatch): WriteBatch {
   if (batch.idempotency !== undefined) writes.idempotency = batch.idempotency;
   if (batch.outbox !== undefined) writes.outbox = batch.outbox;
   if (batch.webhooks !== undefined) writes.webhooks = batch.webhooks;
+  if (batch.settings !== undefined) writes.settings = batch.settings;
   return writes;
 }

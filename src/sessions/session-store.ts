@@ -8,6 +8,7 @@ import type { Message, ReceiptState } from '../domain/message.js';
 import type { PendingRowValue } from '../domain/pending-rows.js';
 import type { CompactionEntry, SessionEntry, SessionHeader } from '../domain/session.js';
 import type { OutboxEvent, WebhookChange, WebhookReads } from './outbox.js';
+import type { SettingChange, SettingReads } from './settings.js';
 
 export type { CompactionEntry } from '../domain/session.js';
 
@@ -58,6 +59,8 @@ export interface WriteBatch {
   outbox?: OutboxEvent[];
   /** Changes to webhook subscriptions and delivery states, applied after the outbox events. */
   webhooks?: WebhookChange[];
+  /** Changes to operator settings, applied in order (see settings.ts); they belong to no forest. */
+  settings?: SettingChange[];
 }
 
 /** Where a message is, from durable state. */
@@ -154,6 +157,8 @@ export interface SessionStore {
   expireIdempotency(now: number): Promise<number>;
   /** Webhook subscriptions and the outbox. */
   readonly webhooks: WebhookReads;
+  /** Operator settings (tool servers, backend tools...). */
+  readonly settings: SettingReads;
   /**
    * Resolves once the store answered a trivial query; rejects when it cannot be reached (a
    * database server that is down). Readiness asks it.
@@ -175,7 +180,8 @@ export function batchIsEmpty(batch: WriteBatch): boolean {
     (batch.pending?.length ?? 0) === 0 &&
     (batch.idempotency?.length ?? 0) === 0 &&
     (batch.outbox?.length ?? 0) === 0 &&
-    (batch.webhooks?.length ?? 0) === 0
+    (batch.webhooks?.length ?? 0) === 0 &&
+    (batch.settings?.length ?? 0) === 0
   );
 }
 

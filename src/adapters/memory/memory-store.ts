@@ -26,6 +26,8 @@ import {
   type TurnBoundary,
   type WriteBatch,
 } from '../../sessions/session-store.js';
+import { settingRows } from '../batch-rows.js';
+import { MemorySettings } from './memory-settings.js';
 import { MemoryWebhooks } from './memory-webhooks.js';
 
 /** One committed entry: its JSON text, and what lookups read without parsing it. */
@@ -78,9 +80,12 @@ export class MemorySessionStore implements SessionStore {
   private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
   readonly webhooks = new MemoryWebhooks();
+  readonly settings = new MemorySettings();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
+    // Encoded before anything is kept: a value with no JSON text rejects the batch whole.
+    const settings = settingRows(batch.settings ?? []);
     // Forest positions only grow, as the SQL stores' unique index enforces.
     const lastInForest = new Map<string, number>();
     for (const item of batch.entries) {
@@ -111,6 +116,7 @@ export class MemorySessionStore implements SessionStore {
     }
     for (const { rootId: _forest, ...record } of batch.idempotency ?? []) this.keys.set(`${record.sender}\u0000${record.key}`, structuredClone(record));
     this.webhooks.apply(batch.outbox ?? [], batch.webhooks ?? []);
+    this.settings.apply(settings);
   }
 
   async header(id: string): Promise<SessionSummary | undefined> {

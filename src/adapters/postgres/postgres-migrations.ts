@@ -5,6 +5,7 @@
  * forest leases and the cluster's package configuration exist only here.
  */
 import type { Migration } from '../migration.js';
+import { POSTGRES_SETTING_TABLES } from './postgres-settings.js';
 import { POSTGRES_WEBHOOK_TABLES } from './postgres-webhooks.js';
 
 export const POSTGRES_MIGRATIONS: readonly Migration[] = [
@@ -112,6 +113,11 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
     sql: `
       CREATE INDEX sessions_roots ON sessions (created_at COLLATE "C", id COLLATE "C") WHERE parent_session IS NULL;
     `,
+  },
+  {
+    version: 7,
+    description: 'operator settings: named JSON documents by kind (tool servers, backend tools)',
+    sql: POSTGRES_SETTING_TABLES,
   },
 ];
 

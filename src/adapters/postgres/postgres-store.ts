@@ -43,6 +43,7 @@ import type { ClusterDatabase, ClusterFences, Listener, ListenOptions } from '..
 import { postgresUnavailable } from './postgres-outages.js';
 import { inTransaction } from './postgres-transactions.js';
 import { writeRows } from './postgres-writes.js';
+import { PostgresSettings } from './postgres-settings.js';
 import { PostgresWebhooks } from './postgres-webhooks.js';
 import { storedRootOf, type RootRow } from '../root-rows.js';
 
@@ -76,11 +77,13 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
   /** The cluster's package configuration, which also fences this store's report writes. */
   readonly packages: PostgresPackages;
   readonly webhooks: PostgresWebhooks;
+  readonly settings: PostgresSettings;
 
   /** `url` is kept for connections of their own (a LISTEN). */
   private constructor(private readonly pool: pg.Pool, private readonly url: string, fences: ClusterFences | undefined) {
     this.leases = new ForestLeases(pool, fences?.leases);
     this.webhooks = new PostgresWebhooks(pool);
+    this.settings = new PostgresSettings(pool);
     this.packages = new PostgresPackages(pool, fences?.packages);
   }
 

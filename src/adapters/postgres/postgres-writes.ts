@@ -2,10 +2,11 @@
  * The rows of one batch into PostgreSQL, on the client of the transaction that holds them:
  * sessions, entries (advancing each session's `last_seq` by compare-and-set, so a gap or a
  * duplicate seq aborts the transaction), pending changes in order, idempotency records, the
- * webhook outbox and changes (postgres-webhooks.ts).
+ * webhook outbox and changes (postgres-webhooks.ts), and operator settings (postgres-settings.ts).
  */
 import type pg from 'pg';
 import { seqAdvances, type BatchRows } from '../batch-rows.js';
+import { writeSettingRows } from './postgres-settings.js';
 import { writeWebhookRows } from './postgres-webhooks.js';
 
 export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise<void> {
@@ -55,6 +56,7 @@ export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise
     );
   }
   if (rows.outbox.length > 0 || rows.webhooks.length > 0) await writeWebhookRows(client, rows.outbox, rows.webhooks);
+  if (rows.settings.length > 0) await writeSettingRows(client, rows.settings);
 }
 
 /** Rows of tuples as one array per column, for `unnest`. */

@@ -6,6 +6,7 @@ import type Database from 'better-sqlite3';
 import type { Migration as SqlMigration } from '../migration.js';
 import type { EntryRow } from '../batch-rows.js';
 import { encodeEntries, entryInserter, PAGE_ENTRIES } from './sqlite-writes.js';
+import { SETTING_TABLES } from './sqlite-settings.js';
 import { WEBHOOK_TABLES } from './sqlite-webhooks.js';
 
 export interface Migration extends SqlMigration {
@@ -147,6 +148,11 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 6,
     description: 'webhook subscriptions and the outbox of their deliveries',
     sql: WEBHOOK_TABLES,
+  },
+  {
+    version: 7,
+    description: 'operator settings: named JSON documents by kind (tool servers, backend tools)',
+    sql: SETTING_TABLES,
   },
 ];
 

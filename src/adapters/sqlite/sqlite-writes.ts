@@ -15,6 +15,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { WriteBatch } from '../../sessions/session-store.js';
+import { settingWriter } from './sqlite-settings.js';
 import { webhookWriter } from './sqlite-webhooks.js';
 import { encodeRows, seqAdvances, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from '../batch-rows.js';
 
@@ -117,6 +118,7 @@ export function encodeBatch(batch: WriteBatch): EncodedBatch {
     idempotency: rows.idempotency,
     outbox: rows.outbox,
     webhooks: rows.webhooks,
+    settings: rows.settings,
   };
 }
 
@@ -245,6 +247,7 @@ export class SqliteWrites {
     );
     this.expireStatement = db.prepare('DELETE FROM idempotency WHERE expires_at <= ?');
     const writeWebhooks = webhookWriter(db);
+    const writeSettings = settingWriter(db);
     // Any throw inside rolls the whole batch back.
     this.apply = db.transaction((batch: EncodedBatch) => {
       for (const row of batch.sessions) insertSession.run(...row);
@@ -261,6 +264,7 @@ export class SqliteWrites {
       }
       for (const row of batch.idempotency) putIdempotency.run(...row);
       if (batch.outbox.length > 0 || batch.webhooks.length > 0) writeWebhooks(batch.outbox, batch.webhooks);
+      if (batch.settings.length > 0) writeSettings(batch.settings);
     });
   }
 
