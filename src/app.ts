@@ -18,6 +18,7 @@ import { agentRoutes } from './routes/agents/index.js';
 import { registerOperatorAuth } from './routes/auth.js';
 import { budgetRoutes } from './routes/budgets/index.js';
 import { webhookRoutes } from './routes/webhooks/index.js';
+import { grantRoutes } from './routes/grants/index.js';
 import { childRoutes } from './routes/children/index.js';
 import { clusterRoutes } from './routes/cluster/index.js';
 import { eventRoutes } from './routes/events/index.js';
@@ -38,7 +39,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'webhooks' | 'log'> & Partial<Pick<System, 'tracing'>>;
+  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log'> & Partial<Pick<System, 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -92,7 +93,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   if (deps.maxConnections !== undefined) capConnections(app, deps.maxConnections);
-  const { roots, deliveries, queries, notRunning, interrupts, protocol, toolCalls, compactions, gate, topology, streams, hub, metrics, budgets, budgetChanges, log } = deps.system;
+  const { roots, deliveries, queries, notRunning, interrupts, protocol, toolCalls, compactions, gate, topology, streams, hub, metrics, budgets, budgetChanges, grantChanges, log } = deps.system;
   await app.register(requestIdHeader);
   await app.register(requestMetrics, { metrics });
   await app.register(gracefulClose);
@@ -119,6 +120,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(agentRoutes, { roots, deliveries, queries, notRunning, interrupts, protocol, calls: toolCalls, topology });
   await app.register(childRoutes, { deliveries });
   await app.register(budgetRoutes, { budgets, changes: budgetChanges });
+  await app.register(grantRoutes, { grants: grantChanges });
   await app.register(stepRoutes, { protocol, compactions, topology });
   await app.register(messageRoutes, { receipt: (messageId) => receiptOf(log, messageId) });
   await app.register(eventRoutes, {

@@ -264,6 +264,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/grants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An agent's grants
+         * @description `grants`: its own; `effective`: the known tools it may call now (granted to it and every ancestor, installed, in its scope and toolFilter). For an agent that is not live, `effective` leaves out what depends on its scope when it runs (report, the control tools).
+         */
+        get: operations["getGrants"];
+        /**
+         * Set an agent's grants
+         * @description Replaces the tools the agent may call. A root may be granted any tool; a child only what its parent and every ancestor hold (400 VALIDATION names the first tool they lack), so the operator may widen a child up to its parent, never beyond. A tool taken from an agent is taken from every descendant at once, and vanishes from their next steps. Durable (a grants entry in the session). Answers the grants and the tools they come to.
+         */
+        put: operations["putGrants"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{id}/steps/next": {
         parameters: {
             query?: never;
@@ -805,8 +829,17 @@ export interface components {
             type: "budget";
             budget: components["schemas"]["Budget"];
         };
+        /** @description The agent's grants changed (PUT grants): `grants` is all of them from here on. */
+        GrantsEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "grants";
+            grants: string[];
+        };
         /** @description One durable log entry; `type` says which. */
-        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"] | components["schemas"]["BudgetEntry"];
+        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"] | components["schemas"]["BudgetEntry"] | components["schemas"]["GrantsEntry"];
         /** @description The session's immutable header. */
         SessionHeader: {
             version: number;
@@ -833,6 +866,8 @@ export interface components {
             };
             model?: components["schemas"]["ModelSpec"];
             budget?: components["schemas"]["Budget"];
+            /** @description The tools it was granted when created (grants entries change them). Absent: the service-owned tools. */
+            grants?: string[];
         };
         /** @description An OpenAI chat-completions message. */
         ChatMessage: {
@@ -969,6 +1004,14 @@ export interface components {
             config: components["schemas"]["PackageConfig"];
             /** @description Several instances on PostgreSQL only, and only when not empty: the instances that did not confirm the change within AGENTFOREST_CONFIG_CONFIRM_MS. */
             unconfirmed?: components["schemas"]["UnconfirmedInstance"][];
+        };
+        /** @description Tools granted: tool names (`send_message`, `mcp__files__read`, a declared backend tool), names ending in `*` for every tool with that prefix (`mcp__files__*`), or a package name for its tools (`subagent-control`). A child may be granted only what its parent and every ancestor hold. */
+        Grants: string[];
+        GrantsView: {
+            /** @description The agent's own grants (package names written as their tools). */
+            grants: string[];
+            /** @description The names of the known tools it may call now: granted to it and to every ancestor, installed, and in its scope. */
+            effective: string[];
         };
     };
     responses: {
@@ -1633,6 +1676,7 @@ export interface operations {
                     };
                     model?: components["schemas"]["ModelSpec"];
                     budget?: components["schemas"]["Budget"];
+                    tools?: components["schemas"]["Grants"];
                 };
             };
         };
@@ -2064,6 +2108,7 @@ export interface operations {
                         /** @description Global tools the child may see; child-scoped tools (report) are not filtered. */
                         allow: string[];
                     };
+                    tools?: components["schemas"]["Grants"];
                     model?: components["schemas"]["ModelSpec"];
                     budget?: components["schemas"]["Budget"];
                 };
@@ -2237,6 +2282,91 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["AgentNotFound"];
             408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    getGrants: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The agent's own grants (package names written as their tools). */
+                        grants: string[];
+                        /** @description The names of the known tools it may call now: granted to it and to every ancestor, installed, and in its scope. */
+                        effective: string[];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    putGrants: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    grants: components["schemas"]["Grants"];
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The agent's own grants (package names written as their tools). */
+                        grants: string[];
+                        /** @description The names of the known tools it may call now: granted to it and to every ancestor, installed, and in its scope. */
+                        effective: string[];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["AgentNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["AgentExistsOrActivationClosingOrNotResumable"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];

@@ -11,6 +11,7 @@
  */
 import { ServiceError } from '../domain/errors.js';
 import type { Budget } from '../domain/budget.js';
+import { grantsOrRefuse } from '../domain/grants.js';
 import type { ModelSpec } from '../domain/model.js';
 import type { Clock, IdSource } from '../domain/ports.js';
 import { SESSION_SCHEMA_VERSION, type SessionHeader } from '../domain/session.js';
@@ -59,9 +60,10 @@ interface StoredResume {
 export class RootLifecycle {
   constructor(private readonly deps: RootLifecycleDeps) {}
 
-  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec; budget?: Budget }): Promise<AgentWithToken> {
+  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec; budget?: Budget; tools?: string[] }): Promise<AgentWithToken> {
     this.deps.gate.admitNewWork();
     const model = input.model === undefined ? undefined : (this.deps.checkModel?.(input.model) ?? input.model);
+    const grants = input.tools === undefined ? undefined : grantsOrRefuse(input.tools);
     const id = input.id ?? this.deps.ids.next('agent');
     this.deps.registry.reserve(id);
     try {
@@ -85,6 +87,7 @@ export class RootLifecycle {
       if (input.metadata !== undefined) header.metadata = input.metadata;
       if (model !== undefined) header.model = model;
       if (input.budget !== undefined) header.budget = { ...input.budget };
+      if (grants !== undefined) header.grants = grants;
       this.deps.log.create(header);
       await this.settleOpened(id);
       return this.created(this.publishRoot(header));

@@ -1,6 +1,6 @@
 /**
  * The ledger: for every forest it holds, each agent's account — its limits, what it spent and
- * what its subtree spent. It is kept from the log alone: it observes every header and entry as
+ * what its subtree spent, and the tools granted to it. It is kept from the log alone: it observes every header and entry as
  * the session log queues them (a step's charge is in force in the claim that wrote its
  * step-start), and a forest it does not hold is read back from the store by one pass over the
  * forest's headers and entries (`hold`). A forest is kept while any of its agents is live
@@ -34,6 +34,8 @@ export class Account {
     readonly parent: Account | undefined,
     /** The limits of this agent's subtree; undefined: none of its own. */
     public budget: Budget | undefined,
+    /** The tools granted to it (domain/grants.ts); undefined: the service-owned ones. */
+    public grants: readonly string[] | undefined,
   ) {
     parent?.adopt(this);
   }
@@ -247,7 +249,7 @@ export class ForestLedger implements Required<Pick<LogObserver, 'headerQueued' |
   private open(header: SessionHeader, accounts: Map<string, Account>): void {
     if (accounts.has(header.id)) return;
     const parent = header.parentSession === null ? undefined : accounts.get(header.parentSession);
-    accounts.set(header.id, new Account(header.id, parent, header.budget === undefined ? undefined : { ...header.budget }));
+    accounts.set(header.id, new Account(header.id, parent, header.budget === undefined ? undefined : { ...header.budget }, header.grants));
   }
 
   private apply({ sessionId, entry }: BatchEntry, accounts: Map<string, Account>, live: boolean): void {
@@ -255,6 +257,10 @@ export class ForestLedger implements Required<Pick<LogObserver, 'headerQueued' |
     if (account === undefined) return;
     if (entry.type === 'budget') {
       account.budget = { ...entry.budget };
+      return;
+    }
+    if (entry.type === 'grants') {
+      account.grants = entry.grants;
       return;
     }
     const charge = chargeOf(entry);

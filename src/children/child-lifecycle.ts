@@ -43,16 +43,16 @@ export class ChildLifecycle {
     spec: ChildSpec,
     onAccepted?: (started: { agent: LiveAgent; messageId: string }) => void,
   ): Promise<{ agent: LiveAgent; messageId: string }> {
-    const grant = (): void => {
+    const grant = (): string[] => {
       if (spec.budget !== undefined) this.deps.budgets.checkGrant(parent.id, spec.budget);
+      return this.deps.grants.forChild(parent.id, spec.tools);
     };
     this.admission.checkParentAdmits(parent);
     this.admission.checkChildRoom(parent);
-    grant();
+    let grants = grant();
     const childId = this.deps.ids.next('agent');
     const continuable = spec.mode === 'continuable' && spec.provider === 'in-process';
     const work = this.lock.run(childId, async () => {
-      const header = this.childHeader(parent, childId, spec);
       const scope = new AgentScope();
       const setup = continuable ? this.deps.setup.apply(scope) : undefined;
       // The asynchronous window before publication: earlier writes settle, and a revocation
@@ -61,9 +61,11 @@ export class ChildLifecycle {
       const recheck = (): void => {
         this.admission.checkParentAdmits(parent);
         this.admission.checkChildRoom(parent);
-        grant();
+        // The grants as the parent's chain holds them in the span that publishes the child.
+        grants = grant();
       };
       return this.publishAfterWindow(parent.rootId, scope, setup, async () => undefined, recheck, () => {
+        const header = this.childHeader(parent, childId, spec, grants);
         this.deps.log.create(header);
         const agent = this.publish(header, scope, 'created', continuable);
         if (spec.mode === 'continuable') this.activations.markParentOfContinuable(parent.id);
@@ -234,7 +236,7 @@ export class ChildLifecycle {
     return agent;
   }
 
-  private childHeader(parent: LiveAgent, id: string, spec: ChildSpec): SessionHeader {
+  private childHeader(parent: LiveAgent, id: string, spec: ChildSpec, grants: string[]): SessionHeader {
     const header: SessionHeader = {
       version: SESSION_SCHEMA_VERSION,
       id,
@@ -246,6 +248,7 @@ export class ChildLifecycle {
       origin: 'subagent',
       mode: spec.mode,
       provider: spec.provider,
+      grants,
     };
     if (spec.label !== undefined) header.label = spec.label;
     if (spec.instructions !== undefined) header.instructions = spec.instructions;

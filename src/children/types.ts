@@ -35,6 +35,8 @@ export interface ContinuationDeps {
   maxDepth?: number;
   /** Grants to children (budgets.ts). */
   budgets: BudgetPort;
+  /** The tools a child is granted (tools/grants.ts). */
+  grants: GrantPort;
   /**
    * Wakeup reports join a parent's queued wakeup turn (the inbox tail) instead of queueing a
    * turn each. Off by default: the HTTP contract gives each wakeup report its own later turn.
@@ -48,6 +50,15 @@ export interface BudgetPort {
   checkGrant(parentId: string, grant: Budget): void;
 }
 
+/** What the child lifecycle needs of tool grants (tools/grants.ts). */
+export interface GrantPort {
+  /**
+   * The grants of a new child of `parentId`: `wanted` when given (400 VALIDATION names one its
+   * parent's chain does not cover), else a copy of the parent's.
+   */
+  forChild(parentId: string, wanted: readonly string[] | undefined): string[];
+}
+
 export interface ChildSpec {
   mode: ChildMode;
   provider: Provider;
@@ -55,6 +66,8 @@ export interface ChildSpec {
   label?: string;
   instructions?: string;
   toolFilter?: { allow: string[] };
+  /** The tools it asks to be granted (absent: its parent's). */
+  tools?: string[];
   /** The child's own model; absent: an in-process child inherits its parent's (if any). */
   model?: ModelSpec;
   /** A grant: limits of its own, out of what the budgets above it have left. */

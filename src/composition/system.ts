@@ -26,6 +26,7 @@ import { AgentAuthority } from '../agents/authority.js';
 import { AgentDeliveries } from '../agents/deliveries.js';
 import { RootLifecycle } from '../agents/root-lifecycle.js';
 import { BudgetChanges } from '../budgets/budget-changes.js';
+import { GrantChanges } from '../tools/grant-changes.js';
 import { Budgets } from '../budgets/budgets.js';
 import { EventHub } from '../observation/event-hub.js';
 import { timeOrderedIds } from '../sessions/ids.js';
@@ -37,6 +38,7 @@ import { Observers, type RuntimeObserver } from '../observation/runtime-observer
 import { IdempotencyKeys } from '../sessions/idempotency.js';
 import { DEFAULT_DRIVER_OPTIONS, drivenByModel, ModelDriver, type DriverOptions } from '../driver/model-driver.js';
 import { checkModel, type ModelPolicy } from '../driver/model-policy.js';
+import { ToolGrants } from '../tools/grants.js';
 import { buildContinuation, type Continuation } from '../children/continuation.js';
 import { ActivationSetupRegistry } from '../children/setup-registry.js';
 import { SettlementNotices } from '../children/settlement-notices.js';
@@ -108,6 +110,7 @@ export interface System {
   tracing: Tracing;
   /** The operator's budget changes. */
   budgetChanges: BudgetChanges;
+  grantChanges: GrantChanges;
   /** Webhook subscriptions, the outbox's events and their delivery (started before serving, stopped at close). */
   webhooks: Webhooks;
 }
@@ -252,7 +255,8 @@ export function createSystem(options: SystemOptions): System {
     budgets,
     () => topology.parked(),
   );
-  const tools = new ToolRegistry();
+  const grants = new ToolGrants(budgets.ledger);
+  const tools = new ToolRegistry(grants);
   const setup = new ActivationSetupRegistry<AgentScope>();
   const idempotency = new IdempotencyKeys(log, clock, options.idempotencyTtlMs);
 
@@ -290,6 +294,7 @@ export function createSystem(options: SystemOptions): System {
     maxDepth: limits.depth,
     coalesceWakeups: options.coalesceWakeups ?? false,
     budgets,
+    grants,
   });
 
   const authority = new AgentAuthority({ registry, log });
@@ -322,6 +327,7 @@ export function createSystem(options: SystemOptions): System {
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
   const stored = new StoredSessions({ registry, log, lock: continuation.lock, forests });
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored, forests });
+  const grantChanges = new GrantChanges({ grants, tools, budgets, registry, log, clock, stored, forests });
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
   const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing });
   const protocol = new StepProtocol({
@@ -380,5 +386,5 @@ export function createSystem(options: SystemOptions): System {
   ];
   // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
   driver.start();
-  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, tracing, webhooks };
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks };
 }

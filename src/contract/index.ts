@@ -11,11 +11,13 @@
  */
 import type { TSchema } from '@sinclair/typebox';
 import { AgentView, Budget, BudgetView, Content, Credential, ErrorBody, ModelSpec, TextBlock, TokenUsage, ToolCallErrorBody, Usage } from './common.js';
+import { GRANT_SCHEMAS } from './grants.js';
 import { PACKAGE_SCHEMAS } from './packages.js';
 import { SESSION_SCHEMAS } from './sessions.js';
 import { STEP_SCHEMAS } from './steps.js';
 
 export * from './common.js';
+export * from './grants.js';
 export * from './packages.js';
 export * from './receipts.js';
 export * from './sessions.js';
@@ -39,4 +41,5 @@ export const CONTRACT_SCHEMAS: readonly (TSchema & { $id: string })[] = [
   ...SESSION_SCHEMAS,
   ...STEP_SCHEMAS,
   ...PACKAGE_SCHEMAS,
+  ...GRANT_SCHEMAS,
 ];

@@ -93,11 +93,15 @@ export const BudgetEntry = entry('budget', 'BudgetEntry', "The agent's limits ch
   budget: ref(Budget),
 });
 
-const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry, BudgetEntry] as const;
+export const GrantsEntry = entry('grants', 'GrantsEntry', "The agent's grants changed (PUT grants): `grants` is all of them from here on.", {
+  grants: Type.Array(Type.String()),
+});
+
+const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry, BudgetEntry, GrantsEntry] as const;
 
 export const SessionEntry = shared(
   'SessionEntry',
-  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry), ref(BudgetEntry)], {
+  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry), ref(BudgetEntry), ref(GrantsEntry)], {
     description: 'One durable log entry; `type` says which.',
     discriminator: {
       propertyName: 'type',
@@ -127,6 +131,9 @@ export const SessionHeader = shared(
       toolFilter: Type.Optional(Type.Object({ allow: Type.Array(Type.String()) }, { additionalProperties: false })),
       model: Type.Optional(ref(ModelSpec)),
       budget: Type.Optional(ref(Budget, { description: 'The limits it was created with (budget entries change them).' })),
+      grants: Type.Optional(
+        Type.Array(Type.String(), { description: 'The tools it was granted when created (grants entries change them). Absent: the service-owned tools.' }),
+      ),
     },
     { additionalProperties: false, description: "The session's immutable header." },
   ),

@@ -33,6 +33,11 @@ export interface SessionHeader {
   model?: ModelSpec;
   /** The limits its subtree was given when it was created (budget entries change them later). */
   budget?: Budget;
+  /**
+   * The tools it was granted when it was created (grants entries change them later; see
+   * grants.ts). Absent: the service-owned tools (a session made before grants existed).
+   */
+  grants?: string[];
 }
 
 export const TURN_END_REASONS = ['completed', 'cancelled', 'failed'] as const;
@@ -41,7 +46,7 @@ export type TurnEndReason = (typeof TURN_END_REASONS)[number];
 export const ACTIVATION_EVENTS = ['created', 'resumed', 'settled', 'closed'] as const;
 export type ActivationEvent = (typeof ACTIVATION_EVENTS)[number];
 
-export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction', 'budget'] as const;
+export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction', 'budget', 'grants'] as const;
 export type EntryType = (typeof ENTRY_TYPES)[number];
 
 /** An entry as the domain produces it; the log assigns `seq`. */
@@ -59,7 +64,9 @@ export type EntryBody =
    */
   | { type: 'compaction'; at: string; summary: string; throughSeq: number; usage?: TokenUsage }
   /** The limits of this agent's subtree from here on (all of them: a kind left out is not limited). */
-  | { type: 'budget'; at: string; budget: Budget };
+  | { type: 'budget'; at: string; budget: Budget }
+  /** The tools it is granted from here on (all of them; see grants.ts). */
+  | { type: 'grants'; at: string; grants: string[] };
 
 export type SessionEntry = EntryBody & { seq: number };
 

@@ -17,6 +17,7 @@ export const TAGS = [
   { name: 'budgets', description: "Tree budgets: limits on what an agent's subtree spends, and the usage figures of a subtree." },
   { name: 'steps', description: 'The step protocol: a backend claims model requests and posts their output and tool results.' },
   { name: 'tools', description: 'Service-owned tools: what an agent sees, and calling them as the agent.' },
+  { name: 'grants', description: 'Which tools an agent may call: granted down the tree, never wider than its parent.' },
   { name: 'sessions', description: 'The durable session log of an agent.' },
   { name: 'messages', description: 'Delivery receipts: where a message is.' },
   { name: 'events', description: 'Server-Sent Events of an agent or a forest.' },

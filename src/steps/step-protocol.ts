@@ -28,7 +28,7 @@ import type { InterruptedSteps } from './interrupted-steps.js';
 import { loggableCall } from './redaction.js';
 import { estimateTokens, type RenderedStep } from './rendered-step.js';
 import type { StepCache } from './step-cache.js';
-import { failedCall, type ToolCalls } from '../tools/tool-calls.js';
+import { failedCall, unknownTool, type ToolCalls } from '../tools/tool-calls.js';
 
 export interface StepProtocolDeps {
   authority: AgentAuthority;
@@ -168,6 +168,12 @@ export class StepProtocol {
           continue;
         }
         const tool = this.deps.tools.find(agent, call.name);
+        if (tool === undefined && this.deps.tools.withheld(agent, call.name)) {
+          const failed = failedCall(call, unknownTool(call.name)).result;
+          agent.steps.recordToolResult(stepId, call.id, failed.content, true);
+          result.toolResults.push(failed);
+          continue;
+        }
         if (tool === undefined) {
           result.awaiting.push(call);
           continue;

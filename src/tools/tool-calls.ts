@@ -65,6 +65,11 @@ export function failedCall(call: ToolCall, error: ServiceError): RunOutcome {
   };
 }
 
+/** The refusal of a call to a tool the caller does not have (unknown, or not granted to it). */
+export function unknownTool(name: string): ServiceError {
+  return new ServiceError('TOOL_NOT_FOUND', `unknown tool "${name}"`);
+}
+
 function callView(call: ToolCall, outcome: ToolOutcome): CallResult {
   const view: CallResult = { toolCallId: call.id, name: call.name, isError: false, output: outcome.output, content: outcome.content };
   if (outcome.spawned !== undefined && outcome.spawned.length > 0) view.spawned = outcome.spawned;
@@ -171,7 +176,7 @@ export class ToolCalls {
     let outcome: RunOutcome;
     try {
       outcome = tool === undefined
-        ? failedCall(call, new ServiceError('TOOL_NOT_FOUND', `unknown tool "${call.name}"`))
+        ? failedCall(call, unknownTool(call.name))
         : await this.run(agent, tool, call, signal, keep === undefined ? undefined : (accepted) => keep(callView(call, accepted)));
     } finally {
       releaseRoom?.();

@@ -1,8 +1,9 @@
 /**
  * Service-owned tools: the tools the service executes itself, with authority, when a model
  * calls them (from a step's output or `POST /v1/agents/{id}/tool-calls`). Each tool states
- * which agents have it in scope; the same predicate decides what is listed and what may run,
- * so a schema is never shown to an agent that cannot execute it.
+ * which agents have it in scope, and the agent's grants (grants.ts) say which it may call; the
+ * same predicates decide what is listed and what may run, so a schema is never shown to an
+ * agent that cannot execute it, and a tool it may not call is unknown to it.
  */
 import type { AgentCredential } from '../contract/index.js';
 import type { ToolSchema } from '../domain/step-render.js';
@@ -37,6 +38,8 @@ export interface ServiceTool extends ToolSchema {
 export class ToolRegistry {
   private readonly tools = new Map<string, ServiceTool>();
 
+  constructor(private readonly grants: { allows(agentId: string, name: string): boolean }) {}
+
   /** Register a tool; returns its disposer (idempotent). */
   register(tool: ServiceTool): () => void {
     if (this.tools.has(tool.name)) throw new Error(`tool "${tool.name}" is already registered`);
@@ -46,9 +49,14 @@ export class ToolRegistry {
     };
   }
 
+  /** Every registered tool's name, sorted (for a view of what an agent may call). */
+  known(): string[] {
+    return [...this.tools.keys()].sort();
+  }
+
   /**
-   * The tools this agent's model sees: global tools in scope and allowed by the agent's
-   * `toolFilter`, then the tools installed into its own scope (never filtered).
+   * The tools this agent's model sees: global tools in scope, granted, and allowed by the
+   * agent's `toolFilter`, then the tools installed into its own scope (never filtered).
    */
   listFor(agent: LiveAgent): ToolSchema[] {
     const global = [...this.tools.values()].filter((tool) => this.globalFor(agent, tool));
@@ -63,8 +71,17 @@ export class ToolRegistry {
     return tool !== undefined && this.globalFor(agent, tool) ? tool : undefined;
   }
 
+  /**
+   * Whether `name` is a registered tool this agent would have but for its grants: a call to it
+   * is refused like an unknown tool's, never left to the backend.
+   */
+  withheld(agent: LiveAgent, name: string): boolean {
+    const tool = this.tools.get(name);
+    return tool !== undefined && agent.scope.tool(name) === undefined && !this.grants.allows(agent.id, name);
+  }
+
   private globalFor(agent: LiveAgent, tool: ServiceTool): boolean {
     const allow = agent.header.toolFilter?.allow;
-    return tool.inScope(agent) && (allow === undefined || allow.includes(tool.name));
+    return tool.inScope(agent) && (allow === undefined || allow.includes(tool.name)) && this.grants.allows(agent.id, tool.name);
   }
 }

@@ -73,6 +73,8 @@ function describeEntry(entry: EntryBody): string {
       return `append compaction through ${entry.throughSeq}`;
     case 'budget':
       return `append budget ${JSON.stringify(entry.budget)}`;
+    case 'grants':
+      return `append grants ${entry.grants.join(',')}`;
   }
 }
 

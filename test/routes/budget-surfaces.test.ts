@@ -271,7 +271,7 @@ describe('budget surfaces', () => {
       const h = await startHarness();
       const root = await createRoot(h.app, { budget: { steps: 10 } });
       const schema = await spawnSchema(h, root);
-      expect(Object.keys(schema.properties).sort()).toEqual(['label', 'prompt']);
+      expect(Object.keys(schema.properties).sort()).toEqual(['label', 'prompt', 'tools']);
 
       const refused = await toolCall(h, root, 'spawn_subagent', { prompt: 'dig', budget: { steps: 2 } });
       expect(refused.statusCode).toBe(400);
@@ -285,7 +285,7 @@ describe('budget surfaces', () => {
     it('with spawnBudgets takes a grant into the child it starts, and refuses one above what remains naming budget.<kind>', async () => {
       const h = await startHarness({ spawnBudgets: true });
       const root = await createRoot(h.app, { budget: { steps: 10, tokens: 1_000 } });
-      expect(Object.keys((await spawnSchema(h, root)).properties).sort()).toEqual(['budget', 'label', 'prompt']);
+      expect(Object.keys((await spawnSchema(h, root)).properties).sort()).toEqual(['budget', 'label', 'prompt', 'tools']);
       // The root spends 400 of its 1000 tokens: 600 remain.
       await send(h.app, root.id, 'go');
       const step = await claimStep(h, root);

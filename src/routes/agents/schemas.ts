@@ -4,7 +4,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import { AGENT_KINDS, AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
-import { AgentId, AgentView, Budget, Content, exactInteger, literals, ModelSpec, ref } from '../../contract/index.js';
+import { AgentId, AgentView, Budget, Content, exactInteger, Grants, literals, ModelSpec, ref } from '../../contract/index.js';
 
 export { AgentWithToken, MessageAccepted, SessionPage, ToolCallBody, ToolCallResult } from '../../contract/index.js';
 
@@ -15,6 +15,7 @@ export const CreateRootBody = Type.Object(
     metadata: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'Free-form, kept in the session header.' })),
     model: Type.Optional(ref(ModelSpec)),
     budget: Type.Optional(ref(Budget, { description: "What the forest may spend: limits on the root's whole subtree." })),
+    tools: Type.Optional(ref(Grants, { description: 'The tools the forest may call; its children get at most these. Absent: the service-owned tools.' })),
   },
   { additionalProperties: false },
 );

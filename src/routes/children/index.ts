@@ -28,7 +28,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ deliveries: Pick<AgentDeli
       },
     },
   }, async (request, reply) => {
-    const { mode, provider, prompt, label, instructions, toolFilter, model, budget } = request.body;
+    const { mode, provider, prompt, label, instructions, toolFilter, tools, model, budget } = request.body;
     const spec = {
       mode,
       provider: provider ?? 'in-process',
@@ -36,6 +36,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ deliveries: Pick<AgentDeli
       ...(label === undefined ? {} : { label }),
       ...(instructions === undefined ? {} : { instructions }),
       ...(toolFilter === undefined ? {} : { toolFilter }),
+      ...(tools === undefined ? {} : { tools }),
       ...(model === undefined ? {} : { model }),
       ...(budget === undefined ? {} : { budget }),
     };

@@ -3,7 +3,7 @@
  */
 import { Type } from '@sinclair/typebox';
 import { CHILD_MODES, PROVIDERS } from '../../domain/agent.js';
-import { Budget, Content, literals, ModelSpec, ref } from '../../contract/index.js';
+import { Budget, Content, Grants, literals, ModelSpec, ref } from '../../contract/index.js';
 
 export { ChildCreated } from '../../contract/index.js';
 
@@ -19,6 +19,9 @@ export const CreateChildBody = Type.Object(
         { allow: Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 256, description: 'Global tools the child may see; child-scoped tools (report) are not filtered.' }) },
         { additionalProperties: false },
       ),
+    ),
+    tools: Type.Optional(
+      ref(Grants, { description: "The tools the child may call: a subset of its parent's grants (400 VALIDATION names one its parent lacks). Absent: its parent's." }),
     ),
     model: Type.Optional(
       ref(ModelSpec, { description: "The child's own model. Absent: an in-process child inherits its parent's model (if any); a remote child has none." }),

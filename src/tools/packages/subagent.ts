@@ -19,6 +19,12 @@ export const SPAWN_SUBAGENT_DESCRIPTION =
 const SPAWN_FIELDS = {
   prompt: Type.String({ minLength: 1, description: 'The task: the subagent starts with this as its first message.' }),
   label: Type.Optional(Type.String({ maxLength: 200, description: 'A short name for the subagent, shown in list_agents.' })),
+  tools: Type.Optional(
+    Type.Array(Type.String({ minLength: 1, maxLength: 129 }), {
+      maxItems: 256,
+      description: 'The tools the subagent may use, out of yours (a name ending in * covers a prefix). Absent: all of yours.',
+    }),
+  ),
 };
 
 /** The input with a grant, when the model may give one. */
@@ -46,6 +52,7 @@ export function spawnSubagentTool(children: Pick<ChildLifecycle, 'startChild'>, 
         mode: 'continuable' as const,
         provider: 'in-process' as const,
         prompt: input.prompt,
+        ...(input.tools === undefined ? {} : { tools: input.tools }),
         ...(input.budget === undefined ? {} : { budget: input.budget }),
       };
       const outcome = (child: LiveAgent): ToolOutcome => ({
