@@ -8,6 +8,7 @@ import { Value } from '@sinclair/typebox/value';
 import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from './domain/packages.js';
 import { NO_PRICES, parseModelPrices, type ModelPrices } from './domain/pricing.js';
 import { DEFAULT_CONFIRM_MS } from './cluster/cluster-packages.js';
+import { DEFAULT_TOOL_SERVER_CONCURRENCY } from './tools/mcp/tool-servers.js';
 import { DEFAULT_LEASE } from './steps/step-lease.js';
 import { DEFAULT_DRIVER_OPTIONS } from './driver/model-driver.js';
 import { parseBaseUrl } from './driver/model-policy.js';
@@ -69,6 +70,11 @@ export const EnvSchema = Type.Object({
     }),
   ),
   AGENTFOREST_SPAWN_BUDGETS: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off', description: '`on`: `spawn_subagent` takes a `budget` grant from the model (shown in its input schema); `off`: the model cannot grant.' }),
+  AGENTFOREST_TOOL_SERVER_COMMANDS: Type.Union(ON_OFF.map((v) => Type.Literal(v)), {
+    default: 'off',
+    description: '`on`: an MCP tool server may be registered as a `command` the service runs and speaks to over stdio; `off`: only `url` servers.',
+  }),
+  AGENTFOREST_TOOL_SERVER_CONCURRENCY: Type.Integer({ default: DEFAULT_TOOL_SERVER_CONCURRENCY, minimum: 1, maximum: 1024, description: 'Calls in flight to one MCP tool server at most; more wait their turn.' }),
   AGENTFOREST_WEBHOOK_ALLOW_PRIVATE: Type.Union([Type.Literal('true'), Type.Literal('false')], {
     default: 'false',
     description: '`true`: webhook URLs may name loopback, link-local and private addresses (self-hosted receivers, tests); `false`: such addresses are refused, after DNS resolution, at subscription and at every delivery.',
@@ -141,6 +147,8 @@ export interface Config {
   modelPolicy: { keyEnvs?: string[]; baseUrls?: string[] };
   modelPrices: ModelPrices;
   spawnBudgets: boolean;
+  /** MCP tool servers: stdio commands allowed, calls in flight to one server. */
+  toolServers: { commands: boolean; concurrency: number };
   /**
    * Traces: exported over OTLP/HTTP when the standard OpenTelemetry variables ask for it (the
    * exporter reads the endpoint, headers and timeout itself), under OTEL_SERVICE_NAME.
@@ -276,6 +284,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     modelPolicy: { ...(keyEnvs === undefined ? {} : { keyEnvs }), ...(baseUrls === undefined ? {} : { baseUrls }) },
     modelPrices,
     spawnBudgets: converted.AGENTFOREST_SPAWN_BUDGETS === 'on',
+    toolServers: { commands: converted.AGENTFOREST_TOOL_SERVER_COMMANDS === 'on', concurrency: converted.AGENTFOREST_TOOL_SERVER_CONCURRENCY },
     tracing: {
       export: exportTraces,
       serviceName: env.OTEL_SERVICE_NAME?.trim() || 'agentforest',

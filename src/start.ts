@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import closeWithGrace from 'close-with-grace';
+import { TOOL_SERVER_FOLLOW_MS } from './tools/mcp/tool-servers.js';
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
@@ -61,6 +62,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     modelPolicy: config.modelPolicy,
     modelPrices: config.modelPrices,
     spawnBudgets: config.spawnBudgets,
+    toolServers: config.toolServers,
     webhooks: {
       allowPrivate: config.webhooks.allowPrivate,
       maxAgeMs: config.webhooks.maxAgeMs,
@@ -77,6 +79,8 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   // With several instances, the database's package configuration replaces the environment's.
   await system.topology.start(advertisedUrl);
   await system.webhooks.start();
+  // With several instances each follows the cluster's tool servers.
+  await system.toolServers.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -114,6 +118,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     await closeBy(app, deadline);
     system.webhooks.stop();
     await system.roots.shutdown();
+    await system.toolServers.stop();
     await system.topology.stop();
     await store.close();
     // After the drain closed the last turns: their spans are exported before the process ends.

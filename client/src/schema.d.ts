@@ -288,6 +288,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tool-servers/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One MCP tool server */
+        get: operations["getToolServer"];
+        /**
+         * Register or replace an MCP tool server
+         * @description Either `url` (Streamable HTTP; an older HTTP+SSE server is reached too) or `command` (stdio, only where AGENTFOREST_TOOL_SERVER_COMMANDS=on). A secret is never stored: give `{env: "VAR"}` for a header, read from the service's environment when the server is reached, under the model keys' rule (AGENTFOREST_MODEL_KEY_ENVS, AGENTFOREST_MODEL_BASE_URLS). The server is reached and its tools listed before the answer: `state` says whether that worked (an unreachable server stays registered and is tried again). Its tools appear as `mcp__<name>__<tool>` to every agent granted them. Durable before answered; replaces a server of the same name.
+         */
+        put: operations["putToolServer"];
+        post?: never;
+        /**
+         * Remove an MCP tool server
+         * @description Its tools leave every agent at once (a call already running finishes). Durable before answered.
+         */
+        delete: operations["deleteToolServer"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tool-servers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The MCP tool servers
+         * @description By name; each with its state and the tools agents may be granted.
+         */
+        get: operations["listToolServers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{id}/steps/next": {
         parameters: {
             query?: never;
@@ -708,7 +753,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -719,7 +764,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -743,6 +788,8 @@ export interface components {
             name: string;
             /** @description The parsed arguments. */
             input: unknown;
+            /** @description Set by the service on every recorded call (a value posted is replaced): stable for the call, the same in its log entries, in the tool pool, and on every execution, including one after a restart. */
+            effectKey?: string;
         };
         /** @description A message in the log: a prompt, context, a model answer or a tool result. */
         MessageEntry: {
@@ -838,8 +885,18 @@ export interface components {
             type: "grants";
             grants: string[];
         };
+        /** @description The service started executing the call (durable before its effect). A call started and without a result after a restart is run again with its effect key, or answered as unknown. */
+        ToolStartedEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "tool-started";
+            toolCallId: string;
+            effectKey: string;
+        };
         /** @description One durable log entry; `type` says which. */
-        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"] | components["schemas"]["BudgetEntry"] | components["schemas"]["GrantsEntry"];
+        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"] | components["schemas"]["BudgetEntry"] | components["schemas"]["GrantsEntry"] | components["schemas"]["ToolStartedEntry"];
         /** @description The session's immutable header. */
         SessionHeader: {
             version: number;
@@ -1012,6 +1069,52 @@ export interface components {
             grants: string[];
             /** @description The names of the known tools it may call now: granted to it and to every ancestor, installed, and in its scope. */
             effective: string[];
+        };
+        /** @description Either `url` (Streamable HTTP) or `command` (stdio). */
+        ToolServerBody: {
+            /** @description A Streamable HTTP endpoint (an older HTTP+SSE server is reached too). */
+            url?: string;
+            /** @description Sent with every request to `url`. */
+            headers?: {
+                [key: string]: string | {
+                    /** @description The service's environment variable that holds the value, read when the server is reached. */
+                    env: string;
+                };
+            };
+            /** @description A process spoken to over stdio (only where AGENTFOREST_TOOL_SERVER_COMMANDS=on). */
+            command?: string;
+            args?: string[];
+            /** @description The process's environment. */
+            env?: {
+                [key: string]: string | {
+                    /** @description The service's environment variable that holds the value, read when the server is reached. */
+                    env: string;
+                };
+            };
+            /** @description The server's tools agents may be granted (default all). */
+            tools?: string[];
+            /** @description How long connecting, listing and each call may take (default 30000). */
+            timeoutMs?: number;
+            /** @description After a restart, a call that started and has no result is run again with its effect key (default true); false: it gets the error result `Error: the outcome of this call is unknown after a restart`. */
+            retryAfterCrash?: boolean;
+        };
+        /** @description A tool of the server, by its own name (agents see it as `mcp__<server>__<name>`). */
+        McpToolView: {
+            name: string;
+            description: string;
+            inputSchema: {
+                [key: string]: unknown;
+            };
+        };
+        ToolServerView: {
+            name: string;
+            transport: "http" | "stdio";
+            /** @description ready: its tools were listed; unreachable: the last attempt failed (it is retried). */
+            state: "ready" | "unreachable";
+            /** @description Why it is unreachable. */
+            error?: string;
+            /** @description Its tools agents may be granted, as last listed. */
+            tools: components["schemas"]["McpToolView"][];
         };
     };
     responses: {
@@ -1456,6 +1559,18 @@ export interface components {
                 "application/json": components["schemas"]["ToolCallErrorBody"] & {
                     /** @enum {string} */
                     code?: "VALIDATION";
+                };
+            };
+        };
+        /** @description Not Found: TOOL_SERVER_NOT_FOUND */
+        ToolServerNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "TOOL_SERVER_NOT_FOUND";
                 };
             };
         };
@@ -2050,8 +2165,8 @@ export interface operations {
                 content: {
                     "application/json": {
                         toolCallId: string;
-                        /** @enum {boolean} */
-                        isError: false;
+                        /** @description true: the tool ran and answered with an error result (an MCP server that said so, could not be reached, or gave no answer in time), recorded like any result. */
+                        isError: boolean;
                         /** @description The canonical value. */
                         output: unknown;
                         /** @description The rendered text the model reads. */
@@ -2309,12 +2424,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        /** @description The agent's own grants (package names written as their tools). */
-                        grants: string[];
-                        /** @description The names of the known tools it may call now: granted to it and to every ancestor, installed, and in its scope. */
-                        effective: string[];
-                    };
+                    "application/json": components["schemas"]["GrantsView"];
                 };
             };
             400: components["responses"]["Validation"];
@@ -2354,12 +2464,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        /** @description The agent's own grants (package names written as their tools). */
-                        grants: string[];
-                        /** @description The names of the known tools it may call now: granted to it and to every ancestor, installed, and in its scope. */
-                        effective: string[];
-                    };
+                    "application/json": components["schemas"]["GrantsView"];
                 };
             };
             400: components["responses"]["Validation"];
@@ -2367,6 +2472,141 @@ export interface operations {
             404: components["responses"]["AgentNotFound"];
             408: components["responses"]["RequestTimeout"];
             409: components["responses"]["AgentExistsOrActivationClosingOrNotResumable"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    getToolServer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 32. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolServerView"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["ToolServerNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    putToolServer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 32. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ToolServerBody"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolServerView"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    deleteToolServer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 32. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["ToolServerNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    listToolServers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: components["schemas"]["ToolServerView"][];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];

@@ -9,12 +9,12 @@
  * The store comes in opened (open-store.ts picks the adapter); the topology (one instance or
  * several on one database) is chosen here, once.
  */
-import type { Logger } from 'pino';
-import type { ReportDelivery, SettlementNoticeMode } from '../domain/packages.js';
+import type { SystemOptions } from './system-options.js';
+export type { SystemOptions } from './system-options.js';
 import type { ModelSpec } from '../domain/model.js';
-import { clockOf, type Clock, type IdSource } from '../domain/ports.js';
+import { clockOf, type Clock } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
-import { NO_PRICES, priceUsage, type ModelPrices } from '../domain/pricing.js';
+import { NO_PRICES, priceUsage } from '../domain/pricing.js';
 import type { TokenUsage } from '../domain/model.js';
 import { isClaimable } from '../domain/turn-machine.js';
 import { hasSettled } from '../domain/lifecycle.js';
@@ -27,17 +27,18 @@ import { AgentDeliveries } from '../agents/deliveries.js';
 import { RootLifecycle } from '../agents/root-lifecycle.js';
 import { BudgetChanges } from '../budgets/budget-changes.js';
 import { GrantChanges } from '../tools/grant-changes.js';
+import { DEFAULT_TOOL_SERVER_CONCURRENCY, ToolServers } from '../tools/mcp/tool-servers.js';
 import { Budgets } from '../budgets/budgets.js';
 import { EventHub } from '../observation/event-hub.js';
 import { timeOrderedIds } from '../sessions/ids.js';
 import { DEFAULT_LIMITS, WaiterGate, type Limits } from '../agents/limits.js';
-import { ClusterTopology, type ClusterOptions } from '../cluster/cluster-topology.js';
+import { ClusterTopology } from '../cluster/cluster-topology.js';
 import { EventStreams } from '../observation/event-stream.js';
 import { Metrics } from '../observation/metrics.js';
 import { Observers, type RuntimeObserver } from '../observation/runtime-observer.js';
 import { IdempotencyKeys } from '../sessions/idempotency.js';
-import { DEFAULT_DRIVER_OPTIONS, drivenByModel, ModelDriver, type DriverOptions } from '../driver/model-driver.js';
-import { checkModel, type ModelPolicy } from '../driver/model-policy.js';
+import { DEFAULT_DRIVER_OPTIONS, drivenByModel, ModelDriver } from '../driver/model-driver.js';
+import { checkModel } from '../driver/model-policy.js';
 import { ToolGrants } from '../tools/grants.js';
 import { buildContinuation, type Continuation } from '../children/continuation.js';
 import { ActivationSetupRegistry } from '../children/setup-registry.js';
@@ -48,7 +49,7 @@ import { SessionLog } from '../sessions/session-log.js';
 import { StoredSessions } from '../sessions/stored-sessions.js';
 import type { SessionStore } from '../sessions/session-store.js';
 import { StepDispatcher } from '../steps/step-dispatcher.js';
-import { DEFAULT_LEASE, type LeaseOptions } from '../steps/step-lease.js';
+import { DEFAULT_LEASE } from '../steps/step-lease.js';
 import { Compactions } from '../steps/compactions.js';
 import { InterruptedSteps } from '../steps/interrupted-steps.js';
 import { DEFAULT_STEP_CACHE_BYTES, StepCache } from '../steps/step-cache.js';
@@ -58,10 +59,10 @@ import { ToolCalls } from '../tools/tool-calls.js';
 import { SingleInstance } from '../topology/single-instance.js';
 import type { Topology } from '../topology/topology.js';
 import { ToolRegistry } from '../tools/tool-registry.js';
-import { NO_TRACING, type Tracing, type TracingFactory } from '../observation/tracing/tracing.js';
-import { DEFAULT_DELIVERY, type DeliveryOptions } from '../observation/webhooks/delivery-worker.js';
+import { NO_TRACING, type Tracing } from '../observation/tracing/tracing.js';
+import { DEFAULT_DELIVERY } from '../observation/webhooks/delivery-worker.js';
 import { webhookMetrics } from '../observation/webhooks/webhook-metrics.js';
-import { Webhooks, type WebhookDeps } from '../observation/webhooks/webhooks.js';
+import { Webhooks } from '../observation/webhooks/webhooks.js';
 
 export interface System {
   store: SessionStore;
@@ -111,51 +112,11 @@ export interface System {
   /** The operator's budget changes. */
   budgetChanges: BudgetChanges;
   grantChanges: GrantChanges;
+  toolServers: ToolServers;
   /** Webhook subscriptions, the outbox's events and their delivery (started before serving, stopped at close). */
   webhooks: Webhooks;
 }
 
-export interface SystemOptions {
-  store: SessionStore;
-  logger: Logger;
-  clock?: Clock;
-  ids?: IdSource;
-  /** Installed at start; default all. */
-  packages?: readonly string[] | undefined;
-  reportDelivery?: ReportDelivery;
-  /** Which turn ends of continuable children notify their parents (default off; see settlement-notices.ts). */
-  settlementNotices?: SettlementNoticeMode;
-  /** How long idempotency keys are kept (default 24 h). */
-  idempotencyTtlMs?: number;
-  /** Overrides of DEFAULT_LIMITS. */
-  limits?: Partial<Limits>;
-  /** Wakeup reports join the parent's queued wakeup turn (see ContinuationDeps). */
-  coalesceWakeups?: boolean;
-  /** The most the step cache may hold of rendered conversations (default DEFAULT_STEP_CACHE_BYTES). */
-  stepCacheBytes?: number;
-  /** Step leases (default DEFAULT_LEASE: 5 minutes, 3 attempts). */
-  lease?: Partial<LeaseOptions>;
-  /** Several instances on one database (the store opened with the cluster's fences); unset, one instance. */
-  cluster?: ClusterOptions | undefined;
-  /** The built-in model driver: retry policy, timeout, concurrency, key lookup (default: process.env). */
-  driver?: Partial<DriverOptions>;
-  /** What a `model` may name (default: keys named *_API_KEY, any endpoint); keys are read from the driver's env. */
-  modelPolicy?: Omit<Partial<ModelPolicy>, 'env'>;
-  /** Prices that give usage its cost (default none). */
-  modelPrices?: ModelPrices;
-  /** spawn_subagent's input takes a `budget` grant from the model (default off). */
-  spawnBudgets?: boolean;
-  /** Builds the OpenTelemetry tracing (tracing/otel-sdk.ts); unset, tracing is off. */
-  tracing?: TracingFactory;
-  /** Webhook delivery (default DEFAULT_DELIVERY: private addresses refused, retried for 24 h). */
-  webhooks?: Partial<DeliveryOptions>;
-  /** The webhook transport (tests wrap it; default: HTTP with the address guard). */
-  webhookSend?: WebhookDeps['send'];
-  /** Observers beyond the service's own (a test's probe); they hear what the others hear. */
-  observers?: readonly RuntimeObserver[];
-  /** /metrics also carries the process's own metrics (prom-client's defaults); start.ts sets it, in-process test apps leave it off. */
-  processMetrics?: boolean;
-}
 
 /** Forests no agent uses whose accounts one instance keeps for later reads (see ForestLedger). */
 const KEEP_UNUSED_FORESTS = 256;
@@ -329,7 +290,7 @@ export function createSystem(options: SystemOptions): System {
   const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored, forests });
   const grantChanges = new GrantChanges({ grants, tools, budgets, registry, log, clock, stored, forests });
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
-  const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing });
+  const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing, clock });
   const protocol = new StepProtocol({
     authority,
     gate,
@@ -384,7 +345,18 @@ export function createSystem(options: SystemOptions): System {
     ...(tracing.observer === undefined ? [] : [tracing.observer]),
     ...(options.observers ?? []),
   ];
+  const toolServers = new ToolServers({
+    log,
+    settings: store.settings,
+    register: (tool) => tools.register(tool),
+    policy: { ...options.modelPolicy, env },
+    commands: options.toolServers?.commands ?? false,
+    concurrency: options.toolServers?.concurrency ?? DEFAULT_TOOL_SERVER_CONCURRENCY,
+    clock,
+    logger,
+  });
+
   // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
   driver.start();
-  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks };
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers };
 }

@@ -12,12 +12,14 @@
 import type { TSchema } from '@sinclair/typebox';
 import { AgentView, Budget, BudgetView, Content, Credential, ErrorBody, ModelSpec, TextBlock, TokenUsage, ToolCallErrorBody, Usage } from './common.js';
 import { GRANT_SCHEMAS } from './grants.js';
+import { TOOL_SERVER_SCHEMAS } from './tool-servers.js';
 import { PACKAGE_SCHEMAS } from './packages.js';
 import { SESSION_SCHEMAS } from './sessions.js';
 import { STEP_SCHEMAS } from './steps.js';
 
 export * from './common.js';
 export * from './grants.js';
+export * from './tool-servers.js';
 export * from './packages.js';
 export * from './receipts.js';
 export * from './sessions.js';
@@ -42,4 +44,5 @@ export const CONTRACT_SCHEMAS: readonly (TSchema & { $id: string })[] = [
   ...STEP_SCHEMAS,
   ...PACKAGE_SCHEMAS,
   ...GRANT_SCHEMAS,
+  ...TOOL_SERVER_SCHEMAS,
 ];

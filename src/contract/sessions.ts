@@ -20,7 +20,17 @@ export type MessageSource = Static<typeof MessageSource>;
 export const ToolCall = shared(
   'ToolCall',
   Type.Object(
-    { id: OpaqueId, name: Type.String({ minLength: 1, maxLength: 200 }), input: Type.Unknown({ description: 'The parsed arguments.' }) },
+    {
+      id: OpaqueId,
+      name: Type.String({ minLength: 1, maxLength: 200 }),
+      input: Type.Unknown({ description: 'The parsed arguments.' }),
+      effectKey: Type.Optional(
+        Type.String({
+          maxLength: 200,
+          description: 'Set by the service on every recorded call (a value posted is replaced): stable for the call, the same in its log entries, in the tool pool, and on every execution, including one after a restart.',
+        }),
+      ),
+    },
     { additionalProperties: false, description: 'A tool call of an assistant message.' },
   ),
 );
@@ -97,11 +107,18 @@ export const GrantsEntry = entry('grants', 'GrantsEntry', "The agent's grants ch
   grants: Type.Array(Type.String()),
 });
 
-const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry, BudgetEntry, GrantsEntry] as const;
+export const ToolStartedEntry = entry(
+  'tool-started',
+  'ToolStartedEntry',
+  'The service started executing the call (durable before its effect). A call started and without a result after a restart is run again with its effect key, or answered as unknown.',
+  { toolCallId: OpaqueId, effectKey: Type.String() },
+);
+
+const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry, BudgetEntry, GrantsEntry, ToolStartedEntry] as const;
 
 export const SessionEntry = shared(
   'SessionEntry',
-  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry), ref(BudgetEntry), ref(GrantsEntry)], {
+  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry), ref(BudgetEntry), ref(GrantsEntry), ref(ToolStartedEntry)], {
     description: 'One durable log entry; `type` says which.',
     discriminator: {
       propertyName: 'type',

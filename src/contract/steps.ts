@@ -218,7 +218,9 @@ export type PoolClaimResult = Static<typeof PoolClaimResult>;
 export const ToolCallResult = Type.Object(
   {
     toolCallId: Type.String(),
-    isError: Type.Literal(false),
+    isError: Type.Boolean({
+      description: 'true: the tool ran and answered with an error result (an MCP server that said so, could not be reached, or gave no answer in time), recorded like any result.',
+    }),
     output: Type.Unknown({ description: 'The canonical value.' }),
     content: Type.String({ description: 'The rendered text the model reads.' }),
     spawned: Type.Optional(Type.Array(ref(Credential), { description: 'Children started by this call (spawn_subagent), with their tokens.' })),

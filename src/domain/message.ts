@@ -33,6 +33,8 @@ export interface ToolCall {
   id: string;
   name: string;
   input: unknown;
+  /** As recorded: the call's effect key, stable for it across retries and restarts (tools/effect-keys.ts). */
+  effectKey?: string;
 }
 
 export interface Message {

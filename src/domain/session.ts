@@ -46,7 +46,7 @@ export type TurnEndReason = (typeof TURN_END_REASONS)[number];
 export const ACTIVATION_EVENTS = ['created', 'resumed', 'settled', 'closed'] as const;
 export type ActivationEvent = (typeof ACTIVATION_EVENTS)[number];
 
-export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction', 'budget', 'grants'] as const;
+export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction', 'budget', 'grants', 'tool-started'] as const;
 export type EntryType = (typeof ENTRY_TYPES)[number];
 
 /** An entry as the domain produces it; the log assigns `seq`. */
@@ -66,7 +66,9 @@ export type EntryBody =
   /** The limits of this agent's subtree from here on (all of them: a kind left out is not limited). */
   | { type: 'budget'; at: string; budget: Budget }
   /** The tools it is granted from here on (all of them; see grants.ts). */
-  | { type: 'grants'; at: string; grants: string[] };
+  | { type: 'grants'; at: string; grants: string[] }
+  /** The service is about to execute this call (durable before its effect): after a crash, a started call without a result is known. */
+  | { type: 'tool-started'; at: string; toolCallId: string; effectKey: string };
 
 export type SessionEntry = EntryBody & { seq: number };
 

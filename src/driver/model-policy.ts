@@ -43,6 +43,23 @@ export function checkModel(spec: ModelSpec, policy: ModelPolicy): ModelSpec {
   return { ...spec, baseUrl: normalised(url) };
 }
 
+/**
+ * Throws VALIDATION, naming the field, unless the variable `name` may be lent as a secret to
+ * `url` (a tool server's, say): the same rule as a model's key — an allowed variable, set, and
+ * the URL under AGENTFOREST_MODEL_BASE_URLS when that is given. `url` undefined: a local process.
+ */
+export function checkLentSecret(name: string, url: string | undefined, policy: ModelPolicy, field: string): void {
+  if (!keyEnvAllowed(name, policy)) {
+    throw new ServiceError('VALIDATION', `${field} names "${name}", which is not a variable this service lends (AGENTFOREST_MODEL_KEY_ENVS; by default names ending in _API_KEY)`);
+  }
+  if ((policy.env[name] ?? '') === '') throw new ServiceError('VALIDATION', `${field} names "${name}", which is not set in the service's environment`);
+  if (url === undefined || policy.baseUrls === undefined) return;
+  const target = parseBaseUrl(url, field);
+  if (!policy.baseUrls.some((prefix) => underPrefix(target, parseBaseUrl(prefix, 'AGENTFOREST_MODEL_BASE_URLS')))) {
+    throw new ServiceError('VALIDATION', `${field}: "${url}" is not one of the endpoints this service lends secrets to (AGENTFOREST_MODEL_BASE_URLS)`);
+  }
+}
+
 /** An http(s) URL with no credentials, query or fragment (not even an empty `?` or `#`). */
 export function parseBaseUrl(text: string, field: string): URL {
   let url: URL;

@@ -18,6 +18,7 @@ export const TAGS = [
   { name: 'steps', description: 'The step protocol: a backend claims model requests and posts their output and tool results.' },
   { name: 'tools', description: 'Service-owned tools: what an agent sees, and calling them as the agent.' },
   { name: 'grants', description: 'Which tools an agent may call: granted down the tree, never wider than its parent.' },
+  { name: 'tool-servers', description: 'MCP tool servers whose tools agents may be granted, run by the service.' },
   { name: 'sessions', description: 'The durable session log of an agent.' },
   { name: 'messages', description: 'Delivery receipts: where a message is.' },
   { name: 'events', description: 'Server-Sent Events of an agent or a forest.' },

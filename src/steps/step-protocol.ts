@@ -28,7 +28,8 @@ import type { InterruptedSteps } from './interrupted-steps.js';
 import { loggableCall } from './redaction.js';
 import { estimateTokens, type RenderedStep } from './rendered-step.js';
 import type { StepCache } from './step-cache.js';
-import { failedCall, unknownTool, type ToolCalls } from '../tools/tool-calls.js';
+import { failedCall, unknownTool, type RunOutcome, type ToolCalls } from '../tools/tool-calls.js';
+import { effectKeyOf } from '../tools/effect-keys.js';
 
 export interface StepProtocolDeps {
   authority: AgentAuthority;
@@ -136,7 +137,8 @@ export class StepProtocol {
    * interrupt wrote (the response says the turn ended).
    */
   async applyOutput(agent: LiveAgent, stepId: string, output: ModelOutput, attempt: number, refused?: ReadonlyMap<string, string>): Promise<OutputResult> {
-    const calls = output.toolCalls ?? [];
+    // Every recorded call carries its effect key (a value posted is replaced).
+    const calls = (output.toolCalls ?? []).map((c): ToolCall => ({ id: c.id, name: c.name, input: c.input, effectKey: effectKeyOf(agent.id, stepId, c.id) }));
     const duplicate = calls.find((c, i) => calls.findIndex((d) => d.id === c.id) !== i);
     if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
     const usage = output.usage === undefined ? undefined : this.deps.price(output.usage, output.model ?? agent.header.model?.model);
@@ -149,9 +151,10 @@ export class StepProtocol {
   }
 
   /**
-   * Run an output's service-owned calls in order, recording each result, and list the
-   * backend's own calls as awaiting. If the turn is cancelled while a call runs, the rest
-   * are not run and the response says the turn ended.
+   * Run an output's service-owned calls, recording each result in the order of the calls, and
+   * list the backend's own calls as awaiting. Calls to tools that allow it (MCP tools) run at
+   * the same time; the others one after another, in order. If the turn is cancelled while a
+   * call runs, the rest are not started and the response says the turn ended.
    */
   private async runCalls(agent: LiveAgent, stepId: string, calls: readonly ToolCall[], refused: ReadonlyMap<string, string> | undefined, result: OutputResult): Promise<void> {
     const spawned: AgentCredential[] = [];
@@ -159,31 +162,38 @@ export class StepProtocol {
     const signal = agent.turnSignal;
     const hold = agent.steps.holdForServiceCall();
     try {
+      let inOrder: Promise<unknown> = Promise.resolve();
+      const running: { call: ToolCall; outcome: Promise<RunOutcome | undefined> }[] = [];
       for (const call of calls) {
         const refusal = refused?.get(call.id);
-        if (refusal !== undefined) {
-          const failed = failedCall(call, new ServiceError('VALIDATION', refusal)).result;
-          agent.steps.recordToolResult(stepId, call.id, failed.content, true);
-          result.toolResults.push(failed);
-          continue;
-        }
-        const tool = this.deps.tools.find(agent, call.name);
-        if (tool === undefined && this.deps.tools.withheld(agent, call.name)) {
-          const failed = failedCall(call, unknownTool(call.name)).result;
-          agent.steps.recordToolResult(stepId, call.id, failed.content, true);
-          result.toolResults.push(failed);
+        const tool = refusal === undefined ? this.deps.tools.find(agent, call.name) : undefined;
+        if (refusal !== undefined || (tool === undefined && this.deps.tools.withheld(agent, call.name))) {
+          const error = refusal !== undefined ? new ServiceError('VALIDATION', refusal) : unknownTool(call.name);
+          running.push({ call, outcome: Promise.resolve(failedCall(call, error)) });
           continue;
         }
         if (tool === undefined) {
-          result.awaiting.push(call);
+          // As posted: the key is in the log, and in the tool pool's offer.
+          result.awaiting.push({ id: call.id, name: call.name, input: call.input });
           continue;
         }
-        const outcome = await this.deps.calls.run(agent, tool, call, signal);
-        spawned.push(...outcome.spawned);
-        resumed.push(...outcome.resumed);
-        if (signal.aborted) break; // the turn was cancelled meanwhile; its stand-in result is logged
-        agent.steps.recordToolResult(stepId, call.id, outcome.result.content, outcome.result.isError);
-        result.toolResults.push(outcome.result);
+        const run = (): Promise<RunOutcome | undefined> => (signal.aborted ? Promise.resolve(undefined) : this.deps.calls.run(agent, tool, call, signal));
+        if (tool.concurrent === true) {
+          running.push({ call, outcome: run() });
+          continue;
+        }
+        const outcome = inOrder.then(run);
+        inOrder = outcome;
+        running.push({ call, outcome });
+      }
+      for (const { call, outcome } of running) {
+        const done = await outcome;
+        if (done === undefined) continue; // not started: the turn was cancelled before
+        spawned.push(...done.spawned);
+        resumed.push(...done.resumed);
+        if (signal.aborted) continue; // the turn was cancelled meanwhile; its stand-in result is logged
+        agent.steps.recordToolResult(stepId, call.id, done.result.content, done.result.isError);
+        result.toolResults.push(done.result);
       }
     } finally {
       hold();

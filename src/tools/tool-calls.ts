@@ -19,6 +19,8 @@ import type { LiveAgent } from '../agents/live-agent.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { ServiceTool, ToolExecution, ToolOutcome, ToolRegistry } from './tool-registry.js';
 import type { Tracing } from '../observation/tracing/tracing.js';
+import type { Clock } from '../domain/ports.js';
+import { effectKeyOf } from './effect-keys.js';
 import { loggableCall, withoutTokens } from '../steps/redaction.js';
 
 /** A call's result as the route sees it: the contract's tool result plus the credentials it returns (the route's wire shape drops `name`). */
@@ -53,6 +55,7 @@ export interface ToolCallDeps {
   idempotency: IdempotencyKeys;
   /** Runs each service-owned call (under its span when tracing). */
   tracing: Pick<Tracing, 'runTool'>;
+  clock: Clock;
 }
 
 /** A failed call: its result carries the error's text, and the error is kept to be thrown. */
@@ -77,10 +80,14 @@ function callView(call: ToolCall, outcome: ToolOutcome): CallResult {
   return view;
 }
 
-/** True when the agent's open step awaits a result for this tool call id. */
-function awaitedByStep(agent: LiveAgent, callId: string): boolean {
+/** The open step that awaits a result for this tool call id, if any. */
+function awaitingStep(agent: LiveAgent, callId: string): string | undefined {
   const turn = agent.state.turn;
-  return turn.phase === 'running' && turn.turn.step.awaiting.includes(callId);
+  return turn.phase === 'running' && turn.turn.step.awaiting.includes(callId) ? turn.turn.step.id : undefined;
+}
+
+function awaitedByStep(agent: LiveAgent, callId: string): boolean {
+  return awaitingStep(agent, callId) !== undefined;
 }
 
 export class ToolCalls {
@@ -128,12 +135,13 @@ export class ToolCalls {
    */
   async run(agent: LiveAgent, tool: ServiceTool, call: ToolCall, signal?: AbortSignal, accepted?: (outcome: ToolOutcome) => void): Promise<RunOutcome> {
     try {
-      const exec: ToolExecution = { agent, toolCallId: call.id };
+      const effectKey = call.effectKey ?? effectKeyOf(agent.id, agent.id, call.id);
+      const exec: ToolExecution = { agent, toolCallId: call.id, effectKey, started: () => this.started(agent, call.id, effectKey) };
       if (signal !== undefined) exec.signal = signal;
       if (accepted !== undefined) exec.accepted = accepted;
       const outcome = await this.deps.tracing.runTool(tool, call, exec);
       return {
-        result: { toolCallId: call.id, name: call.name, isError: false, output: outcome.output, content: outcome.content },
+        result: { toolCallId: call.id, name: call.name, isError: outcome.isError === true, output: outcome.output, content: outcome.content },
         spawned: outcome.spawned ?? [],
         resumed: outcome.resumed ?? [],
       };
@@ -143,6 +151,12 @@ export class ToolCalls {
       this.deps.logger.error({ err: error, tool: call.name }, 'service tool failed');
       return failedCall(call, new ServiceError('INTERNAL', `tool "${call.name}" failed`));
     }
+  }
+
+  /** Record, durably, that a call is about to take effect (ToolExecution.started). */
+  private async started(agent: LiveAgent, toolCallId: string, effectKey: string): Promise<void> {
+    this.deps.log.append(agent.id, { type: 'tool-started', at: this.deps.clock.iso(), toolCallId, effectKey });
+    await this.deps.log.durable(agent.rootId);
   }
 
   /**
@@ -158,10 +172,14 @@ export class ToolCalls {
     writesFailure: CallOptions['writesFailure'],
     record?: (view: CallResult) => void,
   ): Promise<CallResult> {
-    const call: ToolCall = { id: body.toolCallId ?? agent.newMessageId(), name: body.name, input: body.input };
+    const id = body.toolCallId ?? agent.newMessageId();
     // A call the open step does not await is logged as context, a call and its result: with
     // no room for them it is refused before it runs, and the room is held until it is logged.
-    const releaseRoom = awaitedByStep(agent, call.id) ? undefined : agent.reserveRoom(2);
+    // Its effect key is then of the message that will hold it.
+    const stepId = awaitingStep(agent, id);
+    const contextId = stepId === undefined ? agent.newMessageId() : undefined;
+    const call: ToolCall = { id, name: body.name, input: body.input, effectKey: effectKeyOf(agent.id, stepId ?? contextId!, id) };
+    const releaseRoom = stepId !== undefined ? undefined : agent.reserveRoom(2);
     const tool = this.deps.tools.find(agent, call.name);
     let recorded = false;
     // Only successes are kept (a failed call delivered nothing, so a retry may run it again),
@@ -182,7 +200,7 @@ export class ToolCalls {
       releaseRoom?.();
     }
     if (outcome.error !== undefined && writesFailure?.(outcome.error) === false) throw outcome.error;
-    this.record(agent, call, outcome.result);
+    this.record(agent, call, outcome.result, contextId);
     const view: CallResult = outcome.result;
     if (outcome.spawned.length > 0) view.spawned = outcome.spawned;
     if (outcome.resumed.length > 0) view.resumed = outcome.resumed;
@@ -212,13 +230,13 @@ export class ToolCalls {
   }
 
   /** Log a call and its result: the open step's awaited result, or a call/result pair as context. */
-  private record(agent: LiveAgent, call: ToolCall, result: ToolResult): void {
+  private record(agent: LiveAgent, call: ToolCall, result: ToolResult, contextId: string | undefined): void {
     const turn = agent.state.turn;
     if (turn.phase === 'running' && awaitedByStep(agent, call.id)) {
       agent.steps.recordToolResult(turn.turn.step.id, call.id, result.content, result.isError);
       return;
     }
-    const assistant: Message = { id: agent.newMessageId(), role: 'assistant', content: [], source: { kind: 'model' }, toolCalls: [loggableCall(call, agent.token)] };
+    const assistant: Message = { id: contextId ?? agent.newMessageId(), role: 'assistant', content: [], source: { kind: 'model' }, toolCalls: [loggableCall(call, agent.token)] };
     const toolMessage: Message = {
       id: agent.newMessageId(),
       role: 'tool',

@@ -12,6 +12,13 @@ import type { LiveAgent } from '../agents/live-agent.js';
 export interface ToolExecution {
   agent: LiveAgent;
   toolCallId: string;
+  /** The call's effect key (effect-keys.ts). */
+  effectKey: string;
+  /**
+   * Records, durably, that the call is about to take effect (a tool-started entry): a tool whose
+   * effect lies outside the service calls it before that effect.
+   */
+  started(): Promise<void>;
   signal?: AbortSignal;
   /**
    * Called by a tool in the synchronous span of its effect (before it awaits durability), so
@@ -25,12 +32,18 @@ export interface ToolOutcome {
   output: unknown;
   /** The rendered text the model reads as the tool result. */
   content: string;
+  /** The tool answered that the call failed (an MCP server's `isError`): recorded as an error result. */
+  isError?: boolean;
   /** Children this call started or cold-resumed, with their new tokens, for the backend. */
   spawned?: AgentCredential[];
   resumed?: AgentCredential[];
 }
 
 export interface ServiceTool extends ToolSchema {
+  /** Who runs it, for traces and metrics: the service itself, or an MCP server. */
+  owner?: 'service' | 'mcp';
+  /** Calls to it of one step may run at the same time (their results are still recorded in order). */
+  concurrent?: boolean;
   inScope(agent: LiveAgent): boolean;
   execute(input: unknown, exec: ToolExecution): Promise<ToolOutcome> | ToolOutcome;
 }

@@ -75,6 +75,8 @@ function describeEntry(entry: EntryBody): string {
       return `append budget ${JSON.stringify(entry.budget)}`;
     case 'grants':
       return `append grants ${entry.grants.join(',')}`;
+    case 'tool-started':
+      return `append tool-started ${entry.toolCallId}`;
   }
 }
 

@@ -27,6 +27,13 @@ const chatCall = (id: string, name: string, args: string) => ({ id, type: 'funct
 function comparable(entries: readonly Entry[]): unknown[] {
   return entries.map((e) => {
     const { seq: _seq, at: _at, messageId: _messageId, turnId: _turnId, stepId: _stepId, inboxItemId: _inboxItemId, ...rest } = e as Entry & Record<string, unknown>;
+    // An effect key is of its agent and step: every recorded call has one, and the two agents differ.
+    if (Array.isArray(rest.toolCalls)) {
+      (rest as Record<string, unknown>).toolCalls = (rest.toolCalls as { effectKey?: unknown }[]).map(({ effectKey, ...call }) => {
+        expect(effectKey).toMatch(/^ek_[A-Za-z0-9_-]{32}$/);
+        return call;
+      });
+    }
     return rest;
   });
 }
@@ -79,10 +86,11 @@ describe('an output posted as a chat-completions assistant message', () => {
     const assistant = log.find((e) => e.role === 'assistant')!;
     expect(assistant.content).toEqual([]);
     expect(assistant.toolCalls).toEqual([
-      { id: 'c1', name: 'spawn_subagent', input: { prompt: 'help' } },
-      { id: 'c2', name: 'lookup', input: '{not json' },
-      { id: 'c3', name: 'spawn_subagent', input: '{"prompt": ' },
+      { id: 'c1', name: 'spawn_subagent', input: { prompt: 'help' }, effectKey: expect.stringMatching(/^ek_/) },
+      { id: 'c2', name: 'lookup', input: '{not json', effectKey: expect.stringMatching(/^ek_/) },
+      { id: 'c3', name: 'spawn_subagent', input: '{"prompt": ', effectKey: expect.stringMatching(/^ek_/) },
     ]);
+    expect(new Set(assistant.toolCalls!.map((c) => c.effectKey)).size).toBe(3);
     expect(log.filter((e) => e.role === 'tool').map((e) => [e.toolCallId, e.isError])).toEqual([['c1', undefined], ['c2', true], ['c3', true]]);
     // Every call has its result: the next step is claimable at once.
     expect((await nextStep(h, root)).index).toBe(1);

@@ -4,11 +4,11 @@
  * effect key (in `_meta`, and as `Idempotency-Key` over Streamable HTTP), structured and error
  * results, and the unreachable and timeout outcomes.
  */
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { McpConnection, type ToolServerEndpoint } from '../../src/tools/mcp/mcp-connection.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
+import { closedPort } from '../fixtures/ports.js';
 import { startSseServer, startStreamableServer } from '../fixtures/mcp-server.js';
 
 const TIMEOUT_MS = 5_000;
@@ -22,14 +22,6 @@ async function open(endpoint: ToolServerEndpoint, timeoutMs = TIMEOUT_MS): Promi
 
 const http = (url: string, headers: Record<string, string> = {}): ToolServerEndpoint => ({ transport: 'http', url, headers });
 
-/** A loopback port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 describe('an MCP tool server connection', () => {
   it('lists a Streamable HTTP server\'s tools with their descriptions and input schemas', async () => {

@@ -248,7 +248,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       },
     },
   }, async (request, reply) => {
-    const { replayed, toolCallId, output, content, spawned, resumed } = await calls.callTool(request.params.id, agentToken(request), request.body, {
+    const { replayed, toolCallId, isError, output, content, spawned, resumed } = await calls.callTool(request.params.id, agentToken(request), request.body, {
       signal: clientGone(reply),
       idem: idempotencyOf(request),
       // A refused request changes nothing: only a 5xx failure is still logged as the call and its error.
@@ -256,6 +256,6 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
     });
     markReplay(reply, replayed);
     // The call's result, plus the credentials a backend needs of the children a call started or resumed.
-    return { toolCallId, isError: false as const, output, content, ...(spawned === undefined ? {} : { spawned }), ...(resumed === undefined ? {} : { resumed }) };
+    return { toolCallId, isError, output, content, ...(spawned === undefined ? {} : { spawned }), ...(resumed === undefined ? {} : { resumed }) };
   });
 };

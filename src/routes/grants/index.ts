@@ -3,7 +3,7 @@
  * the service, shape.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { GrantsView } from '../../contract/index.js';
+import { GrantsView, ref } from '../../contract/index.js';
 import type { GrantChanges } from '../../tools/grant-changes.js';
 import { AgentIdParams, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import { GrantsBody } from './schemas.js';
@@ -26,7 +26,7 @@ export const grantRoutes: FastifyPluginAsyncTypebox<GrantRoutesOptions> = async 
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       body: GrantsBody,
-      response: { 200: GrantsView, ...errorResponses(['VALIDATION', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'AGENT_EXISTS']) },
+      response: { 200: ref(GrantsView), ...errorResponses(['VALIDATION', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'AGENT_EXISTS']) },
     },
   }, async (request) => grants.change(request.params.id, request.body.grants));
 
@@ -40,7 +40,7 @@ export const grantRoutes: FastifyPluginAsyncTypebox<GrantRoutesOptions> = async 
         'For an agent that is not live, `effective` leaves out what depends on its scope when it runs (report, the control tools).',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
-      response: { 200: GrantsView, ...errorResponses(['AGENT_NOT_FOUND']) },
+      response: { 200: ref(GrantsView), ...errorResponses(['AGENT_NOT_FOUND']) },
     },
   }, async (request) => grants.view(request.params.id));
 };

@@ -1,0 +1,62 @@
+/**
+ * A registration as the operator sends it, checked and turned into what is stored: either a
+ * URL (Streamable HTTP) or a command (stdio, where the deployment allows commands), and a
+ * secret only as the name of a variable the model-key rule lends to that URL (never a value
+ * read from the environment: that happens each time the server is reached).
+ */
+import type { ToolServerBody } from '../../contract/index.js';
+import { ServiceError } from '../../domain/errors.js';
+import type { SecretValue, ToolServerConfig } from '../../domain/tool-servers.js';
+import { checkLentSecret, type ModelPolicy } from '../../driver/model-policy.js';
+
+export interface ToolServerRules {
+  /** stdio servers are allowed (AGENTFOREST_TOOL_SERVER_COMMANDS=on). */
+  commands: boolean;
+  policy: ModelPolicy;
+}
+
+/** The stored form of a registration, or 400 VALIDATION saying what is wrong with it. */
+export function checkToolServer(body: ToolServerBody, rules: ToolServerRules): ToolServerConfig {
+  const { url, command } = body;
+  if ((url === undefined) === (command === undefined)) throw new ServiceError('VALIDATION', 'a tool server has either a url (Streamable HTTP) or a command (stdio)');
+  const common: Omit<ToolServerConfig, 'transport'> = {
+    ...(body.tools === undefined ? {} : { tools: [...new Set(body.tools)] }),
+    ...(body.timeoutMs === undefined ? {} : { timeoutMs: body.timeoutMs }),
+    ...(body.retryAfterCrash === undefined ? {} : { retryAfterCrash: body.retryAfterCrash }),
+  };
+  if (command !== undefined) {
+    if (!rules.commands) throw new ServiceError('VALIDATION', 'stdio tool servers are off here (AGENTFOREST_TOOL_SERVER_COMMANDS=on allows them)');
+    if (body.headers !== undefined) throw new ServiceError('VALIDATION', 'headers are for a tool server with a url');
+    return {
+      transport: 'stdio',
+      command,
+      ...(body.args === undefined ? {} : { args: [...body.args] }),
+      ...(body.env === undefined ? {} : { env: secrets(body.env, undefined, 'env', rules.policy) }),
+      ...common,
+    };
+  }
+  if (body.args !== undefined || body.env !== undefined) throw new ServiceError('VALIDATION', 'args and env are for a tool server with a command');
+  checkUrl(url!);
+  return { transport: 'http', url: url!, ...(body.headers === undefined ? {} : { headers: secrets(body.headers, url, 'headers', rules.policy) }), ...common };
+}
+
+function checkUrl(url: string): void {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ServiceError('VALIDATION', `url "${url}" is not a URL`);
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new ServiceError('VALIDATION', `url "${url}" must be an http or https URL`);
+  if (parsed.username !== '' || parsed.password !== '') throw new ServiceError('VALIDATION', 'url must not carry credentials; name them in headers with {env}');
+}
+
+function secrets(values: Record<string, SecretValue>, url: string | undefined, field: string, policy: ModelPolicy): Record<string, SecretValue> {
+  return Object.fromEntries(
+    Object.entries(values).map(([key, value]) => {
+      if (typeof value === 'string') return [key, value];
+      checkLentSecret(value.env, url, policy, `${field}.${key}`);
+      return [key, { env: value.env }];
+    }),
+  );
+}

@@ -1,0 +1,158 @@
+/**
+ * The registered MCP tool servers: `PUT/GET/DELETE /v1/tool-servers/{name}`. A registration is
+ * checked (stdio only where the deployment allows commands; a secret only named by an
+ * environment variable the model-key rule lends to that URL), reached and listed, then stored
+ * as an operator setting, durable before it is answered; its tools then appear for every agent
+ * granted them, and a server removed takes its tools from resident agents at once.
+ *
+ * With several instances the settings are the cluster's: each instance follows them (`sync`,
+ * on a notification and on a timer), reaching what was added or changed and dropping what
+ * went, so the same servers serve every forest.
+ */
+import type { Logger } from 'pino';
+import type { ToolServerBody, ToolServerView } from '../../contract/index.js';
+import { ServiceError } from '../../domain/errors.js';
+import type { Clock } from '../../domain/ports.js';
+import type { ToolServerConfig } from '../../domain/tool-servers.js';
+import type { ModelPolicy } from '../../driver/model-policy.js';
+import type { SessionLog } from '../../sessions/session-log.js';
+import type { SettingReads } from '../../sessions/settings.js';
+import type { ServiceTool } from '../tool-registry.js';
+import type { McpCallOutcome } from './mcp-connection.js';
+import { ToolServer } from './tool-server.js';
+import { checkToolServer } from './tool-server-config.js';
+
+export interface ToolServersDeps {
+  log: Pick<SessionLog, 'changeSettings' | 'durable'>;
+  settings: SettingReads;
+  register: (tool: ServiceTool) => () => void;
+  /** Which variables may be lent as secrets, to which URLs; and the environment they are read from. */
+  policy: ModelPolicy;
+  /** stdio servers (a command this service runs) are allowed (AGENTFOREST_TOOL_SERVER_COMMANDS=on). */
+  commands: boolean;
+  /** Calls to one server at once (AGENTFOREST_TOOL_SERVER_CONCURRENCY). */
+  concurrency: number;
+  clock: Clock;
+  logger: Logger;
+  onCall?: (server: string, outcome: McpCallOutcome['kind'] | 'error', seconds: number) => void;
+}
+
+export const DEFAULT_TOOL_SERVER_CONCURRENCY = 8;
+/** With several instances, how often each reads the stored servers: a change holds everywhere within it. */
+export const TOOL_SERVER_FOLLOW_MS = 2_000;
+
+export class ToolServers {
+  private readonly servers = new Map<string, ToolServer>();
+  /** Changes and syncs run one at a time, so the map follows the settings in order. */
+  private changes: Promise<unknown> = Promise.resolve();
+  private stopped = false;
+  private follow: NodeJS.Timeout | undefined;
+
+  constructor(private readonly deps: ToolServersDeps) {}
+
+  /**
+   * Reach the stored servers; with `followMs` (several instances), follow the stored ones from
+   * then on at that period, so a change made on another instance holds here within it.
+   */
+  async start(followMs?: number): Promise<void> {
+    await this.sync();
+    if (followMs === undefined) return;
+    this.follow = setInterval(() => void this.sync(), followMs);
+    this.follow.unref();
+  }
+
+  list(): ToolServerView[] {
+    return [...this.servers.values()].sort((a, b) => (a.name < b.name ? -1 : 1)).map((s) => s.view());
+  }
+
+  get(name: string): ToolServerView {
+    return this.require(name).view();
+  }
+
+  /** Calls waiting for a slot of the server (0 for one not registered). */
+  queued(name: string): number {
+    return this.servers.get(name)?.queued ?? 0;
+  }
+
+  /** Register or replace a server: checked, reached and listed, stored; answers its view. */
+  put(name: string, body: ToolServerBody): Promise<ToolServerView> {
+    const config = checkToolServer(body, this.deps);
+    return this.serially(async () => {
+      const server = this.make(name, config, this.deps.clock.iso());
+      await server.connect();
+      try {
+        this.deps.log.changeSettings({ op: 'put', setting: { kind: 'tool-server', name, value: config, updatedAt: server.updatedAt } });
+        await this.deps.log.durable();
+      } catch (error) {
+        await server.close();
+        throw error;
+      }
+      await this.servers.get(name)?.close();
+      this.servers.set(name, server);
+      return server.view();
+    });
+  }
+
+  /** Remove a server: its tools leave every agent at once; durable before it resolves. */
+  delete(name: string): Promise<void> {
+    this.require(name);
+    return this.serially(async () => {
+      const server = this.require(name);
+      this.deps.log.changeSettings({ op: 'delete', kind: 'tool-server', name });
+      await server.close();
+      this.servers.delete(name);
+      await this.deps.log.durable();
+    });
+  }
+
+  /** Follow the stored servers: reach the new and changed ones, drop the ones gone. Never throws. */
+  sync(): Promise<void> {
+    return this.serially(async () => {
+      if (this.stopped) return;
+      const stored = await this.deps.settings.list('tool-server');
+      const wanted = new Set(stored.map((s) => s.name));
+      for (const [name, server] of this.servers) {
+        if (wanted.has(name)) continue;
+        await server.close();
+        this.servers.delete(name);
+      }
+      await Promise.all(
+        stored.map(async (setting) => {
+          const current = this.servers.get(setting.name);
+          if (current?.updatedAt === setting.updatedAt) return;
+          const server = this.make(setting.name, setting.value as ToolServerConfig, setting.updatedAt);
+          await server.connect();
+          await current?.close();
+          this.servers.set(setting.name, server);
+        }),
+      );
+    }).catch((error: unknown) => this.deps.logger.error({ err: error }, 'could not follow the stored tool servers'));
+  }
+
+  /** Close every connection (at shutdown); the servers stay registered. */
+  stop(): Promise<void> {
+    this.stopped = true;
+    if (this.follow !== undefined) clearInterval(this.follow);
+    return this.serially(async () => {
+      await Promise.all([...this.servers.values()].map((s) => s.close()));
+      this.servers.clear();
+    });
+  }
+
+  private make(name: string, config: ToolServerConfig, updatedAt: string): ToolServer {
+    const { register, policy, concurrency, logger, onCall } = this.deps;
+    return new ToolServer(name, config, updatedAt, { register, env: policy.env, concurrency, logger, ...(onCall === undefined ? {} : { onCall }) });
+  }
+
+  private require(name: string): ToolServer {
+    const server = this.servers.get(name);
+    if (server === undefined) throw new ServiceError('TOOL_SERVER_NOT_FOUND', `no tool server is registered as "${name}"`);
+    return server;
+  }
+
+  private serially<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.changes.then(work, work);
+    this.changes = next.catch(() => undefined);
+    return next;
+  }
+}
