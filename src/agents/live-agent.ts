@@ -25,7 +25,7 @@ import type { PendingOp, PendingRow } from '../sessions/session-store.js';
 import type { StepDispatcher } from '../steps/step-dispatcher.js';
 import { DEFAULT_LIMITS } from './limits.js';
 import { AgentScope } from '../tools/agent-scope.js';
-import { AgentSteps, type LeaseEvent, type StepClaim, type StepHost } from '../steps/agent-steps.js';
+import { AgentSteps, type LeaseEvent, type StepClaim, type StepHost, type UnansweredCall } from '../steps/agent-steps.js';
 import { DEFAULT_LEASE, type LeaseOptions } from '../steps/step-lease.js';
 import { interruptedStepText } from '../steps/interrupted-steps.js';
 import { matchesToken, mintToken } from './tokens.js';
@@ -51,6 +51,8 @@ export interface LiveAgentDeps {
   /** Step leases (default DEFAULT_LEASE). */
   lease?: LeaseOptions;
   onLease?: (agent: LiveAgent, event: LeaseEvent, stepId: string, attempt: number) => void;
+  /** See StepHost.rerunAfterRestart. */
+  rerunAfterRestart?: (agent: LiveAgent, stepId: string, calls: readonly UnansweredCall[]) => ReadonlySet<string>;
   /**
    * Whether a queued item may start a turn (false once the service drains): a followup queued
    * behind a turn that ends during the drain stays queued, durably, for the next incarnation.
@@ -338,6 +340,7 @@ export class LiveAgent {
       failTurn: (error) => this.failTurn(error),
       now: () => this.now(),
       onLease: deps.onLease === undefined ? undefined : (event, stepId, attempt) => deps.onLease?.(this, event, stepId, attempt),
+      rerunAfterRestart: deps.rerunAfterRestart === undefined ? undefined : (stepId, calls) => deps.rerunAfterRestart!(this, stepId, calls),
     };
     return new AgentSteps(host, deps.clock, deps.lease ?? DEFAULT_LEASE);
   }

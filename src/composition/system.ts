@@ -238,6 +238,8 @@ export function createSystem(options: SystemOptions): System {
       observers.turnEnded(agent, end);
     },
     onLease: (agent, event, stepId, attempt) => observers.stepLease(event, agent, stepId, attempt),
+    // The protocol is built below from agents made with these deps: called only once it exists.
+    rerunAfterRestart: (agent, stepId, calls) => protocol.rerunAfterRestart(agent, stepId, calls),
     maxInbox: limits.inbox,
     lease: { ...DEFAULT_LEASE, ...options.lease },
     admitsTurns: () => !gate.draining,
@@ -354,6 +356,7 @@ export function createSystem(options: SystemOptions): System {
     concurrency: options.toolServers?.concurrency ?? DEFAULT_TOOL_SERVER_CONCURRENCY,
     clock,
     logger,
+    onCall: (server, outcome, seconds) => metrics.toolServerCall(server, outcome, seconds),
   });
 
   // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.

@@ -75,6 +75,8 @@ export class Metrics {
   private readonly leaseEvents: client.Counter<'event'>;
   private readonly budgetPauses: client.Counter;
   private readonly spending: client.Counter<'kind'>;
+  private readonly toolServerCalls: client.Counter<'server' | 'outcome'>;
+  private readonly toolServerDuration: client.Histogram<'server'>;
 
   constructor(deps: MetricsDeps) {
     if (deps.processMetrics === true) client.collectDefaultMetrics({ register: this.registry });
@@ -127,6 +129,19 @@ export class Metrics {
       help: 'Built-in driver: time per step from sending the request to the answer, retries included.',
       labelNames: ['outcome'],
       buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+      registers,
+    });
+    this.toolServerCalls = new client.Counter({
+      name: 'agentforest_tool_server_calls_total',
+      help: 'MCP tool calls the service made, by server and outcome (answered, error: the server said the call failed, unreachable, timeout).',
+      labelNames: ['server', 'outcome'],
+      registers,
+    });
+    this.toolServerDuration = new client.Histogram({
+      name: 'agentforest_tool_server_call_seconds',
+      help: 'Time per MCP tool call, from asking for a slot of its server to the answer.',
+      labelNames: ['server'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers,
     });
     this.modelTokens = new client.Counter({ name: 'agentforest_model_tokens_total', help: 'Tokens reported by model endpoints, by kind (prompt or completion).', labelNames: ['kind'], registers });
@@ -265,6 +280,12 @@ export class Metrics {
     if (total.steps > 0) this.spending.inc({ kind: 'steps' }, total.steps);
     if (total.totalTokens > 0) this.spending.inc({ kind: 'tokens' }, total.totalTokens);
     if (total.costMicroUsd > 0) this.spending.inc({ kind: 'cost_micro_usd' }, total.costMicroUsd);
+  }
+
+  /** One MCP tool call and how long it took (tools/mcp/tool-server.ts). */
+  toolServerCall(server: string, outcome: string, seconds: number): void {
+    this.toolServerCalls.inc({ server, outcome });
+    this.toolServerDuration.observe({ server }, seconds);
   }
 
   httpRequest(method: string, route: string, status: number, seconds: number): void {

@@ -48,6 +48,17 @@ export interface StepHost {
   now(): string;
   /** A lease event of the step `stepId`, under `attempt` (the lapsed one, or the new claim's). */
   onLease?: ((event: LeaseEvent, stepId: string, attempt: number) => void) | undefined;
+  /**
+   * A re-opened step's calls left without a result: returns the ids of those the service runs
+   * again itself (their results come later); the others get stand-in error results.
+   */
+  rerunAfterRestart?: ((stepId: string, calls: readonly UnansweredCall[]) => ReadonlySet<string>) | undefined;
+}
+
+/** A call a re-opened step still awaits, and whether the service had recorded that it started it. */
+export interface UnansweredCall {
+  call: ToolCall;
+  started: boolean;
 }
 
 export class AgentSteps {
@@ -137,7 +148,9 @@ export class AgentSteps {
     if (step === null) return;
     // Its id is this incarnation's to fence from now on: an older attempt is refused (409), not unknown (404).
     this.recent.remember(step.id);
-    if (step.status === 'awaiting') this.answerWithStandIns(step.id, 'the service restarted');
+    if (step.status !== 'awaiting') return;
+    const rerun = this.host.rerunAfterRestart?.(step.id, unansweredIn(entries, step.awaiting)) ?? new Set<string>();
+    this.answerWithStandIns(step.id, 'the service restarted', rerun);
   }
 
   /** A service-owned tool call of the open step runs until the returned release: its lease holds meanwhile. */
@@ -216,8 +229,11 @@ export class AgentSteps {
   }
 
   /** Record a stand-in result (standIns) for every call the open step still awaits: the step is then ready. */
-  private answerWithStandIns(stepId: string, why: string): void {
-    for (const message of this.standIns(why)) this.host.apply(recordToolResult(this.host.state(), stepId, message, this.host.now()));
+  private answerWithStandIns(stepId: string, why: string, except?: ReadonlySet<string>): void {
+    for (const message of this.standIns(why)) {
+      if (except?.has(message.toolCallId!) === true) continue;
+      this.host.apply(recordToolResult(this.host.state(), stepId, message, this.host.now()));
+    }
   }
 
   /** Error results for the calls the open step still awaits, saying why none was recorded. */
@@ -231,4 +247,18 @@ export class AgentSteps {
       isError: true,
     }));
   }
+}
+
+/** The calls of a re-opened turn's entries named in `awaiting`, each with whether a tool-started entry names it. */
+function unansweredIn(entries: readonly SessionEntry[], awaiting: readonly string[]): UnansweredCall[] {
+  const started = new Set<string>();
+  const calls = new Map<string, ToolCall>();
+  for (const entry of entries) {
+    if (entry.type === 'tool-started') started.add(entry.toolCallId);
+    if (entry.type === 'message') for (const call of entry.toolCalls ?? []) calls.set(call.id, call);
+  }
+  return awaiting.flatMap((id) => {
+    const call = calls.get(id);
+    return call === undefined ? [] : [{ call, started: started.has(id) }];
+  });
 }

@@ -19,6 +19,7 @@ import type { AgentAuthority } from '../agents/authority.js';
 import type { WaiterGate } from '../agents/limits.js';
 import type { LeaseView } from './step-lease.js';
 import type { LiveAgent, StepClaim } from '../agents/live-agent.js';
+import type { UnansweredCall } from './agent-steps.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { ToolRegistry } from '../tools/tool-registry.js';
@@ -204,6 +205,39 @@ export class StepProtocol {
     }
     if (spawned.length > 0) result.spawned = spawned;
     if (resumed.length > 0) result.resumed = resumed;
+  }
+
+  /**
+   * A re-opened step's calls left without a result (see StepHost.rerunAfterRestart): the ones
+   * whose tool says so are taken — run again with their effect key, or answered as unknown when
+   * they had started and their tool may not be run twice — and recorded as they finish.
+   */
+  rerunAfterRestart(agent: LiveAgent, stepId: string, unanswered: readonly UnansweredCall[]): ReadonlySet<string> {
+    const taken = unanswered.flatMap(({ call, started }) => {
+      const tool = this.deps.tools.find(agent, call.name);
+      return tool?.afterRestart === undefined ? [] : [{ call, tool, unknown: started && tool.afterRestart === 'unknown' }];
+    });
+    if (taken.length === 0) return new Set();
+    const signal = agent.turnSignal;
+    const hold = agent.steps.holdForServiceCall();
+    const run = async (): Promise<void> => {
+      try {
+        const outcomes = taken.map(({ call, tool, unknown }) =>
+          unknown ? Promise.resolve(failedCall(call, new ServiceError('INTERNAL', 'the outcome of this call is unknown after a restart'))) : this.deps.calls.run(agent, tool, call, signal),
+        );
+        for (const [i, outcome] of outcomes.entries()) {
+          const done = await outcome;
+          if (signal.aborted) return;
+          agent.steps.recordToolResult(stepId, taken[i]!.call.id, done.result.content, done.result.isError);
+        }
+        await this.deps.log.durable(agent.rootId);
+      } finally {
+        hold();
+      }
+    };
+    // After the span that re-opens the turn: the calls run once the agent is published.
+    queueMicrotask(() => void run().catch((error: unknown) => agent.failTurn(`re-running tool calls after a restart failed: ${String(error)}`)));
+    return new Set(taken.map(({ call }) => call.id));
   }
 
   async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt = 1): Promise<{ turn: 'open' | 'ended' }> {

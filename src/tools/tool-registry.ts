@@ -44,6 +44,12 @@ export interface ServiceTool extends ToolSchema {
   owner?: 'service' | 'mcp';
   /** Calls to it of one step may run at the same time (their results are still recorded in order). */
   concurrent?: boolean;
+  /**
+   * A call the service had started and left without a result when it stopped: run it again
+   * with its effect key (`rerun`), or record that its outcome is unknown (`unknown`). Absent:
+   * the call gets the restart's stand-in result like a backend's.
+   */
+  afterRestart?: 'rerun' | 'unknown';
   inScope(agent: LiveAgent): boolean;
   execute(input: unknown, exec: ToolExecution): Promise<ToolOutcome> | ToolOutcome;
 }

@@ -105,6 +105,11 @@ describe('MCP tool servers', () => {
     expect(results.toolResults[1]).toMatchObject({ toolCallId: 'b', isError: true, content: 'the disk is full' });
     expect(results.toolResults[2]).toMatchObject({ toolCallId: 'c', isError: true });
     expect(results.toolResults[2]!.content).toMatch(/^Error: invalid input for tool "mcp__files__echo": input\.text must be string$/);
+    // The invalid call never reached the server; the others did, one answered, one an error.
+    const metrics = await h.system.metrics.text();
+    expect(metrics).toMatch(/^agentforest_tool_server_calls_total\{server="files",outcome="answered"\} 1$/m);
+    expect(metrics).toMatch(/^agentforest_tool_server_calls_total\{server="files",outcome="error"\} 1$/m);
+    expect(metrics).toMatch(/^agentforest_tool_server_call_seconds_count\{server="files"\} 2$/m);
   });
 
   it('refuses an invalid input with 400 before the server is called', async () => {
@@ -130,6 +135,7 @@ describe('MCP tool servers', () => {
     expect(res.statusCode).toBe(200);
     expect(json(res)).toMatchObject({ isError: true, content: expect.stringMatching(/^Error: the tool server "files" is unreachable: /) });
     expect(json((await h.app.inject({ method: 'GET', url: '/v1/tool-servers/files' })))).toMatchObject({ state: 'unreachable' });
+    expect(await h.system.metrics.text()).toMatch(/^agentforest_tool_server_calls_total\{server="files",outcome="unreachable"\} 1$/m);
   });
 
   it('gives a call that outlives the server\'s timeout an error result', async () => {
@@ -140,6 +146,7 @@ describe('MCP tool servers', () => {
     const res = await callTool(h, root, 'mcp__slow__wait', {});
     expect(res.statusCode).toBe(200);
     expect(json(res)).toMatchObject({ isError: true, content: 'Error: the tool server "slow" gave no answer in time (no answer within 300 ms)' });
+    expect(await h.system.metrics.text()).toMatch(/^agentforest_tool_server_calls_total\{server="slow",outcome="timeout"\} 1$/m);
   });
 
   it('removes a server: 204, its tools leave resident agents at once, and it is not found after', async () => {

@@ -157,7 +157,7 @@ export class ForestSpans implements Tracing, RuntimeObserver {
     // A call of the open step has its span from the output; any other call gets one now.
     const listed = spans.tools.get(call.id);
     const span = listed ?? this.startTool(exec.agent.id, spans, loggableCall(call, exec.agent.token));
-    span.setAttribute(ATTR.toolOwner, 'service');
+    span.setAttribute(ATTR.toolOwner, tool.owner ?? 'service');
     this.ranHere.add(span);
     let outcome: ToolOutcome;
     try {
@@ -169,6 +169,8 @@ export class ForestSpans implements Tracing, RuntimeObserver {
       if (listed === undefined) span.end();
       throw error;
     }
+    // A tool that answered with an error result (an MCP server's isError, unreachable, a timeout).
+    if (outcome.isError === true) span.setStatus({ code: SpanStatusCode.ERROR, message: 'the tool answered with an error result' });
     if (listed === undefined) {
       if (this.options.content) span.setAttribute(ATTR.toolResult, outcome.content);
       span.end();

@@ -18,7 +18,7 @@ export interface McpToolHost {
   call(tool: string, input: Record<string, unknown>, effectKey: string, signal: AbortSignal | undefined): Promise<McpCallOutcome>;
 }
 
-export function mcpServiceTool(host: McpToolHost, tool: McpTool, validate: ValidateFunction | undefined): ServiceTool {
+export function mcpServiceTool(host: McpToolHost, tool: McpTool, validate: ValidateFunction | undefined, afterRestart: 'rerun' | 'unknown'): ServiceTool {
   const name = mcpToolName(host.server, tool.name);
   return {
     name,
@@ -26,6 +26,7 @@ export function mcpServiceTool(host: McpToolHost, tool: McpTool, validate: Valid
     inputSchema: tool.inputSchema,
     owner: 'mcp',
     concurrent: true,
+    afterRestart,
     inScope: () => true,
     async execute(input, exec): Promise<ToolOutcome> {
       const args = input === undefined || input === null ? {} : input;

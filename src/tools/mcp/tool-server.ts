@@ -169,7 +169,7 @@ export class ToolServer {
       } catch (error) {
         this.deps.logger.warn({ toolServer: this.name, tool: tool.name, err: error }, 'an MCP tool input schema does not compile; its inputs are passed unchecked');
       }
-      this.removals.push(this.deps.register(mcpServiceTool(this, tool, validate)));
+      this.removals.push(this.deps.register(mcpServiceTool(this, tool, validate, this.config.retryAfterCrash === false ? 'unknown' : 'rerun')));
     }
   }
 
