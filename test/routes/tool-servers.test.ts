@@ -7,6 +7,7 @@
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { closedPort } from '../fixtures/ports.js';
+import { sqliteDisk } from '../fixtures/disks.js';
 import { startStreamableServer } from '../fixtures/mcp-server.js';
 import { claimStep } from '../fixtures/forest.js';
 import { createRoot, json, postOutput, send, session, startHarness, until, type CreatedRoot, type Harness, type HarnessOptions } from '../fixtures/harness.js';
@@ -207,6 +208,18 @@ describe('MCP tool servers', () => {
     expect(json(await first)).toMatchObject({ content: 'released' });
     expect(json(await second)).toMatchObject({ isError: false });
     expect(server.calls.map((c) => c.tool)).toEqual(['wait', 'echo']);
+  });
+
+  it('keeps a registration across a restart: the next process reaches it at start and serves its tools', async () => {
+    const server = await startStreamableServer();
+    const disk = sqliteDisk();
+    const first = await startHarness({ store: disk.open() });
+    expect((await putServer(first, 'files', { url: server.url, tools: ['echo'] })).statusCode).toBe(200);
+    await first.close();
+    const second = await startHarness({ store: disk.open() });
+    expect(json(await second.app.inject({ method: 'GET', url: '/v1/tool-servers/files' }))).toMatchObject({ state: 'ready', tools: [{ name: 'echo' }] });
+    const root = await createRoot(second.app, { tools: ['mcp__files__*'] });
+    expect(json(await callTool(second, root, 'mcp__files__echo', { text: 'again' }))).toMatchObject({ isError: false, content: expect.stringMatching(/^echo: again/) });
   });
 
   it('refuses a registration with both or neither of url and command, and a bad name', async () => {
