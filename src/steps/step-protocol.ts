@@ -163,33 +163,32 @@ export class StepProtocol {
     const signal = agent.turnSignal;
     const hold = agent.steps.holdForServiceCall();
     try {
-      let inOrder: Promise<unknown> = Promise.resolve();
-      const running: { call: ToolCall; outcome: Promise<RunOutcome | undefined> }[] = [];
-      for (const call of calls) {
+      // Each call resolves to its outcome, to 'awaiting' (the backend's), or to undefined when
+      // the turn was cancelled before it started. A call that is not concurrent is looked up
+      // at its turn: an earlier call may have changed what is in scope (spawn, then send_message).
+      const resolve = (call: ToolCall): Promise<RunOutcome | 'awaiting' | undefined> => {
         const refusal = refused?.get(call.id);
-        const tool = refusal === undefined ? this.deps.tools.find(agent, call.name) : undefined;
-        if (refusal !== undefined || (tool === undefined && this.deps.tools.withheld(agent, call.name))) {
-          const error = refusal !== undefined ? new ServiceError('VALIDATION', refusal) : unknownTool(call.name);
-          running.push({ call, outcome: Promise.resolve(failedCall(call, error)) });
-          continue;
-        }
-        if (tool === undefined) {
+        if (refusal !== undefined) return Promise.resolve(failedCall(call, new ServiceError('VALIDATION', refusal)));
+        if (signal.aborted) return Promise.resolve(undefined);
+        const tool = this.deps.tools.find(agent, call.name);
+        if (tool !== undefined) return this.deps.calls.run(agent, tool, call, signal);
+        return Promise.resolve(this.deps.tools.withheld(agent, call.name) ? failedCall(call, unknownTool(call.name)) : 'awaiting');
+      };
+      let inOrder: Promise<unknown> = Promise.resolve();
+      const running = calls.map((call) => {
+        if (this.deps.tools.find(agent, call.name)?.concurrent === true && !refused?.has(call.id)) return { call, outcome: resolve(call) };
+        const outcome = inOrder.then(() => resolve(call));
+        inOrder = outcome;
+        return { call, outcome };
+      });
+      for (const { call, outcome } of running) {
+        const done = await outcome;
+        if (done === undefined) continue; // not started: the turn was cancelled before
+        if (done === 'awaiting') {
           // As posted: the key is in the log, and in the tool pool's offer.
           result.awaiting.push({ id: call.id, name: call.name, input: call.input });
           continue;
         }
-        const run = (): Promise<RunOutcome | undefined> => (signal.aborted ? Promise.resolve(undefined) : this.deps.calls.run(agent, tool, call, signal));
-        if (tool.concurrent === true) {
-          running.push({ call, outcome: run() });
-          continue;
-        }
-        const outcome = inOrder.then(run);
-        inOrder = outcome;
-        running.push({ call, outcome });
-      }
-      for (const { call, outcome } of running) {
-        const done = await outcome;
-        if (done === undefined) continue; // not started: the turn was cancelled before
         spawned.push(...done.spawned);
         resumed.push(...done.resumed);
         if (signal.aborted) continue; // the turn was cancelled meanwhile; its stand-in result is logged

@@ -17,8 +17,8 @@ const SHORT_MS = 200;
 
 const expired = (stepId: string, holder: number): string => `the lease of step "${stepId}" expired; attempt ${holder} holds it`;
 
-async function rootWithTurn(h: Harness, id: string): Promise<CreatedRoot> {
-  const root = await createRoot(h.app, { id });
+async function rootWithTurn(h: Harness, id: string, body: Record<string, unknown> = {}): Promise<CreatedRoot> {
+  const root = await createRoot(h.app, { id, ...body });
   expect((await send(h.app, id, 'go')).statusCode).toBe(202);
   return root;
 }
@@ -96,7 +96,8 @@ describe('a lease running out while an output is in flight', () => {
         return { output: 'ok', content: 'the probe answered' };
       },
     });
-    await rootWithTurn(h, 'a');
+    // A tool outside the service-owned packages is granted by name.
+    await rootWithTurn(h, 'a', { tools: ['slow_probe'] });
     await rootWithTurn(h, 'witness');
     const { root, step } = await claimStep(h, 'a');
     const out = postOutput(h.app, root, step.id, { toolCalls: [{ id: 's1', name: 'slow_probe', input: {} }] });

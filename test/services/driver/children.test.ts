@@ -76,7 +76,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       `user:Background subagent ${childId} reported:\nthe answer is 42`,
     ]);
     const spawnCall = rootLog[3]!;
-    expect(spawnCall.toolCalls).toEqual([{ id: 'call_spawn', name: 'spawn_subagent', input: { prompt: 'find the answer', label: 'finder' } }]);
+    expect(spawnCall.toolCalls).toEqual([{ id: 'call_spawn', name: 'spawn_subagent', input: { prompt: 'find the answer', label: 'finder' }, effectKey: expect.stringMatching(/^ek_/) }]);
     expect(rootLog[4]!.toolCallId).toBe('call_spawn');
     const report = rootLog[8]!;
     expect(report.content).toEqual([

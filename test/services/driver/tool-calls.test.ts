@@ -75,7 +75,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       ]);
       expect(log[4]!.isError).toBe(true);
       expect(log[4]!.toolCallId).toBe('ws');
-      expect(log[3]!.toolCalls).toEqual([{ id: 'ws', name: 'web_search', input: { q: 'x' } }]);
+      expect(log[3]!.toolCalls).toEqual([{ id: 'ws', name: 'web_search', input: { q: 'x' }, effectKey: expect.stringMatching(/^ek_/) }]);
       // An answer without usage records none.
       expect(log[3]!.usage).toMatchObject({ promptTokens: expect.any(Number) as number });
       expect(log[6]!).not.toHaveProperty('usage');
