@@ -60,8 +60,8 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100, maximum: 3_600_000, description: 'Built-in model driver: the deadline of one step, retries and backoff included.' }),
   AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20, description: 'Built-in model driver: retries after a 429, a 5xx or a connection failure.' }),
   AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1, description: 'Built-in model driver: model requests in flight at once, over all agents.' }),
-  AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String({ description: 'Comma-separated variables that `model.apiKeyEnv` may name; unset, any name ending in `_API_KEY` except `AGENTFOREST_*`.' })),
-  AGENTFOREST_MODEL_BASE_URLS: Type.Optional(Type.String({ description: 'Comma-separated URL prefixes that `model.baseUrl` must start with; unset, any http(s) URL.' })),
+  AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String({ description: 'Comma-separated variables that `model.apiKeyEnv`, and a tool server\'s `{env}` header or variable, may name; unset, any name ending in `_API_KEY` except `AGENTFOREST_*`.' })),
+  AGENTFOREST_MODEL_BASE_URLS: Type.Optional(Type.String({ description: 'Comma-separated URL prefixes that `model.baseUrl`, and the URL of a tool server given a secret by `{env}`, must start with; unset, any http(s) URL.' })),
   AGENTFOREST_MODEL_PRICES: Type.Optional(
     Type.String({
       description:

@@ -81,6 +81,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   await system.webhooks.start();
   // With several instances each follows the cluster's tool servers.
   await system.toolServers.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
+  await system.backendTools.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -119,6 +120,8 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     system.webhooks.stop();
     await system.roots.shutdown();
     await system.toolServers.stop();
+    system.backendTools.stop();
+    system.pool.stop();
     await system.topology.stop();
     await store.close();
     // After the drain closed the last turns: their spans are exported before the process ends.

@@ -273,7 +273,7 @@ export interface paths {
         };
         /**
          * An agent's grants
-         * @description `grants`: its own; `effective`: the known tools it may call now (granted to it and every ancestor, installed, in its scope and toolFilter). For an agent that is not live, `effective` leaves out what depends on its scope when it runs (report, the control tools).
+         * @description `grants`: its own; `effective`: the known tools it may call now (granted to it and every ancestor, installed, in its scope and toolFilter). For an agent that is not live, `effective` is what its grants and toolFilter allow of the installed tools, without `report` (its scope is made when it runs).
          */
         get: operations["getGrants"];
         /**
@@ -327,6 +327,68 @@ export interface paths {
         get: operations["listToolServers"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/backend-tools/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One declared backend tool */
+        get: operations["getBackendTool"];
+        /**
+         * Declare a tool the backend executes
+         * @description Agents granted it see it in their steps under its name, with `parameters` as its schema. A call to it is `awaiting`, as a backend's own call, and is offered to the tool worker pool (`POST /v1/tool-calls/next`); a driven agent waits for its result. Durable before answered; replaces a declaration of the same name.
+         */
+        put: operations["putBackendTool"];
+        post?: never;
+        /**
+         * Remove a declared backend tool
+         * @description It leaves every agent at once. Durable before answered.
+         */
+        delete: operations["deleteBackendTool"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/backend-tools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The declared backend tools */
+        get: operations["listBackendTools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tool-calls/next": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take the oldest awaiting call of a declared backend tool (tool worker pool)
+         * @description Oldest first over every agent (of `rootId`, of `names`), each call handed to one worker at a time under a lease as long as a step's. Post the result with `POST /v1/agents/{agentId}/steps/{stepId}/tool-results` (the agent token, `X-Step-Attempt: stepAttempt`). A call whose lease runs out without a result is handed out again with the same `effectKey`, up to the step's attempts; then it gets an error result.
+         */
+        post: operations["claimToolCall"];
         delete?: never;
         options?: never;
         head?: never;
@@ -753,7 +815,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -764,7 +826,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -1116,6 +1178,45 @@ export interface components {
             /** @description Its tools agents may be granted, as last listed. */
             tools: components["schemas"]["McpToolView"][];
         };
+        BackendToolBody: {
+            /** @description What the model reads about the tool. */
+            description: string;
+            /** @description The JSON Schema of the tool's input, shown to the model as is. */
+            parameters: {
+                [key: string]: unknown;
+            };
+        };
+        /** @description A tool the backend executes; agents granted it see it under its name. */
+        BackendToolView: {
+            name: string;
+            description: string;
+            parameters: {
+                [key: string]: unknown;
+            };
+        };
+        /** @description An awaiting call of a declared backend tool, handed to one worker. */
+        PoolToolCall: {
+            agentId: string;
+            /** @description For posting the result: `POST /v1/agents/{agentId}/steps/{stepId}/tool-results`. */
+            agentToken: string;
+            stepId: string;
+            /** @description Send it as `X-Step-Attempt` with the result. */
+            stepAttempt: number;
+            toolCallId: string;
+            name: string;
+            input: unknown;
+            /** @description Stable for the call, the same if it is offered again: run the effect once per key. */
+            effectKey: string;
+            lease: {
+                /** @description How many times the call was handed out, this one included. */
+                attempt: number;
+                /**
+                 * Format: date-time
+                 * @description Without a result by then, the call is offered again (same effect key).
+                 */
+                expiresAt: string;
+            };
+        };
     };
     responses: {
         /** @description Conflict: ACTIVATION_CLOSING, ACTIVATION_SETUP_REVOKED, IDEMPOTENCY_CONFLICT, LIMIT_EXCEEDED */
@@ -1235,6 +1336,18 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
                     code?: "AGENT_NOT_FOUND" | "STEP_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Not Found: BACKEND_TOOL_NOT_FOUND */
+        BackendToolNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "BACKEND_TOOL_NOT_FOUND";
                 };
             };
         };
@@ -2614,6 +2727,194 @@ export interface operations {
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    getBackendTool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Letters, digits, `_` and `-`, at most 64; not starting with `mcp__`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A tool the backend executes; agents granted it see it under its name. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackendToolView"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["BackendToolNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    putBackendTool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Letters, digits, `_` and `-`, at most 64; not starting with `mcp__`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["BackendToolBody"];
+            };
+        };
+        responses: {
+            /** @description A tool the backend executes; agents granted it see it under its name. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackendToolView"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    deleteBackendTool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Letters, digits, `_` and `-`, at most 64; not starting with `mcp__`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["BackendToolNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    listBackendTools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: components["schemas"]["BackendToolView"][];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    claimToolCall: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description How long to wait for a call (long-poll).
+                     * @default 0
+                     */
+                    waitMs?: number;
+                    /** @description Only calls of these tools. */
+                    names?: string[];
+                    /** @description Only calls of this forest. */
+                    rootId?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        call: components["schemas"]["PoolToolCall"];
+                    };
+                };
+            };
+            /** @description No call came within waitMs. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrDrainingOrOverloadedOrStoreUnavailable"];
         };
     };
     claimStep: {

@@ -51,6 +51,8 @@ export interface LiveAgentDeps {
   /** Step leases (default DEFAULT_LEASE). */
   lease?: LeaseOptions;
   onLease?: (agent: LiveAgent, event: LeaseEvent, stepId: string, attempt: number) => void;
+  /** See StepHost.workersHold. */
+  workersHold?: (agent: LiveAgent, stepId: string) => boolean;
   /** See StepHost.rerunAfterRestart. */
   rerunAfterRestart?: (agent: LiveAgent, stepId: string, calls: readonly UnansweredCall[]) => ReadonlySet<string>;
   /**
@@ -341,6 +343,7 @@ export class LiveAgent {
       now: () => this.now(),
       onLease: deps.onLease === undefined ? undefined : (event, stepId, attempt) => deps.onLease?.(this, event, stepId, attempt),
       rerunAfterRestart: deps.rerunAfterRestart === undefined ? undefined : (stepId, calls) => deps.rerunAfterRestart!(this, stepId, calls),
+      workersHold: deps.workersHold === undefined ? undefined : (stepId) => deps.workersHold!(this, stepId),
     };
     return new AgentSteps(host, deps.clock, deps.lease ?? DEFAULT_LEASE);
   }

@@ -28,6 +28,8 @@ import { RootLifecycle } from '../agents/root-lifecycle.js';
 import { BudgetChanges } from '../budgets/budget-changes.js';
 import { GrantChanges } from '../tools/grant-changes.js';
 import { DEFAULT_TOOL_SERVER_CONCURRENCY, ToolServers } from '../tools/mcp/tool-servers.js';
+import { BackendTools } from '../tools/backend/backend-tools.js';
+import { ToolPool } from '../tools/backend/tool-pool.js';
 import { Budgets } from '../budgets/budgets.js';
 import { EventHub } from '../observation/event-hub.js';
 import { timeOrderedIds } from '../sessions/ids.js';
@@ -113,6 +115,8 @@ export interface System {
   budgetChanges: BudgetChanges;
   grantChanges: GrantChanges;
   toolServers: ToolServers;
+  backendTools: BackendTools;
+  pool: ToolPool;
   /** Webhook subscriptions, the outbox's events and their delivery (started before serving, stopped at close). */
   webhooks: Webhooks;
 }
@@ -240,6 +244,7 @@ export function createSystem(options: SystemOptions): System {
     onLease: (agent, event, stepId, attempt) => observers.stepLease(event, agent, stepId, attempt),
     // The protocol is built below from agents made with these deps: called only once it exists.
     rerunAfterRestart: (agent, stepId, calls) => protocol.rerunAfterRestart(agent, stepId, calls),
+    workersHold: (agent, stepId) => pool.holds(agent, stepId),
     maxInbox: limits.inbox,
     lease: { ...DEFAULT_LEASE, ...options.lease },
     admitsTurns: () => !gate.draining,
@@ -293,6 +298,7 @@ export function createSystem(options: SystemOptions): System {
   const grantChanges = new GrantChanges({ grants, tools, budgets, registry, log, clock, stored, forests });
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
   const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing, clock });
+  const pool = new ToolPool({ clock, log, lease: { ...DEFAULT_LEASE, ...options.lease }, live: (id) => registry.get(id) });
   const protocol = new StepProtocol({
     authority,
     gate,
@@ -306,6 +312,7 @@ export function createSystem(options: SystemOptions): System {
     price,
     tracing,
     interrupted: interruptedSteps,
+    pool,
   });
   const driver = new ModelDriver(
     { protocol, compactions, dispatcher, log, logger, isDraining: () => gate.draining, observe: (event) => observers.modelRequest(event), checkModel: checkModelPolicy },
@@ -347,6 +354,7 @@ export function createSystem(options: SystemOptions): System {
     ...(tracing.observer === undefined ? [] : [tracing.observer]),
     ...(options.observers ?? []),
   ];
+  const backendTools = new BackendTools({ log, settings: store.settings, register: (tool) => tools.register(tool), clock, logger });
   const toolServers = new ToolServers({
     log,
     settings: store.settings,
@@ -361,5 +369,5 @@ export function createSystem(options: SystemOptions): System {
 
   // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
   driver.start();
-  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers };
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool };
 }

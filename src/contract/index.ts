@@ -13,6 +13,7 @@ import type { TSchema } from '@sinclair/typebox';
 import { AgentView, Budget, BudgetView, Content, Credential, ErrorBody, ModelSpec, TextBlock, TokenUsage, ToolCallErrorBody, Usage } from './common.js';
 import { GRANT_SCHEMAS } from './grants.js';
 import { TOOL_SERVER_SCHEMAS } from './tool-servers.js';
+import { BACKEND_TOOL_SCHEMAS } from './backend-tools.js';
 import { PACKAGE_SCHEMAS } from './packages.js';
 import { SESSION_SCHEMAS } from './sessions.js';
 import { STEP_SCHEMAS } from './steps.js';
@@ -20,6 +21,7 @@ import { STEP_SCHEMAS } from './steps.js';
 export * from './common.js';
 export * from './grants.js';
 export * from './tool-servers.js';
+export * from './backend-tools.js';
 export * from './packages.js';
 export * from './receipts.js';
 export * from './sessions.js';
@@ -45,4 +47,5 @@ export const CONTRACT_SCHEMAS: readonly (TSchema & { $id: string })[] = [
   ...PACKAGE_SCHEMAS,
   ...GRANT_SCHEMAS,
   ...TOOL_SERVER_SCHEMAS,
+  ...BACKEND_TOOL_SCHEMAS,
 ];

@@ -44,7 +44,7 @@ export const DEFAULT_DRIVER_OPTIONS: Omit<DriverOptions, 'env'> = {
 };
 
 export interface ModelDriverDeps {
-  protocol: Pick<StepProtocol, 'renderStep' | 'applyOutput' | 'applyToolResults'>;
+  protocol: Pick<StepProtocol, 'renderStep' | 'applyOutput' | 'applyToolResults' | 'runByBackend'>;
   compactions: Pick<Compactions, 'compactLive'>;
   dispatcher: StepDispatcher<LiveAgent, StepClaim>;
   log: SessionLog;
@@ -249,7 +249,8 @@ export class ModelDriver {
       const result = await this.deps.protocol.applyOutput(agent, claim.stepId, output, claim.lease.attempt, refused);
       // The model has only the service's tools: any other name is answered as unknown (unless
       // a backend answered it meanwhile through POST tool-calls).
-      const unanswered = result.awaiting.filter((call) => stillAwaited(agent, claim.stepId, call.id));
+      // A call of a declared backend tool waits for a worker's result (the tool pool).
+      const unanswered = result.awaiting.filter((call) => stillAwaited(agent, claim.stepId, call.id) && !this.deps.protocol.runByBackend(agent, call.name));
       if (unanswered.length > 0 && !agent.disposing) {
         await this.deps.protocol.applyToolResults(
           agent,

@@ -53,6 +53,8 @@ export interface StepHost {
    * again itself (their results come later); the others get stand-in error results.
    */
   rerunAfterRestart?: ((stepId: string, calls: readonly UnansweredCall[]) => ReadonlySet<string>) | undefined;
+  /** Whether the tool worker pool holds calls of this step: its lease, not the step's, bounds them. */
+  workersHold?: ((stepId: string) => boolean) | undefined;
 }
 
 /** A call a re-opened step still awaits, and whether the service had recorded that it started it. */
@@ -211,7 +213,7 @@ export class AgentSteps {
     const turn = this.host.state().turn;
     if (this.host.disposing() || turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.attempt !== attempt) return;
     const step = turn.turn.step;
-    if (step.status === 'awaiting' && this.serviceCalls > 0) {
+    if (step.status === 'awaiting' && (this.serviceCalls > 0 || this.host.workersHold?.(stepId) === true)) {
       this.lease.renew(stepId, attempt);
       return;
     }

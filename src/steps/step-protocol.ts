@@ -20,6 +20,7 @@ import type { WaiterGate } from '../agents/limits.js';
 import type { LeaseView } from './step-lease.js';
 import type { LiveAgent, StepClaim } from '../agents/live-agent.js';
 import type { UnansweredCall } from './agent-steps.js';
+import type { ToolPool } from '../tools/backend/tool-pool.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StepDispatcher } from './step-dispatcher.js';
 import type { ToolRegistry } from '../tools/tool-registry.js';
@@ -51,6 +52,8 @@ export interface StepProtocolDeps {
   tracing: Pick<Tracing, 'answeredBy'>;
   /** Steps whose turn was interrupted: told so even once their incarnation is gone. */
   interrupted: Pick<InterruptedSteps, 'refuse'>;
+  /** Where awaiting calls of declared backend tools are offered to workers. */
+  pool: Pick<ToolPool, 'offer' | 'offered'>;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -62,6 +65,9 @@ function refuseDriven(agent: LiveAgent): void {
     );
   }
 }
+
+/** A recorded call: it has its effect key. */
+type KeyedCall = ToolCall & { effectKey: string };
 
 export class StepProtocol {
   constructor(private readonly deps: StepProtocolDeps) {}
@@ -146,8 +152,10 @@ export class StepProtocol {
     this.deps.tracing.answeredBy(agent, output.model);
     const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), usage);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
-    if (calls.length > 0) await this.runCalls(agent, stepId, calls, refused, result);
+    const forWorkers = calls.length > 0 ? await this.runCalls(agent, stepId, calls, refused, result) : [];
     await this.deps.log.durable(agent.rootId);
+    // Offered once durable: a worker never runs a call a crash could take back.
+    for (const call of forWorkers) this.deps.pool.offer(agent, stepId, call);
     return result;
   }
 
@@ -157,7 +165,8 @@ export class StepProtocol {
    * the same time; the others one after another, in order. If the turn is cancelled while a
    * call runs, the rest are not started and the response says the turn ended.
    */
-  private async runCalls(agent: LiveAgent, stepId: string, calls: readonly ToolCall[], refused: ReadonlyMap<string, string> | undefined, result: OutputResult): Promise<void> {
+  private async runCalls(agent: LiveAgent, stepId: string, calls: readonly ToolCall[], refused: ReadonlyMap<string, string> | undefined, result: OutputResult): Promise<KeyedCall[]> {
+    const forWorkers: KeyedCall[] = [];
     const spawned: AgentCredential[] = [];
     const resumed: AgentCredential[] = [];
     const signal = agent.turnSignal;
@@ -171,6 +180,10 @@ export class StepProtocol {
         if (refusal !== undefined) return Promise.resolve(failedCall(call, new ServiceError('VALIDATION', refusal)));
         if (signal.aborted) return Promise.resolve(undefined);
         const tool = this.deps.tools.find(agent, call.name);
+        if (tool?.owner === 'backend') {
+          forWorkers.push(call as KeyedCall);
+          return Promise.resolve('awaiting');
+        }
         if (tool !== undefined) return this.deps.calls.run(agent, tool, call, signal);
         return Promise.resolve(this.deps.tools.withheld(agent, call.name) ? failedCall(call, unknownTool(call.name)) : 'awaiting');
       };
@@ -201,9 +214,16 @@ export class StepProtocol {
     if (signal.aborted) {
       result.turn = 'ended';
       result.awaiting = [];
+      return [];
     }
     if (spawned.length > 0) result.spawned = spawned;
     if (resumed.length > 0) result.resumed = resumed;
+    return forWorkers;
+  }
+
+  /** Whether `name` is a tool the operator's backend runs, declared and granted to this agent. */
+  runByBackend(agent: LiveAgent, name: string): boolean {
+    return this.deps.tools.find(agent, name)?.owner === 'backend';
   }
 
   /**
@@ -212,11 +232,15 @@ export class StepProtocol {
    * they had started and their tool may not be run twice — and recorded as they finish.
    */
   rerunAfterRestart(agent: LiveAgent, stepId: string, unanswered: readonly UnansweredCall[]): ReadonlySet<string> {
+    // Calls of declared backend tools are offered to the workers again, under the same key.
+    const forWorkers = unanswered.filter(({ call }) => call.effectKey !== undefined && this.runByBackend(agent, call.name)).map(({ call }) => call as KeyedCall);
+    queueMicrotask(() => forWorkers.forEach((call) => this.deps.pool.offer(agent, stepId, call)));
     const taken = unanswered.flatMap(({ call, started }) => {
       const tool = this.deps.tools.find(agent, call.name);
       return tool?.afterRestart === undefined ? [] : [{ call, tool, unknown: started && tool.afterRestart === 'unknown' }];
     });
-    if (taken.length === 0) return new Set();
+    const offered = forWorkers.map((call) => call.id);
+    if (taken.length === 0) return new Set(offered);
     const signal = agent.turnSignal;
     const hold = agent.steps.holdForServiceCall();
     const run = async (): Promise<void> => {
@@ -236,12 +260,13 @@ export class StepProtocol {
     };
     // After the span that re-opens the turn: the calls run once the agent is published.
     queueMicrotask(() => void run().catch((error: unknown) => agent.failTurn(`re-running tool calls after a restart failed: ${String(error)}`)));
-    return new Set(taken.map(({ call }) => call.id));
+    return new Set([...offered, ...taken.map(({ call }) => call.id)]);
   }
 
   async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt = 1): Promise<{ turn: 'open' | 'ended' }> {
     const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
-    refuseDriven(agent);
+    // A driven agent's calls of declared backend tools are answered by the backend's workers.
+    if (results.length === 0 || !results.every((r) => this.deps.pool.offered(agent.id, r.toolCallId))) refuseDriven(agent);
     return this.applyToolResults(agent, stepId, results, attempt);
   }
 

@@ -40,8 +40,8 @@ export interface ToolOutcome {
 }
 
 export interface ServiceTool extends ToolSchema {
-  /** Who runs it, for traces and metrics: the service itself, or an MCP server. */
-  owner?: 'service' | 'mcp';
+  /** Who runs it, for traces and metrics: the service itself, an MCP server, or the operator's backend (never run here). */
+  owner?: 'service' | 'mcp' | 'backend';
   /** Calls to it of one step may run at the same time (their results are still recorded in order). */
   concurrent?: boolean;
   /**

@@ -222,6 +222,21 @@ describe('MCP tool servers', () => {
     expect(json(await callTool(second, root, 'mcp__files__echo', { text: 'again' }))).toMatchObject({ isError: false, content: expect.stringMatching(/^echo: again/) });
   });
 
+  it('does not start a stored stdio server on a process where commands are off', async () => {
+    const disk = sqliteDisk();
+    const on = await startHarness({ store: disk.open(), toolServers: { commands: true } });
+    expect(json(await putServer(on, 'local', { command: process.execPath, args: ['--import', 'tsx', STDIO_SERVER], timeoutMs: 20_000 }))).toMatchObject({ state: 'ready' });
+    await on.close();
+    const off = await startHarness({ store: disk.open() });
+    expect(json(await off.app.inject({ method: 'GET', url: '/v1/tool-servers/local' }))).toEqual({
+      name: 'local',
+      transport: 'stdio',
+      state: 'unreachable',
+      error: 'stdio tool servers are off on this instance (AGENTFOREST_TOOL_SERVER_COMMANDS=on allows them)',
+      tools: [],
+    });
+  });
+
   it('refuses a registration with both or neither of url and command, and a bad name', async () => {
     const h = await startHarness();
     for (const [name, body] of [['a', {}], ['a', { url: 'http://127.0.0.1:1/mcp', command: 'x' }], ['Bad_Name', { url: 'http://127.0.0.1:1/mcp' }], ['a', { url: 'ftp://x/' }]] as const) {

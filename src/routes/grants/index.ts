@@ -37,7 +37,7 @@ export const grantRoutes: FastifyPluginAsyncTypebox<GrantRoutesOptions> = async 
       summary: "An agent's grants",
       description:
         "`grants`: its own; `effective`: the known tools it may call now (granted to it and every ancestor, installed, in its scope and toolFilter). " +
-        'For an agent that is not live, `effective` leaves out what depends on its scope when it runs (report, the control tools).',
+        'For an agent that is not live, `effective` is what its grants and toolFilter allow of the installed tools, without `report` (its scope is made when it runs).',
       security: OPERATOR_SECURITY,
       params: AgentIdParams,
       response: { 200: ref(GrantsView), ...errorResponses(['AGENT_NOT_FOUND']) },

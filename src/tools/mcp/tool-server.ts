@@ -21,6 +21,8 @@ export interface ToolServerDeps {
   env: Readonly<Record<string, string | undefined>>;
   /** Calls to one server at once. */
   concurrency: number;
+  /** stdio servers may be started here (AGENTFOREST_TOOL_SERVER_COMMANDS=on on this instance). */
+  commands: boolean;
   logger: Logger;
   /** Told a call's outcome and how long it took (metrics). */
   onCall?: (server: string, outcome: McpCallOutcome['kind'] | 'error', seconds: number) => void;
@@ -108,6 +110,12 @@ export class ToolServer {
 
   private async reach(): Promise<void> {
     if (this.closed) return;
+    if (this.config.transport === 'stdio' && !this.deps.commands) {
+      // Stored by an instance that allows commands, or before they were turned off: not started here.
+      this.state = 'unreachable';
+      this.error = 'stdio tool servers are off on this instance (AGENTFOREST_TOOL_SERVER_COMMANDS=on allows them)';
+      return;
+    }
     if (this.retry !== undefined) clearTimeout(this.retry);
     this.retry = undefined;
     const old = this.connection;

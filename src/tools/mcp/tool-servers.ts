@@ -140,8 +140,8 @@ export class ToolServers {
   }
 
   private make(name: string, config: ToolServerConfig, updatedAt: string): ToolServer {
-    const { register, policy, concurrency, logger, onCall } = this.deps;
-    return new ToolServer(name, config, updatedAt, { register, env: policy.env, concurrency, logger, ...(onCall === undefined ? {} : { onCall }) });
+    const { register, policy, concurrency, commands, logger, onCall } = this.deps;
+    return new ToolServer(name, config, updatedAt, { register, env: policy.env, concurrency, commands, logger, ...(onCall === undefined ? {} : { onCall }) });
   }
 
   private require(name: string): ToolServer {

@@ -1,0 +1,134 @@
+/**
+ * Declared backend tools: `PUT/GET/DELETE /v1/backend-tools/{name}`. A declaration is an
+ * operator setting, durable before it is answered; from then on the tool is in the registry
+ * for every agent granted it, listed in its steps under its own name. The service never runs
+ * one: a call to it is `awaiting`, as a backend's own call always was, and is also offered to
+ * the tool worker pool (tool-pool.ts).
+ *
+ * With several instances each follows the stored declarations at the tool servers' period.
+ */
+import type { Logger } from 'pino';
+import type { BackendToolBody, BackendToolView } from '../../contract/index.js';
+import type { BackendToolConfig } from '../../domain/backend-tools.js';
+import { ServiceError } from '../../domain/errors.js';
+import { PACKAGE_TOOLS } from '../../domain/grants.js';
+import type { Clock } from '../../domain/ports.js';
+import type { SessionLog } from '../../sessions/session-log.js';
+import type { SettingReads } from '../../sessions/settings.js';
+import type { ServiceTool } from '../tool-registry.js';
+
+export interface BackendToolsDeps {
+  log: Pick<SessionLog, 'changeSettings' | 'durable'>;
+  settings: SettingReads;
+  register: (tool: ServiceTool) => () => void;
+  clock: Clock;
+  logger: Logger;
+}
+
+const SERVICE_TOOL_NAMES: ReadonlySet<string> = new Set(Object.values(PACKAGE_TOOLS).flat());
+
+interface Declared {
+  config: BackendToolConfig;
+  updatedAt: string;
+  remove: () => void;
+}
+
+export class BackendTools {
+  private readonly declared = new Map<string, Declared>();
+  private changes: Promise<unknown> = Promise.resolve();
+  private follow: NodeJS.Timeout | undefined;
+
+  constructor(private readonly deps: BackendToolsDeps) {}
+
+  /** Read the stored declarations; with `followMs` (several instances), follow them at that period. */
+  async start(followMs?: number): Promise<void> {
+    await this.sync();
+    if (followMs === undefined) return;
+    this.follow = setInterval(() => void this.sync(), followMs);
+    this.follow.unref();
+  }
+
+  stop(): void {
+    if (this.follow !== undefined) clearInterval(this.follow);
+  }
+
+  list(): BackendToolView[] {
+    return [...this.declared.keys()].sort().map((name) => this.view(name));
+  }
+
+  get(name: string): BackendToolView {
+    if (!this.declared.has(name)) throw new ServiceError('BACKEND_TOOL_NOT_FOUND', `no backend tool is declared as "${name}"`);
+    return this.view(name);
+  }
+
+  /** Declare or replace a tool; durable before it resolves. */
+  put(name: string, body: BackendToolBody): Promise<BackendToolView> {
+    if (SERVICE_TOOL_NAMES.has(name)) throw new ServiceError('VALIDATION', `"${name}" is the name of a service-owned tool`);
+    const config: BackendToolConfig = { description: body.description, parameters: body.parameters };
+    return this.serially(async () => {
+      const updatedAt = this.deps.clock.iso();
+      this.deps.log.changeSettings({ op: 'put', setting: { kind: 'backend-tool', name, value: config, updatedAt } });
+      await this.deps.log.durable();
+      this.install(name, config, updatedAt);
+      return this.view(name);
+    });
+  }
+
+  /** Remove a declaration: the tool leaves every agent at once; durable before it resolves. */
+  delete(name: string): Promise<void> {
+    this.get(name);
+    return this.serially(async () => {
+      this.deps.log.changeSettings({ op: 'delete', kind: 'backend-tool', name });
+      this.uninstall(name);
+      await this.deps.log.durable();
+    });
+  }
+
+  /** Follow the stored declarations (never throws). */
+  sync(): Promise<void> {
+    return this.serially(async () => {
+      const stored = await this.deps.settings.list('backend-tool');
+      const wanted = new Set(stored.map((s) => s.name));
+      for (const name of [...this.declared.keys()]) if (!wanted.has(name)) this.uninstall(name);
+      for (const setting of stored) {
+        if (this.declared.get(setting.name)?.updatedAt !== setting.updatedAt) this.install(setting.name, setting.value as BackendToolConfig, setting.updatedAt);
+      }
+    }).catch((error: unknown) => this.deps.logger.error({ err: error }, 'could not follow the stored backend tools'));
+  }
+
+  private install(name: string, config: BackendToolConfig, updatedAt: string): void {
+    this.uninstall(name);
+    const remove = this.deps.register(backendTool(name, config));
+    this.declared.set(name, { config, updatedAt, remove });
+  }
+
+  private uninstall(name: string): void {
+    this.declared.get(name)?.remove();
+    this.declared.delete(name);
+  }
+
+  private view(name: string): BackendToolView {
+    const { config } = this.declared.get(name)!;
+    return { name, description: config.description, parameters: config.parameters };
+  }
+
+  private serially<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.changes.then(work, work);
+    this.changes = next.catch(() => undefined);
+    return next;
+  }
+}
+
+/** The registry's entry for a declared tool: listed, never run by the service. */
+function backendTool(name: string, config: BackendToolConfig): ServiceTool {
+  return {
+    name,
+    description: config.description,
+    inputSchema: config.parameters,
+    owner: 'backend',
+    inScope: () => true,
+    execute() {
+      throw new ServiceError('TOOL_NOT_FOUND', `tool "${name}" is run by the backend: answer its call through the step's tool-results`);
+    },
+  };
+}
