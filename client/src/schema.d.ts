@@ -3461,7 +3461,7 @@ export interface operations {
                             /** @description A webhook subscription id. */
                             id: string;
                             url: string;
-                            events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired")[];
+                            events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested")[];
                             /** @description Only this forest's events; null for every forest. */
                             rootId: string | null;
                             /** @description When the subscription was created (ISO 8601). */
@@ -3495,7 +3495,7 @@ export interface operations {
                     /** @description Where deliveries are POSTed: http or https; private, loopback and link-local addresses are refused unless the deployment allows them. */
                     url: string;
                     /** @description The event types to deliver. */
-                    events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired")[];
+                    events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested")[];
                     /** @description An agent (and session) id. */
                     rootId?: string;
                     /** @description The signing secret, `whsec_` and base64 of 16 to 64 bytes; generated when absent. */
@@ -3514,7 +3514,7 @@ export interface operations {
                         /** @description A webhook subscription id. */
                         id: string;
                         url: string;
-                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired")[];
+                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested")[];
                         /** @description Only this forest's events; null for every forest. */
                         rootId: string | null;
                         /** @description The signing secret: shown only in this answer. */
@@ -3556,7 +3556,7 @@ export interface operations {
                         /** @description A webhook subscription id. */
                         id: string;
                         url: string;
-                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired")[];
+                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested")[];
                         /** @description Only this forest's events; null for every forest. */
                         rootId: string | null;
                         /** @description When the subscription was created (ISO 8601). */
@@ -3641,7 +3641,7 @@ export interface operations {
                             /** @description A webhook subscription id. */
                             webhookId: string;
                             /** @description An event type a subscription may name. */
-                            type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired";
+                            type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested";
                             /** @description An agent (and session) id. */
                             rootId: string;
                             /** @description `pending`: to be sent (again); `delivered`: the receiver answered 2xx; `failed`: given up (retry it by hand). */
@@ -3704,7 +3704,7 @@ export interface operations {
                         /** @description A webhook subscription id. */
                         webhookId: string;
                         /** @description An event type a subscription may name. */
-                        type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired";
+                        type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested";
                         /** @description An agent (and session) id. */
                         rootId: string;
                         /** @description `pending`: to be sent (again); `delivered`: the receiver answered 2xx; `failed`: given up (retry it by hand). */

@@ -298,7 +298,13 @@ export function createSystem(options: SystemOptions): System {
   const grantChanges = new GrantChanges({ grants, tools, budgets, registry, log, clock, stored, forests });
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
   const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing, clock });
-  const pool = new ToolPool({ clock, log, lease: { ...DEFAULT_LEASE, ...options.lease }, live: (id) => registry.get(id) });
+  const pool = new ToolPool({
+    clock,
+    log,
+    lease: { ...DEFAULT_LEASE, ...options.lease },
+    live: (id) => registry.get(id),
+    onOffered: (agent, stepId, call) => observers.toolCallRequested(agent, stepId, call),
+  });
   const protocol = new StepProtocol({
     authority,
     gate,

@@ -10,6 +10,7 @@ export const WEBHOOK_EVENT_TYPES = [
   'report.delivered',
   'agent.paused',
   'step.lease_expired',
+  'tool.call_requested',
 ] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 

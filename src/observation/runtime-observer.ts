@@ -6,6 +6,7 @@
  * runtime object that acts. So the order of the list means nothing, and an observer that
  * throws reaches the caller as a direct call would.
  */
+import type { ToolCall } from '../domain/message.js';
 import type { PausedBy } from '../domain/budget.js';
 import type { ReportDelivery } from '../domain/packages.js';
 import type { SessionHeader } from '../domain/session.js';
@@ -32,6 +33,8 @@ export interface RuntimeObserver extends LogObserver {
   stepLease?(event: LeaseEvent, agent: LiveAgent, stepId: string, attempt: number): void;
   /** A budget stopped the step a live agent has to take (once per pause). */
   budgetExhausted?(agent: LiveAgent, pausedBy: PausedBy): void;
+  /** A call of a declared backend tool was offered to the tool workers (durable by then). */
+  toolCallRequested?(agent: LiveAgent, stepId: string, call: ToolCall & { effectKey: string }): void;
   /** A budget change let a paused agent's step be handed out again. */
   budgetResumed?(agent: LiveAgent): void;
   /** A report call ended (accepted or an error code); wakeups name the message they queued. */
@@ -100,6 +103,10 @@ export class Observers implements Required<RuntimeObserver> {
 
   budgetExhausted(agent: LiveAgent, pausedBy: PausedBy): void {
     for (const o of this.list()) o.budgetExhausted?.(agent, pausedBy);
+  }
+
+  toolCallRequested(agent: LiveAgent, stepId: string, call: ToolCall & { effectKey: string }): void {
+    for (const o of this.list()) o.toolCallRequested?.(agent, stepId, call);
   }
 
   budgetResumed(agent: LiveAgent): void {

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { afterEach, describe, expect, it } from 'vitest';
 import { callReport, startChild } from '../fixtures/forest.js';
-import { claim, createRoot, json, postOutput, send, startHarness, until, type Harness } from '../fixtures/harness.js';
+import { claim, createRoot, json, postOutput, send, session, startHarness, until, type Harness } from '../fixtures/harness.js';
 
 interface Received {
   headers: IncomingMessage['headers'];
@@ -177,5 +177,27 @@ describe('webhook delivery', () => {
     const payload = JSON.parse(hook.received[0]!.body) as { type: string; data: { from: string; to: string; messageId: string } };
     expect(payload).toMatchObject({ type: 'report.delivered', data: { from: child.id, to: root.id } });
     expect(JSON.stringify(messageId)).toContain(payload.data.messageId);
+  });
+
+  it('delivers tool.call_requested for a call of a declared backend tool, with its effect key', async () => {
+    const h = await startHarness({ webhooks: FAST });
+    const hook = await receiver();
+    await subscribe(h, { url: hook.url, events: ['tool.call_requested'] });
+    const declared = await h.app.inject({ method: 'PUT', url: '/v1/backend-tools/crm_lookup', payload: { description: 'Looks a customer up.', parameters: { type: 'object' } } });
+    expect(declared.statusCode).toBe(200);
+    const root = await createRoot(h.app, { tools: ['crm_lookup'] });
+    await send(h.app, root.id, 'who is ann?');
+    const step = await claim(h.app, root);
+    await postOutput(h.app, root, step!.id, { toolCalls: [{ id: 'c1', name: 'crm_lookup', input: { email: 'ann@example.com' } }, { id: 'c2', name: 'own_tool', input: {} }] });
+    await until(() => hook.received.length === 1, 'the tool.call_requested delivery', { timeoutMs: 5000 });
+    const log = await session(h.app, root.id);
+    const effectKey = log.find((e) => e.role === 'assistant')!.toolCalls![0]!.effectKey;
+    expect(JSON.parse(hook.received[0]!.body)).toMatchObject({
+      type: 'tool.call_requested',
+      data: { agentId: root.id, rootId: root.id, stepId: step!.id, toolCallId: 'c1', name: 'crm_lookup', effectKey },
+    });
+    // A call of a tool the backend did not declare is not one.
+    const deliveries = json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: `/v1/webhooks/${json<{ items: { id: string }[] }>(await h.app.inject({ method: 'GET', url: '/v1/webhooks' })).items[0]!.id}/deliveries` })).items;
+    expect(deliveries).toHaveLength(1);
   });
 });

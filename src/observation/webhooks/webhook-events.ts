@@ -5,7 +5,9 @@
  *   settling or closing for good is `agent.settled` / `agent.closed`;
  * - from the runtime: an accepted report is `report.delivered` (its message is in the
  *   parent's inbox in the same batch), a budget pausing an agent is `agent.paused`, a step's
- *   lease running out is `step.lease_expired`.
+ *   lease running out is `step.lease_expired`, a call of a declared backend tool offered to
+ *   the tool workers is `tool.call_requested` (in the batch after its durable output: its id,
+ *   from the call's effect key, is the same if the call is offered again after a restart).
  *
  * An event's id is derived from its cause (the forest position of its entry, the report's
  * message id, the step and attempt), so the same cause never makes two different events.
@@ -15,6 +17,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { PausedBy } from '../../domain/budget.js';
+import type { ToolCall } from '../../domain/message.js';
 import type { Clock } from '../../domain/ports.js';
 import type { LiveAgent } from '../../agents/live-agent.js';
 import type { SessionLog } from '../../sessions/session-log.js';
@@ -75,6 +78,15 @@ export class WebhookEvents {
       cause: `lease ${stepId} ${attempt}`,
       at: this.deps.clock.now(),
       data: { agentId: agent.id, rootId: agent.rootId, stepId, attempt },
+    }));
+  }
+
+  /** A call of a declared backend tool was offered to the tool workers. */
+  toolCallRequested(agent: LiveAgent, stepId: string, call: ToolCall & { effectKey: string }): void {
+    this.queue('tool.call_requested', agent.rootId, () => ({
+      cause: `tool-call ${call.effectKey}`,
+      at: this.deps.clock.now(),
+      data: { agentId: agent.id, rootId: agent.rootId, stepId, toolCallId: call.id, name: call.name, effectKey: call.effectKey },
     }));
   }
 

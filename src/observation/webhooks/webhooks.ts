@@ -53,6 +53,7 @@ export class Webhooks {
       if (outcome === 'accepted' && messageId !== undefined && child !== undefined) this.events.reportDelivered(child, messageId);
     },
     budgetExhausted: (agent, pausedBy) => this.events.paused(agent, pausedBy),
+    toolCallRequested: (agent, stepId, call) => this.events.toolCallRequested(agent, stepId, call),
     stepLease: (event, agent, stepId, attempt) => {
       if (event === 'expired') this.events.leaseExpired(agent, stepId, attempt);
     },

@@ -21,6 +21,8 @@ export interface ToolPoolDeps {
   lease: LeaseOptions;
   /** The live incarnation of an agent now (a call of an agent gone is dropped). */
   live: (agentId: string) => LiveAgent | undefined;
+  /** Told of each call offered (webhooks' `tool.call_requested`); what it queues is made durable. */
+  onOffered?: (agent: LiveAgent, stepId: string, call: ToolCall & { effectKey: string }) => void;
 }
 
 export interface PoolFilter {
@@ -71,6 +73,10 @@ export class ToolPool {
     if (this.calls.has(key)) return;
     const entry: Offered = { agent, stepId, call, attempt: 0 };
     this.calls.set(key, entry);
+    if (this.deps.onOffered !== undefined) {
+      this.deps.onOffered(agent, stepId, call);
+      void this.deps.log.durable(agent.rootId).catch(() => undefined);
+    }
     this.handToWaiter(entry);
   }
 
