@@ -25,7 +25,8 @@ export class AgentNode {
     this.counts = el('span', { class: 'counts' });
     this.usage = el('span', { class: 'usage' });
     this.paused = el('span', { class: 'paused' });
-    this.row = el('div', { class: 'row' }, this.toggle, this.status, this.name, this.idText, this.kind, this.counts, this.usage, this.paused);
+    this.tools = el('span', { class: 'tool-wait' });
+    this.row = el('div', { class: 'row' }, this.toggle, this.status, this.name, this.idText, this.kind, this.counts, this.usage, this.paused, this.tools);
     this.earlier = el('button', { class: 'earlier', type: 'button', hidden: true, onclick: () => this.li.classList.toggle('all-reports') });
     this.reports = el('ol', { class: 'reports' });
     this.childList = el('ul', { class: 'children' });
@@ -48,6 +49,8 @@ export class AgentNode {
     setText(this.counts, counts);
     setText(this.usage, usageLine(agent));
     setText(this.paused, agent.pausedBy === undefined ? '' : `paused by ${this.hooks.nameOf(agent.pausedBy.agentId)}'s ${agent.pausedBy.budget} budget`);
+    const waits = [...new Set(agent.toolCalls.values())];
+    setText(this.tools, waits.length === 0 ? '' : `waiting on ${waits.join(', ')}`);
     const children = agent.children.length;
     this.toggle.hidden = children === 0;
     setText(this.toggle, children === 0 ? '' : `${this.collapsed ? '▸' : '▾'} ${children}`);

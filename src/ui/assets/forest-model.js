@@ -176,6 +176,7 @@ export class ForestModel {
   /** @private */
   applyEntry(agent, entry, stamp, newer) {
     agent.lastEntryAt = entry.at;
+    trackToolCalls(agent, entry);
     if (entry.type === 'activation' && newer && (entry.event === 'settled' || entry.event === 'closed')) {
       agent.status = entry.event;
       agent.resident = false;
@@ -227,6 +228,8 @@ export class AgentRecord {
     this.claimable = false;
     /** @type {{ agentId: string, budget: string } | undefined} */
     this.pausedBy = undefined;
+    /** @type {Map<string, string>} the open step's tool calls without a result: id → tool name */
+    this.toolCalls = new Map();
     /** @type {{ self: any, subtree: any } | undefined} */
     this.usage = undefined;
     this.budget = null;
@@ -240,6 +243,17 @@ export class AgentRecord {
     this.viewTime = 0;
     this.statusStamp = 0;
   }
+}
+
+/**
+ * The tool calls the agent waits on, from its entries as they stream: an output's calls wait
+ * until each has its result, and a turn's end or its next step means none does.
+ */
+function trackToolCalls(agent, entry) {
+  if (entry.type === 'turn-end' || entry.type === 'step-start') agent.toolCalls.clear();
+  if (entry.type !== 'message') return;
+  if (entry.role === 'assistant') for (const call of entry.toolCalls ?? []) agent.toolCalls.set(call.id, call.name);
+  if (entry.role === 'tool' && entry.toolCallId !== undefined) agent.toolCalls.delete(entry.toolCallId);
 }
 
 function applyView(agent, view, { askedAt, serverTime }) {
