@@ -1,9 +1,8 @@
 /**
  * `PUT /v1/agents/{id}/budget`: the operator changes the limits it names (null removes one).
- * The change is a budget entry in the agent's session, so it is durable and read back with the
- * rest of the log; a live agent's is appended in one synchronous span with its checks, a
- * session that is not resident is written through stored-sessions.ts. A child's new limits are
- * a grant: they may not promise it more than the budgets above it have left.
+ * The change is a budget entry in the agent's session (account-writes.ts: live or stored, in
+ * the span of its checks). A child's new limits are a grant: they may not promise it more than
+ * the budgets above it have left.
  *
  * Raising a budget offers the steps it had paused again at once; lowering one pauses the
  * claimable agents below it that it now stops.
@@ -11,53 +10,27 @@
 import { changeBudget, BUDGET_KINDS, type Budget, type BudgetChange } from '../domain/budget.js';
 import { ServiceError } from '../domain/errors.js';
 import type { Clock } from '../domain/ports.js';
-import type { AgentRegistry } from '../agents/agent-registry.js';
-import type { SessionLog } from '../sessions/session-log.js';
-import type { StoredSessions } from '../sessions/stored-sessions.js';
-import type { ForestPlacement } from '../topology/topology.js';
+import type { AccountWrites } from './account-writes.js';
 import type { Budgets, BudgetView } from './budgets.js';
 
 export interface BudgetChangesDeps {
   budgets: Budgets;
-  registry: AgentRegistry;
-  log: SessionLog;
   clock: Clock;
-  stored: StoredSessions;
-  /** Who holds each forest: the lease is taken first, so the accounts read next are the forest's last. */
-  forests: Pick<ForestPlacement, 'leased'>;
+  writes: AccountWrites;
 }
 
 export class BudgetChanges {
   constructor(private readonly deps: BudgetChangesDeps) {}
 
   /** Change an agent's limits; returns them with what remains, durable. */
-  async change(id: string, change: BudgetChange): Promise<BudgetView> {
-    const { budgets, log, clock } = this.deps;
-    const live = this.deps.registry.get(id);
-    if (live?.disposing === true) throw new ServiceError('ACTIVATION_CLOSING', `agent "${id}" is being disposed; its budget was not changed`);
-    if (live !== undefined) {
-      log.append(id, { type: 'budget', at: clock.iso(), budget: this.next(id, change) });
-      budgets.afterChange(id);
-      await log.durable(live.rootId);
-      return this.view(id);
-    }
-    const header = (await log.summary(id))?.header;
-    if (header === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" does not exist`);
-    const root = header.rootSession ?? id;
-    try {
-      // The lease first (several instances): the accounts read next are then the forest's last.
-      return await this.deps.forests.leased(root, () =>
-        budgets.withForest(root, async () => {
-          await this.deps.stored.append(header, 'change its budget', async () => ({ type: 'budget', at: clock.iso(), budget: this.next(id, change) }));
-          budgets.afterChange(id);
-          return this.view(id);
-        }),
-      );
-    } catch (error) {
-      // It became live meanwhile (a cold resume): change the live incarnation's instead.
-      if (error instanceof ServiceError && error.code === 'UNAUTHORIZED' && this.deps.registry.get(id) !== undefined) return this.change(id, change);
-      throw error;
-    }
+  change(id: string, change: BudgetChange): Promise<BudgetView> {
+    const { budgets, clock } = this.deps;
+    return this.deps.writes.write(id, {
+      what: 'budget',
+      entry: () => ({ type: 'budget', at: clock.iso(), budget: this.next(id, change) }),
+      applied: () => budgets.afterChange(id),
+      view: () => this.view(id),
+    });
   }
 
   /**

@@ -26,6 +26,7 @@ import { AgentAuthority } from '../agents/authority.js';
 import { AgentDeliveries } from '../agents/deliveries.js';
 import { RootLifecycle } from '../agents/root-lifecycle.js';
 import { BudgetChanges } from '../budgets/budget-changes.js';
+import { AccountWrites } from '../budgets/account-writes.js';
 import { GrantChanges } from '../tools/grant-changes.js';
 import { DEFAULT_TOOL_SERVER_CONCURRENCY, ToolServers } from '../tools/mcp/tool-servers.js';
 import { BackendTools } from '../tools/backend/backend-tools.js';
@@ -294,8 +295,9 @@ export function createSystem(options: SystemOptions): System {
 
   const stepCache = new StepCache(log, options.stepCacheBytes ?? DEFAULT_STEP_CACHE_BYTES);
   const stored = new StoredSessions({ registry, log, lock: continuation.lock, forests });
-  const budgetChanges = new BudgetChanges({ budgets, registry, log, clock, stored, forests });
-  const grantChanges = new GrantChanges({ grants, tools, budgets, registry, log, clock, stored, forests });
+  const accountWrites = new AccountWrites({ registry, log, stored, forests, budgets });
+  const budgetChanges = new BudgetChanges({ budgets, clock, writes: accountWrites });
+  const grantChanges = new GrantChanges({ grants, tools, budgets, registry, log, clock, writes: accountWrites });
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
   const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing, clock });
   const pool = new ToolPool({

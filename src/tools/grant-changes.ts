@@ -1,9 +1,7 @@
 /**
  * `PUT /v1/agents/{id}/grants` and `GET …/grants`: the operator sets an agent's grants, and
- * reads them with the tools they come to. A change is a grants entry in the agent's session,
- * so it is durable and read back with the rest of the log; a live agent's is appended in one
- * synchronous span with its check, a session that is not resident is written through
- * stored-sessions.ts (the same path as a budget change).
+ * reads them with the tools they come to. A change is a grants entry in the agent's session
+ * (budgets/account-writes.ts: live or stored, in the span of its check, as a budget change).
  *
  * A root may be granted anything; a child only what its parent's chain holds (the operator may
  * widen a child up to that, never beyond). Taking a grant from an agent takes it from every
@@ -16,8 +14,7 @@ import type { SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import type { Budgets } from '../budgets/budgets.js';
 import type { SessionLog } from '../sessions/session-log.js';
-import type { StoredSessions } from '../sessions/stored-sessions.js';
-import type { ForestPlacement } from '../topology/topology.js';
+import type { AccountWrites } from '../budgets/account-writes.js';
 import type { ToolGrants } from './grants.js';
 import type { ToolRegistry } from './tool-registry.js';
 
@@ -29,37 +26,20 @@ export interface GrantChangesDeps {
   registry: AgentRegistry;
   log: SessionLog;
   clock: Clock;
-  stored: StoredSessions;
-  forests: Pick<ForestPlacement, 'leased'>;
+  writes: AccountWrites;
 }
 
 export class GrantChanges {
   constructor(private readonly deps: GrantChangesDeps) {}
 
   /** Set an agent's grants (all of them); answers its view once durable. */
-  async change(id: string, wanted: readonly string[]): Promise<GrantsView> {
-    const { log, clock } = this.deps;
-    const live = this.deps.registry.get(id);
-    if (live?.disposing === true) throw new ServiceError('ACTIVATION_CLOSING', `agent "${id}" is being disposed; its grants were not changed`);
-    if (live !== undefined) {
-      log.append(id, { type: 'grants', at: clock.iso(), grants: this.deps.grants.forOperator(id, wanted) });
-      await log.durable(live.rootId);
-      return this.viewOf(id, live.header);
-    }
-    const header = await this.header(id);
-    const root = header.rootSession ?? id;
-    try {
-      return await this.deps.forests.leased(root, () =>
-        this.deps.budgets.withForest(root, async () => {
-          await this.deps.stored.append(header, 'change its grants', async () => ({ type: 'grants', at: clock.iso(), grants: this.deps.grants.forOperator(id, wanted) }));
-          return this.viewOf(id, header);
-        }),
-      );
-    } catch (error) {
-      // It became live meanwhile (a cold resume): change the live incarnation's instead.
-      if (error instanceof ServiceError && error.code === 'UNAUTHORIZED' && this.deps.registry.get(id) !== undefined) return this.change(id, wanted);
-      throw error;
-    }
+  change(id: string, wanted: readonly string[]): Promise<GrantsView> {
+    const { clock, grants } = this.deps;
+    return this.deps.writes.write(id, {
+      what: 'grants',
+      entry: () => ({ type: 'grants', at: clock.iso(), grants: grants.forOperator(id, wanted) }),
+      view: (header) => this.viewOf(id, header),
+    });
   }
 
   /** An agent's grants and the tools they come to now. */
