@@ -1,7 +1,9 @@
 /**
  * The demo's scripted model: deterministic answers that play a coordinator and its three
  * subagents. It reads the conversation the way a model would (what the last message is) and
- * answers with the same tools a real model is offered. The translator's first task is held:
+ * answers with the same tools a real model is offered. The budget subagent asks the demo's MCP
+ * server (mcp-server.ts) what the trip costs and reports what the tool said, read from its
+ * result in the conversation. The translator's first task is held:
  * its request gets no answer until the service aborts it (the demo interrupts that turn).
  * The researcher's follow-up is asked only when the operator says so, so that the demo can
  * compact the settled researcher first.
@@ -9,10 +11,18 @@
 import { call, hasTool, lastMessage, type ChatRequest, type Reply } from './scripted-model.js';
 
 const SIGHTS = 'Sights: Belém Tower, the Alfama quarter, LX Factory.';
-const BUDGET = 'Budget: about 420 EUR for two nights, food and transport included.';
 const FREE = 'Free: the Alfama quarter and LX Factory; Belém Tower costs 10 EUR.';
 const THANKS = "Phrase: 'obrigado' (a woman says 'obrigada') is thank you.";
 const EVENING = "Phrase: 'boa noite' is good evening.";
+
+/** The budget subagent's MCP tool: the demo's server is registered as `prices`. */
+export const PRICES_TOOL = 'mcp__prices__trip_cost';
+/** What the budget subagent asks it. */
+export const PRICES_INPUT = { city: 'Lisbon', nights: 2 };
+/** The budget subagent's report starts so; the rest is what the prices tool answered. */
+const BUDGET = 'Budget: ';
+/** The budget subagent's report as the coordinator reads it (the sender line, then the output). */
+const REPORTED_BUDGET = new RegExp(`reported:\\s+(${BUDGET}.*)`);
 
 /** The researcher's first task, the prompt the coordinator spawns it with. */
 export const RESEARCH_TASK = 'List three sights in Lisbon worth a weekend.';
@@ -29,7 +39,7 @@ export function demoModel(request: ChatRequest): Reply {
   const last = lastMessage(request);
   if (last === undefined) return { answer: { content: 'Nothing to do.' } };
   const text = last.content ?? '';
-  if (hasTool(request, 'report')) return child(last.role, text);
+  if (hasTool(request, 'report')) return child(request, last.role, text);
   return coordinator(request, last.role, text);
 }
 
@@ -38,12 +48,28 @@ export function isHeld(request: ChatRequest): boolean {
   return hasTool(request, 'report') && (lastMessage(request)?.content ?? '').includes(HELD_TASK);
 }
 
-/** A subagent: answer its task with one report, then say it is done. */
-function child(role: string, text: string): Reply {
-  if (role === 'tool') return { answer: { content: 'Reported to the coordinator.' } };
+/**
+ * A subagent: answer its task with one report, then say it is done. The budget subagent first
+ * calls the prices tool, and reports its result.
+ */
+function child(request: ChatRequest, role: string, text: string): Reply {
+  if (role === 'tool') {
+    if (answersCallOf(request, PRICES_TOOL)) return { answer: { toolCalls: [call('report', { output: `${BUDGET}${text}` })] } };
+    return { answer: { content: 'Reported to the coordinator.' } };
+  }
   if (text.includes(HELD_TASK)) return { hang: true };
-  const output = /thank you/i.test(text) ? THANKS : /good evening/i.test(text) ? EVENING : /free/i.test(text) ? FREE : /cost|budget/i.test(text) ? BUDGET : SIGHTS;
+  if (/cost|budget/i.test(text)) {
+    if (hasTool(request, PRICES_TOOL)) return { answer: { toolCalls: [call(PRICES_TOOL, PRICES_INPUT)] } };
+    return { answer: { toolCalls: [call('report', { output: `${BUDGET}unknown: I was not given ${PRICES_TOOL}.` })] } };
+  }
+  const output = /thank you/i.test(text) ? THANKS : /good evening/i.test(text) ? EVENING : /free/i.test(text) ? FREE : SIGHTS;
   return { answer: { toolCalls: [call('report', { output })] } };
+}
+
+/** True when the conversation ends with the result of a call to `tool`. */
+function answersCallOf(request: ChatRequest, tool: string): boolean {
+  const last = lastMessage(request);
+  return request.messages.some((m) => m.tool_calls?.some((c) => c.id === last?.tool_call_id && c.function.name === tool));
 }
 
 function coordinator(request: ChatRequest, role: string, text: string): Reply {
@@ -62,11 +88,17 @@ function coordinator(request: ChatRequest, role: string, text: string): Reply {
   if (/ask the researcher/i.test(text)) return sendTo(request, 'researcher', FOLLOW_UP);
   if (/ask the translator/i.test(text)) return sendTo(request, 'translator', QUEUED_TASK);
   if (/translator to go on/i.test(text)) return sendTo(request, 'translator', WAKING_TASK);
-  if (text.includes(BUDGET)) return { answer: { content: 'Noted the budget.' } };
-  if (text.includes(FREE)) return { answer: { content: `Plan: ${SIGHTS} ${BUDGET} ${FREE}` } };
+  if (REPORTED_BUDGET.test(text)) return { answer: { content: 'Noted the budget.' } };
+  if (text.includes(FREE)) return { answer: { content: `Plan: ${SIGHTS} ${reportedBudget(request)} ${FREE}` } };
   if (text.includes(SIGHTS)) return { answer: { content: 'Noted the sights.' } };
   if (text.includes(THANKS) || text.includes(EVENING)) return { answer: { content: 'Noted the phrase.' } };
   return { answer: { content: 'Nothing to do.' } };
+}
+
+/** The budget subagent's report, from the conversation. */
+function reportedBudget(request: ChatRequest): string {
+  const found = request.messages.map((m) => REPORTED_BUDGET.exec(m.content ?? '')?.[1]).find((b) => b !== undefined);
+  return found ?? `${BUDGET}unknown.`;
 }
 
 /** send_message to the subagent started with this label. */

@@ -9,7 +9,8 @@ export interface Entry {
   role?: string;
   content?: { text: string }[];
   source?: { kind: string; senderSessionId?: string };
-  toolCalls?: { id: string; name: string; input: unknown }[];
+  toolCalls?: { id: string; name: string; input: unknown; effectKey?: string }[];
+  toolCallId?: string;
   isError?: boolean;
   usage?: { totalTokens: number };
   messageId?: string;

@@ -1,10 +1,13 @@
 /**
  * `npm run demo`: a whole forest, driven by the service's built-in model driver.
  *
- * Starts the service (dist/server.js) on a temporary SQLite file and, unless DEMO_MODEL_URL
- * names a real endpoint, a deterministic scripted chat-completions server on 127.0.0.1. Then:
- * a coordinator root spawns a researcher (its report arrives quietly), the report delivery is
- * switched to wakeup, and the coordinator spawns a budget subagent whose report wakes it. The
+ * Starts the service (dist/server.js) on a temporary SQLite file, the demo's own MCP tool
+ * server on 127.0.0.1 (mcp-server.ts, registered as `prices`) and, unless DEMO_MODEL_URL names
+ * a real endpoint, a deterministic scripted chat-completions server on 127.0.0.1. Then: a
+ * coordinator root, granted the prices tools, spawns a researcher (its report arrives quietly),
+ * the report delivery is switched to wakeup, and the coordinator spawns a budget subagent,
+ * which inherits the grant, asks the MCP tool what the trip costs and reports what it said; its
+ * report wakes the coordinator (mcp-lookup.ts shows the call's effect key on both sides). The
  * demo, as the operator, compacts the settled researcher (a summary, no agent token), and the
  * coordinator sends it a follow-up: a cold resume whose first model request starts from the
  * summary, and whose report wakes the coordinator once more. Then the coordinator starts a
@@ -29,6 +32,8 @@ import { budgetDemo, BudgetScript } from './budget.js';
 import { compactionChecks, compactResearcher, researcherRequests, type Compacted, type ResearcherRequests } from './compaction.js';
 import { demoModel, FOLLOW_UP, HELD_TASK, isHeld, QUEUED_TASK, WAKING_TASK } from './demo-model.js';
 import { children, client, printTree, session, type Api, type Entry, type Node, type View } from './forest.js';
+import { coordinatorTools, COORDINATOR_TOOLS, lookupChecks, priceLookup, registerToolServer, type PriceLookup } from './mcp-lookup.js';
+import { startMcpServer } from './mcp-server.js';
 import { ScriptedModelServer } from './scripted-model.js';
 
 const realUrl = process.env.DEMO_MODEL_URL;
@@ -46,29 +51,37 @@ async function main(): Promise<void> {
     maxSteps: 8,
   };
   let service: Awaited<ReturnType<typeof startService>> | undefined;
+  const mcp = await startMcpServer();
   let ok = false;
   try {
     service = await startService(dir);
     const api = client(service.url);
     console.log(`service   ${service.url}  (SQLite file ${join(dir, 'demo.db')}, log ${join(dir, 'service.log')})`);
-    console.log(`model     ${model.baseUrl}  ${model.model}${scripted === undefined ? '' : '  (scripted, deterministic)'}\n`);
+    console.log(`model     ${model.baseUrl}  ${model.model}${scripted === undefined ? '' : '  (scripted, deterministic)'}`);
+    console.log(`mcp       ${mcp.url}  (the demo's MCP tool server, demo/mcp-server.ts)\n`);
 
+    step('0. the operator registers the MCP server and grants its tools to the coordinator, for its subagents too');
+    const registered = await registerToolServer(api, mcp);
     await api('PUT', '/v1/packages/subagent-report', { config: { reportDelivery: 'quiet' } });
     await api('POST', '/v1/agents', {
       id: 'coordinator',
+      tools: COORDINATOR_TOOLS,
       instructions:
         'You coordinate background subagents to plan a weekend trip. Start subagents with spawn_subagent (give each a label), ' +
         'give a settled subagent more work with send_message, and answer briefly. Subagents deliver findings with their report tool.',
       model,
     });
+    const effective = await coordinatorTools(api);
     step('1. the coordinator starts a researcher; its report arrives quietly (no coordinator turn)');
     await say(api, 'Plan a weekend in Lisbon. Start a researcher subagent for the sights.');
     await quiet(api, (s) => s.some((e) => e.source?.kind === 'subagent-report'));
 
-    step('2. report delivery switches to wakeup; the coordinator starts a budget subagent, whose report wakes it');
+    step('2. report delivery switches to wakeup; the coordinator starts a budget subagent, which asks the MCP tool');
+    step('   what the trip costs and reports what it said; its report wakes the coordinator');
     await api('PUT', '/v1/packages/subagent-report', { config: { reportDelivery: 'wakeup' } });
     await say(api, 'Now start a budget subagent for the costs.');
     await quiet(api, (s) => reportCount(s) >= 2);
+    const lookup = await priceLookup(api, mcp, registered, effective);
 
     step('3. the operator compacts the settled researcher: later model requests start from a summary');
     const compacted = await compactResearcher(api, scripted);
@@ -97,9 +110,10 @@ async function main(): Promise<void> {
 
     console.log("\nthe coordinator's forest:\n");
     const tree = await printTree(api, 'coordinator');
-    ok = check(tree, interrupted, compacted, researcherSaw, budget.checks());
+    ok = check(tree, lookup, interrupted, compacted, researcherSaw, budget.checks());
   } finally {
     await service?.stop();
+    await mcp.close();
     await scripted?.close();
     if (process.env.DEMO_KEEP === undefined) await rm(dir, { recursive: true, force: true });
     else console.log(`\nkept ${dir}`);
@@ -211,7 +225,7 @@ async function quiet(api: Api, done: (coordinator: Entry[]) => boolean): Promise
 }
 
 /** What the demo is meant to show, checked on the sessions it printed. */
-function check(root: Node, interrupt: Interrupted, compacted: Compacted, researcherSaw: ResearcherRequests | undefined, budget: [string, boolean][]): boolean {
+function check(root: Node, lookup: PriceLookup, interrupt: Interrupted, compacted: Compacted, researcherSaw: ResearcherRequests | undefined, budget: [string, boolean][]): boolean {
   const turnPrompts = new Set(root.entries.filter((e) => e.type === 'turn-start').map((e) => e.messageId));
   const reports = root.entries.filter((e) => e.source?.kind === 'subagent-report');
   const researcher = root.children.find((c) => c.view.label === 'researcher');
@@ -224,6 +238,7 @@ function check(root: Node, interrupt: Interrupted, compacted: Compacted, researc
     ['three continuable children', root.children.length === 3 && root.children.every((c) => c.view.mode === 'continuable')],
     ['the first report arrived quietly: no coordinator turn started for it', reports[0] !== undefined && !turnPrompts.has(reports[0].messageId)],
     ['the later reports each woke the coordinator for a turn', reports.length >= 5 && reports.slice(1).every((r) => turnPrompts.has(r.messageId))],
+    ...lookupChecks(lookup),
     ['the researcher was cold-resumed for the follow-up', activations.includes('resumed')],
     ...compactionChecks(researcher, compacted, researcherSaw, FOLLOW_UP),
     [

@@ -1,6 +1,8 @@
 /**
  * `npm run demo` keeps working: the demo runs against the service's sources and its scripted
- * model, shows a settled child compacted and then resumed from the summary, an interrupt of a
+ * model, registers its own MCP server, whose tool a child calls (the server sees the effect key
+ * of the child's session) and reports what it said to its parent, shows a settled child
+ * compacted and then resumed from the summary, an interrupt of a
  * child and what it did, a steps budget stopping a second forest until the operator raises it,
  * and every check it prints passes (the exit code says so too).
  */
@@ -11,7 +13,7 @@ import { describe, expect, it } from 'vitest';
 const run = promisify(execFile);
 
 describe('npm run demo', () => {
-  it('drives a whole forest with the built-in driver, compacts a settled child that then resumes from the summary, interrupts a child whose queued task then waits for the next message, stops a forest at its steps budget until the operator raises it, and passes its own checks', async () => {
+  it('drives a whole forest with the built-in driver, has a child call the demo\'s MCP tool and report its answer with the effect key the server saw matching its session\'s, compacts a settled child that then resumes from the summary, interrupts a child whose queued task then waits for the next message, stops a forest at its steps budget until the operator raises it, and passes its own checks', async () => {
     // The overload guard off, as for every spawned test server: this test is not about it.
     const env: NodeJS.ProcessEnv = { ...process.env, DEMO_FROM_SOURCE: '1', AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: '0' };
     delete env.DEMO_MODEL_URL;
@@ -20,6 +22,22 @@ describe('npm run demo', () => {
     expect(stdout).toMatch(/child researcher \(\S+\) {2}\[settled\]/);
     expect(stdout).toMatch(/child budget \(\S+\) {2}\[settled\]/);
     expect(stdout).toContain('(activation resumed)');
+    expect(stdout).toMatch(/^ {3}PUT \/v1\/tool-servers\/prices \{"url":"http:\/\/127\.0\.0\.1:\d+\/mcp"\} → 200 prices \[ready\]\n {3}its tools: trip_cost \(/m);
+    const grants = /^ {3}GET \/v1\/agents\/coordinator\/grants → 200 (.+)$/m.exec(stdout);
+    expect(JSON.parse(grants?.[1] ?? 'null')).toMatchObject({ grants: expect.arrayContaining(['mcp__prices__*']), effective: expect.arrayContaining(['mcp__prices__trip_cost']) });
+    const mcpCall = /^ {3}budget subagent → mcp__prices__trip_cost \{"city":"Lisbon","nights":2\}; effect key in its session (\S+)$/m.exec(stdout);
+    const seen = /^ {3}prices server got trip_cost \{"city":"Lisbon","nights":2\}; effect key in _meta (\S+), Idempotency-Key (\S+)\n {6}both the session's key; it answered (".+")$/m.exec(stdout);
+    expect(mcpCall?.[1]).toMatch(/^ek_/);
+    expect([seen?.[1], seen?.[2]]).toEqual([mcpCall?.[1], mcpCall?.[1]]);
+    const answer = JSON.parse(seen?.[3] ?? 'null') as string;
+    expect(answer).toMatch(/^Lisbon, 2 nights: .+ EUR in all\.$/);
+    expect(stdout).toContain(`budget subagent read the result ${JSON.stringify(answer)}`);
+    const report = JSON.parse(/^ {3}coordinator's session: report (".+")$/m.exec(stdout)?.[1] ?? '""') as string;
+    expect(report).toMatch(/^Background subagent agt_\S+ reported: /);
+    expect(report.endsWith(` reported: Budget: ${answer}`)).toBe(true);
+    const budgetChild = stdout.slice(stdout.indexOf('child budget ('));
+    expect(budgetChild).toContain(`│ model: mcp__prices__trip_cost {"city":"Lisbon","nights":2}`);
+    expect(budgetChild).toContain(`│ tool: ${answer}\n`);
     const compacted = /researcher \[settled\]: POST \/v1\/agents\/(\S+)\/compactions \{"summary": "(.+)"\}\n {3}→ 201 (.+)$/m.exec(stdout);
     const summary = compacted?.[2];
     expect(JSON.parse(compacted?.[3] ?? 'null')).toMatchObject({ type: 'compaction', seq: expect.any(Number), throughSeq: expect.any(Number) });
@@ -44,7 +62,7 @@ describe('npm run demo', () => {
     expect(budget).toMatch(/usage {2}planner {5}self 2 steps, \d+ tokens; subtree 7 steps, \d+ tokens; budget 10 steps, 3 remain\n {10}forecaster {2}self 5 steps/);
     expect(budget).toContain('model requests 7');
     const checks = stdout.slice(stdout.indexOf('checks:'));
-    expect(checks.match(/^ {2}ok /gm)).toHaveLength(16);
+    expect(checks.match(/^ {2}ok /gm)).toHaveLength(20);
     expect(checks).not.toContain('FAIL');
   }, 60_000);
 });
