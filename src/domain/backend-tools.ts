@@ -4,8 +4,8 @@
  * declaration is a name, a description and the JSON Schema of its parameters.
  */
 
-/** What a declared tool's name may be: a model-facing function name, never an MCP tool's prefix. */
-export const BACKEND_TOOL_NAME_PATTERN = '^(?!mcp__)[A-Za-z0-9_-]{1,64}$';
+/** What a declared tool's name may be: a model-facing function name (and never an MCP tool's, `mcp__…`). */
+export const BACKEND_TOOL_NAME_PATTERN = '^[A-Za-z0-9_-]{1,64}$';
 
 export interface BackendToolConfig {
   description: string;

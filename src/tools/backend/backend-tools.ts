@@ -12,6 +12,7 @@ import type { BackendToolBody, BackendToolView } from '../../contract/index.js';
 import type { BackendToolConfig } from '../../domain/backend-tools.js';
 import { ServiceError } from '../../domain/errors.js';
 import { PACKAGE_TOOLS } from '../../domain/grants.js';
+import { MCP_TOOL_PREFIX } from '../../domain/tool-servers.js';
 import type { Clock } from '../../domain/ports.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import type { SettingReads } from '../../sessions/settings.js';
@@ -64,6 +65,7 @@ export class BackendTools {
   /** Declare or replace a tool; durable before it resolves. */
   put(name: string, body: BackendToolBody): Promise<BackendToolView> {
     if (SERVICE_TOOL_NAMES.has(name)) throw new ServiceError('VALIDATION', `"${name}" is the name of a service-owned tool`);
+    if (name.startsWith(MCP_TOOL_PREFIX)) throw new ServiceError('VALIDATION', `"${name}" starts with ${MCP_TOOL_PREFIX}, which names the tools of MCP servers`);
     const config: BackendToolConfig = { description: body.description, parameters: body.parameters };
     return this.serially(async () => {
       const updatedAt = this.deps.clock.iso();

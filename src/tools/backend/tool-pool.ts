@@ -41,7 +41,8 @@ interface Offered {
 
 interface Waiter {
   filter: PoolFilter;
-  hand: (call: PoolToolCall) => void;
+  /** Gives it a call, or none (the pool stopped). */
+  hand: (call: PoolToolCall | null) => void;
 }
 
 export class ToolPool {
@@ -104,7 +105,7 @@ export class ToolPool {
   stop(): void {
     for (const entry of this.calls.values()) if (entry.lease !== undefined) clearTimeout(entry.lease.timer);
     this.calls.clear();
-    for (const waiter of this.waiters.splice(0)) waiter.hand = () => undefined;
+    for (const waiter of [...this.waiters]) waiter.hand(null);
   }
 
   private take(filter: PoolFilter): PoolToolCall | null {
