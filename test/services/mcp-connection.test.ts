@@ -4,6 +4,7 @@
  * effect key (in `_meta`, and as `Idempotency-Key` over Streamable HTTP), structured and error
  * results, and the unreachable and timeout outcomes.
  */
+import { getEventListeners } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { McpConnection, type ToolServerEndpoint } from '../../src/tools/mcp/mcp-connection.js';
@@ -84,5 +85,13 @@ describe('an MCP tool server connection', () => {
     expect(await connection.callTool('wait', {}, 'efk-7')).toEqual({ kind: 'timeout', error: 'no answer within 300 ms' });
     expect(server.calls.map((c) => [c.tool, c.effectKey])).toEqual([['wait', 'efk-7']]);
     server.release();
+  });
+
+  it('leaves no listener on a caller\'s signal once its calls are done, however many it carried', async () => {
+    const server = await startStreamableServer();
+    const connection = await open(http(server.url));
+    const caller = new AbortController();
+    for (let i = 0; i < 20; i++) expect(await connection.callTool('echo', { text: `n${i}` }, `efk-${i}`, caller.signal)).toMatchObject({ kind: 'answered' });
+    expect(getEventListeners(caller.signal, 'abort')).toHaveLength(0);
   });
 });

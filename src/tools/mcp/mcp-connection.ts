@@ -8,6 +8,7 @@
  * request that carries it, so a server can run a repeated call once. A call that cannot reach
  * the server or outlives its timeout is an outcome the model can read, never a thrown error.
  */
+import { setMaxListeners } from 'node:events';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -92,14 +93,18 @@ export class McpConnection {
     return tools;
   }
 
-  /** Call `name` once with `input`, under the timeout, carrying `effectKey`. */
+  /**
+   * Call `name` once with `input`, under the timeout, carrying `effectKey`. The SDK keeps a
+   * listener on the signal it is given until that signal aborts: it gets one of its own, that
+   * follows `signal` (a caller's, which may outlive many calls) only while the call runs.
+   */
   async callTool(name: string, input: Record<string, unknown>, effectKey: string, signal?: AbortSignal): Promise<McpCallOutcome> {
+    const own = new AbortController();
+    const follow = (): void => own.abort(signal?.reason);
+    if (signal?.aborted === true) follow();
+    else signal?.addEventListener('abort', follow, { once: true });
     try {
-      const result = await this.client.callTool(
-        { name, arguments: input, _meta: { [EFFECT_KEY_META]: effectKey } },
-        undefined,
-        { timeout: this.timeoutMs, ...(signal === undefined ? {} : { signal }) },
-      );
+      const result = await this.client.callTool({ name, arguments: input, _meta: { [EFFECT_KEY_META]: effectKey } }, undefined, { timeout: this.timeoutMs, signal: own.signal });
       const content = Array.isArray(result.content) ? (result.content as { type: string; text?: string }[]) : [];
       const text = content.filter((part) => part.type === 'text' && typeof part.text === 'string').map((part) => part.text).join('\n');
       return {
@@ -111,6 +116,8 @@ export class McpConnection {
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       return isTimeout(error) ? { kind: 'timeout', error: `no answer within ${this.timeoutMs} ms` } : { kind: 'unreachable', error: message };
+    } finally {
+      signal?.removeEventListener('abort', follow);
     }
   }
 
@@ -119,9 +126,14 @@ export class McpConnection {
   }
 }
 
-/** A fetch that sends `headers` on every request, and on a `tools/call` its effect key as `Idempotency-Key`. */
+/**
+ * A fetch that sends `headers` on every request, and on a `tools/call` its effect key as
+ * `Idempotency-Key`. The transport hands every request its one long-lived signal, on which
+ * Node's fetch leaves a listener until the request is collected: that signal may hold many.
+ */
 function withIdempotencyKey(headers: Readonly<Record<string, string>>): typeof fetch {
   return (input, init) => {
+    if (init?.signal !== undefined && init.signal !== null) setMaxListeners(0, init.signal);
     const merged = new Headers(init?.headers);
     for (const [name, value] of Object.entries(headers)) merged.set(name, value);
     const key = effectKeyOf(init?.body);
