@@ -4,7 +4,9 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
-    globalSetup: ['test/fixtures/postgres-global-setup.ts'],
+    // The PostgreSQL server the tests create databases on, and the server the e2e tests spawn,
+    // compiled once for the run.
+    globalSetup: ['test/fixtures/postgres-global-setup.ts', 'test/fixtures/server-build-global-setup.ts'],
     environment: 'node',
     // Most test files wait on real servers, sockets and timers rather than compute, so two
     // files at a time pay off even on two cores (vitest's default there is one).

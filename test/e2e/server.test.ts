@@ -1,6 +1,6 @@
 /**
- * End to end: the real server process (`node --import tsx src/server.ts`) on 127.0.0.1:0 with a
- * SQLite file in a temp dir, driven over real HTTP with global fetch.
+ * End to end: the real server process (fixtures/server-process.ts: src/ compiled once per run)
+ * on 127.0.0.1:0 with a SQLite file in a temp dir, driven over real HTTP with global fetch.
  */
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
