@@ -47,6 +47,15 @@ describe('MCP tool servers', () => {
     expect(json((await h.app.inject({ method: 'GET', url: '/v1/tool-servers' })))).toEqual({ items: [json(put)] });
   });
 
+  it('replaces a registration under the same name: the new one is reached and its tools replace the old ones', async () => {
+    const { h } = await withServer();
+    const replaced = await putServer(h, 'files', { url: (await startStreamableServer()).url, tools: ['echo'] });
+    expect(json(replaced)).toMatchObject({ state: 'ready', tools: [{ name: 'echo' }] });
+    expect(json(replaced)).not.toHaveProperty('error');
+    const root = await createRoot(h.app, { tools: ['mcp__files__*'] });
+    expect(await toolNames(h, root)).toEqual(['mcp__files__echo']);
+  });
+
   it('keeps to the allow-list of the server\'s tools', async () => {
     const server = await startStreamableServer();
     const h = await startHarness();

@@ -14,12 +14,13 @@ import type { McpCallOutcome, McpTool } from './mcp-connection.js';
 
 /** What a server's tool needs of its server: a call, bounded and fenced by the server. */
 export interface McpToolHost {
-  readonly server: string;
+  /** The server's registered name. */
+  readonly name: string;
   call(tool: string, input: Record<string, unknown>, effectKey: string, signal: AbortSignal | undefined): Promise<McpCallOutcome>;
 }
 
 export function mcpServiceTool(host: McpToolHost, tool: McpTool, validate: ValidateFunction | undefined, afterRestart: 'rerun' | 'unknown'): ServiceTool {
-  const name = mcpToolName(host.server, tool.name);
+  const name = mcpToolName(host.name, tool.name);
   return {
     name,
     description: tool.description,
@@ -37,7 +38,7 @@ export function mcpServiceTool(host: McpToolHost, tool: McpTool, validate: Valid
         throw new ServiceError('VALIDATION', `invalid input for tool "${name}": ${where} ${first?.message ?? 'is invalid'}`);
       }
       await exec.started();
-      return outcomeOf(host.server, await host.call(tool.name, args as Record<string, unknown>, exec.effectKey, exec.signal));
+      return outcomeOf(host.name, await host.call(tool.name, args as Record<string, unknown>, exec.effectKey, exec.signal));
     },
   };
 }

@@ -1,9 +1,10 @@
 /**
  * One registered MCP tool server in this process: its configuration, its connection, the tools
- * it listed (as agent-facing tools in the registry), and its bound on calls at once. A server
- * that cannot be reached is `unreachable` and tried again, less often each time; a tool list
- * the server says changed is listed again. Secrets named by environment variable are read each
- * time the server is reached.
+ * it listed, and its bound on calls at once. Its tools enter the registry only once it is
+ * active (its registration durable, the server it replaces closed); until then it is reached
+ * and listed, nothing more. A server that cannot be reached is `unreachable` and tried again,
+ * less often each time; a tool list the server says changed is listed again. Secrets named by
+ * environment variable are read each time the server is reached.
  */
 import { Ajv, type ValidateFunction } from 'ajv';
 import type { Logger } from 'pino';
@@ -41,6 +42,8 @@ export class ToolServer {
   private retry: NodeJS.Timeout | undefined;
   private retryMs = RETRY_FIRST_MS;
   private closed = false;
+  /** Its tools are in the registry (see `activate`). */
+  private active = false;
   /** Connecting and listing run one at a time. */
   private work: Promise<void> = Promise.resolve();
 
@@ -80,6 +83,12 @@ export class ToolServer {
     return this.work;
   }
 
+  /** Put its tools, as last listed, in the registry; from now on a new listing replaces them there. */
+  activate(): void {
+    this.active = true;
+    this.install(this.listed);
+  }
+
   /** Call one of its tools: bounded by the server's slots; an unreachable server is tried again. */
   async call(tool: string, input: Record<string, unknown>, effectKey: string, signal: AbortSignal | undefined): Promise<McpCallOutcome> {
     const started = performance.now();
@@ -100,6 +109,7 @@ export class ToolServer {
   /** Remove its tools and close its connection; it is not tried again. */
   async close(): Promise<void> {
     this.closed = true;
+    this.active = false;
     if (this.retry !== undefined) clearTimeout(this.retry);
     this.uninstall();
     await this.work.catch(() => undefined);
@@ -128,7 +138,8 @@ export class ToolServer {
         return;
       }
       this.connection = connection;
-      this.install(await connection.listTools());
+      this.listed = await connection.listTools();
+      if (this.active) this.install(this.listed);
       this.state = 'ready';
       this.error = undefined;
       this.retryMs = RETRY_FIRST_MS;
@@ -143,7 +154,8 @@ export class ToolServer {
       const connection = this.connection;
       if (connection === undefined || this.closed) return;
       try {
-        this.install(await connection.listTools());
+        this.listed = await connection.listTools();
+        if (this.active) this.install(this.listed);
       } catch (error) {
         this.lost(error instanceof Error ? error.message : String(error));
       }
@@ -165,12 +177,11 @@ export class ToolServer {
     this.retryMs = Math.min(RETRY_MAX_MS, this.retryMs * 2);
   }
 
-  private install(tools: McpTool[]): void {
+  private install(tools: readonly McpTool[]): void {
     this.uninstall();
-    this.listed = tools;
     // One Ajv per listing: its compiled schemas go when the listing is replaced.
     const ajv = new Ajv({ strict: false, allErrors: false, coerceTypes: false });
-    for (const tool of this.allowed()) {
+    for (const tool of this.allowed(tools)) {
       let validate: ValidateFunction | undefined;
       try {
         validate = ajv.compile(tool.inputSchema);
@@ -185,13 +196,9 @@ export class ToolServer {
     for (const remove of this.removals.splice(0)) remove();
   }
 
-  private allowed(): McpTool[] {
+  private allowed(tools: readonly McpTool[] = this.listed): readonly McpTool[] {
     const allow = this.config.tools;
-    return allow === undefined ? this.listed : this.listed.filter((t) => allow.includes(t.name));
-  }
-
-  get server(): string {
-    return this.name;
+    return allow === undefined ? tools : tools.filter((t) => allow.includes(t.name));
   }
 
   private endpoint(): ToolServerEndpoint {

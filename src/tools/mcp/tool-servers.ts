@@ -87,8 +87,10 @@ export class ToolServers {
         await server.close();
         throw error;
       }
+      // Durable: the server it replaces goes, and its tools take their place.
       await this.servers.get(name)?.close();
       this.servers.set(name, server);
+      server.activate();
       return server.view();
     });
   }
@@ -124,6 +126,7 @@ export class ToolServers {
           await server.connect();
           await current?.close();
           this.servers.set(setting.name, server);
+          server.activate();
         }),
       );
     }).catch((error: unknown) => this.deps.logger.error({ err: error }, 'could not follow the stored tool servers'));
