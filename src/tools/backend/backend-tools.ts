@@ -16,6 +16,7 @@ import { MCP_TOOL_PREFIX } from '../../domain/tool-servers.js';
 import type { Clock } from '../../domain/ports.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import type { SettingReads } from '../../sessions/settings.js';
+import { SettingsFollow } from '../settings-follow.js';
 import type { ServiceTool } from '../tool-registry.js';
 
 export interface BackendToolsDeps {
@@ -36,21 +37,17 @@ interface Declared {
 
 export class BackendTools {
   private readonly declared = new Map<string, Declared>();
-  private changes: Promise<unknown> = Promise.resolve();
-  private follow: NodeJS.Timeout | undefined;
+  private readonly follow = new SettingsFollow(() => this.sync());
 
   constructor(private readonly deps: BackendToolsDeps) {}
 
   /** Read the stored declarations; with `followMs` (several instances), follow them at that period. */
-  async start(followMs?: number): Promise<void> {
-    await this.sync();
-    if (followMs === undefined) return;
-    this.follow = setInterval(() => void this.sync(), followMs);
-    this.follow.unref();
+  start(followMs?: number): Promise<void> {
+    return this.follow.start(followMs);
   }
 
   stop(): void {
-    if (this.follow !== undefined) clearInterval(this.follow);
+    this.follow.stop();
   }
 
   list(): BackendToolView[] {
@@ -67,7 +64,7 @@ export class BackendTools {
     if (SERVICE_TOOL_NAMES.has(name)) throw new ServiceError('VALIDATION', `"${name}" is the name of a service-owned tool`);
     if (name.startsWith(MCP_TOOL_PREFIX)) throw new ServiceError('VALIDATION', `"${name}" starts with ${MCP_TOOL_PREFIX}, which names the tools of MCP servers`);
     const config: BackendToolConfig = { description: body.description, parameters: body.parameters };
-    return this.serially(async () => {
+    return this.follow.serially(async () => {
       const updatedAt = this.deps.clock.iso();
       this.deps.log.changeSettings({ op: 'put', setting: { kind: 'backend-tool', name, value: config, updatedAt } });
       await this.deps.log.durable();
@@ -79,7 +76,7 @@ export class BackendTools {
   /** Remove a declaration: the tool leaves every agent at once; durable before it resolves. */
   delete(name: string): Promise<void> {
     this.get(name);
-    return this.serially(async () => {
+    return this.follow.serially(async () => {
       this.deps.log.changeSettings({ op: 'delete', kind: 'backend-tool', name });
       this.uninstall(name);
       await this.deps.log.durable();
@@ -88,7 +85,7 @@ export class BackendTools {
 
   /** Follow the stored declarations (never throws). */
   sync(): Promise<void> {
-    return this.serially(async () => {
+    return this.follow.serially(async () => {
       const stored = await this.deps.settings.list('backend-tool');
       const wanted = new Set(stored.map((s) => s.name));
       for (const name of [...this.declared.keys()]) if (!wanted.has(name)) this.uninstall(name);
@@ -112,12 +109,6 @@ export class BackendTools {
   private view(name: string): BackendToolView {
     const { config } = this.declared.get(name)!;
     return { name, description: config.description, parameters: config.parameters };
-  }
-
-  private serially<T>(work: () => Promise<T>): Promise<T> {
-    const next = this.changes.then(work, work);
-    this.changes = next.catch(() => undefined);
-    return next;
   }
 }
 

@@ -19,6 +19,7 @@ import type { SessionLog } from '../../sessions/session-log.js';
 import type { SettingReads } from '../../sessions/settings.js';
 import type { ServiceTool } from '../tool-registry.js';
 import type { McpCallOutcome } from './mcp-connection.js';
+import { SettingsFollow } from '../settings-follow.js';
 import { ToolServer } from './tool-server.js';
 import { checkToolServer } from './tool-server-config.js';
 
@@ -44,9 +45,8 @@ export const TOOL_SERVER_FOLLOW_MS = 2_000;
 export class ToolServers {
   private readonly servers = new Map<string, ToolServer>();
   /** Changes and syncs run one at a time, so the map follows the settings in order. */
-  private changes: Promise<unknown> = Promise.resolve();
+  private readonly follow = new SettingsFollow(() => this.sync());
   private stopped = false;
-  private follow: NodeJS.Timeout | undefined;
 
   constructor(private readonly deps: ToolServersDeps) {}
 
@@ -54,11 +54,8 @@ export class ToolServers {
    * Reach the stored servers; with `followMs` (several instances), follow the stored ones from
    * then on at that period, so a change made on another instance holds here within it.
    */
-  async start(followMs?: number): Promise<void> {
-    await this.sync();
-    if (followMs === undefined) return;
-    this.follow = setInterval(() => void this.sync(), followMs);
-    this.follow.unref();
+  start(followMs?: number): Promise<void> {
+    return this.follow.start(followMs);
   }
 
   list(): ToolServerView[] {
@@ -77,7 +74,7 @@ export class ToolServers {
   /** Register or replace a server: checked, reached and listed, stored; answers its view. */
   put(name: string, body: ToolServerBody): Promise<ToolServerView> {
     const config = checkToolServer(body, this.deps);
-    return this.serially(async () => {
+    return this.follow.serially(async () => {
       const server = this.make(name, config, this.deps.clock.iso());
       await server.connect();
       try {
@@ -98,7 +95,7 @@ export class ToolServers {
   /** Remove a server: its tools leave every agent at once; durable before it resolves. */
   delete(name: string): Promise<void> {
     this.require(name);
-    return this.serially(async () => {
+    return this.follow.serially(async () => {
       const server = this.require(name);
       this.deps.log.changeSettings({ op: 'delete', kind: 'tool-server', name });
       await server.close();
@@ -109,7 +106,7 @@ export class ToolServers {
 
   /** Follow the stored servers: reach the new and changed ones, drop the ones gone. Never throws. */
   sync(): Promise<void> {
-    return this.serially(async () => {
+    return this.follow.serially(async () => {
       if (this.stopped) return;
       const stored = await this.deps.settings.list('tool-server');
       const wanted = new Set(stored.map((s) => s.name));
@@ -135,8 +132,8 @@ export class ToolServers {
   /** Close every connection (at shutdown); the servers stay registered. */
   stop(): Promise<void> {
     this.stopped = true;
-    if (this.follow !== undefined) clearInterval(this.follow);
-    return this.serially(async () => {
+    this.follow.stop();
+    return this.follow.serially(async () => {
       await Promise.all([...this.servers.values()].map((s) => s.close()));
       this.servers.clear();
     });
@@ -151,11 +148,5 @@ export class ToolServers {
     const server = this.servers.get(name);
     if (server === undefined) throw new ServiceError('TOOL_SERVER_NOT_FOUND', `no tool server is registered as "${name}"`);
     return server;
-  }
-
-  private serially<T>(work: () => Promise<T>): Promise<T> {
-    const next = this.changes.then(work, work);
-    this.changes = next.catch(() => undefined);
-    return next;
   }
 }

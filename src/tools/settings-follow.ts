@@ -1,0 +1,33 @@
+/**
+ * What the registries of operator settings (MCP tool servers, declared backend tools) share:
+ * their changes and their reads of the store run one after another, so the registry follows
+ * the stored settings in order; with several instances a timer reads the store at a period, so
+ * a change made on another instance holds here within it.
+ */
+export class SettingsFollow {
+  private changes: Promise<unknown> = Promise.resolve();
+  private timer: NodeJS.Timeout | undefined;
+
+  /** `sync`: read the stored settings and make the registry match them (never throws). */
+  constructor(private readonly sync: () => Promise<void>) {}
+
+  /** Read the stored settings; with `followMs`, again at that period from then on. */
+  async start(followMs?: number): Promise<void> {
+    await this.sync();
+    if (followMs === undefined) return;
+    this.timer = setInterval(() => void this.sync(), followMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer !== undefined) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Run `work` after every change and read queued before it. */
+  serially<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.changes.then(work, work);
+    this.changes = next.catch(() => undefined);
+    return next;
+  }
+}
