@@ -23,7 +23,7 @@ import type { UnansweredCall } from './agent-steps.js';
 import type { ToolPool } from '../tools/backend/tool-pool.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StepDispatcher } from './step-dispatcher.js';
-import type { ToolRegistry } from '../tools/tool-registry.js';
+import type { ServiceTool, ToolRegistry } from '../tools/tool-registry.js';
 import type { Tracing } from '../observation/tracing/tracing.js';
 import { readOutput } from './chat-output.js';
 import type { InterruptedSteps } from './interrupted-steps.js';
@@ -175,11 +175,11 @@ export class StepProtocol {
       // Each call resolves to its outcome, to 'awaiting' (the backend's), or to undefined when
       // the turn was cancelled before it started. A call that is not concurrent is looked up
       // at its turn: an earlier call may have changed what is in scope (spawn, then send_message).
-      const resolve = (call: ToolCall): Promise<RunOutcome | 'awaiting' | undefined> => {
+      const resolve = (call: ToolCall, found?: ServiceTool): Promise<RunOutcome | 'awaiting' | undefined> => {
         const refusal = refused?.get(call.id);
         if (refusal !== undefined) return Promise.resolve(failedCall(call, new ServiceError('VALIDATION', refusal)));
         if (signal.aborted) return Promise.resolve(undefined);
-        const tool = this.deps.tools.find(agent, call.name);
+        const tool = found ?? this.deps.tools.find(agent, call.name);
         if (tool?.owner === 'backend') {
           forWorkers.push(call as KeyedCall);
           return Promise.resolve('awaiting');
@@ -189,7 +189,8 @@ export class StepProtocol {
       };
       let inOrder: Promise<unknown> = Promise.resolve();
       const running = calls.map((call) => {
-        if (this.deps.tools.find(agent, call.name)?.concurrent === true && !refused?.has(call.id)) return { call, outcome: resolve(call) };
+        const tool = refused?.has(call.id) === true ? undefined : this.deps.tools.find(agent, call.name);
+        if (tool?.concurrent === true) return { call, outcome: resolve(call, tool) };
         const outcome = inOrder.then(() => resolve(call));
         inOrder = outcome;
         return { call, outcome };
@@ -233,12 +234,14 @@ export class StepProtocol {
    */
   rerunAfterRestart(agent: LiveAgent, stepId: string, unanswered: readonly UnansweredCall[]): ReadonlySet<string> {
     // Calls of declared backend tools are offered to the workers again, under the same key.
-    const forWorkers = unanswered.filter(({ call }) => call.effectKey !== undefined && this.runByBackend(agent, call.name)).map(({ call }) => call as KeyedCall);
-    queueMicrotask(() => forWorkers.forEach((call) => this.deps.pool.offer(agent, stepId, call)));
-    const taken = unanswered.flatMap(({ call, started }) => {
+    const forWorkers: KeyedCall[] = [];
+    const taken: { call: ToolCall; tool: ServiceTool; unknown: boolean }[] = [];
+    for (const { call, started } of unanswered) {
       const tool = this.deps.tools.find(agent, call.name);
-      return tool?.afterRestart === undefined ? [] : [{ call, tool, unknown: started && tool.afterRestart === 'unknown' }];
-    });
+      if (tool?.owner === 'backend' && call.effectKey !== undefined) forWorkers.push(call as KeyedCall);
+      else if (tool?.afterRestart !== undefined) taken.push({ call, tool, unknown: started && tool.afterRestart === 'unknown' });
+    }
+    queueMicrotask(() => forWorkers.forEach((call) => this.deps.pool.offer(agent, stepId, call)));
     const offered = forWorkers.map((call) => call.id);
     if (taken.length === 0) return new Set(offered);
     const signal = agent.turnSignal;
