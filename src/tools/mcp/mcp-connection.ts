@@ -134,11 +134,8 @@ export class McpConnection {
 function withIdempotencyKey(headers: Readonly<Record<string, string>>): typeof fetch {
   return (input, init) => {
     if (init?.signal !== undefined && init.signal !== null) setMaxListeners(0, init.signal);
-    const merged = new Headers(init?.headers);
-    for (const [name, value] of Object.entries(headers)) merged.set(name, value);
     const key = effectKeyOf(init?.body);
-    if (key !== undefined) merged.set('idempotency-key', key);
-    return fetch(input, { ...init, headers: merged });
+    return withHeaders(key === undefined ? headers : { ...headers, 'idempotency-key': key })(input, init);
   };
 }
 
