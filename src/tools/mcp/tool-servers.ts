@@ -72,11 +72,12 @@ export class ToolServers {
   }
 
   /** Register or replace a server: checked, reached and listed, stored; answers its view. */
-  put(name: string, body: ToolServerBody): Promise<ToolServerView> {
+  async put(name: string, body: ToolServerBody): Promise<ToolServerView> {
     const config = checkToolServer(body, this.deps);
+    // Reached outside the queue: a slow server holds up no other change.
+    const server = this.make(name, config, this.deps.clock.iso());
+    await server.connect();
     return this.follow.serially(async () => {
-      const server = this.make(name, config, this.deps.clock.iso());
-      await server.connect();
       try {
         this.deps.log.changeSettings({ op: 'put', setting: { kind: 'tool-server', name, value: config, updatedAt: server.updatedAt } });
         await this.deps.log.durable();
