@@ -41,7 +41,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log' | 'toolServers' | 'backendTools' | 'pool'> & Partial<Pick<System, 'tracing'>>;
+  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log' | 'toolServers' | 'backendTools'> & Partial<Pick<System, 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -124,7 +124,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(budgetRoutes, { budgets, changes: budgetChanges });
   await app.register(grantRoutes, { grants: grantChanges });
   await app.register(toolServerRoutes, { servers: deps.system.toolServers });
-  await app.register(backendToolRoutes, { tools: deps.system.backendTools, pool: deps.system.pool, gate });
+  await app.register(backendToolRoutes, { tools: deps.system.backendTools, topology, gate });
   await app.register(stepRoutes, { protocol, compactions, topology });
   await app.register(messageRoutes, { receipt: (messageId) => receiptOf(log, messageId) });
   await app.register(eventRoutes, {

@@ -1,28 +1,37 @@
 /**
- * The worker pool across the cluster (`POST /v1/steps/next` without `rootId`): a claim on any
- * instance hands out a step of any forest, the one parked longest anywhere first, and each
- * step exactly once. Every instance's steps stay in its own dispatcher, which claims them
- * atomically; what crosses instances is a question (when was your oldest step parked?) and a
- * claim forwarded to the instance whose answer was the oldest. A forwarded claim is answered
- * from that instance's own steps (FORWARDED_BY), so claims never travel further.
+ * A worker pool across the cluster: the step pool (`POST /v1/steps/next` without `rootId`) and
+ * the tool worker pool (`POST /v1/tool-calls/next`). A claim on any instance hands out the work
+ * waiting longest anywhere first, and each piece exactly once. Every instance's work stays in
+ * its own pool, which hands it out atomically; what crosses instances is a question (when was
+ * your oldest work parked?) and a claim forwarded to the instance whose answer was the oldest.
+ * A forwarded claim is answered from that instance's own work (FORWARDED_BY), so claims never
+ * travel further.
  *
  * With nothing parked anywhere, the claim long-polls here and looks again when another
- * instance announces work (work-board.ts). Two claims racing for one instance's oldest step
- * both stay exact: the loser gets that instance's next step, or looks again.
+ * instance announces work on the pool's board (work-board.ts). Two claims racing for one
+ * instance's oldest work both stay exact: the loser gets that instance's next, or looks again.
  *
- * FIFO across instances compares their clocks: steps parked within the clocks' skew of each
+ * FIFO across instances compares their clocks: work parked within the clocks' skew of each
  * other may be handed out in either order.
  */
 import type { Logger } from 'pino';
-import type { Caller, LocalClaim, PoolClaim, PoolState } from '../topology/topology.js';
+import type { Caller, Claimed, PoolState } from '../topology/topology.js';
 import type { Peer, PeerClient } from './peers.js';
 import type { WorkBoard } from './work-board.js';
 
-export interface ClusterPoolDeps {
-  /** This instance's own pool claim, of any forest. */
-  claimHere: (waitMs: number, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
-  /** When this instance's oldest parked step was parked, if one is. */
+/** One claim's view of a pool: what it takes here, and what it asks the other instances. */
+export interface PoolQuery<L> {
+  /** This instance's own claim of what the query matches, waiting up to `waitMs`. */
+  claimHere: (waitMs: number, signal: AbortSignal | undefined) => Promise<L | null>;
+  /** When the oldest work here that the query matches was parked, if any is. */
   oldestHere: () => number | undefined;
+  /** Asked of another instance: answers its PoolState for the same query. */
+  state: { method: 'GET' | 'POST'; path: string; body?: unknown };
+  /** The same claim, forwarded to another instance without a wait. */
+  claim: { path: string; body: unknown };
+}
+
+export interface ClusterPoolDeps {
   /** The other instances that hold forests now. */
   peers: () => Promise<Peer[]>;
   client: PeerClient;
@@ -40,21 +49,21 @@ type Candidate = { peer: Peer | undefined; oldestAt: number };
 export class ClusterPool {
   constructor(private readonly deps: ClusterPoolDeps) {}
 
-  async claim(waitMs: number, signal: AbortSignal | undefined, since: string | undefined, caller: Caller): Promise<PoolClaim | null> {
+  async claim<L>(query: PoolQuery<L>, waitMs: number, signal: AbortSignal | undefined, caller: Caller): Promise<Claimed<L> | null> {
     const deadline = Date.now() + waitMs;
     for (;;) {
       // Listening before looking: news that arrives while the others are asked is not missed.
       const wake = new AbortController();
       const stopListening = this.deps.board.onWork(() => wake.abort());
       try {
-        for (const candidate of await this.candidates(caller)) {
-          const claimed = await this.claimFrom(candidate.peer, since, caller, signal);
+        for (const candidate of await this.candidates(query, caller)) {
+          const claimed = await this.claimFrom(query, candidate.peer, caller, signal);
           if (claimed !== null) return claimed;
         }
         const remaining = deadline - Date.now();
         if (remaining <= 0 || isAborted(signal)) return null;
         if (!wake.signal.aborted) {
-          const waited = await this.waitHere(remaining, wake, signal, since);
+          const waited = await this.waitHere(query, remaining, wake, signal);
           if (waited !== null) return { local: waited };
         }
       } finally {
@@ -64,23 +73,23 @@ export class ClusterPool {
     }
   }
 
-  /** Where steps are parked now, the longest-parked first (this instance as `peer: undefined`). */
-  private async candidates(caller: Caller): Promise<Candidate[]> {
+  /** Where work is parked now, the longest-parked first (this instance as `peer: undefined`). */
+  private async candidates(query: PoolQuery<unknown>, caller: Caller): Promise<Candidate[]> {
     const peers = await this.deps.peers().catch((err: unknown) => {
       this.deps.logger?.warn({ err }, 'the other instances could not be read from the database; this claim looks here only');
       return [];
     });
-    const states = await Promise.all(peers.map(async (peer) => ({ peer, oldestAt: await this.oldestAt(peer, caller) })));
+    const states = await Promise.all(peers.map(async (peer) => ({ peer, oldestAt: await this.oldestAt(query, peer, caller) })));
     const found: Candidate[] = [];
     for (const { peer, oldestAt } of states) if (oldestAt !== undefined) found.push({ peer, oldestAt });
-    const here = this.deps.oldestHere();
+    const here = query.oldestHere();
     if (here !== undefined) found.push({ peer: undefined, oldestAt: here });
     return found.sort((a, b) => a.oldestAt - b.oldestAt);
   }
 
-  private async oldestAt(peer: Peer, caller: Caller): Promise<number | undefined> {
+  private async oldestAt(query: PoolQuery<unknown>, peer: Peer, caller: Caller): Promise<number | undefined> {
     try {
-      const answer = await this.deps.client.call(peer, { method: 'GET', path: '/v1/cluster/pool', ...caller, timeoutMs: ASK_TIMEOUT_MS });
+      const answer = await this.deps.client.call(peer, { ...query.state, ...caller, timeoutMs: ASK_TIMEOUT_MS });
       if (answer.status === 200) return (JSON.parse(answer.body.toString('utf8')) as PoolState).oldestParkedAt ?? undefined;
       this.deps.logger?.warn({ peer, status: answer.status }, 'an instance refused to say what its pool holds');
     } catch (err) {
@@ -89,16 +98,15 @@ export class ClusterPool {
     return undefined;
   }
 
-  /** One step from this instance (no peer) or from that one, without waiting. */
-  private async claimFrom(peer: Peer | undefined, since: string | undefined, caller: Caller, signal: AbortSignal | undefined): Promise<PoolClaim | null> {
+  /** One piece of work from this instance (no peer) or from that one, without waiting. */
+  private async claimFrom<L>(query: PoolQuery<L>, peer: Peer | undefined, caller: Caller, signal: AbortSignal | undefined): Promise<Claimed<L> | null> {
     if (peer === undefined) {
-      const here = await this.deps.claimHere(0, signal, since);
+      const here = await query.claimHere(0, signal);
       return here === null ? null : { local: here };
     }
     if (isAborted(signal)) return null;
     try {
-      const body = since === undefined ? { waitMs: 0 } : { waitMs: 0, since };
-      const answer = await this.deps.client.call(peer, { method: 'POST', path: '/v1/steps/next', ...caller, body, timeoutMs: CLAIM_TIMEOUT_MS, signal });
+      const answer = await this.deps.client.call(peer, { method: 'POST', ...query.claim, ...caller, timeoutMs: CLAIM_TIMEOUT_MS, signal });
       if (answer.status === 200) return { forwarded: answer.body };
       if (answer.status !== 204) this.deps.logger?.warn({ peer, status: answer.status }, 'an instance refused a forwarded pool claim');
     } catch (err) {
@@ -107,12 +115,12 @@ export class ClusterPool {
     return null;
   }
 
-  /** Wait for a step here until `wake` (another instance announced work) or the caller goes. */
-  private async waitHere(waitMs: number, wake: AbortController, signal: AbortSignal | undefined, since: string | undefined): Promise<LocalClaim | null> {
+  /** Wait for work here until `wake` (another instance announced work) or the caller goes. */
+  private async waitHere<L>(query: PoolQuery<L>, waitMs: number, wake: AbortController, signal: AbortSignal | undefined): Promise<L | null> {
     const onAbort = (): void => wake.abort();
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      return await this.deps.claimHere(waitMs, wake.signal, since);
+      return await query.claimHere(waitMs, wake.signal);
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }

@@ -1,6 +1,6 @@
 /**
  * Several instances on one database behind any balancer: each holds the leases of some forests
- * (ownership.ts), and together they answer the live list and the worker pool (cluster.ts) and
+ * (ownership.ts), and together they answer the live list and the worker pools (cluster.ts) and
  * keep one package configuration (cluster-packages.ts). Built with the fences the store was
  * opened with, so the database refuses the writes of a forest this instance no longer holds.
  *
@@ -10,9 +10,11 @@
 import type { Logger } from 'pino';
 import type { ListFilter } from '../agents/reads/agent-queries.js';
 import type { PackageManager } from '../tools/packages/package-manager.js';
-import type { AgentPage, Caller, ForestOwner, LocalClaim, PoolClaim, PoolState, Topology } from '../topology/topology.js';
+import type { PoolToolCall } from '../contract/index.js';
+import type { PoolFilter } from '../tools/backend/tool-pool.js';
+import type { AgentPage, Caller, Claimed, ForestOwner, LocalClaim, PoolClaim, PoolState, Topology } from '../topology/topology.js';
 import type { ClusterDatabase } from './cluster-database.js';
-import { Cluster } from './cluster.js';
+import { Cluster, type LocalToolPool } from './cluster.js';
 import { ClusterPackages, DEFAULT_CONFIRM_MS, DEFAULT_POLL_MS } from './cluster-packages.js';
 import type { LeaseFence, PackageFence } from './fences.js';
 import { ForestOwnership } from './ownership.js';
@@ -40,6 +42,10 @@ export interface ClusterTopologyDeps {
   listHere: (filter: ListFilter) => Promise<AgentPage>;
   claimHere: (waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
   oldestParkedAt: () => number | undefined;
+  /** This instance's tool worker pool. */
+  tools: LocalToolPool;
+  /** Another instance changed operator settings: read them again. */
+  settingsChanged: () => void;
   packages: () => PackageManager;
   /** The instance holding agent `id`'s forest, when it is another one. */
   ownerOfAgent: (id: string) => Promise<ForestOwner | undefined>;
@@ -68,6 +74,8 @@ export class ClusterTopology implements Topology {
       oldestParkedAt: deps.oldestParkedAt,
       claimHere: (waitMs, signal, since) => deps.claimHere(waitMs, undefined, signal, since),
       listHere: deps.listHere,
+      tools: deps.tools,
+      settingsChanged: deps.settingsChanged,
       logger,
     });
     this.packages = new ClusterPackages(
@@ -79,6 +87,7 @@ export class ClusterTopology implements Topology {
     this.peering = {
       instanceId: forests.instanceId,
       poolState: (): PoolState => cluster.poolState(),
+      toolPoolState: (filter: PoolFilter): PoolState => cluster.toolPoolState(filter),
       ownerOfAgent: (id: string): Promise<ForestOwner | undefined> => deps.ownerOfAgent(id),
     };
   }
@@ -89,7 +98,7 @@ export class ClusterTopology implements Topology {
   }
 
   async claimFromPool(waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined, caller: Caller | undefined): Promise<PoolClaim | null> {
-    if (rootId === undefined && caller !== undefined) return this.cluster.pool.claim(waitMs, signal, since, caller);
+    if (rootId === undefined && caller !== undefined) return this.cluster.claimStep(waitMs, signal, since, caller);
     const local = await this.deps.claimHere(waitMs, rootId, signal, since);
     return local === null ? null : { local };
   }
@@ -97,6 +106,17 @@ export class ClusterTopology implements Topology {
   /** A step was parked here with nobody here waiting: the other instances' pools hear of it. */
   parked(): void {
     this.cluster.parked();
+  }
+
+  /** Every instance's calls; a claim another instance forwarded is answered from this one's. */
+  async claimToolCall(filter: PoolFilter, waitMs: number, signal: AbortSignal | undefined, caller: Caller | undefined): Promise<Claimed<PoolToolCall> | null> {
+    if (caller !== undefined) return this.cluster.claimToolCall(filter, waitMs, signal, caller);
+    const local = await this.deps.tools.claim(filter, waitMs, signal);
+    return local === null ? null : { local };
+  }
+
+  toolCallWaiting(): void {
+    this.cluster.toolCallWaiting();
   }
 
   async start(advertisedUrl: () => string): Promise<void> {

@@ -1,24 +1,28 @@
 /**
- * The work board, with several instances on one database: news that an instance has parked a
- * step nobody there waits for, so pool claims waiting on the other instances wake and look.
- * It carries no state to trust: a woken claim asks the instances what they hold (cluster-pool.ts).
+ * A work board, with several instances on one database: news that an instance has parked work
+ * (a step, a tool call) nobody there waits for, so pool claims waiting on the other instances
+ * wake and look. It carries no state to trust: a woken claim asks the instances what they hold
+ * (cluster-pool.ts). Each pool has its own board and channel.
  *
- * An instance announces (NOTIFY on WORK_CHANNEL, its id as the payload) when a step is parked
- * for its pool, at most every ANNOUNCE_MIN_MS, and again every ANNOUNCE_EVERY_MS while any
- * stays parked, so a notice lost with a dropped connection costs a second at most.
+ * An instance announces (NOTIFY on the board's channel, its id as the payload) when work is
+ * parked for its pool, at most every ANNOUNCE_MIN_MS, and again every ANNOUNCE_EVERY_MS while
+ * any stays parked, so a notice lost with a dropped connection costs a second at most.
  */
 import type { Logger } from 'pino';
 
+/** The step pool's channel. */
 export const WORK_CHANNEL = 'agentforest_work';
+/** The tool worker pool's channel. */
+export const TOOL_WORK_CHANNEL = 'agentforest_tool_work';
 
 const ANNOUNCE_MIN_MS = 20;
 const ANNOUNCE_EVERY_MS = 1_000;
 
 export interface WorkBoardDeps {
   instanceId: string;
-  /** Whether a step is parked here for the pool. */
+  /** Whether work is parked here for the pool. */
   hasParked: () => boolean;
-  /** Send a payload on WORK_CHANNEL. */
+  /** Send a payload on the board's channel. */
   notify: (payload: string) => Promise<void>;
   logger?: Logger | undefined;
 }
@@ -33,7 +37,7 @@ export class WorkBoard {
 
   constructor(private readonly deps: WorkBoardDeps) {}
 
-  /** Re-announce while steps stay parked here. */
+  /** Re-announce while work stays parked here. */
   start(): void {
     if (this.repeatTimer !== undefined) return;
     this.repeatTimer = setInterval(() => {
@@ -50,7 +54,7 @@ export class WorkBoard {
     this.announceTimer = undefined;
   }
 
-  /** A step was parked here for the pool: tell the others soon. */
+  /** Work was parked here for the pool: tell the others soon. */
   parked(): void {
     if (this.stopped || this.announceTimer !== undefined) return;
     const wait = Math.max(0, this.lastAnnounced + ANNOUNCE_MIN_MS - Date.now());
@@ -61,7 +65,7 @@ export class WorkBoard {
     this.announceTimer.unref();
   }
 
-  /** A notice on WORK_CHANNEL; this instance's own are ignored. */
+  /** A notice on the board's channel; this instance's own are ignored. */
   heard(payload: string | undefined): void {
     if (payload === undefined || payload === this.deps.instanceId) return;
     for (const listener of [...this.listeners]) listener();

@@ -179,6 +179,7 @@ export function createSystem(options: SystemOptions): System {
       ? new SingleInstance({
           list: (filter) => queries.list(filter),
           claimAny: (waitMs, rootId, signal, since) => protocol.claimAny(waitMs, rootId, signal, since),
+          claimToolCall: (filter, waitMs, signal) => pool.claim(filter, waitMs, signal),
           packages: () => packages,
         })
       : new ClusterTopology(options.cluster, {
@@ -192,6 +193,11 @@ export function createSystem(options: SystemOptions): System {
           listHere: (filter) => queries.list(filter),
           claimHere: (waitMs, rootId, signal, since) => protocol.claimAny(waitMs, rootId, signal, since),
           oldestParkedAt: () => dispatcher.oldestParkedAt(),
+          tools: { claim: (filter, waitMs, signal) => pool.claim(filter, waitMs, signal), oldestWaiting: (filter) => pool.oldestWaiting(filter) },
+          settingsChanged: () => {
+            toolServers.resync();
+            backendTools.resync();
+          },
           packages: () => packages,
           ownerOfAgent: (id) => queries.ownerElsewhere(id),
         });
@@ -306,6 +312,7 @@ export function createSystem(options: SystemOptions): System {
     lease: { ...DEFAULT_LEASE, ...options.lease },
     live: (id) => registry.get(id),
     onOffered: (agent, stepId, call) => observers.toolCallRequested(agent, stepId, call),
+    onWaiting: () => topology.toolCallWaiting(),
   });
   const protocol = new StepProtocol({
     authority,

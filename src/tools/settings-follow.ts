@@ -1,12 +1,14 @@
 /**
  * What the registries of operator settings (MCP tool servers, declared backend tools) share:
  * their changes and their reads of the store run one after another, so the registry follows
- * the stored settings in order; with several instances a timer reads the store at a period, so
- * a change made on another instance holds here within it.
+ * the stored settings in order; with several instances they are read again when another
+ * instance announces a change, and by a timer at a period, so a change made on another
+ * instance holds here within it even when the announcement is lost.
  */
 export class SettingsFollow {
   private changes: Promise<unknown> = Promise.resolve();
   private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
 
   /** `sync`: read the stored settings and make the registry match them (never throws). */
   constructor(private readonly sync: () => Promise<void>) {}
@@ -19,7 +21,13 @@ export class SettingsFollow {
     this.timer.unref();
   }
 
+  /** Read the stored settings again (another instance changed them). */
+  again(): void {
+    if (!this.stopped) void this.sync();
+  }
+
   stop(): void {
+    this.stopped = true;
     if (this.timer !== undefined) clearInterval(this.timer);
     this.timer = undefined;
   }

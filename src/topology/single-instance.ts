@@ -5,7 +5,9 @@
 import type { ListFilter } from '../agents/reads/agent-queries.js';
 import { localPackageChanges } from '../tools/packages/package-changes.js';
 import type { PackageManager } from '../tools/packages/package-manager.js';
-import type { AgentPage, ForestPlacement, LocalClaim, PoolClaim, Topology } from './topology.js';
+import type { PoolToolCall } from '../contract/index.js';
+import type { PoolFilter } from '../tools/backend/tool-pool.js';
+import type { AgentPage, Claimed, ForestPlacement, LocalClaim, PoolClaim, Topology } from './topology.js';
 
 const EVERY_FOREST_HERE: ForestPlacement = {
   exclusive: true,
@@ -22,6 +24,7 @@ const EVERY_FOREST_HERE: ForestPlacement = {
 export interface SingleInstanceDeps {
   list: (filter: ListFilter) => Promise<AgentPage>;
   claimAny: (waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
+  claimToolCall: (filter: PoolFilter, waitMs: number, signal: AbortSignal | undefined) => Promise<PoolToolCall | null>;
   /** This process's packages (built after the topology; read when a change is made). */
   packages: () => PackageManager;
 }
@@ -45,6 +48,13 @@ export class SingleInstance implements Topology {
   }
 
   parked(): void {}
+
+  async claimToolCall(filter: PoolFilter, waitMs: number, signal: AbortSignal | undefined): Promise<Claimed<PoolToolCall> | null> {
+    const local = await this.deps.claimToolCall(filter, waitMs, signal);
+    return local === null ? null : { local };
+  }
+
+  toolCallWaiting(): void {}
 
   start(): Promise<void> {
     return Promise.resolve();

@@ -12,6 +12,8 @@ import type { AgentView } from '../contract/index.js';
 import type { ListFilter } from '../agents/reads/agent-queries.js';
 import type { RenderedStep } from '../steps/rendered-step.js';
 import type { PackageChanges } from '../tools/packages/package-changes.js';
+import type { PoolFilter } from '../tools/backend/tool-pool.js';
+import type { PoolToolCall } from '../contract/index.js';
 
 /** The instance that holds a forest's lease, at the URL clients reach it. */
 export interface ForestOwner {
@@ -58,10 +60,11 @@ export interface AgentPage {
 
 export type LocalClaim = { agentId: string; agentToken: string; step: RenderedStep };
 
-/** A step claimed here, or the JSON body another instance answered a forwarded claim with. */
-export type PoolClaim = { local: LocalClaim } | { forwarded: Buffer };
+/** Work claimed here, or the JSON body another instance answered a forwarded claim with. */
+export type Claimed<L> = { local: L } | { forwarded: Buffer };
+export type PoolClaim = Claimed<LocalClaim>;
 
-/** An instance's answer to "when was your oldest step parked" (`GET /v1/cluster/pool`). */
+/** An instance's answer to "when was your oldest step (or tool call) parked" (`/v1/cluster/pool`, `/v1/cluster/tool-pool`). */
 export interface PoolState {
   oldestParkedAt: number | null;
 }
@@ -70,6 +73,8 @@ export interface PoolState {
 export interface Peering {
   readonly instanceId: string;
   poolState(): PoolState;
+  /** The same question of the tool worker pool, for calls `filter` matches. */
+  toolPoolState(filter: PoolFilter): PoolState;
   /** The instance holding agent `id`'s forest, when it is not this one (requests for it go there). */
   ownerOfAgent(id: string): Promise<ForestOwner | undefined>;
 }
@@ -89,6 +94,10 @@ export interface Topology {
   claimFromPool(waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined, caller: Caller | undefined): Promise<PoolClaim | null>;
   /** A step was parked here with nobody here waiting for it (the other instances' pools may claim it). */
   parked(): void;
+  /** The tool worker pool's claim: the oldest call `filter` matches, of any forest. */
+  claimToolCall(filter: PoolFilter, waitMs: number, signal: AbortSignal | undefined, caller: Caller | undefined): Promise<Claimed<PoolToolCall> | null>;
+  /** A tool call was offered here with no worker here waiting for it. */
+  toolCallWaiting(): void;
   /**
    * Take up the configuration in force and follow it, renew what is held; before serving.
    * `advertisedUrl` is the address clients reach this instance at (read when needed: with

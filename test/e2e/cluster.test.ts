@@ -18,7 +18,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { children, eventsWithResume, reportQuiet, roots } from '../fixtures/contract-scenarios.js';
-import { listing, reportWakeup, revocation, wakeupRace, workerPoolAnyRoot, workerPoolByRoot, workerPoolWaiting } from '../fixtures/cluster-wide-scenarios.js';
+import { listing, reportWakeup, revocation, toolWorkerPool, wakeupRace, workerPoolAnyRoot, workerPoolByRoot, workerPoolWaiting } from '../fixtures/cluster-wide-scenarios.js';
 import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
 import { startRoundRobinProxy, type RoundRobinProxy } from '../fixtures/round-robin-proxy.js';
 import { ServerClient, startServer, stopLeftoverServers, type RunningServer } from '../fixtures/server-process.js';
@@ -36,6 +36,7 @@ const SCENARIOS: [string, (api: ServerClient) => Promise<void>][] = [
   ['the worker pool kept to one forest hands out each step once', workerPoolByRoot],
   ['the worker pool of every forest hands out the oldest step first, each once', workerPoolAnyRoot],
   ['a waiting pool claim gets a step that becomes claimable on any instance', workerPoolWaiting],
+  ['the tool worker pool of every forest hands out the oldest call first, each once, and a waiting claim gets a call made later', toolWorkerPool],
   ['the list of live agents holds every agent once, in order, with its live status', listing],
 ];
 

@@ -120,9 +120,7 @@ function setup(options: { logger?: boolean; peersFail?: boolean } = {}) {
   };
 
   const board = new WorkBoard({ instanceId: ME, hasParked: () => here.oldest !== undefined, notify: () => Promise.resolve() });
-  const pool = new ClusterPool({
-    claimHere,
-    oldestHere: () => here.oldest,
+  const cluster = new ClusterPool({
     peers: () =>
       options.peersFail === true
         ? Promise.reject(new Error('connection terminated'))
@@ -131,6 +129,21 @@ function setup(options: { logger?: boolean; peersFail?: boolean } = {}) {
     board,
     logger: options.logger === false ? undefined : ({ warn } as unknown as Logger),
   });
+  /** The step pool's query, as the cluster makes it. */
+  const pool = {
+    claim: (waitMs: number, signal: AbortSignal | undefined, since: string | undefined, caller: Caller): Promise<PoolClaim | null> =>
+      cluster.claim(
+        {
+          claimHere: (wait, stop) => claimHere(wait, stop, since),
+          oldestHere: () => here.oldest,
+          state: { method: 'GET', path: '/v1/cluster/pool' },
+          claim: { path: '/v1/steps/next', body: since === undefined ? { waitMs: 0 } : { waitMs: 0, since } },
+        },
+        waitMs,
+        signal,
+        caller,
+      ),
+  };
 
   return {
     pool,

@@ -1,8 +1,9 @@
 /**
- * MCP tool servers are the cluster's: two instances (two Systems with their own stores and
- * instance ids) on one fresh PostgreSQL database. A server registered on one instance serves
- * the forests of the other within the follow period, and one removed on either leaves both;
- * a restarted instance reaches the stored servers at start.
+ * MCP tool servers and backend tools are the cluster's: two instances (two Systems with their
+ * own stores and instance ids) on one fresh PostgreSQL database. A server registered on one
+ * instance serves the forests of the other within the follow period, and one removed on either
+ * leaves both; a restarted instance reaches the stored servers at start; the database's
+ * notification of a change brings it to the other instance without waiting for the period.
  */
 import { beforeEach, describe, expect, it } from 'vitest';
 import { openClusterStore } from '../../src/composition/open-store.js';
@@ -19,9 +20,9 @@ beforeEach(async () => {
   closeWithTest(() => db.dispose());
 });
 
-async function instance(id: string): Promise<Harness> {
+async function instance(id: string, settingsFollowMs?: number): Promise<Harness> {
   const { store, cluster } = await openClusterStore(db.url, { instanceId: id, leaseMs: 60_000, confirmMs: 5_000 });
-  return startHarness({ store, cluster, url: `http://${id.toLowerCase()}` });
+  return startHarness({ store, cluster, url: `http://${id.toLowerCase()}`, ...(settingsFollowMs === undefined ? {} : { settingsFollowMs }) });
 }
 
 async function serverNames(h: Harness): Promise<string[]> {
@@ -54,5 +55,17 @@ describe('MCP tool servers with several instances', () => {
     expect((await a.app.inject({ method: 'PUT', url: '/v1/tool-servers/files', payload: { url: mcp.url } })).statusCode).toBe(200);
     const b = await instance('B');
     expect(json(await b.app.inject({ method: 'GET', url: '/v1/tool-servers/files' }))).toMatchObject({ state: 'ready', tools: expect.arrayContaining([expect.objectContaining({ name: 'lookup' })]) });
+  });
+
+  it('follows a change on another instance when the database tells of it, not only at the period', async () => {
+    // A period no test waits for: only the notification can bring the changes in time.
+    const hour = 3_600_000;
+    const a = await instance('A', hour);
+    const b = await instance('B', hour);
+    const declared = { description: 'Looks a record up.', parameters: { type: 'object' } };
+    expect((await a.app.inject({ method: 'PUT', url: '/v1/backend-tools/crm_lookup', payload: declared })).statusCode).toBe(200);
+    await until(async () => (await b.app.inject({ method: 'GET', url: '/v1/backend-tools/crm_lookup' })).statusCode === 200, 'instance B to hear of the declaration', FOLLOWED);
+    expect((await b.app.inject({ method: 'DELETE', url: '/v1/backend-tools/crm_lookup' })).statusCode).toBe(204);
+    await until(async () => (await a.app.inject({ method: 'GET', url: '/v1/backend-tools/crm_lookup' })).statusCode === 404, 'instance A to hear of the removal', FOLLOWED);
   });
 });

@@ -8,8 +8,9 @@ import { BackendToolBody, BackendToolView, PoolToolCall, ref } from '../../contr
 import { BACKEND_TOOL_NAME_PATTERN } from '../../domain/backend-tools.js';
 import type { AdmissionGate } from '../../agents/admission-gate.js';
 import type { BackendTools } from '../../tools/backend/backend-tools.js';
-import type { ToolPool } from '../../tools/backend/tool-pool.js';
+import type { Topology } from '../../topology/topology.js';
 import { clientGone } from '../client-gone.js';
+import { clusterCaller } from '../cluster/index.js';
 import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 
 const ToolParams = Type.Object({ name: Type.String({ pattern: BACKEND_TOOL_NAME_PATTERN, description: 'Letters, digits, `_` and `-`, at most 64; not starting with `mcp__`.' }) });
@@ -25,11 +26,12 @@ const NextCallBody = Type.Object(
 
 export interface BackendToolRoutesOptions {
   tools: BackendTools;
-  pool: Pick<ToolPool, 'claim'>;
+  /** The tool worker pool: this instance's, or with several instances every instance's. */
+  topology: Pick<Topology, 'claimToolCall'>;
   gate: Pick<AdmissionGate, 'admitNewWork'>;
 }
 
-export const backendToolRoutes: FastifyPluginAsyncTypebox<BackendToolRoutesOptions> = async (app, { tools, pool, gate }) => {
+export const backendToolRoutes: FastifyPluginAsyncTypebox<BackendToolRoutesOptions> = async (app, { tools, topology, gate }) => {
   app.put('/v1/backend-tools/:name', {
     schema: {
       tags: ['tool-servers'],
@@ -97,8 +99,10 @@ export const backendToolRoutes: FastifyPluginAsyncTypebox<BackendToolRoutesOptio
   }, async (request, reply) => {
     gate.admitNewWork();
     const { waitMs = 0, names, rootId } = request.body;
-    const call = await pool.claim({ names, rootId }, waitMs, clientGone(reply));
-    if (call === null) return reply.code(204).send(null);
-    return { call };
+    const claim = await topology.claimToolCall({ names, rootId }, waitMs, clientGone(reply), clusterCaller(request));
+    if (claim === null) return reply.code(204).send(null);
+    // Another instance answered this route's JSON.
+    if ('forwarded' in claim) return JSON.parse(claim.forwarded.toString('utf8')) as { call: PoolToolCall };
+    return { call: claim.local };
   });
 };

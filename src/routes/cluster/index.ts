@@ -1,6 +1,7 @@
 /**
  * Between instances on one database (not for clients): `GET /v1/cluster/pool` answers when this
- * instance's oldest pool step was parked, which a pool claim on another instance compares
+ * instance's oldest pool step was parked, and `POST /v1/cluster/tool-pool` when its oldest tool
+ * call a filter matches was offered, which a pool claim on another instance compares
  * (src/cluster/cluster-pool.ts). Operator auth applies as on every route; it is left
  * out of the OpenAPI document. `clusterCaller` tells the routes that answer for the whole
  * cluster whether a request is a client's (ask the cluster) or another instance's (answer
@@ -13,11 +14,19 @@ import { FORWARDED_BY } from '../../cluster/peers.js';
 import type { Caller, Peering } from '../../topology/topology.js';
 
 const PoolState = Type.Object({ oldestParkedAt: Type.Union([Type.Number(), Type.Null()]) }, { additionalProperties: false });
+const ToolPoolFilter = Type.Object(
+  { names: Type.Optional(Type.Array(Type.String())), rootId: Type.Optional(Type.String()) },
+  { additionalProperties: false },
+);
 
-export const clusterRoutes: FastifyPluginAsyncTypebox<{ peering: Pick<Peering, 'poolState'> }> = async (app, { peering }) => {
+export const clusterRoutes: FastifyPluginAsyncTypebox<{ peering: Pick<Peering, 'poolState' | 'toolPoolState'> }> = async (app, { peering }) => {
   app.get('/v1/cluster/pool', {
     schema: { hide: true, response: { 200: PoolState } },
   }, async () => peering.poolState());
+
+  app.post('/v1/cluster/tool-pool', {
+    schema: { hide: true, body: ToolPoolFilter, response: { 200: PoolState } },
+  }, async (request) => peering.toolPoolState(request.body));
 };
 
 /** Who asks, to be passed on to the other instances; undefined for a request another instance sent. */

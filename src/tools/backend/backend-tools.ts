@@ -46,6 +46,11 @@ export class BackendTools {
     return this.follow.start(followMs);
   }
 
+  /** Another instance changed the stored settings: follow them now rather than at the next period. */
+  resync(): void {
+    this.follow.again();
+  }
+
   stop(): void {
     this.follow.stop();
   }

@@ -6,7 +6,8 @@
  * spent; then it gets an error result and the turn goes on. A call answered (by a worker or
  * anyone with the agent's token), or whose turn ended, leaves the pool when next looked at.
  *
- * With several instances a worker is handed the calls of the forests its instance holds.
+ * This is one instance's pool; with several instances a claim asks them all and takes the call
+ * offered longest ago anywhere (src/cluster/cluster-pool.ts).
  */
 import type { PoolToolCall } from '../../contract/index.js';
 import type { Clock } from '../../domain/ports.js';
@@ -23,6 +24,8 @@ export interface ToolPoolDeps {
   live: (agentId: string) => LiveAgent | undefined;
   /** Told of each call offered (webhooks' `tool.call_requested`); what it queues is made durable. */
   onOffered?: (agent: LiveAgent, stepId: string, call: ToolCall & { effectKey: string }) => void;
+  /** A call is waiting with no worker here to take it (another instance's workers may). */
+  onWaiting?: () => void;
 }
 
 export interface PoolFilter {
@@ -34,6 +37,8 @@ interface Offered {
   agent: LiveAgent;
   stepId: string;
   call: ToolCall & { effectKey: string };
+  /** When first offered (ms since the epoch): the cluster's FIFO compares these. */
+  offeredAt: number;
   /** Times handed out. */
   attempt: number;
   lease?: { expiresAt: string; timer: NodeJS.Timeout } | undefined;
@@ -72,7 +77,7 @@ export class ToolPool {
   offer(agent: LiveAgent, stepId: string, call: ToolCall & { effectKey: string }): void {
     const key = keyOf(agent.id, call.id);
     if (this.calls.has(key)) return;
-    const entry: Offered = { agent, stepId, call, attempt: 0 };
+    const entry: Offered = { agent, stepId, call, offeredAt: this.deps.clock.now(), attempt: 0 };
     this.calls.set(key, entry);
     if (this.deps.onOffered !== undefined) {
       this.deps.onOffered(agent, stepId, call);
@@ -101,6 +106,14 @@ export class ToolPool {
     });
   }
 
+  /** When the oldest call `filter` matches that no worker holds was offered, if one is. */
+  oldestWaiting(filter: PoolFilter): number | undefined {
+    for (const entry of this.calls.values()) {
+      if (entry.lease === undefined && matches(entry, filter) && this.stillAwaited(entry)) return entry.offeredAt;
+    }
+    return undefined;
+  }
+
   /** Stop every lease timer and answer every waiter with none (at shutdown). */
   stop(): void {
     for (const entry of this.calls.values()) if (entry.lease !== undefined) clearTimeout(entry.lease.timer);
@@ -119,9 +132,14 @@ export class ToolPool {
     return null;
   }
 
+  /** Hand the call to a worker waiting here, or tell that it waits. */
   private handToWaiter(entry: Offered): void {
+    if (!this.stillAwaited(entry)) return;
     const at = this.waiters.findIndex((w) => matches(entry, w.filter));
-    if (at < 0 || !this.stillAwaited(entry)) return;
+    if (at < 0) {
+      this.deps.onWaiting?.();
+      return;
+    }
     const [waiter] = this.waiters.splice(at, 1);
     waiter!.hand(this.lease(entry));
   }

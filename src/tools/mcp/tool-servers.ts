@@ -130,6 +130,11 @@ export class ToolServers {
     }).catch((error: unknown) => this.deps.logger.error({ err: error }, 'could not follow the stored tool servers'));
   }
 
+  /** Another instance changed the stored settings: follow them now rather than at the next period. */
+  resync(): void {
+    this.follow.again();
+  }
+
   /** Close every connection (at shutdown); the servers stay registered. */
   stop(): Promise<void> {
     this.stopped = true;
