@@ -804,6 +804,11 @@ export interface components {
                 /** @description Which of its limits. */
                 budget: "tokens" | "steps" | "costMicroUsd";
             };
+            /** @description The open step's tool calls still without a result, which the agent waits on (a backend's, a worker's, or an MCP call running); absent when none. */
+            awaiting?: {
+                id: string;
+                name: string;
+            }[];
         };
         /** @description A live incarnation's agent id and token. */
         Credential: {

@@ -151,6 +151,11 @@ export const AgentView = shared(
       pausedBy: Type.Optional(
         Type.Object(PausedBy.properties, { additionalProperties: false, description: 'status paused: the budget that stops its next step.' }),
       ),
+      awaiting: Type.Optional(
+        Type.Array(Type.Object({ id: Type.String(), name: Type.String() }, { additionalProperties: false }), {
+          description: "The open step's tool calls still without a result, which the agent waits on (a backend's, a worker's, or an MCP call running); absent when none.",
+        }),
+      ),
     },
     { additionalProperties: false },
   ),

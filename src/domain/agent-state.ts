@@ -55,6 +55,8 @@ export interface StepState {
   index: number;
   status: StepStatus;
   awaiting: readonly string[];
+  /** The output's tool calls, by id and name (none before the output). */
+  calls: readonly { id: string; name: string }[];
   /** The claim that holds (or last held) the step, counted from 1. */
   attempt: number;
 }

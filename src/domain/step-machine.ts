@@ -25,7 +25,7 @@ export function startStep(state: AgentState, stepId: string, at: string): Transi
   const turn = (state.turn as { turn: OpenTurn }).turn;
   const lapsed = turn.step !== null && turn.step.status === 'lapsed' ? turn.step : null;
   const step: StepState = lapsed === null
-    ? { id: stepId, index: turn.step === null ? 0 : turn.step.index + 1, status: 'claimed', awaiting: [], attempt: 1 }
+    ? { id: stepId, index: turn.step === null ? 0 : turn.step.index + 1, status: 'claimed', awaiting: [], calls: [], attempt: 1 }
     : { ...lapsed, status: 'claimed', attempt: lapsed.attempt + 1 };
   const effects = flushPending(state.pending, at);
   const header: EntryBody = { type: 'step-start', at, turnId: turn.id, stepId: step.id, index: step.index };
@@ -45,7 +45,7 @@ export function releaseStep(state: AgentState, stepId: string): Transition {
   const turn = state.turn;
   if (turn.phase !== 'running' || turn.turn.step.id !== stepId || turn.turn.step.status !== 'claimed') return { state, effects: [] };
   const claimed = turn.turn.step;
-  const step: StepState = claimed.attempt > 1 ? { ...claimed, status: 'lapsed' } : { ...claimed, status: 'ready', awaiting: [], attempt: 1 };
+  const step: StepState = claimed.attempt > 1 ? { ...claimed, status: 'lapsed' } : { ...claimed, status: 'ready', awaiting: [], calls: [], attempt: 1 };
   return { state: { ...state, turn: { phase: 'running', turn: { ...turn.turn, step } } }, effects: [{ kind: 'claimable' }] };
 }
 
@@ -73,7 +73,7 @@ export function recordOutput(state: AgentState, stepId: string, message: Message
   if (calls.length === 0) {
     return { state: { ...state, turn: { phase: 'closing', turn, reason: 'completed' } }, effects };
   }
-  const step: StepState = { ...turn.step, status: 'awaiting', awaiting: calls.map((c) => c.id) };
+  const step: StepState = { ...turn.step, status: 'awaiting', awaiting: calls.map((c) => c.id), calls: calls.map(({ id, name }) => ({ id, name })) };
   return { state: { ...state, turn: { phase: 'running', turn: { ...turn, step } } }, effects };
 }
 
@@ -106,14 +106,14 @@ export function openTurnFromLog(entries: readonly SessionEntry[]): { turn: OpenT
   for (const entry of entries.slice(1)) {
     if (entry.type === 'turn-end') return null;
     if (entry.type === 'step-start') {
-      step = { id: entry.stepId, index: entry.index, status: 'lapsed', awaiting: [], attempt: entry.attempt ?? 1 };
+      step = { id: entry.stepId, index: entry.index, status: 'lapsed', awaiting: [], calls: [], attempt: entry.attempt ?? 1 };
       continue;
     }
     const current: StepState | null = step;
     if (entry.type !== 'message' || current === null) continue;
     if (entry.role === 'assistant' && current.status === 'lapsed') {
-      const awaiting = (entry.toolCalls ?? []).map((c) => c.id);
-      step = { ...current, status: awaiting.length > 0 ? 'awaiting' : 'ready', awaiting };
+      const calls = (entry.toolCalls ?? []).map(({ id, name }) => ({ id, name }));
+      step = { ...current, status: calls.length > 0 ? 'awaiting' : 'ready', awaiting: calls.map((c) => c.id), calls };
     } else if (entry.role === 'tool' && current.status === 'awaiting') {
       const awaiting = current.awaiting.filter((id) => id !== entry.toolCallId);
       step = { ...current, status: awaiting.length > 0 ? 'awaiting' : 'ready', awaiting };

@@ -180,6 +180,27 @@ describe('the forest view in a browser', () => {
     expect(pageFaults(errors)).toEqual([]);
   });
 
+  it('shows what an agent already waits on when the page opens, from its view, and follows the stream from there', async () => {
+    const root = await createRoot('tools-before');
+    await api.send(root.id, 'look it up');
+    const claimed = await api.claim(root, WAIT_MS);
+    expect(claimed).not.toBeNull();
+    await api.expect(200, 'POST', `/v1/agents/${root.id}/steps/${claimed!.id}/output`, {
+      token: root.token,
+      body: { toolCalls: [{ id: 'c1', name: 'web_search', input: { q: 'orchards' } }, { id: 'c2', name: 'crm_lookup', input: {} }] },
+    });
+    await api.expect(200, 'POST', `/v1/agents/${root.id}/steps/${claimed!.id}/tool-results`, { token: root.token, body: { results: [{ toolCallId: 'c1', content: 'found' }] } });
+    expect((await view(api, root.id)).awaiting).toEqual([{ id: 'c2', name: 'crm_lookup' }]);
+
+    const { page, errors } = await openPage(browser, `${server.url}/ui/forests/${root.id}`, { key: KEY });
+    await page.locator('.stream-state[data-state=live]').waitFor();
+    await page.locator(`${agentNode(root.id)} > .row .tool-wait:text-is("waiting on crm_lookup")`).waitFor();
+    await api.expect(200, 'POST', `/v1/agents/${root.id}/steps/${claimed!.id}/tool-results`, { token: root.token, body: { results: [{ toolCallId: 'c2', content: 'ann' }] } });
+    await page.locator(`${agentNode(root.id)} > .row .tool-wait:text-is("")`).waitFor({ state: 'attached' });
+    expect((await view(api, root.id)).awaiting).toBeUndefined();
+    expect(pageFaults(errors)).toEqual([]);
+  });
+
   it('resumes a dropped stream with Last-Event-ID: what happened meanwhile shows, every agent and report exactly once', async () => {
     const proxy = await startCuttableProxy(server.url);
     const root = await createRoot('resume');

@@ -31,6 +31,11 @@ export function viewOf(agent: LiveAgent, activation: ActivationState | null, fig
     budget: figures.budget,
   };
   if (pausedBy !== undefined) view.pausedBy = pausedBy;
+  const turn = agent.state.turn;
+  if (turn.phase === 'running' && turn.turn.step.status === 'awaiting') {
+    const { awaiting, calls } = turn.turn.step;
+    view.awaiting = calls.filter((call) => awaiting.includes(call.id));
+  }
   return view;
 }
 

@@ -176,7 +176,7 @@ export class ForestModel {
   /** @private */
   applyEntry(agent, entry, stamp, newer) {
     agent.lastEntryAt = entry.at;
-    trackToolCalls(agent, entry);
+    if (trackToolCalls(agent, entry)) agent.toolStamp = stamp;
     if (entry.type === 'activation' && newer && (entry.event === 'settled' || entry.event === 'closed')) {
       agent.status = entry.event;
       agent.resident = false;
@@ -230,6 +230,8 @@ export class AgentRecord {
     this.pausedBy = undefined;
     /** @type {Map<string, string>} the open step's tool calls without a result: id → tool name */
     this.toolCalls = new Map();
+    /** The stamp of the newest entry that changed `toolCalls`: an older view's `awaiting` may not. */
+    this.toolStamp = 0;
     /** @type {{ self: any, subtree: any } | undefined} */
     this.usage = undefined;
     this.budget = null;
@@ -247,13 +249,18 @@ export class AgentRecord {
 
 /**
  * The tool calls the agent waits on, from its entries as they stream: an output's calls wait
- * until each has its result, and a turn's end or its next step means none does.
+ * until each has its result, and a turn's end or its next step means none does. Returns
+ * whether the entry was one of those.
  */
 function trackToolCalls(agent, entry) {
-  if (entry.type === 'turn-end' || entry.type === 'step-start') agent.toolCalls.clear();
-  if (entry.type !== 'message') return;
+  if (entry.type === 'turn-end' || entry.type === 'step-start') {
+    agent.toolCalls.clear();
+    return true;
+  }
+  if (entry.type !== 'message') return false;
   if (entry.role === 'assistant') for (const call of entry.toolCalls ?? []) agent.toolCalls.set(call.id, call.name);
   if (entry.role === 'tool' && entry.toolCallId !== undefined) agent.toolCalls.delete(entry.toolCallId);
+  return entry.role === 'assistant' || entry.role === 'tool';
 }
 
 function applyView(agent, view, { askedAt, serverTime }) {
@@ -267,6 +274,8 @@ function applyView(agent, view, { askedAt, serverTime }) {
   agent.usage = view.usage;
   agent.budget = view.budget;
   agent.viewTime = Math.max(agent.viewTime, serverTime);
+  // What it waits on when the page opened; entries streamed since tell better.
+  if (agent.toolStamp <= askedAt) agent.toolCalls = new Map((view.awaiting ?? []).map((call) => [call.id, call.name]));
   if (agent.statusStamp > askedAt) return;
   agent.status = view.status;
   agent.resident = view.resident;
