@@ -21,6 +21,7 @@ import { webhookRoutes } from './routes/webhooks/index.js';
 import { grantRoutes } from './routes/grants/index.js';
 import { toolServerRoutes } from './routes/tool-servers/index.js';
 import { backendToolRoutes } from './routes/backend-tools/index.js';
+import { approvalRoutes } from './routes/approvals/index.js';
 import { childRoutes } from './routes/children/index.js';
 import { clusterRoutes } from './routes/cluster/index.js';
 import { eventRoutes } from './routes/events/index.js';
@@ -41,7 +42,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log' | 'toolServers' | 'backendTools'> & Partial<Pick<System, 'tracing'>>;
+  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log' | 'toolServers' | 'backendTools' | 'approvals' | 'approvalRules'> & Partial<Pick<System, 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -112,7 +113,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const peering = topology.peering;
   if (peering !== undefined) {
     const streamTimeoutMs = 3 * (deps.eventHeartbeatMs ?? DEFAULT_HEARTBEAT_MS);
-    await app.register(forwarding, { peering, streamTimeoutMs });
+    await app.register(forwarding, { peering, streamTimeoutMs, agentOfApproval: (id) => deps.system.approvals.agentOf(id) });
   }
   await app.register(openApi, deps.publicUrl === undefined ? {} : { publicUrl: deps.publicUrl });
 
@@ -125,6 +126,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(grantRoutes, { grants: grantChanges });
   await app.register(toolServerRoutes, { servers: deps.system.toolServers });
   await app.register(backendToolRoutes, { tools: deps.system.backendTools, topology, gate });
+  await app.register(approvalRoutes, { rules: deps.system.approvalRules, approvals: deps.system.approvals });
   await app.register(stepRoutes, { protocol, compactions, topology });
   await app.register(messageRoutes, { receipt: (messageId) => receiptOf(log, messageId) });
   await app.register(eventRoutes, {

@@ -9,6 +9,7 @@ import { PACKAGE_NAMES, REPORT_DELIVERIES, SETTLEMENT_NOTICE_MODES } from './dom
 import { NO_PRICES, parseModelPrices, type ModelPrices } from './domain/pricing.js';
 import { DEFAULT_CONFIRM_MS } from './cluster/cluster-packages.js';
 import { DEFAULT_TOOL_SERVER_CONCURRENCY } from './tools/mcp/tool-servers.js';
+import { DEFAULT_APPROVAL_TIMEOUT_MS } from './approvals/approvals.js';
 import { DEFAULT_LEASE } from './steps/step-lease.js';
 import { DEFAULT_DRIVER_OPTIONS } from './driver/model-driver.js';
 import { parseBaseUrl } from './driver/model-policy.js';
@@ -73,6 +74,12 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_TOOL_SERVER_COMMANDS: Type.Union(ON_OFF.map((v) => Type.Literal(v)), {
     default: 'off',
     description: '`on`: an MCP tool server may be registered as a `command` the service runs and speaks to over stdio; `off`: only `url` servers.',
+  }),
+  AGENTFOREST_APPROVAL_TIMEOUT_MS: Type.Integer({
+    default: DEFAULT_APPROVAL_TIMEOUT_MS,
+    minimum: 1,
+    maximum: 365 * 24 * 60 * 60 * 1000,
+    description: 'How long an approval waits for a decision; then it expires and the call gets an error result (default 24 h).',
   }),
   AGENTFOREST_TOOL_SERVER_CONCURRENCY: Type.Integer({ default: DEFAULT_TOOL_SERVER_CONCURRENCY, minimum: 1, maximum: 1024, description: 'Calls in flight to one MCP tool server at most; more wait their turn.' }),
   AGENTFOREST_WEBHOOK_ALLOW_PRIVATE: Type.Union([Type.Literal('true'), Type.Literal('false')], {
@@ -149,6 +156,8 @@ export interface Config {
   spawnBudgets: boolean;
   /** MCP tool servers: stdio commands allowed, calls in flight to one server. */
   toolServers: { commands: boolean; concurrency: number };
+  /** AGENTFOREST_APPROVAL_TIMEOUT_MS. */
+  approvalTimeoutMs: number;
   /**
    * Traces: exported over OTLP/HTTP when the standard OpenTelemetry variables ask for it (the
    * exporter reads the endpoint, headers and timeout itself), under OTEL_SERVICE_NAME.
@@ -285,6 +294,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     modelPrices,
     spawnBudgets: converted.AGENTFOREST_SPAWN_BUDGETS === 'on',
     toolServers: { commands: converted.AGENTFOREST_TOOL_SERVER_COMMANDS === 'on', concurrency: converted.AGENTFOREST_TOOL_SERVER_CONCURRENCY },
+    approvalTimeoutMs: converted.AGENTFOREST_APPROVAL_TIMEOUT_MS,
     tracing: {
       export: exportTraces,
       serviceName: env.OTEL_SERVICE_NAME?.trim() || 'agentforest',

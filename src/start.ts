@@ -63,6 +63,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     modelPrices: config.modelPrices,
     spawnBudgets: config.spawnBudgets,
     toolServers: config.toolServers,
+    approvalTimeoutMs: config.approvalTimeoutMs,
     webhooks: {
       allowPrivate: config.webhooks.allowPrivate,
       maxAgeMs: config.webhooks.maxAgeMs,
@@ -82,6 +83,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   // With several instances each follows the cluster's tool servers.
   await system.toolServers.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   await system.backendTools.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
+  await system.approvalRules.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -121,6 +123,8 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     await system.roots.shutdown();
     await system.toolServers.stop();
     system.backendTools.stop();
+    system.approvalRules.stop();
+    system.approvals.stop();
     system.pool.stop();
     await system.topology.stop();
     await store.close();

@@ -592,6 +592,7 @@ describe('construction', () => {
     { file: 'src/agents/reads/receipts.ts', objects: ['receipt.timestamps'], reason: 'the `timestamps: {}` literal of the receipt this function builds' },
     { file: 'src/budgets/forest-ledger.ts', objects: ['account'], reason: "an Account of the ledger's own accounts map, replaying a budget or grants entry into it (`budget` and `grants` are Account's public fields)" },
     { file: 'src/tools/backend/tool-pool.ts', objects: ['entry'], reason: "the pool's own offered-call records (a type private to the file, kept in its private map)" },
+    { file: 'src/approvals/approvals.ts', objects: ['w'], reason: "the approvals' own waiting records (a type private to the file, kept in its private map): the timer that expires one" },
     { file: 'src/children/activations.ts', objects: ['entry'], reason: "the registry's own ActivationEntry (a class private to the file) memoizing its disposal" },
     { file: 'src/children/setup-registry.ts', objects: ['registration', 'installation', 'installation.batch'], reason: "the registry's own records (types private to the file)" },
     { file: 'src/domain/budget.ts', objects: ['into'], reason: 'addUsage: the documented in-place sum into a Usage value' },

@@ -395,6 +395,101 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/approval-rules/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Add or replace an approval rule
+         * @description Which calls run, are refused, or wait for a person. The most specific matching rule decides: a forest's (`rootId`) over a global one, an exact tool name over a wildcard, a longer prefix over a shorter; among equals, the most cautious (deny, ask, allow). No rule: allow. Rules apply to every tool the service knows (service-owned, MCP, declared backend tools). Durable before answered.
+         */
+        put: operations["putApprovalRule"];
+        post?: never;
+        /**
+         * Remove an approval rule
+         * @description Calls decided from now on no longer see it. Durable before answered.
+         */
+        delete: operations["deleteApprovalRule"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/approval-rules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The approval rules */
+        get: operations["listApprovalRules"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The inbox: approvals of every forest, oldest first */
+        get: operations["listApprovals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/approvals/{approvalId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One approval */
+        get: operations["getApproval"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/approvals/{approvalId}/decision": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve or deny a call waiting for a person
+         * @description `approve` executes the call as it would have run, with its effect key; `deny` records `Error: a person denied the call to <tool>` (`: <reason>` when given). `remember: forest` adds a rule allowing (or denying) the tool in this forest, `always` a global one. The same decision again answers the approval as it is; another after a decision, an expiry or a cancellation is 409 APPROVAL_DECIDED. Durable before answered.
+         */
+        post: operations["decideApproval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{id}/steps/next": {
         parameters: {
             query?: never;
@@ -544,7 +639,7 @@ export interface paths {
         };
         /**
          * Follow an agent's (or a forest's) events
-         * @description text/event-stream. `event: entry` carries `{agentId, entry}` with `id:` = the entry's seq (forest: its forest position); `event: status` carries `{agentId, status, resident, inbox, staged, claimable}` snapshots without an id (sent at connect and on change; `claimable` tells a parked driver to claim a step); `event: budget-exhausted` carries `{agentId, pausedBy: {agentId, budget}}` once when a budget pauses an agent (no id, not replayed). Comments (`: ping`) are heartbeats. Resume with `Last-Event-ID` or `?after=`. A consumer that falls behind is disconnected with a final `: slow consumer` comment and resumes from its last id; the stream also ends when the service drains.
+         * @description text/event-stream. `event: entry` carries `{agentId, entry}` with `id:` = the entry's seq (forest: its forest position); `event: status` carries `{agentId, status, resident, inbox, staged, claimable}` snapshots without an id (sent at connect and on change; `claimable` tells a parked driver to claim a step); `event: budget-exhausted` carries `{agentId, pausedBy: {agentId, budget}}` once when a budget pauses an agent (no id, not replayed). An approval entry is sent as `event: approval-requested` (pending) or `event: approval-decided` (approved, denied, expired, cancelled), the approval as its data, with its position as `id:` like an entry. Comments (`: ping`) are heartbeats. Resume with `Last-Event-ID` or `?after=`. A consumer that falls behind is disconnected with a final `: slow consumer` comment and resumes from its last id; the stream also ends when the service drains.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -820,7 +915,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "APPROVAL_NOT_FOUND" | "APPROVAL_RULE_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "APPROVAL_DECIDED" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -831,7 +926,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "APPROVAL_NOT_FOUND" | "APPROVAL_RULE_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "APPROVAL_DECIDED" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -843,6 +938,54 @@ export interface components {
                 /** @description The exact text a model should be shown: `Error: <message>`. */
                 content: string;
             };
+        };
+        ApprovalRuleBody: {
+            /** @description A tool name, or a prefix ending in `*` (`mcp__files__write_*`). */
+            tool: string;
+            /** @description An agent (and session) id. */
+            rootId?: string;
+            /** @description `ask`: a person decides each call; `allow`: calls run; `deny`: calls get an error result. */
+            decision: "ask" | "allow" | "deny";
+        };
+        /** @description A rule: the most specific one matching a call decides (a forest's over a global one, an exact name over a wildcard, a longer prefix over a shorter). */
+        ApprovalRuleView: {
+            id: string;
+            tool: string;
+            /** @description An agent (and session) id. */
+            rootId?: string;
+            decision: "ask" | "allow" | "deny";
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        /** @description A tool call waiting for (or given) a person's decision. */
+        Approval: {
+            /** @description `apr_` and 26 characters, the same whenever the call asks again. */
+            id: string;
+            state: "pending" | "approved" | "denied" | "expired" | "cancelled";
+            /** @description An agent (and session) id. */
+            rootId: string;
+            /** @description An agent (and session) id. */
+            agentId: string;
+            /** @description The agents from the root down to the one that asked. */
+            path: string[];
+            stepId: string;
+            toolCallId: string;
+            tool: string;
+            input: unknown;
+            /** @description The call's effect key: an approved call runs with it. */
+            effectKey: string;
+            /** Format: date-time */
+            requestedAt: string;
+            /** Format: date-time */
+            expiresAt: string;
+            /**
+             * Format: date-time
+             * @description When it was approved, denied, expired or cancelled.
+             */
+            decidedAt?: string;
+            reason?: string;
+            /** @description The rule the decision added. */
+            remember?: "forest" | "always";
         };
         /** @description Provenance of a message, never authority; coordinator, subagent-report and subagent-notice (a settlement notice: a child's turn ended) name the sender. */
         MessageSource: {
@@ -962,8 +1105,17 @@ export interface components {
             toolCallId: string;
             effectKey: string;
         };
+        /** @description A call needs a person's decision (`state: pending`), or its approval ended (approved, denied, expired, cancelled): the approval as it is from here on. */
+        ApprovalEntry: {
+            seq: number;
+            /** Format: date-time */
+            at: string;
+            /** @enum {string} */
+            type: "approval";
+            approval: components["schemas"]["Approval"];
+        };
         /** @description One durable log entry; `type` says which. */
-        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"] | components["schemas"]["BudgetEntry"] | components["schemas"]["GrantsEntry"] | components["schemas"]["ToolStartedEntry"];
+        SessionEntry: components["schemas"]["MessageEntry"] | components["schemas"]["TurnStartEntry"] | components["schemas"]["StepStartEntry"] | components["schemas"]["TurnEndEntry"] | components["schemas"]["ActivationEntry"] | components["schemas"]["CompactionEntry"] | components["schemas"]["BudgetEntry"] | components["schemas"]["GrantsEntry"] | components["schemas"]["ToolStartedEntry"] | components["schemas"]["ApprovalEntry"];
         /** @description The session's immutable header. */
         SessionHeader: {
             version: number;
@@ -1341,6 +1493,42 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
                     code?: "AGENT_NOT_FOUND" | "STEP_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Conflict: APPROVAL_DECIDED */
+        ApprovalDecided: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "APPROVAL_DECIDED";
+                };
+            };
+        };
+        /** @description Not Found: APPROVAL_NOT_FOUND */
+        ApprovalNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "APPROVAL_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Not Found: APPROVAL_RULE_NOT_FOUND */
+        ApprovalRuleNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "APPROVAL_RULE_NOT_FOUND";
                 };
             };
         };
@@ -2922,6 +3110,225 @@ export interface operations {
             503: components["responses"]["ForestFailingOverOrDrainingOrOverloadedOrStoreUnavailable"];
         };
     };
+    putApprovalRule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Letters, digits, `_`, `.`, `:` and `-`, at most 128. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ApprovalRuleBody"];
+            };
+        };
+        responses: {
+            /** @description A rule: the most specific one matching a call decides (a forest's over a global one, an exact name over a wildcard, a longer prefix over a shorter). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalRuleView"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    deleteApprovalRule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Letters, digits, `_`, `.`, `:` and `-`, at most 128. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["ApprovalRuleNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    listApprovalRules: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: components["schemas"]["ApprovalRuleView"][];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    listApprovals: {
+        parameters: {
+            query?: {
+                /** @description Only approvals in this state now (a pending one past its `expiresAt` is `expired`). */
+                state?: "pending" | "approved" | "denied" | "expired" | "cancelled";
+                /** @description Only this forest's. */
+                rootId?: string;
+                limit?: number;
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: components["schemas"]["Approval"][];
+                        /** @description Pass as `cursor` for the next page; null on the last. */
+                        nextCursor: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    getApproval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                approvalId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A tool call waiting for (or given) a person's decision. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["ApprovalNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    decideApproval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                approvalId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    decision: "approve" | "deny";
+                    /** @description Shown to the model after a denial. */
+                    reason?: string;
+                    /** @description `forest`: add a rule for this tool in this forest; `always`: a global one; `once` (default): none. */
+                    remember?: "once" | "forest" | "always";
+                };
+            };
+        };
+        responses: {
+            /** @description A tool call waiting for (or given) a person's decision. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["ApprovalNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["ApprovalDecided"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
     claimStep: {
         parameters: {
             query?: never;
@@ -3072,6 +3479,8 @@ export interface operations {
                         spawned?: components["schemas"]["Credential"][];
                         /** @description Children cold-resumed by send_message calls, with their new tokens. */
                         resumed?: components["schemas"]["Credential"][];
+                        /** @description Calls an approval rule asks a person about: not executed, and not the backend's to run; each gets its result when decided (GET /v1/approvals/{id}). */
+                        approvals?: components["schemas"]["Approval"][];
                     };
                 };
             };
@@ -3466,7 +3875,7 @@ export interface operations {
                             /** @description A webhook subscription id. */
                             id: string;
                             url: string;
-                            events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested")[];
+                            events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided")[];
                             /** @description Only this forest's events; null for every forest. */
                             rootId: string | null;
                             /** @description When the subscription was created (ISO 8601). */
@@ -3500,7 +3909,7 @@ export interface operations {
                     /** @description Where deliveries are POSTed: http or https; private, loopback and link-local addresses are refused unless the deployment allows them. */
                     url: string;
                     /** @description The event types to deliver. */
-                    events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested")[];
+                    events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided")[];
                     /** @description An agent (and session) id. */
                     rootId?: string;
                     /** @description The signing secret, `whsec_` and base64 of 16 to 64 bytes; generated when absent. */
@@ -3519,7 +3928,7 @@ export interface operations {
                         /** @description A webhook subscription id. */
                         id: string;
                         url: string;
-                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested")[];
+                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided")[];
                         /** @description Only this forest's events; null for every forest. */
                         rootId: string | null;
                         /** @description The signing secret: shown only in this answer. */
@@ -3561,7 +3970,7 @@ export interface operations {
                         /** @description A webhook subscription id. */
                         id: string;
                         url: string;
-                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested")[];
+                        events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided")[];
                         /** @description Only this forest's events; null for every forest. */
                         rootId: string | null;
                         /** @description When the subscription was created (ISO 8601). */
@@ -3646,7 +4055,7 @@ export interface operations {
                             /** @description A webhook subscription id. */
                             webhookId: string;
                             /** @description An event type a subscription may name. */
-                            type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested";
+                            type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided";
                             /** @description An agent (and session) id. */
                             rootId: string;
                             /** @description `pending`: to be sent (again); `delivered`: the receiver answered 2xx; `failed`: given up (retry it by hand). */
@@ -3709,7 +4118,7 @@ export interface operations {
                         /** @description A webhook subscription id. */
                         webhookId: string;
                         /** @description An event type a subscription may name. */
-                        type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested";
+                        type: "turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided";
                         /** @description An agent (and session) id. */
                         rootId: string;
                         /** @description `pending`: to be sent (again); `delivered`: the receiver answered 2xx; `failed`: given up (retry it by hand). */

@@ -5,6 +5,7 @@
 import type { WriteBatch } from '../sessions/session-store.js';
 import type { WebhookChange } from '../sessions/outbox.js';
 import type { SettingChange } from '../sessions/settings.js';
+import { approvalRows, type ApprovalRow } from './approval-rows.js';
 
 export type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
 /** One entry; `body` is the entry without `seq`, as JSON. */
@@ -27,6 +28,8 @@ export interface BatchRows {
   webhooks: WebhookChange[];
   /** In the order the batch changes them. */
   settings: SettingRow[];
+  /** The approvals index rows the batch's `approval` entries put: one per id, its last entry's (approval-rows.ts). */
+  approvals: ApprovalRow[];
 }
 
 export function encodeRows(batch: WriteBatch): BatchRows {
@@ -47,6 +50,7 @@ export function encodeRows(batch: WriteBatch): BatchRows {
     outbox: (batch.outbox ?? []).map((e) => [e.id, e.type, e.rootId, e.at, e.payload]),
     webhooks: batch.webhooks ?? [],
     settings: settingRows(batch.settings ?? []),
+    approvals: approvalRows(batch.entries),
   };
 }
 

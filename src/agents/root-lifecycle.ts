@@ -50,6 +50,8 @@ export interface RootLifecycleDeps {
   idempotency: IdempotencyKeys;
   /** The live incarnation's token, for a replayed resume. */
   authority: Pick<AgentAuthority, 'currentToken'>;
+  /** Whether the agent's open turn waits on a person: a stop leaves it open, as a crash would. */
+  waitsOnPerson: (agent: LiveAgent) => boolean;
 }
 
 /** What a resume's idempotency record keeps: the view, never the token. */
@@ -179,14 +181,17 @@ export class RootLifecycle {
   /**
    * Stop every live agent (open turns end as cancelled; queued items stay durable) and commit
    * the log. Roots stay resumable and continuable children cold-resumable: no settlement is
-   * logged, and the next incarnation restores what was queued.
+   * logged, and the next incarnation restores what was queued. A turn that waits on a person's
+   * decision is left open in the log instead, so the approval stays pending and the next
+   * incarnation re-opens the turn.
    */
   async shutdown(): Promise<void> {
     this.deps.gate.startDrain();
     await this.deps.children.drain();
     this.deps.closing.abandonAll();
     for (const agent of [...this.deps.registry.values()]) {
-      agent.suspend();
+      if (this.deps.waitsOnPerson(agent)) agent.abandon();
+      else agent.suspend();
       this.deps.registry.remove(agent);
       this.deps.log.release(agent.id);
     }

@@ -107,6 +107,13 @@ export class ForestLedger implements Required<Pick<LogObserver, 'headerQueued' |
     return this.accounts.get(id);
   }
 
+  /** The agents from the forest's root down to `id` (just `id` when its forest is not held). */
+  lineage(id: string): string[] {
+    const path: string[] = [];
+    for (let at = this.accounts.get(id); at !== undefined; at = at.parent) path.unshift(at.id);
+    return path.length === 0 ? [id] : path;
+  }
+
   /** Whether the forest's accounts are here and current. */
   holds(rootId: string): boolean {
     return typeof this.forests.get(rootId) === 'number';

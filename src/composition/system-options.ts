@@ -49,6 +49,8 @@ export interface SystemOptions {
   spawnBudgets?: boolean;
   /** MCP tool servers: stdio commands allowed (default off), calls to one server at once. */
   toolServers?: { commands?: boolean; concurrency?: number };
+  /** How long an approval waits for a person's decision (default DEFAULT_APPROVAL_TIMEOUT_MS). */
+  approvalTimeoutMs?: number;
   /** Builds the OpenTelemetry tracing (tracing/otel-sdk.ts); unset, tracing is off. */
   tracing?: TracingFactory;
   /** Webhook delivery (default DEFAULT_DELIVERY: private addresses refused, retried for 24 h). */

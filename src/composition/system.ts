@@ -43,14 +43,13 @@ import { IdempotencyKeys } from '../sessions/idempotency.js';
 import { DEFAULT_DRIVER_OPTIONS, drivenByModel, ModelDriver } from '../driver/model-driver.js';
 import { checkModel } from '../driver/model-policy.js';
 import { ToolGrants } from '../tools/grants.js';
-import { buildContinuation, type Continuation } from '../children/continuation.js';
+import { buildContinuation } from '../children/continuation.js';
 import { ActivationSetupRegistry } from '../children/setup-registry.js';
 import { SettlementNotices } from '../children/settlement-notices.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from '../agents/live-agent.js';
 import { PackageManager } from '../tools/packages/package-manager.js';
 import { SessionLog } from '../sessions/session-log.js';
 import { StoredSessions } from '../sessions/stored-sessions.js';
-import type { SessionStore } from '../sessions/session-store.js';
 import { StepDispatcher } from '../steps/step-dispatcher.js';
 import { DEFAULT_LEASE } from '../steps/step-lease.js';
 import { Compactions } from '../steps/compactions.js';
@@ -62,65 +61,18 @@ import { ToolCalls } from '../tools/tool-calls.js';
 import { SingleInstance } from '../topology/single-instance.js';
 import type { Topology } from '../topology/topology.js';
 import { ToolRegistry } from '../tools/tool-registry.js';
-import { NO_TRACING, type Tracing } from '../observation/tracing/tracing.js';
+import { NO_TRACING } from '../observation/tracing/tracing.js';
 import { DEFAULT_DELIVERY } from '../observation/webhooks/delivery-worker.js';
 import { webhookMetrics } from '../observation/webhooks/webhook-metrics.js';
 import { Webhooks } from '../observation/webhooks/webhooks.js';
+import { ApprovalRules } from '../approvals/approval-rules.js';
+import { Approvals, DEFAULT_APPROVAL_TIMEOUT_MS } from '../approvals/approvals.js';
+import { approvalMetrics } from '../approvals/approval-metrics.js';
+import type { RuleDecision } from '../domain/approvals.js';
 
-export interface System {
-  store: SessionStore;
-  log: SessionLog;
-  registry: AgentRegistry;
-  dispatcher: StepDispatcher<LiveAgent, StepClaim>;
-  tools: ToolRegistry;
-  setup: ActivationSetupRegistry<AgentScope>;
-  /** Continuable children and the report rule, part by part (children/continuation.ts). */
-  continuation: Continuation;
-  /** Roots: create, resume, dispose; the stop of every live agent. */
-  roots: RootLifecycle;
-  /** Messages and children delivered over HTTP. */
-  deliveries: AgentDeliveries;
-  /** The roots that are not live here (the ones to resume). */
-  notRunning: NotRunningRoots;
-  /** Tokens of live incarnations. */
-  authority: AgentAuthority;
-  /** The operator's and the tools' interrupts. */
-  interrupts: Interrupts;
-  /** Claiming steps, recording outputs and tool results. */
-  protocol: StepProtocol;
-  /** Service-owned tool calls outside a step's output (`POST /v1/agents/{id}/tool-calls`). */
-  toolCalls: ToolCalls;
-  /** Compaction entries. */
-  compactions: Compactions;
-  packages: PackageManager;
-  /** One instance, or several on one database (started before serving, stopped at close). */
-  topology: Topology;
-  idempotency: IdempotencyKeys;
-  hub: EventHub;
-  streams: EventStreams;
-  metrics: Metrics;
-  driver: ModelDriver;
-  /** Whether new work is admitted (draining). */
-  gate: AdmissionGate;
-  /** Views, lists and session pages (what `agents` answers reads with). */
-  queries: AgentQueries;
-  /** Tree budgets: the claim gate, usage figures, grants. */
-  budgets: Budgets;
-  /** Tells a parent that a continuable child's turn ended (when the package's mode says so). */
-  notices: SettlementNotices;
-  /** What the runtime tells everything that only watches it (the observer list). */
-  observers: Observers;
-  /** Spans of turns, steps and tool calls (NO_TRACING unless traces are exported). */
-  tracing: Tracing;
-  /** The operator's budget changes. */
-  budgetChanges: BudgetChanges;
-  grantChanges: GrantChanges;
-  toolServers: ToolServers;
-  backendTools: BackendTools;
-  pool: ToolPool;
-  /** Webhook subscriptions, the outbox's events and their delivery (started before serving, stopped at close). */
-  webhooks: Webhooks;
-}
+import type { System } from './system-parts.js';
+
+export type { System } from './system-parts.js';
 
 
 /** Forests no agent uses whose accounts one instance keeps for later reads (see ForestLedger). */
@@ -166,6 +118,7 @@ export function createSystem(options: SystemOptions): System {
     added: (agent) => observers.agentAdded(agent),
     left: (agent) => {
       budgets.agentLeft(agent);
+      approvals.agentLeft(agent);
       // A forest's lease goes with its last live agent: a child may outlive a root disposed with cascade=false.
       if (agent.header.kind === 'child') void forests.releaseIfIdle(agent.rootId);
       observers.agentLeft(agent, agent.header.kind === 'child' && hasSettled(agent.lifecycle) ? 'settled' : 'closed');
@@ -197,6 +150,7 @@ export function createSystem(options: SystemOptions): System {
           settingsChanged: () => {
             toolServers.resync();
             backendTools.resync();
+            approvalRules.resync();
           },
           packages: () => packages,
           ownerOfAgent: (id) => queries.ownerElsewhere(id),
@@ -246,12 +200,14 @@ export function createSystem(options: SystemOptions): System {
     onTurnEnd: (agent, end) => {
       budgets.turnEnded(agent);
       notices.onTurnEnd(agent, end);
+      approvals.turnEnded(agent);
       observers.turnEnded(agent, end);
     },
     onLease: (agent, event, stepId, attempt) => observers.stepLease(event, agent, stepId, attempt),
     // The protocol is built below from agents made with these deps: called only once it exists.
     rerunAfterRestart: (agent, stepId, calls) => protocol.rerunAfterRestart(agent, stepId, calls),
-    workersHold: (agent, stepId) => pool.holds(agent, stepId),
+    // A step whose calls the tool workers hold, or a person is asked about, waits for them.
+    workersHold: (agent, stepId) => pool.holds(agent, stepId) || approvals.holds(agent, stepId),
     maxInbox: limits.inbox,
     lease: { ...DEFAULT_LEASE, ...options.lease },
     admitsTurns: () => !gate.draining,
@@ -285,6 +241,7 @@ export function createSystem(options: SystemOptions): System {
     forestTotals: () => budgets.forestTotals(),
     processMetrics: options.processMetrics ?? false,
   });
+  const approvalEnded = approvalMetrics(metrics.registry, store.approvals, clock);
   const interruptedSteps = new InterruptedSteps();
   const interrupts = new Interrupts({
     registry,
@@ -295,7 +252,23 @@ export function createSystem(options: SystemOptions): System {
   });
 
   const makeRoot = (header: SessionHeader): LiveAgent => new LiveAgent(header, agentDeps);
-  const roots = new RootLifecycle({ registry, closing: continuation.closing, children: continuation.children, log, clock, ids, gate, queries, makeRoot, forests, checkModel: checkModelPolicy, budgets, idempotency, authority });
+  const roots = new RootLifecycle({
+    registry,
+    closing: continuation.closing,
+    children: continuation.children,
+    log,
+    clock,
+    ids,
+    gate,
+    queries,
+    makeRoot,
+    forests,
+    checkModel: checkModelPolicy,
+    budgets,
+    idempotency,
+    authority,
+    waitsOnPerson: (agent) => approvals.waitsOn(agent),
+  });
   const deliveries = new AgentDeliveries({ registry, children: continuation.children, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
   const notRunning = new NotRunningRoots({ registry, log, forests });
 
@@ -305,7 +278,21 @@ export function createSystem(options: SystemOptions): System {
   const budgetChanges = new BudgetChanges({ budgets, clock, writes: accountWrites });
   const grantChanges = new GrantChanges({ grants, tools, budgets, registry, log, clock, writes: accountWrites });
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
-  const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing, clock });
+  const approvalRules = new ApprovalRules({ log, settings: store.settings, clock, logger });
+  const rule = (tool: string, rootId: string): RuleDecision => approvalRules.decide(tool, rootId);
+  const approvals = new Approvals({
+    rules: approvalRules,
+    log,
+    stored,
+    registry,
+    clock,
+    logger,
+    timeoutMs: options.approvalTimeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS,
+    pathOf: (agent) => budgets.ledger.lineage(agent.id),
+    execute: (agent, stepId, call) => protocol.runApproved(agent, stepId, call),
+    onEnded: (approval, waitedMs) => approvalEnded(approval, waitedMs),
+  });
+  const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing, clock, rule });
   const pool = new ToolPool({
     clock,
     log,
@@ -328,6 +315,8 @@ export function createSystem(options: SystemOptions): System {
     tracing,
     interrupted: interruptedSteps,
     pool,
+    rule,
+    approvals,
   });
   const driver = new ModelDriver(
     { protocol, compactions, dispatcher, log, logger, isDraining: () => gate.draining, observe: (event) => observers.modelRequest(event), checkModel: checkModelPolicy },
@@ -384,5 +373,5 @@ export function createSystem(options: SystemOptions): System {
 
   // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
   driver.start();
-  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool };
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool, approvals, approvalRules };
 }

@@ -11,8 +11,10 @@ import type { MessageSource as DomainMessageSource, TextBlock as DomainTextBlock
 import type { Budget as DomainBudget, Usage as DomainUsage } from '../domain/budget.js';
 import type { ModelSpec as DomainModelSpec, TokenUsage as DomainTokenUsage } from '../domain/model.js';
 import type { SessionEntry as DomainSessionEntry, SessionHeader as DomainSessionHeader } from '../domain/session.js';
+import type { Approval as DomainApproval } from '../domain/approvals.js';
+import type { Approval } from './approvals.js';
 import type { Budget, ModelSpec, TextBlock, TokenUsage, Usage } from './common.js';
-import type { ActivationEntry, BudgetEntry, CompactionEntry, GrantsEntry, MessageEntry, MessageSource, SessionEntry, SessionHeader, StepStartEntry, ToolCall, ToolStartedEntry, TurnEndEntry, TurnStartEntry } from './sessions.js';
+import type { ActivationEntry, ApprovalEntry, BudgetEntry, CompactionEntry, GrantsEntry, MessageEntry, MessageSource, SessionEntry, SessionHeader, StepStartEntry, ToolCall, ToolStartedEntry, TurnEndEntry, TurnStartEntry } from './sessions.js';
 import type { ChatMessage, ChatTool } from './steps.js';
 
 /** True when A and B are the same type (not merely assignable both ways). */
@@ -40,6 +42,8 @@ export type ContractChecks = [
   Assert<Equals<Static<typeof BudgetEntry>, EntryOf<'budget'>>>,
   Assert<Equals<Static<typeof GrantsEntry>, EntryOf<'grants'>>>,
   Assert<Equals<Static<typeof ToolStartedEntry>, EntryOf<'tool-started'>>>,
+  Assert<Equals<Static<typeof ApprovalEntry>, EntryOf<'approval'>>>,
+  Assert<Equals<Static<typeof Approval>, DomainApproval>>,
   Assert<Equals<Static<typeof Budget>, DomainBudget>>,
   Assert<Equals<Static<typeof Usage>, DomainUsage>>,
   // The wire's message source is one object with an optional sender; the domain's is a union.

@@ -12,16 +12,16 @@
 import type { TSchema } from '@sinclair/typebox';
 import { AgentView, Budget, BudgetView, Content, Credential, ErrorBody, ModelSpec, TextBlock, TokenUsage, ToolCallErrorBody, Usage } from './common.js';
 import { GRANT_SCHEMAS } from './grants.js';
-import { TOOL_SERVER_SCHEMAS } from './tool-servers.js';
-import { BACKEND_TOOL_SCHEMAS } from './backend-tools.js';
+import { BACKEND_TOOL_SCHEMAS, TOOL_SERVER_SCHEMAS } from './external-tools.js';
+import { APPROVAL_SCHEMAS } from './approvals.js';
 import { PACKAGE_SCHEMAS } from './packages.js';
 import { SESSION_SCHEMAS } from './sessions.js';
 import { STEP_SCHEMAS } from './steps.js';
 
 export * from './common.js';
 export * from './grants.js';
-export * from './tool-servers.js';
-export * from './backend-tools.js';
+export * from './external-tools.js';
+export * from './approvals.js';
 export * from './packages.js';
 export * from './receipts.js';
 export * from './sessions.js';
@@ -42,6 +42,7 @@ export const CONTRACT_SCHEMAS: readonly (TSchema & { $id: string })[] = [
   Credential,
   ErrorBody,
   ToolCallErrorBody,
+  ...APPROVAL_SCHEMAS,
   ...SESSION_SCHEMAS,
   ...STEP_SCHEMAS,
   ...PACKAGE_SCHEMAS,

@@ -7,6 +7,7 @@ import { MESSAGE_ROLES, MESSAGE_SOURCE_KINDS } from '../domain/message.js';
 import { ACTIVATION_EVENTS, TURN_END_REASONS, type EntryType } from '../domain/session.js';
 import { AgentId, Budget, ModelSpec, OpaqueId, TextBlock, TokenUsage } from './common.js';
 import { literals, ref, shared } from './schema.js';
+import { Approval } from './approvals.js';
 
 export const MessageSource = shared(
   'MessageSource',
@@ -114,11 +115,18 @@ export const ToolStartedEntry = entry(
   { toolCallId: OpaqueId, effectKey: Type.String() },
 );
 
-const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry, BudgetEntry, GrantsEntry, ToolStartedEntry] as const;
+export const ApprovalEntry = entry(
+  'approval',
+  'ApprovalEntry',
+  "A call needs a person's decision (`state: pending`), or its approval ended (approved, denied, expired, cancelled): the approval as it is from here on.",
+  { approval: ref(Approval) },
+);
+
+const ENTRY_VARIANTS = [MessageEntry, TurnStartEntry, StepStartEntry, TurnEndEntry, ActivationEntry, CompactionEntry, BudgetEntry, GrantsEntry, ToolStartedEntry, ApprovalEntry] as const;
 
 export const SessionEntry = shared(
   'SessionEntry',
-  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry), ref(BudgetEntry), ref(GrantsEntry), ref(ToolStartedEntry)], {
+  Type.Union([ref(MessageEntry), ref(TurnStartEntry), ref(StepStartEntry), ref(TurnEndEntry), ref(ActivationEntry), ref(CompactionEntry), ref(BudgetEntry), ref(GrantsEntry), ref(ToolStartedEntry), ref(ApprovalEntry)], {
     description: 'One durable log entry; `type` says which.',
     discriminator: {
       propertyName: 'type',

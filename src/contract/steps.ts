@@ -7,6 +7,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { AgentId, Content, Credential, OpaqueId, TokenUsage } from './common.js';
 import { ref, shared } from './schema.js';
 import { ToolCall } from './sessions.js';
+import { Approval } from './approvals.js';
 
 const ChatToolCall = Type.Object({
   id: Type.String(),
@@ -181,6 +182,9 @@ export const OutputResult = Type.Object(
     turn: Type.Union([Type.Literal('open'), Type.Literal('ended')]),
     spawned: Type.Optional(Type.Array(ref(Credential), { description: 'Children started by spawn_subagent calls, with their tokens.' })),
     resumed: Type.Optional(Type.Array(ref(Credential), { description: 'Children cold-resumed by send_message calls, with their new tokens.' })),
+    approvals: Type.Optional(
+      Type.Array(ref(Approval), { description: "Calls an approval rule asks a person about: not executed, and not the backend's to run; each gets its result when decided (GET /v1/approvals/{id})." }),
+    ),
   },
   { additionalProperties: false },
 );

@@ -7,6 +7,7 @@ import type { AgentKind, ChildMode, Provider } from './agent.js';
 import type { Message, ToolCall } from './message.js';
 import type { Budget } from './budget.js';
 import type { ModelSpec, TokenUsage } from './model.js';
+import type { Approval } from './approvals.js';
 
 /** Schema version of the persisted header and entries. Bump with a migration. */
 export const SESSION_SCHEMA_VERSION = 1;
@@ -46,7 +47,7 @@ export type TurnEndReason = (typeof TURN_END_REASONS)[number];
 export const ACTIVATION_EVENTS = ['created', 'resumed', 'settled', 'closed'] as const;
 export type ActivationEvent = (typeof ACTIVATION_EVENTS)[number];
 
-export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction', 'budget', 'grants', 'tool-started'] as const;
+export const ENTRY_TYPES = ['message', 'turn-start', 'step-start', 'turn-end', 'activation', 'compaction', 'budget', 'grants', 'tool-started', 'approval'] as const;
 export type EntryType = (typeof ENTRY_TYPES)[number];
 
 /** An entry as the domain produces it; the log assigns `seq`. */
@@ -68,7 +69,9 @@ export type EntryBody =
   /** The tools it is granted from here on (all of them; see grants.ts). */
   | { type: 'grants'; at: string; grants: string[] }
   /** The service is about to execute this call (durable before its effect): after a crash, a started call without a result is known. */
-  | { type: 'tool-started'; at: string; toolCallId: string; effectKey: string };
+  | { type: 'tool-started'; at: string; toolCallId: string; effectKey: string }
+  /** A call needs a person's decision (state pending), or the approval ended (approved, denied, expired, cancelled): the approval as it is now. */
+  | { type: 'approval'; at: string; approval: Approval };
 
 export type SessionEntry = EntryBody & { seq: number };
 

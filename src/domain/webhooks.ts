@@ -11,6 +11,8 @@ export const WEBHOOK_EVENT_TYPES = [
   'agent.paused',
   'step.lease_expired',
   'tool.call_requested',
+  'approval.requested',
+  'approval.decided',
 ] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 

@@ -7,7 +7,7 @@
  * queue drops the queue and reads the log again, so memory stays bounded either way.
  */
 import { ServiceError } from '../domain/errors.js';
-import type { SessionHeader } from '../domain/session.js';
+import type { SessionEntry, SessionHeader } from '../domain/session.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import { statusEvent, type EventHub, type HubEvent, type StatusEvent } from './event-hub.js';
 import type { SessionLog } from '../sessions/session-log.js';
@@ -17,7 +17,7 @@ import type { AgentView } from '../contract/index.js';
 export interface StreamEvent {
   /** The durable position (seq, or forestSeq for a forest stream); absent for status snapshots. */
   id?: number;
-  event: 'entry' | 'status' | 'budget-exhausted';
+  event: 'entry' | 'status' | 'budget-exhausted' | 'approval-requested' | 'approval-decided';
   data: unknown;
 }
 
@@ -97,7 +97,7 @@ export class EventStreams {
       const position = event.kind === 'entry' ? (target.forest ? event.forestSeq : event.seq) : undefined;
       if (position !== undefined && position <= last) return true;
       const ok = event.kind === 'entry'
-        ? sink.send({ id: position!, event: 'entry', data: { agentId: event.agentId, entry: event.entry } })
+        ? sink.send(entryEvent(position!, event.agentId, event.entry))
         : event.kind === 'status'
           ? sink.send({ event: 'status', data: event.status })
           : sink.send({ event: 'budget-exhausted', data: event.event });
@@ -160,4 +160,14 @@ export class EventStreams {
     }
     return out;
   }
+}
+
+/**
+ * An entry as the stream sends it: an approval entry is its own event, `approval-requested`
+ * while pending and `approval-decided` once it ended, with the approval as its data; every
+ * other entry is an `entry` event. Either way it carries its durable position.
+ */
+function entryEvent(id: number, agentId: string, entry: SessionEntry): StreamEvent {
+  if (entry.type === 'approval') return { id, event: entry.approval.state === 'pending' ? 'approval-requested' : 'approval-decided', data: entry.approval };
+  return { id, event: 'entry', data: { agentId, entry } };
 }

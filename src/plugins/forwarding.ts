@@ -27,6 +27,8 @@ import { rootPlugin } from './root-plugin.js';
 export type ForwardingOptions = {
   /** Who owns a forest, and this instance's id (sent in FORWARDED_BY). */
   peering: Pick<Peering, 'instanceId' | 'ownerOfAgent'>;
+  /** The agent that asked for an approval: its decision goes to the instance that runs it. */
+  agentOfApproval: (approvalId: string) => Promise<string | undefined>;
   /** Bound on a forwarded event stream's silence (it sends a heartbeat more often). */
   streamTimeoutMs: number;
 };
@@ -46,7 +48,9 @@ export const forwarding = rootPlugin<ForwardingOptions>('forwarding', async (app
   });
 
   app.addHook('preHandler', async (request, reply) => {
-    const id = agentRoutedBy(request);
+    const id = request.routeOptions.url === '/v1/approvals/:approvalId/decision'
+      ? await options.agentOfApproval((request.params as { approvalId: string }).approvalId)
+      : agentRoutedBy(request);
     if (id === undefined) return;
     const owner = await options.peering.ownerOfAgent(id);
     if (owner === undefined) return;

@@ -9,6 +9,7 @@ import type { PendingRowValue } from '../domain/pending-rows.js';
 import type { CompactionEntry, SessionEntry, SessionHeader } from '../domain/session.js';
 import type { OutboxEvent, WebhookChange, WebhookReads } from './outbox.js';
 import type { SettingChange, SettingReads } from './settings.js';
+import type { ApprovalReads } from './approvals.js';
 
 export type { CompactionEntry } from '../domain/session.js';
 
@@ -159,6 +160,8 @@ export interface SessionStore {
   readonly webhooks: WebhookReads;
   /** Operator settings (tool servers, backend tools...). */
   readonly settings: SettingReads;
+  /** The approvals index: every approval's last entry, across forests (approvals.ts). */
+  readonly approvals: ApprovalReads;
   /**
    * Resolves once the store answered a trivial query; rejects when it cannot be reached (a
    * database server that is down). Readiness asks it.

@@ -16,6 +16,7 @@ import type { TokenUsage } from '../domain/model.js';
 import { ServiceError } from '../domain/errors.js';
 import { textBlocks, type Message, type TextBlock, type ToolCall } from '../domain/message.js';
 import type { SessionEntry } from '../domain/session.js';
+import type { Approval } from '../domain/approvals.js';
 import { closeTurn, heldStep, lapseStep, openTurnFromLog, recordOutput, recordToolResult, releaseStep, reopenTurn, startStep, unansweredCalls, type AgentState, type Transition } from '../domain/turn-machine.js';
 import type { LiveAgent } from '../agents/live-agent.js';
 import { RecentSteps } from './recent-steps.js';
@@ -57,10 +58,11 @@ export interface StepHost {
   workersHold?: ((stepId: string) => boolean) | undefined;
 }
 
-/** A call a re-opened step still awaits, and whether the service had recorded that it started it. */
+/** A call a re-opened step still awaits, whether the service had recorded that it started it, and its approval's last entry. */
 export interface UnansweredCall {
   call: ToolCall;
   started: boolean;
+  approval?: Approval;
 }
 
 export class AgentSteps {
@@ -251,16 +253,20 @@ export class AgentSteps {
   }
 }
 
-/** The calls of a re-opened turn's entries named in `awaiting`, each with whether a tool-started entry names it. */
+/** The calls of a re-opened turn's entries named in `awaiting`, each with whether a tool-started entry names it and its last approval entry. */
 function unansweredIn(entries: readonly SessionEntry[], awaiting: readonly string[]): UnansweredCall[] {
   const started = new Set<string>();
   const calls = new Map<string, ToolCall>();
+  const approvals = new Map<string, Approval>();
   for (const entry of entries) {
     if (entry.type === 'tool-started') started.add(entry.toolCallId);
     if (entry.type === 'message') for (const call of entry.toolCalls ?? []) calls.set(call.id, call);
+    if (entry.type === 'approval') approvals.set(entry.approval.toolCallId, entry.approval);
   }
   return awaiting.flatMap((id) => {
     const call = calls.get(id);
-    return call === undefined ? [] : [{ call, started: started.has(id) }];
+    if (call === undefined) return [];
+    const approval = approvals.get(id);
+    return [approval === undefined ? { call, started: started.has(id) } : { call, started: started.has(id), approval }];
   });
 }

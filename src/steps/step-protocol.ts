@@ -30,8 +30,10 @@ import type { InterruptedSteps } from './interrupted-steps.js';
 import { loggableCall } from './redaction.js';
 import { estimateTokens, type RenderedStep } from './rendered-step.js';
 import type { StepCache } from './step-cache.js';
-import { failedCall, unknownTool, type RunOutcome, type ToolCalls } from '../tools/tool-calls.js';
+import { failedCall, refusedByRule, unknownTool, type RunOutcome, type ToolCalls } from '../tools/tool-calls.js';
 import { effectKeyOf } from '../tools/effect-keys.js';
+import { notAllowedText, type RuleDecision } from '../domain/approvals.js';
+import type { Approvals } from '../approvals/approvals.js';
 
 export interface StepProtocolDeps {
   authority: AgentAuthority;
@@ -54,6 +56,10 @@ export interface StepProtocolDeps {
   interrupted: Pick<InterruptedSteps, 'refuse'>;
   /** Where awaiting calls of declared backend tools are offered to workers. */
   pool: Pick<ToolPool, 'offer' | 'offered'>;
+  /** What the approval rules say of a call of `tool` in forest `rootId`. */
+  rule: (tool: string, rootId: string) => RuleDecision;
+  /** Where a call the rules ask about waits for a person. */
+  approvals: Pick<Approvals, 'ask' | 'reopened'>;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -152,7 +158,7 @@ export class StepProtocol {
     this.deps.tracing.answeredBy(agent, output.model);
     const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), usage);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
-    const forWorkers = calls.length > 0 ? await this.runCalls(agent, stepId, calls, refused, result) : [];
+    const forWorkers = calls.length > 0 ? await this.runCalls(agent, stepId, calls as KeyedCall[], refused, result) : [];
     await this.deps.log.durable(agent.rootId);
     // Offered once durable: a worker never runs a call a crash could take back.
     for (const call of forWorkers) this.deps.pool.offer(agent, stepId, call);
@@ -163,9 +169,11 @@ export class StepProtocol {
    * Run an output's service-owned calls, recording each result in the order of the calls, and
    * list the backend's own calls as awaiting. Calls to tools that allow it (MCP tools) run at
    * the same time; the others one after another, in order. If the turn is cancelled while a
-   * call runs, the rest are not started and the response says the turn ended.
+   * call runs, the rest are not started and the response says the turn ended. A call of a
+   * known tool is first put to the approval rules: a denied one gets its error result, one to
+   * ask about waits for a person (listed in `approvals`) and is neither run nor offered.
    */
-  private async runCalls(agent: LiveAgent, stepId: string, calls: readonly ToolCall[], refused: ReadonlyMap<string, string> | undefined, result: OutputResult): Promise<KeyedCall[]> {
+  private async runCalls(agent: LiveAgent, stepId: string, calls: readonly KeyedCall[], refused: ReadonlyMap<string, string> | undefined, result: OutputResult): Promise<KeyedCall[]> {
     const forWorkers: KeyedCall[] = [];
     const spawned: AgentCredential[] = [];
     const resumed: AgentCredential[] = [];
@@ -175,13 +183,19 @@ export class StepProtocol {
       // Each call resolves to its outcome, to 'awaiting' (the backend's), or to undefined when
       // the turn was cancelled before it started. A call that is not concurrent is looked up
       // at its turn: an earlier call may have changed what is in scope (spawn, then send_message).
-      const resolve = (call: ToolCall, found?: ServiceTool): Promise<RunOutcome | 'awaiting' | undefined> => {
+      const resolve = (call: KeyedCall, found?: ServiceTool): Promise<RunOutcome | 'awaiting' | 'asked' | undefined> => {
         const refusal = refused?.get(call.id);
         if (refusal !== undefined) return Promise.resolve(failedCall(call, new ServiceError('VALIDATION', refusal)));
         if (signal.aborted) return Promise.resolve(undefined);
         const tool = found ?? this.deps.tools.find(agent, call.name);
+        const rule = tool === undefined ? 'allow' : this.deps.rule(call.name, agent.rootId);
+        if (rule === 'deny') return Promise.resolve(refusedByRule(call, notAllowedText(call.name)));
+        if (rule === 'ask') {
+          (result.approvals ??= []).push(this.deps.approvals.ask(agent, stepId, call));
+          return Promise.resolve('asked');
+        }
         if (tool?.owner === 'backend') {
-          forWorkers.push(call as KeyedCall);
+          forWorkers.push(call);
           return Promise.resolve('awaiting');
         }
         if (tool !== undefined) return this.deps.calls.run(agent, tool, call, signal);
@@ -197,7 +211,7 @@ export class StepProtocol {
       });
       for (const { call, outcome } of running) {
         const done = await outcome;
-        if (done === undefined) continue; // not started: the turn was cancelled before
+        if (done === undefined || done === 'asked') continue; // not started: the turn was cancelled before, or a person decides
         if (done === 'awaiting') {
           // As posted: the key is in the log, and in the tool pool's offer.
           result.awaiting.push({ id: call.id, name: call.name, input: call.input });
@@ -215,11 +229,44 @@ export class StepProtocol {
     if (signal.aborted) {
       result.turn = 'ended';
       result.awaiting = [];
+      delete result.approvals;
       return [];
     }
     if (spawned.length > 0) result.spawned = spawned;
     if (resumed.length > 0) result.resumed = resumed;
     return forWorkers;
+  }
+
+  /**
+   * Execute a call a person approved, as the step would have run it (its decision is durable):
+   * a service-owned or MCP tool runs now with the call's effect key; a declared backend tool is
+   * offered to the tool workers; a tool the agent no longer has gets the unknown-tool result.
+   */
+  runApproved(agent: LiveAgent, stepId: string, call: KeyedCall): void {
+    if (!awaits(agent, stepId, call.id)) return;
+    const tool = this.deps.tools.find(agent, call.name);
+    if (tool?.owner === 'backend') {
+      this.deps.pool.offer(agent, stepId, call);
+      return;
+    }
+    if (tool === undefined) {
+      agent.steps.recordToolResult(stepId, call.id, `Error: ${unknownTool(call.name).message}`, true);
+      void this.deps.log.durable(agent.rootId).catch(() => undefined);
+      return;
+    }
+    const signal = agent.turnSignal;
+    const hold = agent.steps.holdForServiceCall();
+    const run = async (): Promise<void> => {
+      try {
+        const done = await this.deps.calls.run(agent, tool, call, signal);
+        if (signal.aborted || !awaits(agent, stepId, call.id)) return;
+        agent.steps.recordToolResult(stepId, call.id, done.result.content, done.result.isError);
+        await this.deps.log.durable(agent.rootId);
+      } finally {
+        hold();
+      }
+    };
+    void run().catch((error: unknown) => agent.failTurn(`running an approved tool call failed: ${String(error)}`));
   }
 
   /** Whether `name` is a tool the operator's backend runs, declared and granted to this agent. */
@@ -236,13 +283,22 @@ export class StepProtocol {
     // Calls of declared backend tools are offered to the workers again, under the same key.
     const forWorkers: KeyedCall[] = [];
     const taken: { call: ToolCall; tool: ServiceTool; unknown: boolean }[] = [];
-    for (const { call, started } of unanswered) {
+    // A call a person was asked about waits again or is acted on (approvals.ts); one approved
+    // and started before the stop goes on as any started call.
+    const decided: string[] = [];
+    for (const { call, started, approval } of unanswered) {
+      if (approval !== undefined && call.effectKey !== undefined && !(approval.state === 'approved' && started)) {
+        if (this.deps.approvals.reopened(agent, stepId, call as KeyedCall, approval)) {
+          decided.push(call.id);
+          continue;
+        }
+      }
       const tool = this.deps.tools.find(agent, call.name);
       if (tool?.owner === 'backend' && call.effectKey !== undefined) forWorkers.push(call as KeyedCall);
       else if (tool?.afterRestart !== undefined) taken.push({ call, tool, unknown: started && tool.afterRestart === 'unknown' });
     }
     queueMicrotask(() => forWorkers.forEach((call) => this.deps.pool.offer(agent, stepId, call)));
-    const offered = forWorkers.map((call) => call.id);
+    const offered = [...decided, ...forWorkers.map((call) => call.id)];
     if (taken.length === 0) return new Set(offered);
     const signal = agent.turnSignal;
     const hold = agent.steps.holdForServiceCall();
@@ -315,4 +371,10 @@ export class StepProtocol {
     claim.agent.steps.release(claim.stepId);
     return null;
   }
+}
+
+/** The open step `stepId` of the agent still awaits a result for this call. */
+function awaits(agent: LiveAgent, stepId: string, callId: string): boolean {
+  const turn = agent.state.turn;
+  return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.awaiting.includes(callId);
 }

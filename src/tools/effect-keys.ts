@@ -12,3 +12,8 @@ import { createHash } from 'node:crypto';
 export function effectKeyOf(sessionId: string, scope: string, callId: string): string {
   return `ek_${createHash('sha256').update(`${sessionId}\u0000${scope}\u0000${callId}`).digest('base64url').slice(0, 32)}`;
 }
+
+/** The approval of the call whose effect key this is (`apr_` and 26 characters): the same id whenever the call asks again. */
+export function approvalIdOf(effectKey: string): string {
+  return `apr_${createHash('sha256').update(`approval\u0000${effectKey}`).digest('base64url').slice(0, 26)}`;
+}

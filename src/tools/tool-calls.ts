@@ -21,6 +21,7 @@ import type { ServiceTool, ToolExecution, ToolOutcome, ToolRegistry } from './to
 import type { Tracing } from '../observation/tracing/tracing.js';
 import type { Clock } from '../domain/ports.js';
 import { effectKeyOf } from './effect-keys.js';
+import { needsStepText, notAllowedText, type RuleDecision } from '../domain/approvals.js';
 import { loggableCall, withoutTokens } from '../steps/redaction.js';
 
 /** A call's result as the route sees it: the contract's tool result plus the credentials it returns (the route's wire shape drops `name`). */
@@ -56,6 +57,8 @@ export interface ToolCallDeps {
   /** Runs each service-owned call (under its span when tracing). */
   tracing: Pick<Tracing, 'runTool'>;
   clock: Clock;
+  /** What the approval rules say of a call of `tool` in forest `rootId`. */
+  rule: (tool: string, rootId: string) => RuleDecision;
 }
 
 /** A failed call: its result carries the error's text, and the error is kept to be thrown. */
@@ -66,6 +69,11 @@ export function failedCall(call: ToolCall, error: ServiceError): RunOutcome {
     resumed: [],
     error,
   };
+}
+
+/** A call an approval rule keeps from running: its error result is recorded like any result, so the model reads it. */
+export function refusedByRule(call: ToolCall, text: string): RunOutcome {
+  return { result: { toolCallId: call.id, name: call.name, isError: true, content: text }, spawned: [], resumed: [] };
 }
 
 /** The refusal of a call to a tool the caller does not have (unknown, or not granted to it). */
@@ -191,11 +199,17 @@ export class ToolCalls {
           recorded = true;
           record(withoutTokens(view));
         };
+    // A call outside a step cannot wait for a person: one the rules ask about is refused like a denied one.
+    const rule = tool === undefined ? 'allow' : this.deps.rule(call.name, agent.rootId);
     let outcome: RunOutcome;
     try {
       outcome = tool === undefined
         ? failedCall(call, unknownTool(call.name))
-        : await this.run(agent, tool, call, signal, keep === undefined ? undefined : (accepted) => keep(callView(call, accepted)));
+        : rule === 'deny'
+          ? refusedByRule(call, notAllowedText(call.name))
+          : rule === 'ask'
+            ? refusedByRule(call, needsStepText(call.name))
+            : await this.run(agent, tool, call, signal, keep === undefined ? undefined : (accepted) => keep(callView(call, accepted)));
     } finally {
       releaseRoom?.();
     }

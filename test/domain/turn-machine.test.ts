@@ -77,6 +77,8 @@ function describeEntry(entry: EntryBody): string {
       return `append grants ${entry.grants.join(',')}`;
     case 'tool-started':
       return `append tool-started ${entry.toolCallId}`;
+    case 'approval':
+      return `append approval ${entry.approval.id} ${entry.approval.state}`;
   }
 }
 

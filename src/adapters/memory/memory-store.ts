@@ -26,7 +26,9 @@ import {
   type TurnBoundary,
   type WriteBatch,
 } from '../../sessions/session-store.js';
+import { approvalRows } from '../approval-rows.js';
 import { settingRows } from '../batch-rows.js';
+import { MemoryApprovals } from './memory-approvals.js';
 import { MemorySettings } from './memory-settings.js';
 import { MemoryWebhooks } from './memory-webhooks.js';
 
@@ -81,11 +83,13 @@ export class MemorySessionStore implements SessionStore {
   private readonly keys = new Map<string, IdempotencyRecord>();
   readonly webhooks = new MemoryWebhooks();
   readonly settings = new MemorySettings();
+  readonly approvals = new MemoryApprovals();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
     // Encoded before anything is kept: a value with no JSON text rejects the batch whole.
     const settings = settingRows(batch.settings ?? []);
+    const approvals = approvalRows(batch.entries);
     // Forest positions only grow, as the SQL stores' unique index enforces.
     const lastInForest = new Map<string, number>();
     for (const item of batch.entries) {
@@ -104,6 +108,7 @@ export class MemorySessionStore implements SessionStore {
       this.sessions.get(item.sessionId)!.entries.push(stored);
       append(this.forests, item.rootId, stored);
     }
+    this.approvals.apply(approvals);
     for (const change of batch.pending ?? []) {
       let rows = this.pendingRows.get(change.sessionId);
       if (change.op === 'put') {

@@ -5,6 +5,7 @@
  * forest leases and the cluster's package configuration exist only here.
  */
 import type { Migration } from '../migration.js';
+import { POSTGRES_APPROVAL_TABLES } from './postgres-approvals.js';
 import { POSTGRES_SETTING_TABLES } from './postgres-settings.js';
 import { POSTGRES_WEBHOOK_TABLES } from './postgres-webhooks.js';
 
@@ -118,6 +119,11 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
     version: 7,
     description: 'operator settings: named JSON documents by kind (tool servers, backend tools)',
     sql: POSTGRES_SETTING_TABLES,
+  },
+  {
+    version: 8,
+    description: "the approvals index: every approval's last entry, for the inbox across forests",
+    sql: POSTGRES_APPROVAL_TABLES,
   },
 ];
 

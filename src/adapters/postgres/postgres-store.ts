@@ -43,6 +43,7 @@ import type { ClusterDatabase, ClusterFences, Listener, ListenOptions } from '..
 import { postgresUnavailable } from './postgres-outages.js';
 import { inTransaction } from './postgres-transactions.js';
 import { writeRows } from './postgres-writes.js';
+import { PostgresApprovals } from './postgres-approvals.js';
 import { PostgresSettings } from './postgres-settings.js';
 import { PostgresWebhooks } from './postgres-webhooks.js';
 import { storedRootOf, type RootRow } from '../root-rows.js';
@@ -78,12 +79,14 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
   readonly packages: PostgresPackages;
   readonly webhooks: PostgresWebhooks;
   readonly settings: PostgresSettings;
+  readonly approvals: PostgresApprovals;
 
   /** `url` is kept for connections of their own (a LISTEN). */
   private constructor(private readonly pool: pg.Pool, private readonly url: string, fences: ClusterFences | undefined) {
     this.leases = new ForestLeases(pool, fences?.leases);
     this.webhooks = new PostgresWebhooks(pool);
     this.settings = new PostgresSettings(pool);
+    this.approvals = new PostgresApprovals(pool);
     this.packages = new PostgresPackages(pool, fences?.packages);
   }
 
@@ -113,7 +116,11 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
     await this.pool.query('SELECT pg_notify($1, $2)', [channel, payload]);
   }
 
-  /** One transaction; the rows of forests this instance no longer holds are left out (WriteOutcome). */
+  /**
+   * One transaction; the rows of forests this instance no longer holds are left out (WriteOutcome).
+   * Rows derived from entries (the approvals index) come from the admitted batch's entries, so
+   * they are left out with their forest.
+   */
   async write(batch: WriteBatch): Promise<WriteOutcome | void> {
     const rows = encodeRows(batch);
     return inTransaction(this.pool, async (client) => {

@@ -2,10 +2,12 @@
  * The rows of one batch into PostgreSQL, on the client of the transaction that holds them:
  * sessions, entries (advancing each session's `last_seq` by compare-and-set, so a gap or a
  * duplicate seq aborts the transaction), pending changes in order, idempotency records, the
- * webhook outbox and changes (postgres-webhooks.ts), and operator settings (postgres-settings.ts).
+ * webhook outbox and changes (postgres-webhooks.ts), operator settings (postgres-settings.ts),
+ * and the approvals index rows the entries put (postgres-approvals.ts).
  */
 import type pg from 'pg';
 import { seqAdvances, type BatchRows } from '../batch-rows.js';
+import { writeApprovalRows } from './postgres-approvals.js';
 import { writeSettingRows } from './postgres-settings.js';
 import { writeWebhookRows } from './postgres-webhooks.js';
 
@@ -35,6 +37,7 @@ export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise
       throw new Error(`a session of this batch is not at the seq it continues from; refusing a gap or duplicate (${ids.join(', ')})`);
     }
   }
+  if (rows.approvals.length > 0) await writeApprovalRows(client, rows.approvals);
   for (const row of rows.pending) {
     if (row.length === 2) {
       await client.query('DELETE FROM pending WHERE session_id = $1 AND message_id = $2', row);

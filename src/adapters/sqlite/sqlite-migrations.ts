@@ -6,6 +6,7 @@ import type Database from 'better-sqlite3';
 import type { Migration as SqlMigration } from '../migration.js';
 import type { EntryRow } from '../batch-rows.js';
 import { encodeEntries, entryInserter, PAGE_ENTRIES } from './sqlite-writes.js';
+import { APPROVAL_TABLES } from './sqlite-approvals.js';
 import { SETTING_TABLES } from './sqlite-settings.js';
 import { WEBHOOK_TABLES } from './sqlite-webhooks.js';
 
@@ -153,6 +154,11 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 7,
     description: 'operator settings: named JSON documents by kind (tool servers, backend tools)',
     sql: SETTING_TABLES,
+  },
+  {
+    version: 8,
+    description: "the approvals index: every approval's last entry, for the inbox across forests",
+    sql: APPROVAL_TABLES,
   },
 ];
 

@@ -29,6 +29,7 @@ import {
 } from '../../sessions/session-store.js';
 import type { Message } from '../../domain/message.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
+import { SqliteApprovals } from './sqlite-approvals.js';
 import { SqliteSettings } from './sqlite-settings.js';
 import { SqliteWebhooks } from './sqlite-webhooks.js';
 import { InlineWriter, ThreadWriter, type SqliteWriter } from './sqlite-writer.js';
@@ -50,6 +51,7 @@ export class SqliteSessionStore implements SessionStore {
   private readonly writer: SqliteWriter;
   readonly webhooks: SqliteWebhooks;
   readonly settings: SqliteSettings;
+  readonly approvals: SqliteApprovals;
 
   constructor(options: SqliteStoreOptions) {
     const connection = { path: options.path, synchronous: options.synchronous ?? 'full' };
@@ -66,6 +68,7 @@ export class SqliteSessionStore implements SessionStore {
     this.writer = options.path === ':memory:' ? new InlineWriter(db) : new ThreadWriter(connection);
     this.webhooks = new SqliteWebhooks(db);
     this.settings = new SqliteSettings(db);
+    this.approvals = new SqliteApprovals(db);
     this.statements = {
       // Pages tile a forest's positions in order, and chunks a session's seqs: the page or chunk
       // holding position `after + 1` is the one with the greatest start not past it.

@@ -15,6 +15,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { WriteBatch } from '../../sessions/session-store.js';
+import { approvalWriter } from './sqlite-approvals.js';
 import { settingWriter } from './sqlite-settings.js';
 import { webhookWriter } from './sqlite-webhooks.js';
 import { encodeRows, seqAdvances, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from '../batch-rows.js';
@@ -119,6 +120,7 @@ export function encodeBatch(batch: WriteBatch): EncodedBatch {
     outbox: rows.outbox,
     webhooks: rows.webhooks,
     settings: rows.settings,
+    approvals: rows.approvals,
   };
 }
 
@@ -248,6 +250,7 @@ export class SqliteWrites {
     this.expireStatement = db.prepare('DELETE FROM idempotency WHERE expires_at <= ?');
     const writeWebhooks = webhookWriter(db);
     const writeSettings = settingWriter(db);
+    const writeApprovals = approvalWriter(db);
     // Any throw inside rolls the whole batch back.
     this.apply = db.transaction((batch: EncodedBatch) => {
       for (const row of batch.sessions) insertSession.run(...row);
@@ -258,6 +261,8 @@ export class SqliteWrites {
           throw new Error(`session "${sessionId}" is not at seq ${from}; refusing a gap or duplicate`);
         }
       }
+      // The approvals index, from the entries just written (sqlite-approvals.ts).
+      if (batch.approvals.length > 0) writeApprovals(batch.approvals);
       for (const row of batch.pending) {
         if (row.length === 2) deletePending.run(...row);
         else putPending.run(...row);

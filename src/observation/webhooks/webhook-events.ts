@@ -2,7 +2,8 @@
  * What becomes a webhook event, queued into the session log's batch in the synchronous span
  * that causes it, so the event commits with its cause or not at all:
  * - from log entries (a WriteObserver): a turn-end is `turn.ended`; a child's activation
- *   settling or closing for good is `agent.settled` / `agent.closed`;
+ *   settling or closing for good is `agent.settled` / `agent.closed`; an approval entry is
+ *   `approval.requested` while pending, `approval.decided` once it ended;
  * - from the runtime: an accepted report is `report.delivered` (its message is in the
  *   parent's inbox in the same batch), a budget pausing an agent is `agent.paused`, a step's
  *   lease running out is `step.lease_expired`, a call of a declared backend tool offered to
@@ -44,6 +45,13 @@ export class WebhookEvents {
         cause: `entry ${rootId} ${forestSeq}`,
         at: Date.parse(entry.at),
         data: { agentId: sessionId, rootId, turnId: entry.turnId, reason: entry.reason, ...(entry.error === undefined ? {} : { error: entry.error }), seq: entry.seq, forestSeq },
+      }));
+    } else if (entry.type === 'approval') {
+      const { approval } = entry;
+      this.queue(approval.state === 'pending' ? 'approval.requested' : 'approval.decided', rootId, () => ({
+        cause: `entry ${rootId} ${forestSeq}`,
+        at: Date.parse(entry.at),
+        data: { ...approval, seq: entry.seq, forestSeq },
       }));
     } else if (entry.type === 'activation' && (entry.event === 'settled' || entry.event === 'closed')) {
       this.queue(entry.event === 'settled' ? 'agent.settled' : 'agent.closed', rootId, () => ({

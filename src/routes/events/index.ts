@@ -49,7 +49,9 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
         'text/event-stream. `event: entry` carries `{agentId, entry}` with `id:` = the entry\'s seq (forest: its forest ' +
         'position); `event: status` carries `{agentId, status, resident, inbox, staged, claimable}` snapshots without an id ' +
         '(sent at connect and on change; `claimable` tells a parked driver to claim a step); `event: budget-exhausted` carries ' +
-        '`{agentId, pausedBy: {agentId, budget}}` once when a budget pauses an agent (no id, not replayed). Comments (`: ping`) are ' +
+        '`{agentId, pausedBy: {agentId, budget}}` once when a budget pauses an agent (no id, not replayed). An approval entry is sent as ' +
+        '`event: approval-requested` (pending) or `event: approval-decided` (approved, denied, expired, cancelled), the approval as its data, ' +
+        'with its position as `id:` like an entry. Comments (`: ping`) are ' +
         'heartbeats. Resume with `Last-Event-ID` or `?after=`. A consumer that falls behind is disconnected with a final ' +
         '`: slow consumer` comment and resumes from its last id; the stream also ends when the service drains.',
       security: OPERATOR_SECURITY,

@@ -1,0 +1,351 @@
+/**
+ * Approvals: a call the rules say to `ask` about is not executed; it waits for a person.
+ *
+ * - Asking (`ask`, in the step protocol's synchronous span that records the output): the
+ *   approval is written as an `approval` entry in the asking agent's session, in the batch of
+ *   the call, and the store indexes it for the inbox. The step waits: its lease is renewed
+ *   while an approval of it is pending (`holds`), so no claim and no budget is spent on waiting.
+ * - Deciding (`decide`): where the agent is live, in one synchronous span the approval's new
+ *   state is written, a remembered rule is queued into the same batch, and a denial's error
+ *   result is recorded; once durable, an approved call is executed as it would have run, with
+ *   its effect key. Where the agent is not live (a restart, a failover not yet resumed), the
+ *   decision is written into its stored session, and its turn acts on it when re-opened.
+ * - Ending without a decision: a timer expires a pending approval (its error result recorded);
+ *   a turn that ends (an interrupt, a close) cancels the approvals it still waits on. A stop of
+ *   the service cancels nothing: the turn stays open in the log, as after a crash, and the
+ *   approval pending.
+ * - Re-opening (`reopened`): a turn re-opened from the log hands over each call still without a
+ *   result whose last approval entry it found: pending ones wait again (or expire if their time
+ *   passed); an approval decided meanwhile is acted on as a live decision would have been.
+ */
+import type { Logger } from 'pino';
+import type { Approval as ApprovalView, DecisionBody } from '../contract/index.js';
+import { deniedText, expiredText, stateOf, type Approval, type ApprovalState } from '../domain/approvals.js';
+import { approvalIdOf } from '../tools/effect-keys.js';
+import { ServiceError } from '../domain/errors.js';
+import type { ToolCall } from '../domain/message.js';
+import type { Clock } from '../domain/ports.js';
+import type { SessionHeader } from '../domain/session.js';
+import type { LiveAgent } from '../agents/live-agent.js';
+import type { AgentRegistry } from '../agents/agent-registry.js';
+import { decodeCursor, encodeCursor } from '../agents/reads/list-order.js';
+import type { SessionLog } from '../sessions/session-log.js';
+import type { StoredSessions } from '../sessions/stored-sessions.js';
+import type { ApprovalRules } from './approval-rules.js';
+
+/** A recorded call: it has its effect key. */
+export type KeyedCall = ToolCall & { effectKey: string };
+
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 24 * 60 * 60 * 1000;
+/** setTimeout's bound; a longer wait is armed again when it fires. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+export interface ApprovalsDeps {
+  rules: Pick<ApprovalRules, 'write'>;
+  log: SessionLog;
+  stored: Pick<StoredSessions, 'append'>;
+  registry: Pick<AgentRegistry, 'get'>;
+  clock: Clock;
+  logger: Logger;
+  /** How long an approval waits for a decision (AGENTFOREST_APPROVAL_TIMEOUT_MS). */
+  timeoutMs: number;
+  /** The agents from the forest's root down to this one. */
+  pathOf: (agent: LiveAgent) => string[];
+  /** Execute an approved call as the step would have (after its decision is durable). */
+  execute: (agent: LiveAgent, stepId: string, call: KeyedCall) => void;
+  /** Told of each approval that ended here, with how long it waited (metrics). */
+  onEnded?: (approval: Approval, waitedMs: number) => void;
+}
+
+interface Waiting {
+  approval: Approval;
+  agent: LiveAgent;
+  call: KeyedCall;
+  timer: NodeJS.Timeout | undefined;
+}
+
+export class Approvals {
+  private readonly waiting = new Map<string, Waiting>();
+  /** Approvals that ended here and whose entry may not be durable yet: a decision meanwhile is answered from them. */
+  private readonly ended = new Map<string, Approval>();
+
+  constructor(private readonly deps: ApprovalsDeps) {}
+
+  /** Approvals pending on live agents of this instance. */
+  get pendingHere(): number {
+    return this.waiting.size;
+  }
+
+  /**
+   * Ask a person about `call` of the step `stepId`, in the caller's synchronous span: the
+   * approval is queued into the agent's session with the call. Returns it.
+   */
+  ask(agent: LiveAgent, stepId: string, call: KeyedCall): Approval {
+    const now = this.deps.clock.now();
+    const approval: Approval = {
+      id: approvalIdOf(call.effectKey),
+      state: 'pending',
+      rootId: agent.rootId,
+      agentId: agent.id,
+      path: this.deps.pathOf(agent),
+      stepId,
+      toolCallId: call.id,
+      tool: call.name,
+      input: call.input,
+      effectKey: call.effectKey,
+      requestedAt: new Date(now).toISOString(),
+      expiresAt: new Date(now + this.deps.timeoutMs).toISOString(),
+    };
+    this.write(agent, approval);
+    this.wait(agent, approval, call);
+    return approval;
+  }
+
+  /** Whether the agent's open turn waits on a person (a stop then leaves the turn open). */
+  waitsOn(agent: LiveAgent): boolean {
+    for (const w of this.waiting.values()) if (w.agent === agent) return true;
+    return false;
+  }
+
+  /** Whether the agent's step `stepId` waits on a person (its lease is renewed meanwhile). */
+  holds(agent: LiveAgent, stepId: string): boolean {
+    for (const w of this.waiting.values()) if (w.agent === agent && w.approval.stepId === stepId) return true;
+    return false;
+  }
+
+  /** The inbox: approvals of every forest, oldest first, a page at a time (cursor: the last one's requestedAt and id). */
+  async page(query: { state?: ApprovalState | undefined; rootId?: string | undefined; limit: number; cursor?: string | undefined }): Promise<{ items: ApprovalView[]; nextCursor: string | null }> {
+    const now = this.deps.clock.iso();
+    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    const found = await this.deps.log.store.approvals.list({
+      ...(query.state === undefined ? {} : { state: query.state }),
+      ...(query.rootId === undefined ? {} : { rootId: query.rootId }),
+      ...(after === undefined ? {} : { after: { requestedAt: after.createdAt, id: after.id } }),
+      limit: query.limit + 1,
+      now,
+    });
+    const items = found.slice(0, query.limit).map((a) => presented(a, now));
+    const last = items[items.length - 1];
+    return { items, nextCursor: found.length > query.limit && last !== undefined ? encodeCursor({ createdAt: last.requestedAt, id: last.id }) : null };
+  }
+
+  async get(id: string): Promise<ApprovalView> {
+    const found = await this.deps.log.store.approvals.get(id);
+    if (found === undefined) throw new ServiceError('APPROVAL_NOT_FOUND', `no approval has the id "${id}"`);
+    return presented(found, this.deps.clock.iso());
+  }
+
+  /** The agent whose approval this is (for routing a decision to the instance that runs it). */
+  async agentOf(id: string): Promise<string | undefined> {
+    return (await this.deps.log.store.approvals.get(id))?.agentId;
+  }
+
+  /**
+   * A person's decision. Acted on at once where the agent waits here; written into the stored
+   * session where it is live nowhere. The same decision again answers the approval as it is.
+   */
+  async decide(id: string, body: DecisionBody, retried = false): Promise<ApprovalView> {
+    const acted = this.actedOn(id, body);
+    if (acted !== undefined) return acted;
+    const stored = await this.deps.log.store.approvals.get(id);
+    if (stored === undefined) throw new ServiceError('APPROVAL_NOT_FOUND', `no approval has the id "${id}"`);
+    const current = presented(stored, this.deps.clock.iso());
+    if (current.state !== 'pending') return settledAnswer(current, body);
+    // The read awaited: its agent may have re-opened its turn here meanwhile.
+    const now = this.actedOn(id, body);
+    if (now !== undefined) return now;
+    // Pending in the index, and not waiting here: its agent is live nowhere (another instance
+    // would have been sent the request), unless its turn ended here without it.
+    if (this.deps.registry.get(stored.agentId) !== undefined) throw new ServiceError('APPROVAL_DECIDED', `approval "${id}" is no longer awaited: its turn ended`);
+    return this.decideStored(stored, body, retried);
+  }
+
+  /** A decision on an approval waiting here, or one that ended here moments ago; undefined when neither. */
+  private actedOn(id: string, body: DecisionBody): Promise<ApprovalView> | undefined {
+    const ended = this.ended.get(id);
+    if (ended !== undefined) return this.deps.log.durable(ended.rootId).then(() => settledAnswer(ended, body));
+    const here = this.waiting.get(id);
+    if (here !== undefined && this.deps.registry.get(here.agent.id) === here.agent) return this.decideLive(here, body);
+    return undefined;
+  }
+
+  /**
+   * The agent's turn ended (interrupt, close, failure): what it still waited on is cancelled,
+   * written after the turn's end in the same span.
+   */
+  turnEnded(agent: LiveAgent): void {
+    for (const w of [...this.waiting.values()]) {
+      if (w.agent !== agent) continue;
+      this.end(w, 'cancelled');
+    }
+  }
+
+  /** The agent left this instance (a stop, a lost forest): its approvals stay as the log has them. */
+  agentLeft(agent: LiveAgent): void {
+    for (const [id, w] of this.waiting) {
+      if (w.agent !== agent) continue;
+      clearTimeout(w.timer);
+      this.waiting.delete(id);
+    }
+  }
+
+  /**
+   * A turn re-opened from the log: `call`, still without a result, last had `approval`. A
+   * pending one waits again (or expires now); a decided one is acted on. Runs after the span
+   * that re-opens the turn. Returns whether the call is the approvals' to answer.
+   */
+  reopened(agent: LiveAgent, stepId: string, call: KeyedCall, approval: Approval): boolean {
+    switch (approval.state) {
+      case 'pending': {
+        const w = this.wait(agent, approval, call);
+        if (Date.parse(approval.expiresAt) <= this.deps.clock.now()) queueMicrotask(() => this.expire(w));
+        return true;
+      }
+      case 'approved':
+        queueMicrotask(() => this.deps.execute(agent, stepId, call));
+        return true;
+      case 'denied':
+        queueMicrotask(() => this.answer(agent, stepId, call, deniedText(call.name, approval.reason)));
+        return true;
+      case 'expired':
+        queueMicrotask(() => this.answer(agent, stepId, call, expiredText(call.name)));
+        return true;
+      case 'cancelled':
+        return false;
+    }
+  }
+
+  /** Stop every timer (at shutdown); the log keeps the approvals. */
+  stop(): void {
+    for (const w of this.waiting.values()) clearTimeout(w.timer);
+    this.waiting.clear();
+  }
+
+  private wait(agent: LiveAgent, approval: Approval, call: KeyedCall): Waiting {
+    const w: Waiting = { approval, agent, call, timer: undefined };
+    this.waiting.set(approval.id, w);
+    this.arm(w);
+    return w;
+  }
+
+  private arm(w: Waiting): void {
+    const left = Date.parse(w.approval.expiresAt) - this.deps.clock.now();
+    w.timer = setTimeout(() => (left > MAX_TIMER_MS ? this.arm(w) : this.expire(w)), Math.max(0, Math.min(left, MAX_TIMER_MS)));
+    w.timer.unref();
+  }
+
+  private expire(w: Waiting): void {
+    if (this.waiting.get(w.approval.id) !== w) return;
+    this.end(w, 'expired');
+    this.answer(w.agent, w.approval.stepId, w.call, expiredText(w.call.name));
+    void this.deps.log.durable(w.agent.rootId).catch((error: unknown) => this.deps.logger.warn({ err: error, approvalId: w.approval.id }, 'writing an expired approval failed'));
+  }
+
+  private async decideLive(w: Waiting, body: DecisionBody): Promise<ApprovalView> {
+    const { agent, call } = w;
+    const stepId = w.approval.stepId;
+    const decided = this.end(w, stateOf(body.decision), body);
+    if (body.remember === 'forest' || body.remember === 'always') {
+      const forest = body.remember === 'forest' ? { rootId: agent.rootId } : {};
+      const ruleId = `${decided.id}-${body.remember}`;
+      this.deps.rules.write(ruleId, { id: ruleId, tool: call.name, ...forest, decision: body.decision === 'approve' ? 'allow' : 'deny' });
+    }
+    if (body.decision === 'deny') this.answer(agent, stepId, call, deniedText(call.name, body.reason));
+    await this.deps.log.durable(agent.rootId);
+    if (body.decision === 'approve' && this.deps.registry.get(agent.id) === agent) this.deps.execute(agent, stepId, call);
+    return decided;
+  }
+
+  /** The approval of an agent live nowhere: the decision goes into its stored session. */
+  private async decideStored(stored: Approval, body: DecisionBody, retried: boolean): Promise<ApprovalView> {
+    const header = (await this.deps.log.summary(stored.agentId))?.header;
+    if (header === undefined) throw new ServiceError('APPROVAL_NOT_FOUND', `no approval has the id "${stored.id}"`);
+    const decided = this.decidedOf(stored, stateOf(body.decision), body);
+    try {
+      await this.deps.stored.append(header, 'decide its approval', async () => {
+        const last = await this.lastOf(header, stored.id);
+        if (last === undefined) throw new ServiceError('APPROVAL_DECIDED', `approval "${stored.id}" is no longer awaited: its turn ended`);
+        if (last.state !== 'pending') return Promise.reject(settledOrRefused(last, body));
+        return { type: 'approval', at: decided.decidedAt!, approval: decided };
+      });
+    } catch (error) {
+      if (error instanceof Settled) return error.approval;
+      // It became live meanwhile (a resume): decide there.
+      if (error instanceof ServiceError && error.code === 'UNAUTHORIZED' && !retried) return this.decide(stored.id, body, true);
+      throw error;
+    }
+    if (body.remember === 'forest' || body.remember === 'always') {
+      const ruleId = `${stored.id}-${body.remember}`;
+      this.deps.rules.write(ruleId, { id: ruleId, tool: stored.tool, ...(body.remember === 'forest' ? { rootId: stored.rootId } : {}), decision: body.decision === 'approve' ? 'allow' : 'deny' });
+      await this.deps.log.durable();
+    }
+    return decided;
+  }
+
+  /** The last entry of approval `id` in the session's open turn, if any. */
+  private async lastOf(header: SessionHeader, id: string): Promise<Approval | undefined> {
+    const { open } = await this.deps.log.lastTurn(header.id);
+    let last: Approval | undefined;
+    for (const entry of open) if (entry.type === 'approval' && entry.approval.id === id) last = entry.approval;
+    return last;
+  }
+
+  /** End a waiting approval in `state`, written in this span; returns it as it is now. */
+  private end(w: Waiting, state: ApprovalState, body?: DecisionBody): Approval {
+    clearTimeout(w.timer);
+    this.waiting.delete(w.approval.id);
+    const ended = this.decidedOf(w.approval, state, body);
+    this.write(w.agent, ended);
+    this.ended.set(ended.id, ended);
+    const forget = (): void => {
+      if (this.ended.get(ended.id) === ended) this.ended.delete(ended.id);
+    };
+    this.deps.log.durable(w.agent.rootId).then(forget, forget);
+    this.deps.onEnded?.(ended, Date.parse(ended.decidedAt!) - Date.parse(ended.requestedAt));
+    return ended;
+  }
+
+  private decidedOf(approval: Approval, state: ApprovalState, body?: DecisionBody): Approval {
+    const decided: Approval = { ...approval, state, decidedAt: this.deps.clock.iso() };
+    if (body?.reason !== undefined) decided.reason = body.reason;
+    if (body?.remember === 'forest' || body?.remember === 'always') decided.remember = body.remember;
+    return decided;
+  }
+
+  private write(agent: LiveAgent, approval: Approval): void {
+    this.deps.log.append(agent.id, { type: 'approval', at: approval.decidedAt ?? approval.requestedAt, approval });
+  }
+
+  /** Record an error result for the call, if its step still awaits it. */
+  private answer(agent: LiveAgent, stepId: string, call: KeyedCall, text: string): void {
+    const turn = agent.state.turn;
+    if (this.deps.registry.get(agent.id) !== agent || turn.phase !== 'running' || turn.turn.step.id !== stepId || !turn.turn.step.awaiting.includes(call.id)) return;
+    agent.steps.recordToolResult(stepId, call.id, text, true);
+  }
+}
+
+/** As the API shows it at `now`: a pending approval past its time is expired (its agent writes so when next live). */
+function presented(approval: Approval, now: string): ApprovalView {
+  return approval.state === 'pending' && approval.expiresAt <= now ? { ...approval, state: 'expired' } : approval;
+}
+
+/** A decision on an approval that is no longer pending: the same one again is answered as it is, any other refused. */
+function settledAnswer(current: ApprovalView, body: DecisionBody): ApprovalView {
+  if (current.state === stateOf(body.decision)) return current;
+  throw new ServiceError('APPROVAL_DECIDED', `approval "${current.id}" is already ${current.state}`);
+}
+
+/** The same decision found already made, carried out of a write that then writes nothing. */
+class Settled extends Error {
+  constructor(readonly approval: ApprovalView) {
+    super('already decided');
+  }
+}
+
+function settledOrRefused(last: Approval, body: DecisionBody): Error {
+  try {
+    return new Settled(settledAnswer(last, body));
+  } catch (error) {
+    return error as Error;
+  }
+}

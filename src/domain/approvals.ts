@@ -1,0 +1,108 @@
+/**
+ * Approvals: a person in the loop of a tool call. An operator's rules say, per tool (a name, or
+ * a prefix ending in `*`) and optionally per forest, whether a call is allowed, denied or needs
+ * a person's decision. A call that needs one is not executed: an approval is recorded with the
+ * call and waits in the inbox until a person approves or denies it, it expires, or the agent's
+ * turn ends without it (cancelled).
+ *
+ * Which rule decides: a forest's rule over a global one, then an exact name over a wildcard,
+ * then a longer prefix over a shorter. Among equally specific rules the most cautious wins
+ * (deny, then ask, then allow). No rule: allow.
+ */
+export const RULE_DECISIONS = ['ask', 'allow', 'deny'] as const;
+export type RuleDecision = (typeof RULE_DECISIONS)[number];
+
+export const APPROVAL_STATES = ['pending', 'approved', 'denied', 'expired', 'cancelled'] as const;
+export type ApprovalState = (typeof APPROVAL_STATES)[number];
+
+export const DECISIONS = ['approve', 'deny'] as const;
+export type Decision = (typeof DECISIONS)[number];
+
+/** What a decision adds as a rule: nothing (`once`), one for the forest, or a global one. */
+export const REMEMBER = ['once', 'forest', 'always'] as const;
+export type Remember = (typeof REMEMBER)[number];
+
+/** A rule id, as a path segment. */
+export const RULE_ID_PATTERN = '^[A-Za-z0-9_.:-]{1,128}$';
+/** A rule's tool: a tool name, or a prefix ending in `*`. */
+export const RULE_TOOL_PATTERN = '^[A-Za-z0-9_.:-]{1,128}\\*?$|^\\*$';
+
+export interface ApprovalRule {
+  id: string;
+  tool: string;
+  rootId?: string;
+  decision: RuleDecision;
+}
+
+export interface Approval {
+  id: string;
+  state: ApprovalState;
+  rootId: string;
+  agentId: string;
+  /** The forest's agents from the root down to the one that asked. */
+  path: string[];
+  stepId: string;
+  toolCallId: string;
+  tool: string;
+  input: unknown;
+  effectKey: string;
+  requestedAt: string;
+  expiresAt: string;
+  decidedAt?: string;
+  reason?: string;
+  /** What the decision added as a rule; absent for `once`. */
+  remember?: Exclude<Remember, 'once'>;
+}
+
+function matches(rule: ApprovalRule, tool: string): boolean {
+  return rule.tool.endsWith('*') ? tool.startsWith(rule.tool.slice(0, -1)) : rule.tool === tool;
+}
+
+const CAUTION: Readonly<Record<RuleDecision, number>> = { deny: 2, ask: 1, allow: 0 };
+
+/** How specific a matching rule is: forest over global, exact over wildcard, longer prefix over shorter. */
+function specificity(rule: ApprovalRule): [number, number, number] {
+  const exact = rule.tool.endsWith('*') ? 0 : 1;
+  return [rule.rootId === undefined ? 0 : 1, exact, rule.tool.length];
+}
+
+/** The rule that decides a call of `tool` in forest `rootId`, if any applies. */
+export function decidingRule(rules: Iterable<ApprovalRule>, tool: string, rootId: string): ApprovalRule | undefined {
+  let best: ApprovalRule | undefined;
+  for (const rule of rules) {
+    if (!matches(rule, tool) || (rule.rootId !== undefined && rule.rootId !== rootId)) continue;
+    if (best === undefined || outranks(rule, best)) best = rule;
+  }
+  return best;
+}
+
+function outranks(a: ApprovalRule, b: ApprovalRule): boolean {
+  const [sa, sb] = [specificity(a), specificity(b)];
+  for (let i = 0; i < sa.length; i++) if (sa[i] !== sb[i]) return sa[i]! > sb[i]!;
+  return CAUTION[a.decision] > CAUTION[b.decision];
+}
+
+/** The tool result of a call a rule denies. */
+export function notAllowedText(tool: string): string {
+  return `Error: the call to ${tool} is not allowed here`;
+}
+
+/** The tool result of a call outside a step (POST tool-calls) that a rule asks a person about: only a step can wait. */
+export function needsStepText(tool: string): string {
+  return `Error: the call to ${tool} needs a person's approval, which only a step's tool call can wait for`;
+}
+
+/** The tool result of a call a person denied. */
+export function deniedText(tool: string, reason: string | undefined): string {
+  return `Error: a person denied the call to ${tool}${reason === undefined || reason === '' ? '' : `: ${reason}`}`;
+}
+
+/** The tool result of a call no one decided on in time. */
+export function expiredText(tool: string): string {
+  return `Error: no one decided on the call to ${tool} in time`;
+}
+
+/** The state a decision moves an approval to. */
+export function stateOf(decision: Decision): ApprovalState {
+  return decision === 'approve' ? 'approved' : 'denied';
+}

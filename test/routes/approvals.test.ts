@@ -1,0 +1,288 @@
+/**
+ * A person in the loop, over the HTTP routes of one in-process instance: approval rules and
+ * their precedence, a call a rule asks about waiting in the one inbox (with its path, at any
+ * depth) without being executed, decisions (approve runs the call once with its effect key;
+ * deny records the person's words; the same decision again is the same answer; another is
+ * 409), remembered rules, expiry, cancellation by an interrupt and by a close, a denied call's
+ * text, and the waiting step's lease and budget untouched while a person decides.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Approval } from '../../src/contract/index.js';
+import { nextStep, startChild } from '../fixtures/forest.js';
+import { createRoot, json, postOutput, send, session, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
+
+async function rule(h: Harness, id: string, body: Record<string, unknown>) {
+  const res = await h.app.inject({ method: 'PUT', url: `/v1/approval-rules/${id}`, payload: body });
+  expect(res.statusCode, res.body).toBe(200);
+  return json(res);
+}
+
+async function inbox(h: Harness, query = 'state=pending'): Promise<{ items: Approval[]; nextCursor: string | null }> {
+  const res = await h.app.inject({ method: 'GET', url: `/v1/approvals?${query}` });
+  expect(res.statusCode, res.body).toBe(200);
+  return json(res);
+}
+
+function decide(h: Harness, id: string, body: Record<string, unknown>) {
+  return h.app.inject({ method: 'POST', url: `/v1/approvals/${id}/decision`, payload: body });
+}
+
+async function approval(h: Harness, id: string): Promise<Approval> {
+  const res = await h.app.inject({ method: 'GET', url: `/v1/approvals/${id}` });
+  expect(res.statusCode, res.body).toBe(200);
+  return json(res);
+}
+
+/** The agent's claimed step answered with one call; returns the output's answer. */
+async function callInStep(h: Harness, agent: CreatedRoot, name: string, input: unknown, callId = 'c1') {
+  const step = await nextStep(h, agent);
+  const out = await postOutput(h.app, agent, step.id, { toolCalls: [{ id: callId, name, input }] });
+  expect(out.statusCode, out.body).toBe(200);
+  return { stepId: step.id, out: json<{ toolResults: { content: string; isError: boolean }[]; awaiting: unknown[]; approvals?: Approval[]; turn: string }>(out) };
+}
+
+/** A root mid-turn whose step called spawn_subagent, which the rules ask about. */
+async function askedSpawn(h: Harness, id = 'r'): Promise<{ root: CreatedRoot; stepId: string; asked: Approval }> {
+  await rule(h, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+  const root = await createRoot(h.app, { id });
+  await send(h.app, id, 'research this');
+  const { stepId, out } = await callInStep(h, root, 'spawn_subagent', { prompt: 'look into it' });
+  expect(out.toolResults).toEqual([]);
+  expect(out.awaiting).toEqual([]);
+  expect(out.approvals).toHaveLength(1);
+  return { root, stepId, asked: out.approvals![0]! };
+}
+
+function toolResultOf(entries: Awaited<ReturnType<typeof session>>, callId: string) {
+  return entries.filter((e) => e.type === 'message' && e.role === 'tool' && e.toolCallId === callId);
+}
+
+describe('approval rules', () => {
+  it('are put, listed and removed by the operator; an unknown one is 404 APPROVAL_RULE_NOT_FOUND and a malformed tool 400', async () => {
+    const h = await startHarness();
+    expect(await rule(h, 'files', { tool: 'mcp__files__write_*', decision: 'ask' })).toMatchObject({ id: 'files', tool: 'mcp__files__write_*', decision: 'ask' });
+    await rule(h, 'forest-spawn', { tool: 'spawn_subagent', rootId: 'r1', decision: 'deny' });
+    const listed = json<{ items: { id: string }[] }>(await h.app.inject({ method: 'GET', url: '/v1/approval-rules' })).items;
+    expect(listed.map((r) => r.id)).toEqual(['files', 'forest-spawn']);
+    expect((await h.app.inject({ method: 'DELETE', url: '/v1/approval-rules/files' })).statusCode).toBe(204);
+    const gone = await h.app.inject({ method: 'DELETE', url: '/v1/approval-rules/files' });
+    expect(gone.statusCode).toBe(404);
+    expect(json(gone)).toMatchObject({ code: 'APPROVAL_RULE_NOT_FOUND' });
+    const bad = await h.app.inject({ method: 'PUT', url: '/v1/approval-rules/x', payload: { tool: 'a*b', decision: 'ask' } });
+    expect(bad.statusCode).toBe(400);
+    expect(json(bad)).toMatchObject({ code: 'VALIDATION' });
+    expect(json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: '/v1/approval-rules' })).items).toHaveLength(1);
+  });
+
+  it('deny: the call is not executed and gets "Error: the call to <tool> is not allowed here"', async () => {
+    const h = await startHarness();
+    await rule(h, 'no-spawn', { tool: 'spawn_*', decision: 'deny' });
+    const root = await createRoot(h.app, { id: 'r' });
+    await send(h.app, 'r', 'go');
+    const { out } = await callInStep(h, root, 'spawn_subagent', { prompt: 'x' });
+    expect(out.toolResults).toEqual([expect.objectContaining({ isError: true, content: 'Error: the call to spawn_subagent is not allowed here' })]);
+    expect(json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: '/v1/agents?parentId=r' })).items).toEqual([]);
+    expect((await inbox(h, '')).items).toEqual([]);
+  });
+
+  it('a forest\'s rule wins over a global one, so a global ask yields to a forest\'s allow', async () => {
+    const h = await startHarness();
+    await rule(h, 'global', { tool: 'spawn_subagent', decision: 'ask' });
+    await rule(h, 'here', { tool: 'spawn_*', rootId: 'trusted', decision: 'allow' });
+    const trusted = await createRoot(h.app, { id: 'trusted' });
+    await send(h.app, 'trusted', 'go');
+    const { out } = await callInStep(h, trusted, 'spawn_subagent', { prompt: 'x' });
+    expect(out.toolResults).toEqual([expect.objectContaining({ isError: false })]);
+    expect(out.approvals).toBeUndefined();
+  });
+
+  it('a call outside a step that a rule asks about is refused with an error result (only a step can wait)', async () => {
+    const h = await startHarness();
+    await rule(h, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const root = await createRoot(h.app, { id: 'r' });
+    const res = await h.app.inject({ method: 'POST', url: '/v1/agents/r/tool-calls', headers: { 'x-agent-token': root.token }, payload: { name: 'spawn_subagent', input: { prompt: 'x' } } });
+    expect(res.statusCode).toBe(200);
+    expect(json(res)).toMatchObject({ isError: true, content: "Error: the call to spawn_subagent needs a person's approval, which only a step's tool call can wait for" });
+  });
+});
+
+describe('asking a person', () => {
+  it('records the approval with the call, lists it in the inbox, and executes nothing until it is approved; then the call runs once', async () => {
+    const h = await startHarness();
+    const { root, stepId, asked } = await askedSpawn(h);
+    const entries = await session(h.app, 'r');
+    const call = entries.find((e) => e.type === 'message' && e.role === 'assistant')!.toolCalls![0]!;
+    expect(asked).toMatchObject({ state: 'pending', rootId: 'r', agentId: 'r', path: ['r'], stepId, toolCallId: 'c1', tool: 'spawn_subagent', input: { prompt: 'look into it' }, effectKey: call.effectKey });
+    expect(asked.id).toMatch(/^apr_/);
+    expect(Date.parse(asked.expiresAt) - Date.parse(asked.requestedAt)).toBe(24 * 60 * 60 * 1000);
+    expect(entries.filter((e) => e.type === 'approval')).toEqual([expect.objectContaining({ approval: asked })]);
+    expect((await inbox(h)).items).toEqual([asked]);
+    expect(await approval(h, asked.id)).toEqual(asked);
+    // Not executed: no child, no result, no next step.
+    expect(json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: '/v1/agents?parentId=r' })).items).toEqual([]);
+    expect(toolResultOf(entries, 'c1')).toEqual([]);
+    expect((await h.app.inject({ method: 'POST', url: '/v1/agents/r/steps/next', headers: { 'x-agent-token': root.token }, payload: {} })).statusCode).toBe(204);
+
+    const decided = await decide(h, asked.id, { decision: 'approve' });
+    expect(decided.statusCode, decided.body).toBe(200);
+    expect(json(decided)).toMatchObject({ ...asked, state: 'approved', decidedAt: expect.any(String) });
+    const next = await nextStep(h, root);
+    expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'c1' });
+    const results = toolResultOf(await session(h.app, 'r'), 'c1');
+    expect(results).toHaveLength(1);
+    expect(results[0]!.isError).toBeUndefined();
+    expect(json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: '/v1/agents?parentId=r' })).items).toHaveLength(1);
+    expect((await inbox(h)).items).toEqual([]);
+    expect((await inbox(h, 'state=approved')).items.map((a) => a.id)).toEqual([asked.id]);
+  });
+
+  it('an approved call of a declared backend tool goes to the tool workers with the effect key the approval names', async () => {
+    const h = await startHarness();
+    expect((await h.app.inject({ method: 'PUT', url: '/v1/backend-tools/refund', payload: { description: 'Refunds an order.', parameters: { type: 'object' } } })).statusCode).toBe(200);
+    await rule(h, 'refunds', { tool: 'refund', decision: 'ask' });
+    const root = await createRoot(h.app, { id: 'r', tools: ['refund'] });
+    await send(h.app, 'r', 'refund order 7');
+    const { out } = await callInStep(h, root, 'refund', { order: 7 });
+    expect(out.awaiting).toEqual([]);
+    const asked = out.approvals![0]!;
+    expect((await h.app.inject({ method: 'POST', url: '/v1/tool-calls/next', payload: {} })).statusCode).toBe(204);
+    expect((await decide(h, asked.id, { decision: 'approve' })).statusCode).toBe(200);
+    const taken = await h.app.inject({ method: 'POST', url: '/v1/tool-calls/next', payload: { waitMs: 5_000 } });
+    expect(json(taken)).toMatchObject({ call: { agentId: 'r', toolCallId: 'c1', name: 'refund', input: { order: 7 }, effectKey: asked.effectKey } });
+    expect((await h.app.inject({ method: 'POST', url: '/v1/tool-calls/next', payload: {} })).statusCode).toBe(204);
+  });
+
+  it('holds the waiting step\'s lease, spending no claim and no budget, while a person decides', async () => {
+    const h = await startHarness({ lease: { leaseMs: 40 } });
+    const { root, asked } = await askedSpawn(h);
+    const usage = async () => json<{ usage: { self: { steps: number } } }>(await h.app.inject({ method: 'GET', url: '/v1/agents/r' })).usage.self.steps;
+    expect(await usage()).toBe(1);
+    // Several leases' worth of waiting on a person.
+    const until5Leases = Date.now() + 200;
+    await until(() => Date.now() > until5Leases, 'five leases to pass', { timeoutMs: 2_000 });
+    expect((await inbox(h)).items.map((a) => a.id)).toEqual([asked.id]);
+    expect((await session(h.app, 'r')).filter((e) => e.type === 'step-start')).toHaveLength(1);
+    expect(await usage()).toBe(1);
+    expect((await decide(h, asked.id, { decision: 'approve' })).statusCode).toBe(200);
+    await nextStep(h, root);
+  });
+
+  it('lists an approval raised three levels down in the one inbox, with its path, and the right agent goes on', async () => {
+    const h = await startHarness();
+    const root = await createRoot(h.app, { id: 'r' });
+    const child = await startChild(h, root, { prompt: 'dig' });
+    await rule(h, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    // The forest may spawn its grandchild unasked; then only the global ask is left.
+    await rule(h, 'child-may', { tool: 'spawn_subagent', rootId: 'r', decision: 'allow' });
+    const { out: childOut } = await callInStep(h, child, 'spawn_subagent', { prompt: 'deeper' }, 'g1');
+    expect(childOut.toolResults, JSON.stringify(childOut)).toEqual([expect.objectContaining({ isError: false })]);
+    const grandchild = (childOut as unknown as { spawned: { agentId: string; agentToken: string }[] }).spawned[0]!;
+    await h.app.inject({ method: 'DELETE', url: '/v1/approval-rules/child-may' });
+    const g = { id: grandchild.agentId, token: grandchild.agentToken };
+    const { out } = await callInStep(h, g, 'spawn_subagent', { prompt: 'deepest' }, 'x1');
+    const asked = out.approvals![0]!;
+    expect(asked).toMatchObject({ rootId: 'r', agentId: g.id, path: ['r', child.id, g.id], toolCallId: 'x1' });
+    expect((await inbox(h)).items).toEqual([asked]);
+    expect((await inbox(h, 'state=pending&rootId=r')).items).toEqual([asked]);
+    expect((await inbox(h, 'state=pending&rootId=other')).items).toEqual([]);
+    expect((await decide(h, asked.id, { decision: 'deny', reason: 'too deep' })).statusCode).toBe(200);
+    const next = await nextStep(h, g);
+    expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'x1', content: 'Error: a person denied the call to spawn_subagent: too deep' });
+  });
+});
+
+describe('deciding', () => {
+  it('deny records the person\'s words; the same decision again is the same answer, another is 409, an unknown id 404', async () => {
+    const h = await startHarness();
+    const { root, asked } = await askedSpawn(h);
+    const first = await decide(h, asked.id, { decision: 'deny' });
+    expect(first.statusCode).toBe(200);
+    const denied = json<Approval>(first);
+    expect(denied).toMatchObject({ state: 'denied', decidedAt: expect.any(String) });
+    expect(denied.reason).toBeUndefined();
+    const again = await decide(h, asked.id, { decision: 'deny' });
+    expect(again.statusCode).toBe(200);
+    expect(json(again)).toEqual(denied);
+    const other = await decide(h, asked.id, { decision: 'approve' });
+    expect(other.statusCode).toBe(409);
+    expect(json(other)).toMatchObject({ code: 'APPROVAL_DECIDED' });
+    const unknown = await decide(h, 'apr_nothing', { decision: 'approve' });
+    expect(unknown.statusCode).toBe(404);
+    expect(json(unknown)).toMatchObject({ code: 'APPROVAL_NOT_FOUND' });
+    expect((await h.app.inject({ method: 'GET', url: '/v1/approvals/apr_nothing' })).statusCode).toBe(404);
+    const next = await nextStep(h, root);
+    expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'c1', content: 'Error: a person denied the call to spawn_subagent' });
+    expect(json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: '/v1/agents?parentId=r' })).items).toEqual([]);
+  });
+
+  it('remember "forest" adds an allow rule for that tool and root; "always" a global one (here a deny)', async () => {
+    const h = await startHarness();
+    const { root, asked } = await askedSpawn(h);
+    expect(json(await decide(h, asked.id, { decision: 'approve', remember: 'forest' }))).toMatchObject({ state: 'approved', remember: 'forest' });
+    const rules = () => h.app.inject({ method: 'GET', url: '/v1/approval-rules' }).then((r) => json<{ items: { tool: string; rootId?: string; decision: string }[] }>(r).items);
+    expect(await rules()).toContainEqual(expect.objectContaining({ tool: 'spawn_subagent', rootId: 'r', decision: 'allow' }));
+    // The forest's next spawn runs without asking.
+    const { out } = await callInStep(h, root, 'spawn_subagent', { prompt: 'again' }, 'c2');
+    expect(out.approvals).toBeUndefined();
+    expect(out.toolResults).toEqual([expect.objectContaining({ isError: false })]);
+
+    const other = await askedSpawn(h, 'r2');
+    expect(json(await decide(h, other.asked.id, { decision: 'deny', remember: 'always' }))).toMatchObject({ state: 'denied', remember: 'always' });
+    expect(await rules()).toContainEqual({ id: expect.any(String), tool: 'spawn_subagent', decision: 'deny', updatedAt: expect.any(String) });
+  });
+});
+
+describe('ends without a decision', () => {
+  it('expires after the timeout with "Error: no one decided on the call to <tool> in time"', async () => {
+    const h = await startHarness({ approvalTimeoutMs: 50 });
+    const { root, asked } = await askedSpawn(h);
+    const next = await nextStep(h, root);
+    expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'c1', content: 'Error: no one decided on the call to spawn_subagent in time' });
+    expect(await approval(h, asked.id)).toMatchObject({ state: 'expired', decidedAt: expect.any(String) });
+    const late = await decide(h, asked.id, { decision: 'approve' });
+    expect(late.statusCode).toBe(409);
+    expect((await inbox(h, 'state=expired')).items.map((a) => a.id)).toEqual([asked.id]);
+  });
+
+  it('an interrupt of the agent cancels its pending approvals', async () => {
+    const h = await startHarness();
+    const { asked } = await askedSpawn(h);
+    expect((await h.app.inject({ method: 'POST', url: '/v1/agents/r/interrupt', payload: {} })).statusCode).toBe(202);
+    await until(async () => (await approval(h, asked.id)).state === 'cancelled', 'the approval to be cancelled');
+    expect((await decide(h, asked.id, { decision: 'approve' })).statusCode).toBe(409);
+    expect((await inbox(h)).items).toEqual([]);
+  });
+
+  it('closing a child cancels its pending approvals', async () => {
+    const h = await startHarness();
+    const root = await createRoot(h.app, { id: 'r' });
+    const child = await startChild(h, root, { prompt: 'dig' });
+    await rule(h, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const { out } = await callInStep(h, child, 'spawn_subagent', { prompt: 'x' });
+    const asked = out.approvals![0]!;
+    expect((await h.app.inject({ method: 'DELETE', url: `/v1/agents/${child.id}` })).statusCode).toBe(202);
+    await until(async () => (await approval(h, asked.id)).state === 'cancelled', 'the approval to be cancelled');
+  });
+});
+
+describe('the inbox', () => {
+  it('pages oldest first with its cursor', async () => {
+    const h = await startHarness();
+    await rule(h, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const ids: string[] = [];
+    for (const id of ['a', 'b', 'c']) {
+      const root = await createRoot(h.app, { id });
+      await send(h.app, id, 'go');
+      const { out } = await callInStep(h, root, 'spawn_subagent', { prompt: id });
+      ids.push(out.approvals![0]!.id);
+    }
+    const first = await inbox(h, 'state=pending&limit=2');
+    expect(first.items.map((a) => a.id)).toEqual(ids.slice(0, 2));
+    const second = await inbox(h, `state=pending&limit=2&cursor=${first.nextCursor!}`);
+    expect(second.items.map((a) => a.id)).toEqual(ids.slice(2));
+    expect(second.nextCursor).toBeNull();
+    const bad = await h.app.inject({ method: 'GET', url: '/v1/approvals?cursor=nope' });
+    expect(bad.statusCode).toBe(400);
+  });
+});
+
