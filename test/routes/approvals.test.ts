@@ -9,7 +9,9 @@
 import { describe, expect, it } from 'vitest';
 import type { Approval } from '../../src/contract/index.js';
 import { nextStep, startChild } from '../fixtures/forest.js';
+import { closeWithTest } from '../fixtures/cleanup.js';
 import { createRoot, json, postOutput, send, session, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
+import { SseStream, type SseItem } from '../fixtures/sse.js';
 
 async function rule(h: Harness, id: string, body: Record<string, unknown>) {
   const res = await h.app.inject({ method: 'PUT', url: `/v1/approval-rules/${id}`, payload: body });
@@ -188,6 +190,37 @@ describe('asking a person', () => {
     expect((await decide(h, asked.id, { decision: 'deny', reason: 'too deep' })).statusCode).toBe(200);
     const next = await nextStep(h, g);
     expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'x1', content: 'Error: a person denied the call to spawn_subagent: too deep' });
+  });
+});
+
+describe('the event streams', () => {
+  it('carry approval-requested and then approval-decided, with the approval and a position, on the agent\'s and the forest\'s streams, and replay them', async () => {
+    const h = await startHarness();
+    closeWithTest(() => h.system.hub.closeAll());
+    await h.app.listen({ host: '127.0.0.1', port: 0 });
+    const address = h.app.server.address();
+    if (address === null || typeof address === 'string') throw new Error('no TCP address');
+    const base = `http://127.0.0.1:${address.port}`;
+    const root = await createRoot(h.app, { id: 'r' });
+    const child = await startChild(h, root, { prompt: 'dig' });
+    const agentStream = await SseStream.open(`${base}/v1/agents/${child.id}/events`);
+    const forestStream = await SseStream.open(`${base}/v1/agents/r/events?forest=true`);
+    await rule(h, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const { out } = await callInStep(h, child, 'spawn_subagent', { prompt: 'x' });
+    const asked = out.approvals![0]!;
+    const named = (stream: SseStream, event: string) => stream.items.filter((i): i is Extract<SseItem, { kind: 'event' }> => i.kind === 'event' && i.event === event);
+    for (const stream of [agentStream, forestStream]) {
+      await stream.waitFor(() => named(stream, 'approval-requested').length === 1, 'approval-requested');
+      expect(named(stream, 'approval-requested')[0]).toMatchObject({ id: expect.any(Number), data: asked });
+    }
+    expect((await decide(h, asked.id, { decision: 'approve' })).statusCode).toBe(200);
+    for (const stream of [agentStream, forestStream]) {
+      await stream.waitFor(() => named(stream, 'approval-decided').length === 1, 'approval-decided');
+      expect(named(stream, 'approval-decided')[0]).toMatchObject({ data: { id: asked.id, state: 'approved' } });
+    }
+    const replayed = await SseStream.open(`${base}/v1/agents/${child.id}/events?after=0`);
+    await replayed.waitFor(() => named(replayed, 'approval-decided').length === 1, 'the replay of both');
+    expect(named(replayed, 'approval-requested').map((e) => e.data)).toEqual([asked]);
   });
 });
 

@@ -200,4 +200,24 @@ describe('webhook delivery', () => {
     const deliveries = json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: `/v1/webhooks/${json<{ items: { id: string }[] }>(await h.app.inject({ method: 'GET', url: '/v1/webhooks' })).items[0]!.id}/deliveries` })).items;
     expect(deliveries).toHaveLength(1);
   });
+
+  it('delivers approval.requested with the approval, and approval.decided once a person decided', async () => {
+    const h = await startHarness({ webhooks: FAST });
+    const hook = await receiver();
+    await subscribe(h, { url: hook.url, events: ['approval.requested', 'approval.decided'] });
+    expect((await h.app.inject({ method: 'PUT', url: '/v1/approval-rules/spawns', payload: { tool: 'spawn_subagent', decision: 'ask' } })).statusCode).toBe(200);
+    const root = await createRoot(h.app);
+    await send(h.app, root.id, 'dig');
+    const step = await claim(h.app, root);
+    const out = json<{ approvals: { id: string }[] }>(await postOutput(h.app, root, step!.id, { toolCalls: [{ id: 'c1', name: 'spawn_subagent', input: { prompt: 'x' } }] }));
+    const approvalId = out.approvals[0]!.id;
+    await until(() => hook.received.length === 1, 'the approval.requested delivery', { timeoutMs: 5000 });
+    expect(JSON.parse(hook.received[0]!.body)).toMatchObject({
+      type: 'approval.requested',
+      data: { id: approvalId, state: 'pending', rootId: root.id, agentId: root.id, path: [root.id], stepId: step!.id, toolCallId: 'c1', tool: 'spawn_subagent' },
+    });
+    expect((await h.app.inject({ method: 'POST', url: `/v1/approvals/${approvalId}/decision`, payload: { decision: 'deny', reason: 'not now' } })).statusCode).toBe(200);
+    await until(() => hook.received.length === 2, 'the approval.decided delivery', { timeoutMs: 5000 });
+    expect(JSON.parse(hook.received[1]!.body)).toMatchObject({ type: 'approval.decided', data: { id: approvalId, state: 'denied', reason: 'not now' } });
+  });
 });
