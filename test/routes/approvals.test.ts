@@ -9,7 +9,10 @@
 import { describe, expect, it } from 'vitest';
 import type { Approval } from '../../src/contract/index.js';
 import { nextStep, startChild } from '../fixtures/forest.js';
+import { call, lastMessage } from '../../demo/scripted-model.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
+import { answer, spec, start, turnEnded } from '../fixtures/driver.js';
+import { startModelServer } from '../fixtures/model-server.js';
 import { createRoot, json, postOutput, send, session, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 import { SseStream, type SseItem } from '../fixtures/sse.js';
 
@@ -190,6 +193,39 @@ describe('asking a person', () => {
     expect((await decide(h, asked.id, { decision: 'deny', reason: 'too deep' })).statusCode).toBe(200);
     const next = await nextStep(h, g);
     expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'x1', content: 'Error: a person denied the call to spawn_subagent: too deep' });
+  });
+});
+
+describe('a driven agent', () => {
+  it('waits for the person as a backend-driven one does, then the model reads the result of the approved call', async () => {
+    const h = await start();
+    await rule(h, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const model = await startModelServer(async (req) => {
+      const last = lastMessage(req)!;
+      if (last.role === 'user') return { answer: { content: null, toolCalls: [call('spawn_subagent', { prompt: 'dig deeper' }, 'call_spawn')] } };
+      return answer(`spawned: ${String(last.content)}`);
+    });
+    const root = await createRoot(h.app, { id: 'driven', model: spec(model) });
+    await send(h.app, root.id, 'research');
+    let pending: Approval[] = [];
+    await until(async () => (pending = (await inbox(h)).items).length === 1, 'the driven call to ask', { timeoutMs: 5_000 });
+    expect(pending[0]).toMatchObject({ agentId: 'driven', toolCallId: 'call_spawn', tool: 'spawn_subagent' });
+    expect((await decide(h, pending[0]!.id, { decision: 'approve' })).statusCode).toBe(200);
+    const entries = await turnEnded(h, 'driven');
+    expect(entries.filter((e) => e.role === 'assistant').at(-1)!.content![0]!.text).toMatch(/^spawned: started background subagent /);
+  });
+});
+
+describe('metrics', () => {
+  it('count the approvals waiting in every forest, and how long each waited by how it ended', async () => {
+    const h = await startHarness();
+    const metric = async (pattern: RegExp): Promise<number> => Number(pattern.exec((await h.app.inject({ method: 'GET', url: '/metrics' })).body)?.[1] ?? 'NaN');
+    expect(await metric(/^agentforest_approvals_pending (\d+)$/m)).toBe(0);
+    const { asked } = await askedSpawn(h);
+    expect(await metric(/^agentforest_approvals_pending (\d+)$/m)).toBe(1);
+    expect((await decide(h, asked.id, { decision: 'deny' })).statusCode).toBe(200);
+    expect(await metric(/^agentforest_approvals_pending (\d+)$/m)).toBe(0);
+    expect(await metric(/^agentforest_approval_wait_seconds_count\{state="denied"\} (\d+)$/m)).toBe(1);
   });
 });
 
