@@ -75,6 +75,8 @@ describe('an MCP tool call across a SIGKILL', () => {
     expect(results).toMatchObject([{ toolCallId: 'call-1', content: [{ type: 'text', text: 'released' }] }]);
     expect(results[0]!.isError).toBeUndefined();
     expect(mcp.calls).toHaveLength(2);
+    // The turn ends, so the stop has no model request to wait for.
+    expect((await api.postOutput(resumed, next!.id, { content: 'done' })).turn).toBe('ended');
     await second.stop('SIGTERM');
   });
 
@@ -89,6 +91,7 @@ describe('an MCP tool call across a SIGKILL', () => {
     const results = (await api.session(root.id)).filter((e) => e.role === 'tool');
     expect(results).toMatchObject([{ toolCallId: 'call-1', isError: true, content: [{ type: 'text', text: 'Error: the outcome of this call is unknown after a restart' }] }]);
     expect(mcp.calls).toHaveLength(1);
+    expect((await api.postOutput(resumed, next!.id, { content: 'done' })).turn).toBe('ended');
     await second.stop('SIGTERM');
   });
 });
