@@ -227,6 +227,8 @@ describe('the forest view in a browser', () => {
     const after = await startChild(root, 'after');
     const afterReport = await report(api, after, 'after the drop');
     await page.locator(reportNode(root.id, afterReport)).waitFor({ state: 'attached' });
+    // The child's node comes once its view is read, which may be after its report.
+    await page.locator(childNode(root.id, after.id)).waitFor();
 
     const ids = await page.locator('li.agent').evaluateAll((nodes) => nodes.map((n) => n.getAttribute('data-agent-id')));
     expect(ids.sort()).toEqual([root.id, ...before.map((c) => c.id), ...during.map((c) => c.id), grandchild.id, after.id].sort());

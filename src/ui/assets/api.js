@@ -105,6 +105,11 @@ export async function getAllPages(path, { limit = 1000 } = {}) {
   return { items, serverTime };
 }
 
+/** An error for a person to read: "the service's message (CODE)", or the network's. */
+export function errorText(error) {
+  return error?.code === undefined ? String(error?.message ?? error) : `${error.message} (${error.code})`;
+}
+
 export function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }

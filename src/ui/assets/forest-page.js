@@ -1,8 +1,10 @@
 /**
  * One forest's page: the tree (tree-view.js) fed by the model (forest-model.js), which the
- * first load and the forest's event stream fill, and the session reader beside it. This file
- * only wires them together and shows the toolbar: agents by status and the stream's state.
+ * first load and the forest's event stream fill, the session reader beside it, and above them
+ * the approvals waiting for a person (approvals-panel.js). This file only wires them together
+ * and shows the toolbar: agents by status and the stream's state.
  */
+import { ApprovalsPanel } from './approvals-panel.js';
 import { setCrumbs, showMessage } from './chrome.js';
 import { el, replaceChildren, setText } from './dom.js';
 import { followEvents } from './event-stream.js';
@@ -36,7 +38,8 @@ export function showForestPage(main, rootId) {
     panel.open(id, model.agents.get(id));
   };
   const panel = new SessionPanel({ nameOf: (id) => model.agents.get(id)?.label ?? id, onSelect: select, onClose: () => tree.select(undefined) });
-  replaceChildren(main, el('div', { class: 'forest-layout' }, el('section', { class: 'forest' }, toolbar, list), panel.element));
+  const approvals = new ApprovalsPanel(rootId, { onSelect: select });
+  replaceChildren(main, approvals.element, el('div', { class: 'forest-layout' }, el('section', { class: 'forest' }, toolbar, list), panel.element));
 
   const model = new ForestModel(rootId, {
     onChange: (kind, id, report) => tree.note(kind, id, report),
@@ -58,6 +61,7 @@ export function showForestPage(main, rootId) {
     onEvent: (event) => {
       model.apply(event);
       panel.onEvent(event);
+      approvals.onEvent(event);
     },
     onState: (state) => {
       streamState.dataset.state = state;
@@ -65,6 +69,7 @@ export function showForestPage(main, rootId) {
     },
   });
 
+  void approvals.load();
   loader.loadTree(rootId).then(
     () => model.releaseHold(),
     (error) => {

@@ -33,6 +33,18 @@ export function clock(iso) {
     : `${at.toISOString().slice(0, 10)} ${at.toLocaleTimeString('en-GB', { hour: '2-digit', minute: '2-digit', hour12: false })}`;
 }
 
+/** How long something has waited: "12 s", "4 min", "2 h 5 min", "3 d 4 h". */
+export function waitedText(ms) {
+  const seconds = Math.max(0, Math.floor(ms / 1000));
+  if (seconds < 60) return `${seconds} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes} min`;
+  const hours = Math.floor(minutes / 60);
+  if (hours < 24) return `${hours} h${minutes % 60 === 0 ? '' : ` ${minutes % 60} min`}`;
+  const days = Math.floor(hours / 24);
+  return `${days} d${hours % 24 === 0 ? '' : ` ${hours % 24} h`}`;
+}
+
 /** The text of message content: a string, or text blocks joined with a newline. */
 export function contentText(content) {
   if (typeof content === 'string') return content;

@@ -3,25 +3,32 @@
  * to resume after a restart (GET /v1/agents?live=false, a page at a time, "Show more" for the
  * next). Each has a Resume button that re-opens it with the operator key
  * (POST /v1/agents/{id}/resume); a refusal is shown on the root's row, with the service's code.
+ * A root whose forest has approvals waiting says how many (they can be decided while it is not
+ * running; its agents act on the decision once resumed).
  */
-import { postJson, getJson } from './api.js';
+import { errorText, getJson, postJson } from './api.js';
+import { approvalsBadge } from './approval-counts.js';
 import { el, replaceChildren } from './dom.js';
 import { clock } from './format.js';
 
 const PAGE_SIZE = 50;
 
 /**
- * The section, and `load()` to (re)read its first page. `onResumed(id)` is called once a root
- * is live again.
+ * The section, and `load(pending)` to (re)read its first page, with the approvals waiting by
+ * forest. `onResumed(id)` is called once a root is live again.
  * @param {{ onResumed: (id: string) => void | Promise<void> }} options
  */
 export function notRunningSection({ onResumed }) {
   const body = el('div', { class: 'not-running-body' }, el('p', { class: 'placeholder', text: 'Loading…' }));
   const element = el('section', { class: 'not-running' }, el('div', { class: 'page-head' }, el('h2', { text: 'Not running' })), body);
 
-  const rowsOf = (roots) => roots.map((root) => rootRow(root, onResumed));
+  /** @type {Map<string, number>} */
+  let pending = new Map();
+  const rowsOf = (roots) => roots.map((root) => rootRow(root, pending.get(root.id), onResumed));
 
-  const load = async () => {
+  /** @param {Map<string, number>} [waiting] approvals waiting, by forest */
+  const load = async (waiting = new Map()) => {
+    pending = waiting;
     let page;
     try {
       page = (await getJson(`/v1/agents?live=false&limit=${PAGE_SIZE}`)).body;
@@ -57,7 +64,7 @@ export function notRunningSection({ onResumed }) {
   return { element, load };
 }
 
-function rootRow(root, onResumed) {
+function rootRow(root, waiting, onResumed) {
   const error = el('span', { class: 'resume-error', role: 'alert' });
   const resume = el('button', { type: 'button', class: 'resume', text: 'Resume' });
   resume.addEventListener('click', async () => {
@@ -77,15 +84,10 @@ function rootRow(root, onResumed) {
   return el(
     'tr',
     { class: 'stopped-root', dataset: { agentId: root.id, openTurn: String(root.openTurn) } },
-    el('td', {}, el('span', { class: 'root-name', text: root.label ?? root.id })),
+    el('td', {}, el('span', { class: 'root-name', text: root.label ?? root.id }), approvalsBadge(waiting)),
     el('td', {}, el('time', { datetime: root.lastEntryAt, text: clock(root.lastEntryAt) })),
     el('td', {}, el('time', { datetime: root.createdAt, text: clock(root.createdAt) })),
     el('td', { class: 'turn', text: root.openTurn ? 'left open' : '' }),
     el('td', { class: 'actions' }, resume, error),
   );
-}
-
-/** "the service's message (CODE)", or the network's. */
-function errorText(error) {
-  return error.code === undefined ? error.message : `${error.message} (${error.code})`;
 }

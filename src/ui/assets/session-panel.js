@@ -3,7 +3,9 @@
  * (GET /v1/agents/{id}/session, PAGE entries at a time, `after` the last seq shown) as a
  * transcript, and, once the last page is read, the agent's new entries from the forest stream
  * as they arrive. Entries are shown in seq order, each once: stream entries that arrive while a
- * page loads wait for it, and a gap (entries not read yet) is left for "Load more".
+ * page loads wait for it, and a gap (entries not read yet) is left for "Load more". An approval
+ * of the agent is an entry of its session too, but its stream event does not carry the entry's
+ * seq: it makes the panel read the session on from the last entry shown.
  */
 import { getJson } from './api.js';
 import { el, replaceChildren, setText } from './dom.js';
@@ -39,6 +41,8 @@ export class SessionPanel {
     this.lastSeq = 0;
     this.atEnd = false;
     this.loading = false;
+    /** An approval's event arrived while a page was loading: read on once it is in. */
+    this.reread = false;
     /** @type {any[]} stream entries that arrived while a page was loading */
     this.buffered = [];
     this.context = { nameOf: this.hooks.nameOf, onSelect: this.hooks.onSelect, toolNames: new Map() };
@@ -66,17 +70,25 @@ export class SessionPanel {
 
   /** An event of the forest stream: the open agent's new entries join the transcript. */
   onEvent({ event, data }) {
+    if ((event === 'approval-requested' || event === 'approval-decided') && data.agentId === this.agentId) {
+      if (this.loading) this.reread = true;
+      else if (this.atEnd) void this.loadPage({ quiet: true });
+      return;
+    }
     if (event !== 'entry' || data.agentId !== this.agentId) return;
     if (this.loading) this.buffered.push(data.entry);
     else this.follow(data.entry);
   }
 
-  /** @private */
-  async loadPage() {
+  /**
+   * @private
+   * @param {{ quiet?: boolean }} [options] quiet: reading on for an approval, say nothing
+   */
+  async loadPage({ quiet = false } = {}) {
     const generation = this.generation;
     this.loading = true;
     this.more.hidden = true;
-    setText(this.state, 'Loading…');
+    if (!quiet) setText(this.state, 'Loading…');
     let page;
     try {
       page = (await getJson(`/v1/agents/${encodeURIComponent(this.agentId)}/session?after=${this.lastSeq}&limit=${PAGE}`)).body;
@@ -93,6 +105,10 @@ export class SessionPanel {
     this.atEnd = page.nextAfter === null;
     for (const entry of this.buffered.splice(0)) this.follow(entry);
     this.settle();
+    if (this.reread) {
+      this.reread = false;
+      void this.loadPage({ quiet: true });
+    }
   }
 
   /** @private A live entry: shown if it is the next one, else the transcript is behind. */

@@ -1,8 +1,8 @@
 /**
  * A session entry as a readable transcript block: turns and steps as dividers, messages with
  * who said them (a report names its child), tool calls with their arguments, tool results
- * under the call's name, turn ends with their reason. Each block keeps its raw JSON one click
- * away. Text is shown as text, never as markup.
+ * under the call's name, turn ends with their reason, a call's wait for a person and how it
+ * ended. Each block keeps its raw JSON one click away. Text is shown as text, never as markup.
  */
 import { el } from './dom.js';
 import { clock, contentText, dollars } from './format.js';
@@ -46,6 +46,8 @@ function body(entry, ctx) {
       ];
     case 'budget':
       return [el('div', { class: 'note' }, el('span', { text: `Budget: ${budgetText(entry.budget)}` }), at)];
+    case 'approval':
+      return [el('div', { class: 'note', title: entry.approval?.id }, el('span', { text: approvalText(entry.approval ?? {}) }), at)];
     case 'message':
       return message(entry, ctx, at);
     default:
@@ -110,6 +112,23 @@ function pretty(input) {
     }
   }
   return JSON.stringify(input, null, 2) ?? '';
+}
+
+/** What became of a call that waited for a person. */
+function approvalText({ state, tool, reason }) {
+  const why = reason === undefined || reason === '' ? '' : `: ${reason}`;
+  switch (state) {
+    case 'pending':
+      return `${tool} waits for a person's approval`;
+    case 'approved':
+      return `A person approved ${tool}${why}`;
+    case 'denied':
+      return `A person denied ${tool}${why}`;
+    case 'expired':
+      return `No one decided on ${tool} in time`;
+    default:
+      return `The wait for a person on ${tool} was ${state}`;
+  }
 }
 
 function budgetText(budget) {
