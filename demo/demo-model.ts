@@ -3,7 +3,9 @@
  * subagents. It reads the conversation the way a model would (what the last message is) and
  * answers with the same tools a real model is offered. The budget subagent asks the demo's MCP
  * server (mcp-server.ts) what the trip costs and reports what the tool said, read from its
- * result in the conversation. The translator's first task is held:
+ * result in the conversation; asked later to compare two cities, it calls that tool twice in one
+ * step and reports both results (an approval rule makes each call wait for a person). The
+ * translator's first task is held:
  * its request gets no answer until the service aborts it (the demo interrupts that turn).
  * The researcher's follow-up is asked only when the operator says so, so that the demo can
  * compact the settled researcher first.
@@ -23,6 +25,18 @@ export const PRICES_INPUT = { city: 'Lisbon', nights: 2 };
 const BUDGET = 'Budget: ';
 /** The budget subagent's report as the coordinator reads it (the sender line, then the output). */
 const REPORTED_BUDGET = new RegExp(`reported:\\s+(${BUDGET}.*)`);
+
+/** The coordinator's follow-up to the settled budget subagent: two calls of the prices tool, which an approval rule holds for a person. */
+export const COMPARE_TASK = 'What would 3 nights cost in Lisbon, and in Porto?';
+/** The budget subagent's two calls for it, in this order. */
+export const COMPARE_INPUTS = [
+  { city: 'Lisbon', nights: 3 },
+  { city: 'Porto', nights: 3 },
+];
+/** The budget subagent's report of the comparison starts so; then what each call's result said, in call order. */
+export const COMPARED = 'Compared: ';
+/** That report as the coordinator reads it. */
+const REPORTED_COMPARISON = new RegExp(`reported:\\s+${COMPARED}`);
 
 /** The researcher's first task, the prompt the coordinator spawns it with. */
 export const RESEARCH_TASK = 'List three sights in Lisbon worth a weekend.';
@@ -54,16 +68,32 @@ export function isHeld(request: ChatRequest): boolean {
  */
 function child(request: ChatRequest, role: string, text: string): Reply {
   if (role === 'tool') {
-    if (answersCallOf(request, PRICES_TOOL)) return { answer: { toolCalls: [call('report', { output: `${BUDGET}${text}` })] } };
+    if (answersCallOf(request, PRICES_TOOL)) {
+      const results = lastResults(request);
+      const output = results.length > 1 ? `${COMPARED}${results.join(' | ')}` : `${BUDGET}${text}`;
+      return { answer: { toolCalls: [call('report', { output })] } };
+    }
     return { answer: { content: 'Reported to the coordinator.' } };
   }
   if (text.includes(HELD_TASK)) return { hang: true };
+  if (text.includes(COMPARE_TASK)) {
+    if (hasTool(request, PRICES_TOOL)) return { answer: { toolCalls: COMPARE_INPUTS.map((input) => call(PRICES_TOOL, input)) } };
+    return { answer: { toolCalls: [call('report', { output: `${COMPARED}unknown: I was not given ${PRICES_TOOL}.` })] } };
+  }
   if (/cost|budget/i.test(text)) {
     if (hasTool(request, PRICES_TOOL)) return { answer: { toolCalls: [call(PRICES_TOOL, PRICES_INPUT)] } };
     return { answer: { toolCalls: [call('report', { output: `${BUDGET}unknown: I was not given ${PRICES_TOOL}.` })] } };
   }
   const output = /thank you/i.test(text) ? THANKS : /good evening/i.test(text) ? EVENING : /free/i.test(text) ? FREE : SIGHTS;
   return { answer: { toolCalls: [call('report', { output })] } };
+}
+
+/** The results of the last assistant message's calls, in call order. */
+function lastResults(request: ChatRequest): string[] {
+  const asked = request.messages.findLastIndex((m) => m.role === 'assistant');
+  const calls = request.messages[asked]?.tool_calls ?? [];
+  const results = request.messages.slice(asked + 1).filter((m) => m.role === 'tool');
+  return calls.map((c) => results.find((m) => m.tool_call_id === c.id)?.content ?? 'no result');
 }
 
 /** True when the conversation ends with the result of a call to `tool`. */
@@ -87,8 +117,10 @@ function coordinator(request: ChatRequest, role: string, text: string): Reply {
   if (/start a translator/i.test(text)) return { answer: { toolCalls: [call('spawn_subagent', { prompt: HELD_TASK, label: 'translator' })] } };
   if (/ask the researcher/i.test(text)) return sendTo(request, 'researcher', FOLLOW_UP);
   if (/ask the translator/i.test(text)) return sendTo(request, 'translator', QUEUED_TASK);
+  if (/ask the budget/i.test(text)) return sendTo(request, 'budget', COMPARE_TASK);
   if (/translator to go on/i.test(text)) return sendTo(request, 'translator', WAKING_TASK);
   if (REPORTED_BUDGET.test(text)) return { answer: { content: 'Noted the budget.' } };
+  if (REPORTED_COMPARISON.test(text)) return { answer: { content: 'Noted the comparison.' } };
   if (text.includes(FREE)) return { answer: { content: `Plan: ${SIGHTS} ${reportedBudget(request)} ${FREE}` } };
   if (text.includes(SIGHTS)) return { answer: { content: 'Noted the sights.' } };
   if (text.includes(THANKS) || text.includes(EVENING)) return { answer: { content: 'Noted the phrase.' } };

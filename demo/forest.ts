@@ -19,6 +19,23 @@ export interface Entry {
   event?: string;
   summary?: string;
   throughSeq?: number;
+  /** An `approval` entry: the approval as it is from that entry on. */
+  approval?: ApprovalView;
+}
+
+/** A tool call waiting for (or given) a person's decision, as `GET /v1/approvals` shows it. */
+export interface ApprovalView {
+  id: string;
+  state: string;
+  rootId: string;
+  agentId: string;
+  /** The agents from the root down to the one that asked. */
+  path: string[];
+  toolCallId: string;
+  tool: string;
+  input: unknown;
+  effectKey: string;
+  reason?: string;
 }
 
 export interface View {
@@ -92,7 +109,7 @@ async function printNode(api: Api, view: View, indent: string): Promise<Node> {
 /**
  * One session entry as one line, or nothing for entries the tree leaves out (step starts). A
  * compaction shows what it stands for (the entries through its throughSeq, still listed above
- * it) and the summary later steps start from.
+ * it) and the summary later steps start from; an approval, the call it is about and its state.
  */
 function describe(entry: Entry): string | undefined {
   const text = (entry.content ?? []).map((b) => b.text).join(' ');
@@ -106,6 +123,11 @@ function describe(entry: Entry): string | undefined {
       return `(activation ${entry.event})`;
     case 'compaction':
       return `── compaction through seq ${entry.throughSeq}; later requests start from: ${JSON.stringify(entry.summary ?? '')} ──`;
+    case 'approval': {
+      const a = entry.approval;
+      if (a === undefined) return undefined;
+      return short(`(approval ${a.state}: ${a.tool} ${JSON.stringify(a.input)}${a.reason === undefined ? '' : ` — ${JSON.stringify(a.reason)}`})`);
+    }
     case 'message': {
       if (entry.role === 'assistant') {
         const calls = (entry.toolCalls ?? []).map((c) => `${c.name} ${JSON.stringify(c.input)}`).join('; ');

@@ -14,9 +14,12 @@
  * translator, whose first model request the scripted model holds, and queues it a second task;
  * the operator interrupts the translator: its turn ends `cancelled`, the held request is
  * aborted, and the queued task waits until the coordinator's next message, which runs both.
- * Last, a second root, the planner, is created with a budget of 5 steps: its forecaster's
- * third step spends the rest, the forest stops (paused, no model request), and once the
- * operator raises the budget the forecaster finishes (budget.ts).
+ * Then the operator puts an approval rule that asks about the prices tool in the coordinator's
+ * forest; the budget subagent, asked to price two cities, calls it twice, both calls wait in
+ * the inbox, and the operator approves one (it runs) and denies the other with a reason, which
+ * the model reads (approvals.ts). Last, a second root, the planner, is created with a budget of
+ * 5 steps: its forecaster's third step spends the rest, the forest stops (paused, no model
+ * request), and once the operator raises the budget the forecaster finishes (budget.ts).
  * Prints the coordinator's forest as a tree with every session's messages, and checks what it should show.
  *
  *   DEMO_MODEL_URL=https://api.deepseek.com/v1 DEMO_API_KEY=sk-... npm run demo
@@ -28,6 +31,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { approvalChecks, approvalDemo, type ApprovalRun } from './approvals.js';
 import { budgetDemo, BudgetScript } from './budget.js';
 import { compactionChecks, compactResearcher, researcherRequests, type Compacted, type ResearcherRequests } from './compaction.js';
 import { demoModel, FOLLOW_UP, HELD_TASK, isHeld, QUEUED_TASK, WAKING_TASK } from './demo-model.js';
@@ -101,16 +105,28 @@ async function main(): Promise<void> {
     await say(api, 'Tell the translator to go on.');
     await quiet(api, (s) => scripted === undefined || reportCount(s) >= 5);
 
-    step('7. a second root, the planner, has a budget of 5 steps for its forest; it starts a forecaster that reports');
+    step("7. an approval rule makes the prices tool ask a person in the coordinator's forest; asked to price Lisbon");
+    step('   and Porto, the budget subagent calls it twice and both calls wait in the inbox; the operator approves');
+    step('   one and denies the other with a reason, and the budget subagent reports what it read');
+    const approvals = await approvalDemo({
+      api,
+      server: mcp,
+      scripted: scripted !== undefined,
+      say: (content) => say(api, content),
+      until,
+      rest: (n) => quiet(api, (s) => reportCount(s) >= n),
+    });
+
+    step('8. a second root, the planner, has a budget of 5 steps for its forest; it starts a forecaster that reports');
     step("   a day per step: the forecaster's third step spends the rest, and the budget stops the forest");
     const budget = budgetDemo({ api, url: service.url, model, scripted, until, pause });
     await budget.stop();
-    step('8. the operator raises the budget to 10 steps: the forecaster goes on and the forest finishes');
+    step('9. the operator raises the budget to 10 steps: the forecaster goes on and the forest finishes');
     await budget.raise();
 
     console.log("\nthe coordinator's forest:\n");
     const tree = await printTree(api, 'coordinator');
-    ok = check(tree, lookup, interrupted, compacted, researcherSaw, budget.checks());
+    ok = check(tree, lookup, interrupted, compacted, researcherSaw, approvals, budget.checks());
   } finally {
     await service?.stop();
     await mcp.close();
@@ -225,7 +241,15 @@ async function quiet(api: Api, done: (coordinator: Entry[]) => boolean): Promise
 }
 
 /** What the demo is meant to show, checked on the sessions it printed. */
-function check(root: Node, lookup: PriceLookup, interrupt: Interrupted, compacted: Compacted, researcherSaw: ResearcherRequests | undefined, budget: [string, boolean][]): boolean {
+function check(
+  root: Node,
+  lookup: PriceLookup,
+  interrupt: Interrupted,
+  compacted: Compacted,
+  researcherSaw: ResearcherRequests | undefined,
+  approvals: ApprovalRun,
+  budget: [string, boolean][],
+): boolean {
   const turnPrompts = new Set(root.entries.filter((e) => e.type === 'turn-start').map((e) => e.messageId));
   const reports = root.entries.filter((e) => e.source?.kind === 'subagent-report');
   const researcher = root.children.find((c) => c.view.label === 'researcher');
@@ -253,6 +277,7 @@ function check(root: Node, lookup: PriceLookup, interrupt: Interrupted, compacte
     ],
     ['every other turn completed', ends.filter((r) => r === 'cancelled').length === 1 && ends.filter((r) => r !== 'completed').length === 1],
     ['token usage recorded for every model answer', nodes.every((n) => n.entries.filter((e) => e.role === 'assistant').every((e) => e.usage !== undefined))],
+    ...approvalChecks(approvals),
     ...budget,
   ];
   console.log('\nchecks:');

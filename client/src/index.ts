@@ -2,7 +2,9 @@
  * The typed agentforest client: openapi-fetch over the paths that openapi-typescript generates
  * from the committed `openapi.yaml` (`npm run client:generate` writes `schema.d.ts`; a test fails
  * when it drifts). Owns the operator key (sent as `Authorization: Bearer`), the per-call agent
- * token header, the service's error shape and a few names for the contract's types.
+ * token header, the service's error shape, a few names for the contract's types, and wrappers
+ * that answer the data or throw AgentforestError: a whole session (`readSession`), the
+ * approvals inbox (`listApprovals`) and a person's decision (`decide`).
  * The step-loop driver is `./driver.js` (it imports this module, never the reverse).
  */
 import createClient, { type Client } from 'openapi-fetch';
@@ -60,6 +62,14 @@ export type OutputResult = Json<Post<'/v1/agents/{id}/steps/{stepId}/output'>['r
 export type SessionPage = Json<Get<'/v1/agents/{id}/session'>['responses'][200]>;
 /** One durable session entry: a union discriminated by `type`. */
 export type SessionEntry = Schemas['SessionEntry'];
+/** A tool call waiting for (or given) a person's decision. */
+export type Approval = Schemas['Approval'];
+/** What the inbox is asked for: `state`, `rootId` (one forest), `limit` (default 100) and `cursor` (a page's `nextCursor`). */
+export type ApprovalQuery = NonNullable<Get<'/v1/approvals'>['parameters']['query']>;
+/** One page of the inbox: `{items, nextCursor}`, oldest first. */
+export type ApprovalPage = Json<Get<'/v1/approvals'>['responses'][200]>;
+/** A person's decision: `{decision: 'approve' | 'deny', reason?, remember?: 'once' | 'forest' | 'always'}`. */
+export type ApprovalDecision = Json<Post<'/v1/approvals/{approvalId}/decision'>['requestBody']>;
 
 /** The body of every error response: `{statusCode, code, error, message}`. */
 export interface ErrorBody {
@@ -109,4 +119,28 @@ export async function readSession(client: AgentforestClient, agentId: string, pa
     if (data.nextAfter === null) return entries;
     after = data.nextAfter;
   }
+}
+
+/**
+ * One page of the approvals inbox (every forest unless `rootId` names one), oldest first. Pass
+ * the page's `nextCursor` as `cursor` for the next; it is null on the last.
+ */
+export async function listApprovals(client: AgentforestClient, query: ApprovalQuery = {}): Promise<ApprovalPage> {
+  const { data, error, response } = await client.GET('/v1/approvals', { params: { query } });
+  if (data === undefined) throw new AgentforestError('GET /v1/approvals', response.status, error);
+  return data;
+}
+
+/**
+ * Approve or deny a call that waits for a person; answers the approval as it now is. The same
+ * decision again answers it as it is; another one after a decision, an expiry or a cancellation
+ * rejects with `code: 'APPROVAL_DECIDED'` (409), an unknown id with `APPROVAL_NOT_FOUND` (404).
+ */
+export async function decide(client: AgentforestClient, approvalId: string, decision: ApprovalDecision): Promise<Approval> {
+  const { data, error, response } = await client.POST('/v1/approvals/{approvalId}/decision', {
+    params: { path: { approvalId } },
+    body: decision,
+  });
+  if (data === undefined) throw new AgentforestError(`POST /v1/approvals/${approvalId}/decision`, response.status, error);
+  return data;
 }

@@ -16,8 +16,11 @@ import {
   AgentforestError,
   asAgent,
   createAgentforestClient,
+  decide,
+  listApprovals,
   readSession,
   type AgentforestClient,
+  type Approval,
   type ChatMessage,
   type SessionEntry,
 } from '../../client/src/index.js';
@@ -340,6 +343,74 @@ describe('the typed client and its driver against the real server', () => {
     expect(stopped).toMatchObject({ status: 409, code: 'BUDGET_EXHAUSTED' });
     const view = await client.GET('/v1/agents/{id}', { params: { path: { id: root.id } } });
     expect(view.data).toMatchObject({ status: 'paused', pausedBy: { agentId: root.id, budget: 'tokens' }, budget: { tokens: 30, remaining: { tokens: 0 } } });
+  });
+
+  it('lists the calls an approval rule asks about in the inbox, page by page, and decides them: the driver waits, then its model reads what each decision did', async () => {
+    const { baseUrl } = await serve();
+    const client = createAgentforestClient({ baseUrl });
+    const root = await createRoot(client, 'You delegate.');
+    const rule = await client.PUT('/v1/approval-rules/{id}', { params: { path: { id: 'spawns' } }, body: { tool: 'spawn_subagent', rootId: root.id, decision: 'ask' } });
+    expect(rule.data).toMatchObject({ id: 'spawns', tool: 'spawn_subagent', rootId: root.id, decision: 'ask' });
+    await followup(client, root.id, 'Find two answers.');
+
+    const { model, seen } = scripted([
+      {
+        toolCalls: [
+          { id: 'call-a', name: 'spawn_subagent', input: { prompt: 'Search A.', label: 'a' } },
+          { id: 'call-b', name: 'spawn_subagent', input: { prompt: 'Search B.', label: 'b' } },
+        ],
+      },
+      { content: 'One started.' },
+    ]);
+    const driving = runAgent({ client, agentId: root.id, agentToken: root.token, model, waitMs: 5000, maxTurns: 1 });
+
+    let pending: Approval[] = [];
+    await until(async () => (pending = (await listApprovals(client, { state: 'pending', rootId: root.id })).items).length === 2, 'both calls wait', 5000);
+    const byCall = (id: string): Approval => pending.find((a) => a.toolCallId === id)!;
+    expect(byCall('call-a')).toMatchObject({ state: 'pending', rootId: root.id, agentId: root.id, path: [root.id], tool: 'spawn_subagent', input: { prompt: 'Search A.', label: 'a' } });
+    expect(byCall('call-b')).toMatchObject({ state: 'pending', tool: 'spawn_subagent', input: { prompt: 'Search B.', label: 'b' } });
+    // Nothing ran while they wait: no child, and the model was asked once.
+    expect((await client.GET('/v1/agents', { params: { query: { parentId: root.id } } })).data?.items).toEqual([]);
+    expect(seen).toHaveLength(1);
+
+    // One page at a time; another forest's inbox is empty.
+    const first = await listApprovals(client, { rootId: root.id, limit: 1 });
+    expect(first.items).toHaveLength(1);
+    expect(first.nextCursor).not.toBeNull();
+    const second = await listApprovals(client, { rootId: root.id, limit: 1, cursor: first.nextCursor! });
+    expect(second.nextCursor).toBeNull();
+    expect([...first.items, ...second.items].map((a) => a.id).sort()).toEqual(pending.map((a) => a.id).sort());
+    expect(await listApprovals(client, { rootId: 'another-forest' })).toEqual({ items: [], nextCursor: null });
+
+    const approved = await decide(client, byCall('call-a').id, { decision: 'approve' });
+    expect(approved).toMatchObject({ id: byCall('call-a').id, state: 'approved', decidedAt: expect.any(String) });
+    const denied = await decide(client, byCall('call-b').id, { decision: 'deny', reason: 'one is enough', remember: 'forest' });
+    expect(denied).toMatchObject({ state: 'denied', reason: 'one is enough', remember: 'forest' });
+
+    expect(await driving).toEqual({ turns: 1, steps: 2, stoppedBy: 'maxTurns' });
+    const results = seen[1]?.messages.filter((m) => m.role === 'tool');
+    expect(results).toHaveLength(2);
+    expect(results).toContainEqual({ role: 'tool', tool_call_id: 'call-b', content: 'Error: a person denied the call to spawn_subagent: one is enough' });
+    expect(JSON.stringify(results?.find((m) => m.role === 'tool' && m.tool_call_id === 'call-a'))).toMatch(/started background subagent/);
+    const kids = (await client.GET('/v1/agents', { params: { query: { parentId: root.id } } })).data?.items ?? [];
+    expect(kids.map((k) => k.label)).toEqual(['a']);
+
+    // The inbox by state; `remember: forest` added a rule for the forest.
+    expect((await listApprovals(client, { state: 'pending' })).items).toEqual([]);
+    expect((await listApprovals(client, { state: 'approved', rootId: root.id })).items).toEqual([approved]);
+    expect((await listApprovals(client, { state: 'denied', rootId: root.id })).items).toEqual([denied]);
+    const rules = (await client.GET('/v1/approval-rules')).data?.items ?? [];
+    expect(rules).toContainEqual(expect.objectContaining({ id: expect.stringContaining(denied.id), tool: 'spawn_subagent', rootId: root.id, decision: 'deny' }));
+
+    // The same decision again answers the approval as it is; another is 409, an unknown id 404.
+    expect(await decide(client, approved.id, { decision: 'approve' })).toEqual(approved);
+    const late = await decide(client, approved.id, { decision: 'deny' }).catch((error: unknown) => error);
+    expect(late).toBeInstanceOf(AgentforestError);
+    expect(late).toMatchObject({ status: 409, code: 'APPROVAL_DECIDED' });
+    const unknown = await decide(client, 'apr_unknown', { decision: 'approve' }).catch((error: unknown) => error);
+    expect(unknown).toMatchObject({ status: 404, code: 'APPROVAL_NOT_FOUND' });
+    const invalid = await listApprovals(client, { limit: 0 }).catch((error: unknown) => error);
+    expect(invalid).toMatchObject({ status: 400, code: 'VALIDATION' });
   });
 
   it('sends the operator key as a bearer token and an agent token per call', async () => {

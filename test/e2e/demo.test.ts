@@ -3,7 +3,9 @@
  * model, registers its own MCP server, whose tool a child calls (the server sees the effect key
  * of the child's session) and reports what it said to its parent, shows a settled child
  * compacted and then resumed from the summary, an interrupt of a
- * child and what it did, a steps budget stopping a second forest until the operator raises it,
+ * child and what it did, an approval rule holding a child's two calls of the MCP tool in the
+ * inbox until the operator approves one (it runs) and denies the other (the child reads the
+ * reason), a steps budget stopping a second forest until the operator raises it,
  * and every check it prints passes (the exit code says so too).
  */
 import { execFile } from 'node:child_process';
@@ -13,7 +15,7 @@ import { describe, expect, it } from 'vitest';
 const run = promisify(execFile);
 
 describe('npm run demo', () => {
-  it('drives a whole forest with the built-in driver, has a child call the demo\'s MCP tool and report its answer with the effect key the server saw matching its session\'s, compacts a settled child that then resumes from the summary, interrupts a child whose queued task then waits for the next message, stops a forest at its steps budget until the operator raises it, and passes its own checks', async () => {
+  it('drives a whole forest with the built-in driver, has a child call the demo\'s MCP tool and report its answer with the effect key the server saw matching its session\'s, compacts a settled child that then resumes from the summary, interrupts a child whose queued task then waits for the next message, holds two tool calls of a child for a person who approves one and denies the other, stops a forest at its steps budget until the operator raises it, and passes its own checks', async () => {
     // The overload guard off, as for every spawned test server: this test is not about it.
     const env: NodeJS.ProcessEnv = { ...process.env, DEMO_FROM_SOURCE: '1', AGENTFOREST_MAX_EVENT_LOOP_DELAY_MS: '0' };
     delete env.DEMO_MODEL_URL;
@@ -50,7 +52,32 @@ describe('npm run demo', () => {
     expect(stdout).toContain('translator [running]: turn-end cancelled; queued tasks 1, and 0.3 s later still 1 turn started');
     const child = stdout.slice(stdout.indexOf(`child translator (${translator?.[1]})  [settled]`));
     expect(child.match(/── turn (\w+) ──/g)).toEqual(['── turn cancelled ──', '── turn completed ──', '── turn completed ──']);
-    const budget = stdout.slice(stdout.indexOf('== 7. '), stdout.indexOf("the coordinator's forest:"));
+    // The approvals: both calls wait with the budget subagent's path; one approved runs, the denied one's result is the reason.
+    const budgetId = /child budget \((\S+)\)/.exec(stdout)?.[1] ?? 'missing';
+    const approvals = stdout.slice(stdout.indexOf('== 7. '), stdout.indexOf('== 8. '));
+    expect(approvals).toContain('   PUT /v1/approval-rules/prices-ask {"tool":"mcp__prices__trip_cost","rootId":"coordinator","decision":"ask"} → 200\n');
+    expect(approvals).toContain('   GET /v1/approvals?state=pending&rootId=coordinator → 200, 2 waiting; the prices server saw 0 calls meanwhile\n');
+    const waiting = [...approvals.matchAll(/^ {6}(apr_\S+) mcp__prices__trip_cost (\{.+\}) {2}path (.+)$/gm)].map(([, id, input, path]) => ({ id, input, path }));
+    expect(waiting.map((w) => [w.input, w.path])).toEqual([
+      ['{"city":"Lisbon","nights":3}', `coordinator > ${budgetId} (budget)`],
+      ['{"city":"Porto","nights":3}', `coordinator > ${budgetId} (budget)`],
+    ]);
+    expect(approvals).toContain(`   POST /v1/approvals/${waiting[0]?.id}/decision {"decision":"approve"} → 200 approved\n`);
+    expect(approvals).toContain(`   POST /v1/approvals/${waiting[1]?.id}/decision {"decision":"deny","reason":"We stay in Lisbon."} → 200 denied\n`);
+    const ran = /^ {3}approved \{"city":"Lisbon","nights":3\}: the prices server got it with effect key (ek_\S+) \(the approval's\)\n {6}budget subagent read the result (".+")$/m.exec(approvals);
+    const lisbon = JSON.parse(ran?.[2] ?? 'null') as string;
+    expect(lisbon).toMatch(/^Lisbon, 3 nights: .+ EUR in all\.$/);
+    expect(ran?.[1]).not.toBe(mcpCall?.[1]);
+    const deniedText = 'Error: a person denied the call to mcp__prices__trip_cost: We stay in Lisbon.';
+    expect(approvals).toContain(`   denied {"city":"Porto","nights":3}: the prices server never got it\n      budget subagent read the error ${JSON.stringify(deniedText)}\n`);
+    const compared = JSON.parse(/^ {3}coordinator's session: report (".+")$/m.exec(approvals)?.[1] ?? '""') as string;
+    expect(compared).toBe(`Background subagent ${budgetId} reported: Compared: ${lisbon} | ${deniedText}`);
+    expect(budgetChild).toContain('│ (approval pending: mcp__prices__trip_cost {"city":"Porto","nights":3})\n');
+    expect(budgetChild).toContain('│ (approval denied: mcp__prices__trip_cost {"city":"Porto","nights":3} — "We stay in Lisbon.")\n');
+    expect(budgetChild).toContain(`│ tool error: ${deniedText}\n`);
+    expect(budgetChild).toContain('│ (approval approved: mcp__prices__trip_cost {"city":"Lisbon","nights":3})\n');
+    expect(budgetChild).toContain(`│ tool: ${lisbon}\n`);
+    const budget = stdout.slice(stdout.indexOf('== 8. '), stdout.indexOf("the coordinator's forest:"));
     const exhausted = /^ {3}event: budget-exhausted (.+)$/gm.exec(budget);
     expect(budget.match(/event: budget-exhausted/g)).toHaveLength(1);
     expect(JSON.parse(exhausted?.[1] ?? 'null')).toEqual({ agentId: expect.stringMatching(/^agt_/), pausedBy: { agentId: 'planner', budget: 'steps' } });
@@ -62,7 +89,7 @@ describe('npm run demo', () => {
     expect(budget).toMatch(/usage {2}planner {5}self 2 steps, \d+ tokens; subtree 7 steps, \d+ tokens; budget 10 steps, 3 remain\n {10}forecaster {2}self 5 steps/);
     expect(budget).toContain('model requests 7');
     const checks = stdout.slice(stdout.indexOf('checks:'));
-    expect(checks.match(/^ {2}ok /gm)).toHaveLength(20);
+    expect(checks.match(/^ {2}ok /gm)).toHaveLength(24);
     expect(checks).not.toContain('FAIL');
   }, 60_000);
 });
