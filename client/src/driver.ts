@@ -239,6 +239,9 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
     const step = await claim();
     if (step === null) continue;
 
+    // Children that calls a person approved started or resumed since the last step.
+    for (const child of step.spawned ?? []) options.onChild?.({ via: 'spawned', ...child });
+    for (const child of step.resumed ?? []) options.onChild?.({ via: 'resumed', ...child });
     const release = keepLease(step);
     let turn: 'open' | 'ended';
     try {

@@ -1210,6 +1210,10 @@ export interface components {
             lease: components["schemas"]["StepLease"];
             /** @description About how many tokens the step's messages and tools take: their JSON's UTF-8 bytes over 4, rounded up. */
             estimatedTokens: number;
+            /** @description Children started, with their tokens, by calls that ran after the previous step was answered (calls a person approved). */
+            spawned?: components["schemas"]["Credential"][];
+            /** @description Children cold-resumed by such calls, with their new tokens. */
+            resumed?: components["schemas"]["Credential"][];
             /** @description The digest of the whole conversation (every message, in delta form too), so a backend can check its copy: SHA-256 chained over each message's compact JSON text (keys in the order sent), `d = hex(sha256(d + json))` from the empty string. */
             prefixDigest: string;
         };

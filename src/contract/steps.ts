@@ -78,6 +78,12 @@ export const Step = shared(
       tools: Type.Array(ref(ChatTool), { description: 'The service-owned tools, in the chat-completions function shape.' }),
       lease: ref(StepLease),
       estimatedTokens: Type.Integer({ minimum: 0, description: "About how many tokens the step's messages and tools take: their JSON's UTF-8 bytes over 4, rounded up." }),
+      spawned: Type.Optional(
+        Type.Array(ref(Credential), {
+          description: 'Children started, with their tokens, by calls that ran after the previous step was answered (calls a person approved).',
+        }),
+      ),
+      resumed: Type.Optional(Type.Array(ref(Credential), { description: 'Children cold-resumed by such calls, with their new tokens.' })),
       prefixDigest: Type.String({
         pattern: '^[0-9a-f]{64}$',
         description:

@@ -4,7 +4,7 @@
  * is copied out rather than serialised again; `stepObject` parses it for in-process callers
  * (the built-in model driver).
  */
-import type { Step } from '../contract/index.js';
+import type { AgentCredential, Step } from '../contract/index.js';
 import type { LeaseView } from './step-lease.js';
 import type { RenderedMessages } from './step-cache.js';
 
@@ -17,6 +17,14 @@ export interface RenderedStep {
   /** The tools' JSON array text. */
   toolsJson: string;
   estimatedTokens: number;
+  /** Children that calls run since the previous step's output (approved ones) started or resumed. */
+  credentials?: LateCredentials | undefined;
+}
+
+/** Children's credentials that no output's answer carried: they go with the agent's next step. */
+export interface LateCredentials {
+  spawned: AgentCredential[];
+  resumed: AgentCredential[];
 }
 
 /** About four bytes of JSON per token: an estimate a backend can decide a compaction by. */
@@ -34,9 +42,12 @@ export function stepJsonPieces(step: RenderedStep, outer: Record<string, string>
   for (const [key, value] of Object.entries(outer)) start += `${JSON.stringify(key)}:${JSON.stringify(value)},`;
   const key = step.messages.delta ? 'messagesSince' : 'messages';
   start += `"step":{"id":${JSON.stringify(step.id)},"turnId":${JSON.stringify(step.turnId)},"index":${step.index},"${key}":`;
+  const late = step.credentials;
+  const credentials =
+    late === undefined ? '' : `${late.spawned.length > 0 ? `,"spawned":${JSON.stringify(late.spawned)}` : ''}${late.resumed.length > 0 ? `,"resumed":${JSON.stringify(late.resumed)}` : ''}`;
   const end =
     `,"tools":${step.toolsJson},"lease":${JSON.stringify(step.lease)},` +
-    `"estimatedTokens":${step.estimatedTokens},"prefixDigest":"${step.messages.mark.digest}"}}`;
+    `"estimatedTokens":${step.estimatedTokens}${credentials},"prefixDigest":"${step.messages.mark.digest}"}}`;
   return [Buffer.from(start), ...step.messages.json, Buffer.from(end)];
 }
 

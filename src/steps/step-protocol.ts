@@ -28,7 +28,7 @@ import type { Tracing } from '../observation/tracing/tracing.js';
 import { readOutput } from './chat-output.js';
 import type { InterruptedSteps } from './interrupted-steps.js';
 import { loggableCall } from './redaction.js';
-import { estimateTokens, type RenderedStep } from './rendered-step.js';
+import { estimateTokens, type LateCredentials, type RenderedStep } from './rendered-step.js';
 import type { StepCache } from './step-cache.js';
 import { failedCall, refusedByRule, unknownTool, type RunOutcome, type ToolCalls } from '../tools/tool-calls.js';
 import { effectKeyOf } from '../tools/effect-keys.js';
@@ -76,6 +76,9 @@ function refuseDriven(agent: LiveAgent): void {
 type KeyedCall = ToolCall & { effectKey: string };
 
 export class StepProtocol {
+  /** Credentials of children that approved calls started or resumed, until the agent's next step carries them. */
+  private readonly late = new WeakMap<LiveAgent, LateCredentials>();
+
   constructor(private readonly deps: StepProtocolDeps) {}
 
   /** Steps claimed whose output has not arrived: model requests in flight. */
@@ -259,6 +262,12 @@ export class StepProtocol {
     const run = async (): Promise<void> => {
       try {
         const done = await this.deps.calls.run(agent, tool, call, signal);
+        if (done.spawned.length + done.resumed.length > 0) {
+          const late = this.late.get(agent) ?? { spawned: [], resumed: [] };
+          late.spawned.push(...done.spawned);
+          late.resumed.push(...done.resumed);
+          this.late.set(agent, late);
+        }
         if (signal.aborted || !awaits(agent, stepId, call.id)) return;
         agent.steps.recordToolResult(stepId, call.id, done.result.content, done.result.isError);
         await this.deps.log.durable(agent.rootId);
@@ -353,6 +362,8 @@ export class StepProtocol {
   async renderStep(claim: StepClaim, since?: string): Promise<RenderedStep> {
     const messages = await this.deps.cache.render(claim.agent, claim.stepId, claim.upToSeq, since);
     const toolsJson = JSON.stringify(renderTools(this.deps.tools.listFor(claim.agent)));
+    const credentials = this.late.get(claim.agent);
+    this.late.delete(claim.agent);
     return {
       id: claim.stepId,
       turnId: claim.turnId,
@@ -361,13 +372,15 @@ export class StepProtocol {
       messages,
       toolsJson,
       estimatedTokens: estimateTokens(messages.mark.bytes + Buffer.byteLength(toolsJson)),
+      credentials,
     };
   }
 
-  /** Render a claimed step; if its caller left meanwhile, give the step back instead. */
+  /** Render a claimed step; if its caller left meanwhile, give the step (and what it carried) back instead. */
   private async handOver(claim: StepClaim, signal: AbortSignal | undefined, since: string | undefined): Promise<RenderedStep | null> {
     const step = await this.renderStep(claim, since);
     if (signal?.aborted !== true) return step;
+    if (step.credentials !== undefined && !this.late.has(claim.agent)) this.late.set(claim.agent, step.credentials);
     claim.agent.steps.release(claim.stepId);
     return null;
   }

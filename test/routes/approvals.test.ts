@@ -133,6 +133,10 @@ describe('asking a person', () => {
     expect(json(decided)).toMatchObject({ ...asked, state: 'approved', decidedAt: expect.any(String) });
     const next = await nextStep(h, root);
     expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'c1' });
+    // The child's credential, which no output's answer carried, comes with the next step, once.
+    expect(next.spawned).toEqual([{ agentId: expect.any(String), agentToken: expect.any(String) }]);
+    const child = { id: next.spawned![0]!.agentId, token: next.spawned![0]!.agentToken };
+    expect((await nextStep(h, child)).messages.at(-1)).toMatchObject({ role: 'user', content: 'look into it' });
     const results = toolResultOf(await session(h.app, 'r'), 'c1');
     expect(results).toHaveLength(1);
     expect(results[0]!.isError).toBeUndefined();
