@@ -504,6 +504,20 @@ describe('layout', () => {
   });
 });
 
+describe('test isolation', () => {
+  it('runs every test file that replaces a module in a registry of its own (vitest.config.ts ISOLATED_TEST_FILES), and only those', async () => {
+    const { ISOLATED_TEST_FILES } = await import('../vitest.config.js');
+    const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+    const testFiles = (dir: string): string[] =>
+      readdirSync(join(root, dir), { withFileTypes: true }).flatMap((entry) =>
+        entry.isDirectory() ? testFiles(join(dir, entry.name)) : entry.name.endsWith('.test.ts') ? [join(dir, entry.name).split(sep).join('/')] : [],
+      );
+    const mocking = testFiles('test').filter((file) => /\bvi\.(mock|doMock|stubGlobal|stubEnv)\(/.test(readFileSync(join(root, file), 'utf8')));
+    expect(mocking.length).toBeGreaterThan(0);
+    expect([...ISOLATED_TEST_FILES].sort()).toEqual(mocking.sort());
+  });
+});
+
 describe('adapters and composition', () => {
   const all = sourceFiles('');
   const adapters = sourceFiles('adapters');
