@@ -11,6 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Approval, OutputResult } from '../../src/contract/index.js';
 import { KEY_STORAGE_NAME, launchBrowser, openPage } from '../fixtures/browser.js';
 import { startLabelledChild, stepWith } from '../fixtures/research-forest.js';
+import { join } from 'node:path';
+import { tempDir } from '../fixtures/cleanup.js';
 import { uniqueId, waitForSession } from '../fixtures/scenario-steps.js';
 import { ServerClient, startServer, stopLeftoverServers, type AgentRef, type RunningServer } from '../fixtures/server-process.js';
 import type { Entry } from '../fixtures/wire.js';
@@ -169,6 +171,33 @@ describe('approvals in the forest view', () => {
     expect(await row.locator('button.approve').isDisabled()).toBe(true);
     expect(await row.locator('button.deny').isDisabled()).toBe(true);
     expect(await api.expect<Approval>(200, 'GET', `/v1/approvals/${asked.id}`)).toMatchObject({ state: 'denied' });
+    expect(pageFaults(errors)).toEqual([]);
+  });
+
+  it('lists the approvals of a forest no instance runs (restarted, not resumed), which can be decided there and are acted on at the resume', async () => {
+    const dataPath = join(tempDir('forest-view-approvals-'), 'agentforest.db');
+    const first = await startServer({ dataPath, env: { AGENTFOREST_API_KEYS: KEY } });
+    const firstApi = new ServerClient(first, KEY);
+    const root = await firstApi.createRoot({ id: uniqueId('stopped') });
+    await firstApi.expect(200, 'PUT', `/v1/approval-rules/${root.id}-spawns`, { body: { tool: 'spawn_subagent', rootId: root.id, decision: 'ask' } });
+    await firstApi.send(root.id, 'research this');
+    const out: OutputResult = await stepWith(firstApi, root, { toolCalls: [{ id: 'c1', name: 'spawn_subagent', input: { prompt: 'look into it' } }] });
+    const asked = out.approvals![0]!;
+    expect(await first.stop('SIGKILL')).toEqual({ code: null, signal: 'SIGKILL' });
+    const second = await startServer({ dataPath, env: { AGENTFOREST_API_KEYS: KEY } });
+    const secondApi = new ServerClient(second, KEY);
+
+    const { page, errors } = await openPage(browser, `${second.url}/ui/forests/${root.id}`, { key: KEY });
+    await page.getByText(`No live root "${root.id}"`).waitFor();
+    await expectShown(page, asked, root.id);
+    await page.locator(approvalRow(asked.id)).locator('button.approve').click();
+    await page.locator(approvalRow(asked.id)).waitFor({ state: 'detached' });
+    expect(await secondApi.expect<Approval>(200, 'GET', `/v1/approvals/${asked.id}`)).toMatchObject({ state: 'approved' });
+
+    const resumed = await secondApi.resume(root.id);
+    const next = await secondApi.claim(resumed, 10_000);
+    expect(next?.messages?.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'c1' });
+    expect(next?.spawned).toHaveLength(1);
     expect(pageFaults(errors)).toEqual([]);
   });
 });

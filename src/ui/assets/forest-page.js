@@ -75,6 +75,9 @@ export function showForestPage(main, rootId) {
     (error) => {
       stream.stop();
       showMessage(main, error.status === 404 ? `No live root "${rootId}"` : 'The forest could not be read', error.status === 404 ? 'It was disposed, or it is not resumed after a restart.' : error.message);
+      // A forest no instance runs may still wait on a person: its approvals can be decided here,
+      // and its agents act on them when resumed.
+      if (error.status === 404) main.prepend(approvals.element);
     },
   );
 }
