@@ -107,6 +107,12 @@ export class Approvals {
     return false;
   }
 
+  /** The approval call `callId` of the agent waits on, if a person has yet to decide it. */
+  pendingFor(agent: LiveAgent, callId: string): Approval | undefined {
+    for (const w of this.waiting.values()) if (w.agent === agent && w.call.id === callId) return w.approval;
+    return undefined;
+  }
+
   /** Whether the agent's step `stepId` waits on a person (its lease is renewed meanwhile). */
   holds(agent: LiveAgent, stepId: string): boolean {
     for (const w of this.waiting.values()) if (w.agent === agent && w.approval.stepId === stepId) return true;

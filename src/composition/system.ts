@@ -56,7 +56,7 @@ import { Compactions } from '../steps/compactions.js';
 import { InterruptedSteps } from '../steps/interrupted-steps.js';
 import { DEFAULT_STEP_CACHE_BYTES, StepCache } from '../steps/step-cache.js';
 import { Interrupts } from '../children/interrupts.js';
-import { StepProtocol } from '../steps/step-protocol.js';
+import { refuseWhilePending, StepProtocol } from '../steps/step-protocol.js';
 import { ToolCalls } from '../tools/tool-calls.js';
 import { SingleInstance } from '../topology/single-instance.js';
 import type { Topology } from '../topology/topology.js';
@@ -292,7 +292,17 @@ export function createSystem(options: SystemOptions): System {
     execute: (agent, stepId, call) => protocol.runApproved(agent, stepId, call),
     onEnded: (approval, waitedMs) => approvalEnded(approval, waitedMs),
   });
-  const toolCalls = new ToolCalls({ authority, tools, log, logger, idempotency, tracing, clock, rule });
+  const toolCalls = new ToolCalls({
+    authority,
+    tools,
+    log,
+    logger,
+    idempotency,
+    tracing,
+    clock,
+    rule,
+    refuseWhilePending: (agent, stepId, callId) => refuseWhilePending(approvals.pendingFor(agent, callId), stepId),
+  });
   const pool = new ToolPool({
     clock,
     log,

@@ -32,7 +32,7 @@ import { estimateTokens, type LateCredentials, type RenderedStep } from './rende
 import type { StepCache } from './step-cache.js';
 import { failedCall, refusedByRule, unknownTool, type RunOutcome, type ToolCalls } from '../tools/tool-calls.js';
 import { effectKeyOf } from '../tools/effect-keys.js';
-import { notAllowedText, type RuleDecision } from '../domain/approvals.js';
+import { notAllowedText, type Approval, type RuleDecision } from '../domain/approvals.js';
 import type { Approvals } from '../approvals/approvals.js';
 
 export interface StepProtocolDeps {
@@ -59,7 +59,7 @@ export interface StepProtocolDeps {
   /** What the approval rules say of a call of `tool` in forest `rootId`. */
   rule: (tool: string, rootId: string) => RuleDecision;
   /** Where a call the rules ask about waits for a person. */
-  approvals: Pick<Approvals, 'ask' | 'reopened'>;
+  approvals: Pick<Approvals, 'ask' | 'reopened' | 'pendingFor'>;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -341,6 +341,7 @@ export class StepProtocol {
   async applyToolResults(agent: LiveAgent, stepId: string, results: readonly ToolResultInput[], attempt: number): Promise<{ turn: 'open' | 'ended' }> {
     // Validate the whole batch before writing any of it, so a rejected request changes nothing.
     agent.steps.checkToolResults(stepId, results.map((r) => r.toolCallId), attempt);
+    for (const r of results) refuseWhilePending(this.deps.approvals.pendingFor(agent, r.toolCallId), stepId);
     for (const r of results) agent.steps.recordToolResult(stepId, r.toolCallId, r.content, r.isError === true, attempt);
     await this.deps.log.durable(agent.rootId);
     return { turn: 'open' };
@@ -390,4 +391,10 @@ export class StepProtocol {
 function awaits(agent: LiveAgent, stepId: string, callId: string): boolean {
   const turn = agent.state.turn;
   return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.awaiting.includes(callId);
+}
+
+/** A call a person has yet to decide has no result but the one the decision gives it. */
+export function refuseWhilePending(pending: Approval | undefined, stepId: string): void {
+  if (pending === undefined) return;
+  throw new ServiceError('STEP_CONFLICT', `step "${stepId}" call "${pending.toolCallId}" waits for a person's decision (approval ${pending.id}); it gets its result from the decision`);
 }

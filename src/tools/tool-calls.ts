@@ -59,6 +59,8 @@ export interface ToolCallDeps {
   clock: Clock;
   /** What the approval rules say of a call of `tool` in forest `rootId`. */
   rule: (tool: string, rootId: string) => RuleDecision;
+  /** Refuses (STEP_CONFLICT) a call that names a call of the open step a person has yet to decide. */
+  refuseWhilePending: (agent: LiveAgent, stepId: string, callId: string) => void;
 }
 
 /** A failed call: its result carries the error's text, and the error is kept to be thrown. */
@@ -185,6 +187,7 @@ export class ToolCalls {
     // no room for them it is refused before it runs, and the room is held until it is logged.
     // Its effect key is then of the message that will hold it.
     const stepId = awaitingStep(agent, id);
+    if (stepId !== undefined) this.deps.refuseWhilePending(agent, stepId, id);
     const contextId = stepId === undefined ? agent.newMessageId() : undefined;
     const call: ToolCall = { id, name: body.name, input: body.input, effectKey: effectKeyOf(agent.id, stepId ?? contextId!, id) };
     const releaseRoom = stepId !== undefined ? undefined : agent.reserveRoom(2);

@@ -161,6 +161,22 @@ describe('asking a person', () => {
     expect((await h.app.inject({ method: 'POST', url: '/v1/tool-calls/next', payload: {} })).statusCode).toBe(204);
   });
 
+  it('lets no one answer a call a person has yet to decide: tool-results and a direct call naming it are 409 and change nothing', async () => {
+    const h = await startHarness();
+    const { root, stepId, asked } = await askedSpawn(h);
+    const before = await session(h.app, 'r');
+    const results = await h.app.inject({ method: 'POST', url: `/v1/agents/r/steps/${stepId}/tool-results`, headers: { 'x-agent-token': root.token }, payload: { results: [{ toolCallId: 'c1', content: 'done by hand' }] } });
+    expect(results.statusCode).toBe(409);
+    expect(json(results)).toMatchObject({ code: 'STEP_CONFLICT', message: expect.stringContaining(asked.id) });
+    const direct = await h.app.inject({ method: 'POST', url: '/v1/agents/r/tool-calls', headers: { 'x-agent-token': root.token }, payload: { name: 'spawn_subagent', input: { prompt: 'x' }, toolCallId: 'c1' } });
+    expect(direct.statusCode).toBe(409);
+    expect(json(direct)).toMatchObject({ code: 'STEP_CONFLICT' });
+    expect(await session(h.app, 'r')).toEqual(before);
+    expect((await decide(h, asked.id, { decision: 'approve' })).statusCode).toBe(200);
+    const next = await nextStep(h, root);
+    expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'c1' });
+  });
+
   it('holds the waiting step\'s lease, spending no claim and no budget, while a person decides', async () => {
     const h = await startHarness({ lease: { leaseMs: 40 } });
     const { root, asked } = await askedSpawn(h);
