@@ -22,6 +22,7 @@ import type { Logger } from 'pino';
 import type { Approval as ApprovalView, DecisionBody } from '../contract/index.js';
 import { deniedText, expiredText, stateOf, type Approval, type ApprovalState } from '../domain/approvals.js';
 import { approvalIdOf } from '../tools/effect-keys.js';
+import { loggableCall } from '../steps/redaction.js';
 import { ServiceError } from '../domain/errors.js';
 import type { ToolCall } from '../domain/message.js';
 import type { Clock } from '../domain/ports.js';
@@ -37,6 +38,8 @@ import type { ApprovalRules } from './approval-rules.js';
 export type KeyedCall = ToolCall & { effectKey: string };
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 24 * 60 * 60 * 1000;
+/** How often a decision whose commit failed looks again for it to land (the log retries it). */
+const COMMIT_RETRY_MS = 500;
 /** setTimeout's bound; a longer wait is armed again when it fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -91,7 +94,8 @@ export class Approvals {
       stepId,
       toolCallId: call.id,
       tool: call.name,
-      input: call.input,
+      // As the log keeps the call: the agent's own token never leaves it (the call runs as made).
+      input: loggableCall(call, agent.token).input,
       effectKey: call.effectKey,
       requestedAt: new Date(now).toISOString(),
       expiresAt: new Date(now + this.deps.timeoutMs).toISOString(),
@@ -250,6 +254,9 @@ export class Approvals {
   private async decideLive(w: Waiting, body: DecisionBody): Promise<ApprovalView> {
     const { agent, call } = w;
     const stepId = w.approval.stepId;
+    // An approved call holds its step's lease from the decision until it runs: the decision's
+    // commit may be slow, or fail and be retried by the log, and the call runs once it commits.
+    const hold = body.decision === 'approve' ? agent.steps.holdForServiceCall() : undefined;
     const decided = this.end(w, stateOf(body.decision), body);
     if (body.remember === 'forest' || body.remember === 'always') {
       const forest = body.remember === 'forest' ? { rootId: agent.rootId } : {};
@@ -257,8 +264,14 @@ export class Approvals {
       this.deps.rules.write(ruleId, { id: ruleId, tool: call.name, ...forest, decision: body.decision === 'approve' ? 'allow' : 'deny' });
     }
     if (body.decision === 'deny') this.answer(agent, stepId, call, deniedText(call.name, body.reason));
+    if (hold !== undefined) {
+      void this.whenDurable(agent)
+        .then((committed) => {
+          if (committed && this.deps.registry.get(agent.id) === agent) this.deps.execute(agent, stepId, call);
+        })
+        .finally(hold);
+    }
     await this.deps.log.durable(agent.rootId);
-    if (body.decision === 'approve' && this.deps.registry.get(agent.id) === agent) this.deps.execute(agent, stepId, call);
     return decided;
   }
 
@@ -302,13 +315,29 @@ export class Approvals {
     this.waiting.delete(w.approval.id);
     const ended = this.decidedOf(w.approval, state, body);
     this.write(w.agent, ended);
+    // Answered from memory until its entry commits (the log retries a failed commit).
     this.ended.set(ended.id, ended);
-    const forget = (): void => {
+    void this.whenDurable(w.agent).then(() => {
       if (this.ended.get(ended.id) === ended) this.ended.delete(ended.id);
-    };
-    this.deps.log.durable(w.agent.rootId).then(forget, forget);
+    });
     this.deps.onEnded?.(ended, Date.parse(ended.decidedAt!) - Date.parse(ended.requestedAt));
     return ended;
+  }
+
+  /**
+   * Resolves true once what the agent's forest queued so far committed, waiting out failed
+   * commits (the log keeps and retries them); false once the agent left this instance.
+   */
+  private async whenDurable(agent: LiveAgent): Promise<boolean> {
+    for (;;) {
+      try {
+        await this.deps.log.durable(agent.rootId);
+        return true;
+      } catch {
+        if (this.deps.registry.get(agent.id) !== agent) return false;
+        await new Promise((resolve) => setTimeout(resolve, COMMIT_RETRY_MS).unref());
+      }
+    }
   }
 
   private decidedOf(approval: Approval, state: ApprovalState, body?: DecisionBody): Approval {

@@ -13,6 +13,7 @@
  * - a settlement check runs on a microtask under the child's lock and re-checks the derived
  *   state there, so work accepted in between keeps the child resident.
  */
+import { stillPending } from '../domain/approvals.js';
 import { left, queueSettle, settleCheckRuns } from '../domain/lifecycle.js';
 import { type SessionHeader } from '../domain/session.js';
 import { queuedCount } from '../domain/turn-machine.js';
@@ -73,11 +74,15 @@ export class Closing {
       const summary = await this.deps.log.summary(id);
       const mark = await this.deps.log.store.lastActivation(id);
       const pending = await this.deps.log.store.pending(id);
+      // What its open turn (left by a stop) still asked a person about ends with it.
+      const asked = stillPending((await this.deps.log.lastTurn(id)).open);
       await this.deps.log.loadForest(root);
       if (this.deps.registry.get(id) !== undefined) return false;
       if (summary === undefined || mark?.event === 'closed') return true;
       this.deps.log.open(id, summary.lastSeq, root);
-      this.deps.log.append(id, { type: 'activation', at: this.now(), activationId: this.deps.ids.next('activation'), event: 'closed' });
+      const at = this.now();
+      for (const approval of asked) this.deps.log.append(id, { type: 'approval', at, approval: { ...approval, state: 'cancelled', decidedAt: at } });
+      this.deps.log.append(id, { type: 'activation', at, activationId: this.deps.ids.next('activation'), event: 'closed' });
       this.deps.log.changePending(pending.map((row) => ({ op: 'delete' as const, sessionId: id, rootId: root, messageId: row.message.id })));
       this.deps.log.release(id);
       return true;

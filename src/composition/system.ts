@@ -56,7 +56,9 @@ import { Compactions } from '../steps/compactions.js';
 import { InterruptedSteps } from '../steps/interrupted-steps.js';
 import { DEFAULT_STEP_CACHE_BYTES, StepCache } from '../steps/step-cache.js';
 import { Interrupts } from '../children/interrupts.js';
-import { refuseWhilePending, StepProtocol } from '../steps/step-protocol.js';
+import { StepProtocol } from '../steps/step-protocol.js';
+import { CallRules, refuseWhilePending } from '../approvals/call-rules.js';
+import { ReopenedCalls } from '../steps/reopened-calls.js';
 import { ToolCalls } from '../tools/tool-calls.js';
 import { SingleInstance } from '../topology/single-instance.js';
 import type { Topology } from '../topology/topology.js';
@@ -205,7 +207,7 @@ export function createSystem(options: SystemOptions): System {
     },
     onLease: (agent, event, stepId, attempt) => observers.stepLease(event, agent, stepId, attempt),
     // The protocol is built below from agents made with these deps: called only once it exists.
-    rerunAfterRestart: (agent, stepId, calls) => protocol.rerunAfterRestart(agent, stepId, calls),
+    rerunAfterRestart: (agent, stepId, calls) => reopenedCalls.take(agent, stepId, calls),
     // A step whose calls the tool workers hold, or a person is asked about, waits for them.
     workersHold: (agent, stepId) => pool.holds(agent, stepId) || approvals.holds(agent, stepId),
     maxInbox: limits.inbox,
@@ -267,7 +269,8 @@ export function createSystem(options: SystemOptions): System {
     budgets,
     idempotency,
     authority,
-    waitsOnPerson: (agent) => approvals.waitsOn(agent),
+    // Only an agent a later incarnation can re-open keeps its waiting turn open over a stop.
+    waitsOnPerson: (agent) => approvals.waitsOn(agent) && (agent.header.kind === 'root' || (agent.header.mode === 'continuable' && agent.header.provider === 'in-process')),
   });
   const deliveries = new AgentDeliveries({ registry, children: continuation.children, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
   const notRunning = new NotRunningRoots({ registry, log, forests });
@@ -280,6 +283,7 @@ export function createSystem(options: SystemOptions): System {
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
   const approvalRules = new ApprovalRules({ log, settings: store.settings, clock, logger });
   const rule = (tool: string, rootId: string): RuleDecision => approvalRules.decide(tool, rootId);
+  const callRules = new CallRules({ tools, rule });
   const approvals = new Approvals({
     rules: approvalRules,
     log,
@@ -325,9 +329,10 @@ export function createSystem(options: SystemOptions): System {
     tracing,
     interrupted: interruptedSteps,
     pool,
-    rule,
+    rules: callRules,
     approvals,
   });
+  const reopenedCalls = new ReopenedCalls({ tools, calls: toolCalls, log, pool, rules: callRules, approvals });
   const driver = new ModelDriver(
     { protocol, compactions, dispatcher, log, logger, isDraining: () => gate.draining, observe: (event) => observers.modelRequest(event), checkModel: checkModelPolicy },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },

@@ -82,6 +82,13 @@ function outranks(a: ApprovalRule, b: ApprovalRule): boolean {
   return CAUTION[a.decision] > CAUTION[b.decision];
 }
 
+/** The approvals whose last entry among `entries` is still pending, in the order they were asked. */
+export function stillPending(entries: readonly ({ type: string } | { type: 'approval'; approval: Approval })[]): Approval[] {
+  const last = new Map<string, Approval>();
+  for (const entry of entries) if (entry.type === 'approval' && 'approval' in entry) last.set(entry.approval.id, entry.approval);
+  return [...last.values()].filter((a) => a.state === 'pending');
+}
+
 /** The tool result of a call a rule denies. */
 export function notAllowedText(tool: string): string {
   return `Error: the call to ${tool} is not allowed here`;

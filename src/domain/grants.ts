@@ -21,6 +21,9 @@ export const PACKAGE_TOOLS: Readonly<Record<PackageName, readonly string[]>> = {
   'subagent-report': ['report'],
 };
 
+/** Every service-owned tool's name. */
+export const SERVICE_TOOL_NAMES: ReadonlySet<string> = new Set(Object.values(PACKAGE_TOOLS).flat());
+
 /** The tools that are never a grant (see the header). */
 export const UNGRANTED_TOOLS: ReadonlySet<string> = new Set(['report']);
 

@@ -253,20 +253,26 @@ export class AgentSteps {
   }
 }
 
-/** The calls of a re-opened turn's entries named in `awaiting`, each with whether a tool-started entry names it and its last approval entry. */
+/**
+ * The calls of a re-opened turn's entries named in `awaiting` (the last step's: a later call
+ * replaces an earlier one of the same id), each with whether a tool-started entry names it and
+ * its last approval entry. Both are matched by the call's effect key, which names its step: a
+ * backend may reuse a call id from one step to the next.
+ */
 function unansweredIn(entries: readonly SessionEntry[], awaiting: readonly string[]): UnansweredCall[] {
   const started = new Set<string>();
   const calls = new Map<string, ToolCall>();
   const approvals = new Map<string, Approval>();
   for (const entry of entries) {
-    if (entry.type === 'tool-started') started.add(entry.toolCallId);
+    if (entry.type === 'tool-started') started.add(entry.effectKey);
     if (entry.type === 'message') for (const call of entry.toolCalls ?? []) calls.set(call.id, call);
-    if (entry.type === 'approval') approvals.set(entry.approval.toolCallId, entry.approval);
+    if (entry.type === 'approval') approvals.set(entry.approval.effectKey, entry.approval);
   }
   return awaiting.flatMap((id) => {
     const call = calls.get(id);
     if (call === undefined) return [];
-    const approval = approvals.get(id);
-    return [approval === undefined ? { call, started: started.has(id) } : { call, started: started.has(id), approval }];
+    const key = call.effectKey ?? '';
+    const approval = approvals.get(key);
+    return [approval === undefined ? { call, started: started.has(key) } : { call, started: started.has(key), approval }];
   });
 }

@@ -19,7 +19,6 @@ import type { AgentAuthority } from '../agents/authority.js';
 import type { WaiterGate } from '../agents/limits.js';
 import type { LeaseView } from './step-lease.js';
 import type { LiveAgent, StepClaim } from '../agents/live-agent.js';
-import type { UnansweredCall } from './agent-steps.js';
 import type { ToolPool } from '../tools/backend/tool-pool.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StepDispatcher } from './step-dispatcher.js';
@@ -32,7 +31,8 @@ import { estimateTokens, type LateCredentials, type RenderedStep } from './rende
 import type { StepCache } from './step-cache.js';
 import { failedCall, refusedByRule, unknownTool, type RunOutcome, type ToolCalls } from '../tools/tool-calls.js';
 import { effectKeyOf } from '../tools/effect-keys.js';
-import { notAllowedText, type Approval, type RuleDecision } from '../domain/approvals.js';
+import { notAllowedText } from '../domain/approvals.js';
+import { awaitsCall, refuseWhilePending, type CallRules } from '../approvals/call-rules.js';
 import type { Approvals } from '../approvals/approvals.js';
 
 export interface StepProtocolDeps {
@@ -56,10 +56,10 @@ export interface StepProtocolDeps {
   interrupted: Pick<InterruptedSteps, 'refuse'>;
   /** Where awaiting calls of declared backend tools are offered to workers. */
   pool: Pick<ToolPool, 'offer' | 'offered'>;
-  /** What the approval rules say of a call of `tool` in forest `rootId`. */
-  rule: (tool: string, rootId: string) => RuleDecision;
+  /** What the approval rules say of each call. */
+  rules: Pick<CallRules, 'ruleFor'>;
   /** Where a call the rules ask about waits for a person. */
-  approvals: Pick<Approvals, 'ask' | 'reopened' | 'pendingFor'>;
+  approvals: Pick<Approvals, 'ask' | 'pendingFor'>;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -172,15 +172,25 @@ export class StepProtocol {
    * Run an output's service-owned calls, recording each result in the order of the calls, and
    * list the backend's own calls as awaiting. Calls to tools that allow it (MCP tools) run at
    * the same time; the others one after another, in order. If the turn is cancelled while a
-   * call runs, the rest are not started and the response says the turn ended. A call of a
-   * known tool is first put to the approval rules: a denied one gets its error result, one to
-   * ask about waits for a person (listed in `approvals`) and is neither run nor offered.
+   * call runs, the rest are not started and the response says the turn ended. Every call of a
+   * tool the service knows is first put to the approval rules, all of them in the span that
+   * records the output (so an approval is in the batch of its call): a denied one gets its
+   * error result, one to ask about waits for a person (listed in `approvals`) and is neither
+   * run nor offered.
    */
   private async runCalls(agent: LiveAgent, stepId: string, calls: readonly KeyedCall[], refused: ReadonlyMap<string, string> | undefined, result: OutputResult): Promise<KeyedCall[]> {
     const forWorkers: KeyedCall[] = [];
     const spawned: AgentCredential[] = [];
     const resumed: AgentCredential[] = [];
     const signal = agent.turnSignal;
+    const ruled = new Map<string, 'deny' | 'ask'>();
+    for (const call of calls) {
+      if (refused?.has(call.id) === true) continue;
+      const rule = this.deps.rules.ruleFor(agent, call.name);
+      if (rule === 'allow') continue;
+      ruled.set(call.id, rule);
+      if (rule === 'ask') (result.approvals ??= []).push(this.deps.approvals.ask(agent, stepId, call));
+    }
     const hold = agent.steps.holdForServiceCall();
     try {
       // Each call resolves to its outcome, to 'awaiting' (the backend's), or to undefined when
@@ -189,14 +199,11 @@ export class StepProtocol {
       const resolve = (call: KeyedCall, found?: ServiceTool): Promise<RunOutcome | 'awaiting' | 'asked' | undefined> => {
         const refusal = refused?.get(call.id);
         if (refusal !== undefined) return Promise.resolve(failedCall(call, new ServiceError('VALIDATION', refusal)));
+        const rule = ruled.get(call.id);
+        if (rule === 'ask') return Promise.resolve('asked');
+        if (rule === 'deny') return Promise.resolve(refusedByRule(call, notAllowedText(call.name)));
         if (signal.aborted) return Promise.resolve(undefined);
         const tool = found ?? this.deps.tools.find(agent, call.name);
-        const rule = tool === undefined ? 'allow' : this.deps.rule(call.name, agent.rootId);
-        if (rule === 'deny') return Promise.resolve(refusedByRule(call, notAllowedText(call.name)));
-        if (rule === 'ask') {
-          (result.approvals ??= []).push(this.deps.approvals.ask(agent, stepId, call));
-          return Promise.resolve('asked');
-        }
         if (tool?.owner === 'backend') {
           forWorkers.push(call);
           return Promise.resolve('awaiting');
@@ -246,7 +253,7 @@ export class StepProtocol {
    * offered to the tool workers; a tool the agent no longer has gets the unknown-tool result.
    */
   runApproved(agent: LiveAgent, stepId: string, call: KeyedCall): void {
-    if (!awaits(agent, stepId, call.id)) return;
+    if (!awaitsCall(agent, stepId, call.id)) return;
     const tool = this.deps.tools.find(agent, call.name);
     if (tool?.owner === 'backend') {
       this.deps.pool.offer(agent, stepId, call);
@@ -261,6 +268,10 @@ export class StepProtocol {
     const hold = agent.steps.holdForServiceCall();
     const run = async (): Promise<void> => {
       try {
+        // A service-owned tool marks no start of its own: the mark makes an approved call that a
+        // crash interrupts end as of unknown outcome at the resume, never run twice.
+        if (tool.afterRestart === undefined) await this.deps.calls.started(agent, call.id, call.effectKey);
+        if (signal.aborted || !awaitsCall(agent, stepId, call.id)) return;
         const done = await this.deps.calls.run(agent, tool, call, signal);
         if (done.spawned.length + done.resumed.length > 0) {
           const late = this.late.get(agent) ?? { spawned: [], resumed: [] };
@@ -268,7 +279,7 @@ export class StepProtocol {
           late.resumed.push(...done.resumed);
           this.late.set(agent, late);
         }
-        if (signal.aborted || !awaits(agent, stepId, call.id)) return;
+        if (signal.aborted || !awaitsCall(agent, stepId, call.id)) return;
         agent.steps.recordToolResult(stepId, call.id, done.result.content, done.result.isError);
         await this.deps.log.durable(agent.rootId);
       } finally {
@@ -281,54 +292,6 @@ export class StepProtocol {
   /** Whether `name` is a tool the operator's backend runs, declared and granted to this agent. */
   runByBackend(agent: LiveAgent, name: string): boolean {
     return this.deps.tools.find(agent, name)?.owner === 'backend';
-  }
-
-  /**
-   * A re-opened step's calls left without a result (see StepHost.rerunAfterRestart): the ones
-   * whose tool says so are taken — run again with their effect key, or answered as unknown when
-   * they had started and their tool may not be run twice — and recorded as they finish.
-   */
-  rerunAfterRestart(agent: LiveAgent, stepId: string, unanswered: readonly UnansweredCall[]): ReadonlySet<string> {
-    // Calls of declared backend tools are offered to the workers again, under the same key.
-    const forWorkers: KeyedCall[] = [];
-    const taken: { call: ToolCall; tool: ServiceTool; unknown: boolean }[] = [];
-    // A call a person was asked about waits again or is acted on (approvals.ts); one approved
-    // and started before the stop goes on as any started call.
-    const decided: string[] = [];
-    for (const { call, started, approval } of unanswered) {
-      if (approval !== undefined && call.effectKey !== undefined && !(approval.state === 'approved' && started)) {
-        if (this.deps.approvals.reopened(agent, stepId, call as KeyedCall, approval)) {
-          decided.push(call.id);
-          continue;
-        }
-      }
-      const tool = this.deps.tools.find(agent, call.name);
-      if (tool?.owner === 'backend' && call.effectKey !== undefined) forWorkers.push(call as KeyedCall);
-      else if (tool?.afterRestart !== undefined) taken.push({ call, tool, unknown: started && tool.afterRestart === 'unknown' });
-    }
-    queueMicrotask(() => forWorkers.forEach((call) => this.deps.pool.offer(agent, stepId, call)));
-    const offered = [...decided, ...forWorkers.map((call) => call.id)];
-    if (taken.length === 0) return new Set(offered);
-    const signal = agent.turnSignal;
-    const hold = agent.steps.holdForServiceCall();
-    const run = async (): Promise<void> => {
-      try {
-        const outcomes = taken.map(({ call, tool, unknown }) =>
-          unknown ? Promise.resolve(failedCall(call, new ServiceError('INTERNAL', 'the outcome of this call is unknown after a restart'))) : this.deps.calls.run(agent, tool, call, signal),
-        );
-        for (const [i, outcome] of outcomes.entries()) {
-          const done = await outcome;
-          if (signal.aborted) return;
-          agent.steps.recordToolResult(stepId, taken[i]!.call.id, done.result.content, done.result.isError);
-        }
-        await this.deps.log.durable(agent.rootId);
-      } finally {
-        hold();
-      }
-    };
-    // After the span that re-opens the turn: the calls run once the agent is published.
-    queueMicrotask(() => void run().catch((error: unknown) => agent.failTurn(`re-running tool calls after a restart failed: ${String(error)}`)));
-    return new Set([...offered, ...taken.map(({ call }) => call.id)]);
   }
 
   async postToolResults(id: string, token: string | undefined, stepId: string, results: ToolResultInput[], attempt = 1): Promise<{ turn: 'open' | 'ended' }> {
@@ -387,14 +350,3 @@ export class StepProtocol {
   }
 }
 
-/** The open step `stepId` of the agent still awaits a result for this call. */
-function awaits(agent: LiveAgent, stepId: string, callId: string): boolean {
-  const turn = agent.state.turn;
-  return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.awaiting.includes(callId);
-}
-
-/** A call a person has yet to decide has no result but the one the decision gives it. */
-export function refuseWhilePending(pending: Approval | undefined, stepId: string): void {
-  if (pending === undefined) return;
-  throw new ServiceError('STEP_CONFLICT', `step "${stepId}" call "${pending.toolCallId}" waits for a person's decision (approval ${pending.id}); it gets its result from the decision`);
-}

@@ -164,7 +164,7 @@ export class ToolCalls {
   }
 
   /** Record, durably, that a call is about to take effect (ToolExecution.started). */
-  private async started(agent: LiveAgent, toolCallId: string, effectKey: string): Promise<void> {
+  async started(agent: LiveAgent, toolCallId: string, effectKey: string): Promise<void> {
     this.deps.log.append(agent.id, { type: 'tool-started', at: this.deps.clock.iso(), toolCallId, effectKey });
     await this.deps.log.durable(agent.rootId);
   }

@@ -10,10 +10,16 @@ import { describe, expect, it } from 'vitest';
 import type { Approval } from '../../src/contract/index.js';
 import { nextStep, startChild } from '../fixtures/forest.js';
 import { call, lastMessage } from '../../demo/scripted-model.js';
-import { closeWithTest } from '../fixtures/cleanup.js';
+import { join } from 'node:path';
+import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
+import type { WriteBatch } from '../../src/sessions/session-store.js';
+import { CrashingStore } from '../fixtures/crashing-store.js';
+import { DelegatingStore } from '../fixtures/delegating-store.js';
+import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
 import { answer, spec, start, turnEnded } from '../fixtures/driver.js';
 import { startModelServer } from '../fixtures/model-server.js';
-import { createRoot, json, postOutput, send, session, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
+import { createRoot, json, postOutput, resumeRoot, send, session, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
 import { SseStream, type SseItem } from '../fixtures/sse.js';
 
 async function rule(h: Harness, id: string, body: Record<string, unknown>) {
@@ -277,6 +283,139 @@ describe('the event streams', () => {
     const replayed = await SseStream.open(`${base}/v1/agents/${child.id}/events?after=0`);
     await replayed.waitFor(() => named(replayed, 'approval-decided').length === 1, 'the replay of both');
     expect(named(replayed, 'approval-requested').map((e) => e.data)).toEqual([asked]);
+  });
+});
+
+describe('asking in the span of the output', () => {
+  it('records the approval right after the call, before any other call of the output runs', async () => {
+    const h = await startHarness();
+    expect((await h.app.inject({ method: 'PUT', url: '/v1/backend-tools/refund', payload: { description: 'Refunds an order.', parameters: { type: 'object' } } })).statusCode).toBe(200);
+    await rule(h, 'refunds', { tool: 'refund', decision: 'ask' });
+    const root = await createRoot(h.app, { id: 'r', tools: ['spawn_subagent', 'refund'] });
+    await send(h.app, 'r', 'go');
+    const step = await nextStep(h, root);
+    const out = await postOutput(h.app, root, step.id, { toolCalls: [{ id: 'c1', name: 'spawn_subagent', input: { prompt: 'x' } }, { id: 'c2', name: 'refund', input: { order: 7 } }] });
+    expect(json<{ approvals: Approval[] }>(out).approvals.map((a) => a.toolCallId)).toEqual(['c2']);
+    const types = (await session(h.app, 'r')).map((e) => (e.type === 'message' ? `${e.role ?? ''}${e.toolCallId === undefined ? '' : `:${e.toolCallId}`}` : e.type));
+    expect(types.slice(types.indexOf('assistant'))).toEqual(['assistant', 'approval', 'tool:c1']);
+  });
+});
+
+describe('a stop and a resume', () => {
+  it('keeps the waiting turn open, and matches each call to its own step\'s approval when a backend reuses call ids', async () => {
+    const path = join(tempDir('approvals-'), 'sessions.db');
+    const h1 = await startHarness({ store: new SqliteSessionStore({ path }) });
+    expect((await h1.app.inject({ method: 'PUT', url: '/v1/backend-tools/lookup', payload: { description: 'Looks an order up.', parameters: { type: 'object' } } })).statusCode).toBe(200);
+    await rule(h1, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const root = await createRoot(h1.app, { id: 'r', tools: ['spawn_subagent', 'lookup'] });
+    await send(h1.app, 'r', 'go');
+    // Step 1: c1 asks, and is denied.
+    const first = await callInStep(h1, root, 'spawn_subagent', { prompt: 'x' }, 'c1');
+    expect((await decide(h1, first.out.approvals![0]!.id, { decision: 'deny' })).statusCode).toBe(200);
+    // Step 2 reuses c1 for a call no rule covers, and c2 asks.
+    const step2 = await nextStep(h1, root);
+    const out2 = json<{ approvals: Approval[]; awaiting: { id: string }[] }>(
+      await postOutput(h1.app, root, step2.id, { toolCalls: [{ id: 'c1', name: 'lookup', input: {} }, { id: 'c2', name: 'spawn_subagent', input: { prompt: 'y' } }] }),
+    );
+    expect(out2.awaiting.map((c) => c.id)).toEqual(['c1']);
+    const pending = out2.approvals[0]!;
+    await h1.close();
+
+    const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
+    await resumeRoot(h2, 'r');
+    const offered = await h2.app.inject({ method: 'POST', url: '/v1/tool-calls/next', payload: { waitMs: 5_000 } });
+    expect(json(offered)).toMatchObject({ call: { toolCallId: 'c1', name: 'lookup' } });
+    expect((await inbox(h2)).items.map((a) => a.id)).toEqual([pending.id]);
+    expect(toolResultOf(await session(h2.app, 'r'), 'c1')).toHaveLength(1);
+  });
+});
+
+/** A store that holds back the batch with an approval's `approved` entry until released. */
+class HeldDecisionStore extends DelegatingStore {
+  holding = false;
+  private release: (() => void) | undefined;
+  readonly held = new Promise<void>((resolve) => {
+    this.release = resolve;
+  });
+  override async write(batch: WriteBatch) {
+    if (this.holding && batch.entries.some((e) => e.entry.type === 'approval' && e.entry.approval.state === 'approved')) await this.held;
+    return this.inner.write(batch);
+  }
+  letGo(): void {
+    this.release!();
+  }
+}
+
+describe('an approved call against a slow commit and a crash', () => {
+  it('keeps its step while the decision commits slowly, then runs it once', async () => {
+    const store = new HeldDecisionStore(new MemorySessionStore());
+    const h = await startHarness({ store, lease: { leaseMs: 30 } });
+    const { root, asked } = await askedSpawn(h);
+    store.holding = true;
+    const decided = decide(h, asked.id, { decision: 'approve' });
+    // Several leases pass while the decision's commit is held.
+    const later = Date.now() + 150;
+    await until(() => Date.now() > later, 'five leases to pass', { timeoutMs: 2_000 });
+    store.letGo();
+    expect((await decided).statusCode).toBe(200);
+    const next = await nextStep(h, root);
+    expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'c1', content: expect.stringMatching(/^started background subagent /) });
+    expect(json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: '/v1/agents?parentId=r' })).items).toHaveLength(1);
+  });
+
+  it('marks a service tool\'s approved call started, so a crash before its result ends it as of unknown outcome at the resume, not run twice', async () => {
+    const inner = new MemorySessionStore();
+    // The process dies as the call's result is written: its effect (the child) is durable, its result is not.
+    const crashing = new CrashingStore(inner, (batch) => batch.entries.some((e) => e.entry.type === 'message' && e.entry.role === 'tool' && e.entry.toolCallId === 'c1'));
+    const h1 = await startHarness({ store: crashing });
+    const { asked } = await askedSpawn(h1);
+    expect((await decide(h1, asked.id, { decision: 'approve' })).statusCode).toBe(200);
+    await until(() => crashing.crashed, 'the crash at the result', { timeoutMs: 5_000 });
+    expect(await inner.children('r')).toHaveLength(1);
+
+    const h2 = await startHarness({ store: inner });
+    const root = await resumeRoot(h2, 'r');
+    const next = await nextStep(h2, root);
+    expect(next.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'c1', content: expect.stringMatching(/^Error: the service restarted before this tool call's result was recorded/) });
+    expect(await inner.children('r')).toHaveLength(1);
+  });
+});
+
+describe('a stop', () => {
+  it('ends the turn of an agent no later incarnation can re-open (a one-shot child), cancelling what it asked about', async () => {
+    const path = join(tempDir('approvals-'), 'sessions.db');
+    const h1 = await startHarness({ store: new SqliteSessionStore({ path }) });
+    const root = await createRoot(h1.app, { id: 'r' });
+    const child = await startChild(h1, root, { mode: 'one-shot', prompt: 'dig' });
+    await rule(h1, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const { out } = await callInStep(h1, child, 'spawn_subagent', { prompt: 'x' });
+    const asked = out.approvals![0]!;
+    await h1.close();
+    const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
+    expect(await approval(h2, asked.id)).toMatchObject({ state: 'cancelled' });
+  });
+});
+
+describe('closing a child no instance runs', () => {
+  it('cancels what its turn, left open by a stop, still asked a person about', async () => {
+    const path = join(tempDir('approvals-'), 'sessions.db');
+    const h1 = await startHarness({ store: new SqliteSessionStore({ path }) });
+    const root = await createRoot(h1.app, { id: 'r' });
+    const child = await startChild(h1, root, { prompt: 'dig' });
+    await rule(h1, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const { out } = await callInStep(h1, child, 'spawn_subagent', { prompt: 'x' });
+    const asked = out.approvals![0]!;
+    await h1.close();
+
+    const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
+    await resumeRoot(h2, 'r');
+    expect((await inbox(h2)).items.map((a) => a.id)).toEqual([asked.id]);
+    expect((await h2.app.inject({ method: 'DELETE', url: `/v1/agents/${child.id}` })).statusCode).toBe(202);
+    expect(await approval(h2, asked.id)).toMatchObject({ state: 'cancelled', decidedAt: expect.any(String) });
+    expect((await inbox(h2)).items).toEqual([]);
+    const late = await decide(h2, asked.id, { decision: 'approve' });
+    expect(late.statusCode).toBe(409);
+    expect(json(late)).toMatchObject({ code: 'APPROVAL_DECIDED' });
   });
 });
 

@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import type { BackendToolBody, BackendToolView } from '../../contract/index.js';
 import type { BackendToolConfig } from '../../domain/backend-tools.js';
 import { ServiceError } from '../../domain/errors.js';
-import { PACKAGE_TOOLS } from '../../domain/grants.js';
+import { SERVICE_TOOL_NAMES } from '../../domain/grants.js';
 import { MCP_TOOL_PREFIX } from '../../domain/tool-servers.js';
 import type { Clock } from '../../domain/ports.js';
 import type { SessionLog } from '../../sessions/session-log.js';
@@ -27,7 +27,6 @@ export interface BackendToolsDeps {
   logger: Logger;
 }
 
-const SERVICE_TOOL_NAMES: ReadonlySet<string> = new Set(Object.values(PACKAGE_TOOLS).flat());
 
 interface Declared {
   config: BackendToolConfig;
