@@ -58,6 +58,11 @@ export interface ApprovalsDeps {
   execute: (agent: LiveAgent, stepId: string, call: KeyedCall) => void;
   /** Told of each approval that ended here, with how long it waited (metrics). */
   onEnded?: (approval: Approval, waitedMs: number) => void;
+  /**
+   * A decision was written for an agent no instance runs: re-open it if it is a child whose
+   * parent is live here, so it goes on now rather than at its parent's next message.
+   */
+  reopenChild?: (agentId: string) => Promise<void>;
 }
 
 interface Waiting {
@@ -297,6 +302,9 @@ export class Approvals {
       const ruleId = `${stored.id}-${body.remember}`;
       this.deps.rules.write(ruleId, { id: ruleId, tool: stored.tool, ...(body.remember === 'forest' ? { rootId: stored.rootId } : {}), decision: body.decision === 'approve' ? 'allow' : 'deny' });
       await this.deps.log.durable();
+    }
+    if (stored.agentId !== stored.rootId) {
+      void this.deps.reopenChild?.(stored.agentId).catch((error: unknown) => this.deps.logger.warn({ err: error, agentId: stored.agentId }, 'a child could not be re-opened after a decision; it goes on at its parent\'s next message'));
     }
     return decided;
   }

@@ -121,6 +121,22 @@ export class ChildLifecycle {
     return result;
   }
 
+  /**
+   * Re-open a continuable child that no instance runs, with no message, when its parent is live
+   * here: its open turn (left by a stop) goes on, as a cold resume would have it. For a person's
+   * decision on a call the child waited on. Returns the child's new incarnation, or undefined
+   * when its parent is not live here or it is live already.
+   */
+  async reopen(childId: string): Promise<LiveAgent | undefined> {
+    const header = (await this.deps.log.summary(childId))?.header;
+    const parent = header?.parentSession === null || header === undefined ? undefined : this.deps.registry.get(header.parentSession);
+    if (header === undefined || parent === undefined || this.deps.registry.get(childId) !== undefined) return undefined;
+    this.admission.checkAdmission(parent);
+    return this.track(
+      this.lock.run(childId, async () => (this.deps.registry.get(childId) !== undefined ? undefined : this.coldResume(parent, header, 'http', (child) => child))),
+    );
+  }
+
   /** Deliver a waking message; when the receiver is an Activation, check whether it can settle. */
   admitWaking(
     agent: LiveAgent,

@@ -295,6 +295,12 @@ export function createSystem(options: SystemOptions): System {
     pathOf: (agent) => budgets.ledger.lineage(agent.id),
     execute: (agent, stepId, call) => protocol.runApproved(agent, stepId, call),
     onEnded: (approval, waitedMs) => approvalEnded(approval, waitedMs),
+    // The child's new token goes to its parent's next step, as a send_message's would.
+    reopenChild: async (id) => {
+      const child = await continuation.children.reopen(id);
+      const parent = child === undefined ? undefined : registry.get(child.header.parentSession ?? '');
+      if (child !== undefined && parent !== undefined) protocol.noteLateCredentials(parent, { resumed: [{ agentId: child.id, agentToken: child.token }] });
+    },
   });
   const toolCalls = new ToolCalls({
     authority,

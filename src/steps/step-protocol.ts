@@ -273,12 +273,7 @@ export class StepProtocol {
         if (tool.afterRestart === undefined) await this.deps.calls.started(agent, call.id, call.effectKey);
         if (signal.aborted || !awaitsCall(agent, stepId, call.id)) return;
         const done = await this.deps.calls.run(agent, tool, call, signal);
-        if (done.spawned.length + done.resumed.length > 0) {
-          const late = this.late.get(agent) ?? { spawned: [], resumed: [] };
-          late.spawned.push(...done.spawned);
-          late.resumed.push(...done.resumed);
-          this.late.set(agent, late);
-        }
+        if (done.spawned.length + done.resumed.length > 0) this.noteLateCredentials(agent, done);
         if (signal.aborted || !awaitsCall(agent, stepId, call.id)) return;
         agent.steps.recordToolResult(stepId, call.id, done.result.content, done.result.isError);
         await this.deps.log.durable(agent.rootId);
@@ -287,6 +282,14 @@ export class StepProtocol {
       }
     };
     void run().catch((error: unknown) => agent.failTurn(`running an approved tool call failed: ${String(error)}`));
+  }
+
+  /** Children's credentials that no answer carried: they go with `agent`'s next step. */
+  noteLateCredentials(agent: LiveAgent, credentials: Partial<LateCredentials>): void {
+    const late = this.late.get(agent) ?? { spawned: [], resumed: [] };
+    late.spawned.push(...(credentials.spawned ?? []));
+    late.resumed.push(...(credentials.resumed ?? []));
+    this.late.set(agent, late);
   }
 
   /** Whether `name` is a tool the operator's backend runs, declared and granted to this agent. */

@@ -396,6 +396,34 @@ describe('a stop', () => {
   });
 });
 
+describe('deciding for a child no instance runs', () => {
+  it('re-opens it when its parent is live here: its turn goes on at once, and its new token comes with the parent\'s next step', async () => {
+    const path = join(tempDir('approvals-'), 'sessions.db');
+    const h1 = await startHarness({ store: new SqliteSessionStore({ path }) });
+    const root = await createRoot(h1.app, { id: 'r' });
+    const child = await startChild(h1, root, { prompt: 'dig' });
+    await rule(h1, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+    const { out } = await callInStep(h1, child, 'spawn_subagent', { prompt: 'x' });
+    const asked = out.approvals![0]!;
+    await h1.close();
+
+    const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
+    const resumed = await resumeRoot(h2, 'r');
+    expect(json<{ resident: boolean }>(await h2.app.inject({ method: 'GET', url: `/v1/agents/${child.id}` })).resident).toBe(false);
+    expect((await decide(h2, asked.id, { decision: 'approve' })).statusCode).toBe(200);
+    // The child's next step, through the pool (its token comes with it); the grandchild the
+    // approved call started has its first step there too.
+    const pooled: { agentId: string; agentToken: string; step: { messages: unknown[] } }[] = [];
+    for (let i = 0; i < 2; i++) pooled.push(json(await h2.app.inject({ method: 'POST', url: '/v1/steps/next', payload: { waitMs: 5_000 } })));
+    const childStep = pooled.find((p) => p.agentId === child.id);
+    expect(childStep?.step.messages).toContainEqual(expect.objectContaining({ role: 'tool', tool_call_id: 'c1' }));
+    const token = childStep!.agentToken;
+    await send(h2.app, 'r', 'how is it going?');
+    const rootStep = await nextStep(h2, resumed);
+    expect(rootStep.resumed).toEqual([{ agentId: child.id, agentToken: token }]);
+  });
+});
+
 describe('closing a child no instance runs', () => {
   it('cancels what its turn, left open by a stop, still asked a person about', async () => {
     const path = join(tempDir('approvals-'), 'sessions.db');
