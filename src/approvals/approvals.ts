@@ -294,8 +294,8 @@ export class Approvals {
       });
     } catch (error) {
       if (error instanceof Settled) return error.approval;
-      // It became live meanwhile (a resume): decide there.
-      if (error instanceof ServiceError && error.code === 'UNAUTHORIZED' && !retried) return this.decide(stored.id, body, true);
+      // It became live meanwhile, or is being resumed: decide there.
+      if (error instanceof ServiceError && (error.code === 'UNAUTHORIZED' || error.code === 'AGENT_EXISTS') && !retried) return this.decide(stored.id, body, true);
       throw error;
     }
     if (body.remember === 'forest' || body.remember === 'always') {
@@ -303,6 +303,7 @@ export class Approvals {
       this.deps.rules.write(ruleId, { id: ruleId, tool: stored.tool, ...(body.remember === 'forest' ? { rootId: stored.rootId } : {}), decision: body.decision === 'approve' ? 'allow' : 'deny' });
       await this.deps.log.durable();
     }
+    this.deps.onEnded?.(decided, Date.parse(decided.decidedAt!) - Date.parse(decided.requestedAt));
     if (stored.agentId !== stored.rootId) {
       void this.deps.reopenChild?.(stored.agentId).catch((error: unknown) => this.deps.logger.warn({ err: error, agentId: stored.agentId }, 'a child could not be re-opened after a decision; it goes on at its parent\'s next message'));
     }
