@@ -396,19 +396,26 @@ describe('a stop', () => {
   });
 });
 
+/**
+ * A root's child whose step asked about a spawn, the service stopped (the child's turn left
+ * open) and started again on the same file, the root resumed and the child not.
+ */
+async function childAskingAcrossStop(): Promise<{ h2: Harness; resumed: CreatedRoot; child: CreatedRoot; asked: Approval }> {
+  const path = join(tempDir('approvals-'), 'sessions.db');
+  const h1 = await startHarness({ store: new SqliteSessionStore({ path }) });
+  const root = await createRoot(h1.app, { id: 'r' });
+  const child = await startChild(h1, root, { prompt: 'dig' });
+  await rule(h1, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
+  const { out } = await callInStep(h1, child, 'spawn_subagent', { prompt: 'x' });
+  await h1.close();
+  const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
+  const resumed = await resumeRoot(h2, 'r');
+  return { h2, resumed, child, asked: out.approvals![0]! };
+}
+
 describe('deciding for a child no instance runs', () => {
   it('re-opens it when its parent is live here: its turn goes on at once, and its new token comes with the parent\'s next step', async () => {
-    const path = join(tempDir('approvals-'), 'sessions.db');
-    const h1 = await startHarness({ store: new SqliteSessionStore({ path }) });
-    const root = await createRoot(h1.app, { id: 'r' });
-    const child = await startChild(h1, root, { prompt: 'dig' });
-    await rule(h1, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
-    const { out } = await callInStep(h1, child, 'spawn_subagent', { prompt: 'x' });
-    const asked = out.approvals![0]!;
-    await h1.close();
-
-    const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
-    const resumed = await resumeRoot(h2, 'r');
+    const { h2, resumed, child, asked } = await childAskingAcrossStop();
     expect(json<{ resident: boolean }>(await h2.app.inject({ method: 'GET', url: `/v1/agents/${child.id}` })).resident).toBe(false);
     expect((await decide(h2, asked.id, { decision: 'approve' })).statusCode).toBe(200);
     // The child's next step, through the pool (its token comes with it); the grandchild the
@@ -426,17 +433,7 @@ describe('deciding for a child no instance runs', () => {
 
 describe('closing a child no instance runs', () => {
   it('cancels what its turn, left open by a stop, still asked a person about', async () => {
-    const path = join(tempDir('approvals-'), 'sessions.db');
-    const h1 = await startHarness({ store: new SqliteSessionStore({ path }) });
-    const root = await createRoot(h1.app, { id: 'r' });
-    const child = await startChild(h1, root, { prompt: 'dig' });
-    await rule(h1, 'spawns', { tool: 'spawn_subagent', decision: 'ask' });
-    const { out } = await callInStep(h1, child, 'spawn_subagent', { prompt: 'x' });
-    const asked = out.approvals![0]!;
-    await h1.close();
-
-    const h2 = await startHarness({ store: new SqliteSessionStore({ path }) });
-    await resumeRoot(h2, 'r');
+    const { h2, child, asked } = await childAskingAcrossStop();
     expect((await inbox(h2)).items.map((a) => a.id)).toEqual([asked.id]);
     expect((await h2.app.inject({ method: 'DELETE', url: `/v1/agents/${child.id}` })).statusCode).toBe(202);
     expect(await approval(h2, asked.id)).toMatchObject({ state: 'cancelled', decidedAt: expect.any(String) });
