@@ -53,6 +53,8 @@ export interface LiveAgentDeps {
   onLease?: (agent: LiveAgent, event: LeaseEvent, stepId: string, attempt: number) => void;
   /** See StepHost.workersHold. */
   workersHold?: (agent: LiveAgent, stepId: string) => boolean;
+  /** See StepHost.waitsOnPerson. */
+  waitsOnPerson?: (agent: LiveAgent, callId: string) => boolean;
   /** See StepHost.rerunAfterRestart. */
   rerunAfterRestart?: (agent: LiveAgent, stepId: string, calls: readonly UnansweredCall[]) => ReadonlySet<string>;
   /**
@@ -344,6 +346,7 @@ export class LiveAgent {
       onLease: deps.onLease === undefined ? undefined : (event, stepId, attempt) => deps.onLease?.(this, event, stepId, attempt),
       rerunAfterRestart: deps.rerunAfterRestart === undefined ? undefined : (stepId, calls) => deps.rerunAfterRestart!(this, stepId, calls),
       workersHold: deps.workersHold === undefined ? undefined : (stepId) => deps.workersHold!(this, stepId),
+      waitsOnPerson: deps.waitsOnPerson === undefined ? undefined : (callId) => deps.waitsOnPerson!(this, callId),
     };
     return new AgentSteps(host, deps.clock, deps.lease ?? DEFAULT_LEASE);
   }

@@ -210,6 +210,7 @@ export function createSystem(options: SystemOptions): System {
     rerunAfterRestart: (agent, stepId, calls) => reopenedCalls.take(agent, stepId, calls),
     // A step whose calls the tool workers hold, or a person is asked about, waits for them.
     workersHold: (agent, stepId) => pool.holds(agent, stepId) || approvals.holds(agent, stepId),
+    waitsOnPerson: (agent, callId) => approvals.pendingFor(agent, callId) !== undefined,
     maxInbox: limits.inbox,
     lease: { ...DEFAULT_LEASE, ...options.lease },
     admitsTurns: () => !gate.draining,

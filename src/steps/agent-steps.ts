@@ -56,6 +56,8 @@ export interface StepHost {
   rerunAfterRestart?: ((stepId: string, calls: readonly UnansweredCall[]) => ReadonlySet<string>) | undefined;
   /** Whether the tool worker pool holds calls of this step: its lease, not the step's, bounds them. */
   workersHold?: ((stepId: string) => boolean) | undefined;
+  /** Whether a call of the open step waits on a person's decision (it was not run). */
+  waitsOnPerson?: ((callId: string) => boolean) | undefined;
 }
 
 /** A call a re-opened step still awaits, whether the service had recorded that it started it, and its approval's last entry. */
@@ -240,12 +242,23 @@ export class AgentSteps {
     }
   }
 
-  /** Error results for the calls the open step still awaits, saying why none was recorded. */
+  /**
+   * Error results for the calls the open step still awaits, saying why none was recorded: a call
+   * that waited on a person was not run; any other may have taken effect.
+   */
   standIns(why: string): Message[] {
     return unansweredCalls(this.host.state()).map((toolCallId) => ({
       id: this.host.ids.next('message'),
       role: 'tool',
-      content: [{ type: 'text', text: `Error: ${why} before this tool call's result was recorded; the call may have taken effect` }],
+      content: [
+        {
+          type: 'text',
+          text:
+            this.host.waitsOnPerson?.(toolCallId) === true
+              ? `Error: ${why} before a person decided on this tool call; it was not run`
+              : `Error: ${why} before this tool call's result was recorded; the call may have taken effect`,
+        },
+      ],
       source: { kind: 'tool' },
       toolCallId,
       isError: true,

@@ -504,6 +504,9 @@ describe('ends without a decision', () => {
     await until(async () => (await approval(h, asked.id)).state === 'cancelled', 'the approval to be cancelled');
     expect((await decide(h, asked.id, { decision: 'approve' })).statusCode).toBe(409);
     expect((await inbox(h)).items).toEqual([]);
+    // The model is told the call was not run, not that it may have taken effect.
+    const results = toolResultOf(await session(h.app, 'r'), 'c1');
+    expect(results.map((e) => e.content![0]!.text)).toEqual(["Error: the turn was interrupted before a person decided on this tool call; it was not run"]);
   });
 
   it('closing a child cancels its pending approvals', async () => {
