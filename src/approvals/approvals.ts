@@ -20,13 +20,13 @@
  */
 import type { Logger } from 'pino';
 import type { Approval as ApprovalView, DecisionBody } from '../contract/index.js';
-import { deniedText, expiredText, stateOf, type Approval, type ApprovalState } from '../domain/approvals.js';
+import { deniedText, endedAs, expiredText, presented, settledAnswer, stateOf, type Approval, type ApprovalState } from '../domain/approvals.js';
 import { approvalIdOf } from '../tools/effect-keys.js';
+import { StoredDecisions } from './stored-decisions.js';
 import { loggableCall } from '../steps/redaction.js';
 import { ServiceError } from '../domain/errors.js';
 import type { ToolCall } from '../domain/message.js';
 import type { Clock } from '../domain/ports.js';
-import type { SessionHeader } from '../domain/session.js';
 import type { LiveAgent } from '../agents/live-agent.js';
 import type { AgentRegistry } from '../agents/agent-registry.js';
 import { decodeCursor, encodeCursor } from '../agents/reads/list-order.js';
@@ -74,10 +74,14 @@ interface Waiting {
 
 export class Approvals {
   private readonly waiting = new Map<string, Waiting>();
+  /** Decisions on approvals of agents live nowhere. */
+  private readonly storedDecisions: StoredDecisions;
   /** Approvals that ended here and whose entry may not be durable yet: a decision meanwhile is answered from them. */
   private readonly ended = new Map<string, Approval>();
 
-  constructor(private readonly deps: ApprovalsDeps) {}
+  constructor(private readonly deps: ApprovalsDeps) {
+    this.storedDecisions = new StoredDecisions({ ...deps, decideLive: (id, body) => this.decide(id, body, true) });
+  }
 
   /** Approvals pending on live agents of this instance. */
   get pendingHere(): number {
@@ -165,20 +169,20 @@ export class Approvals {
     const stored = await this.deps.log.store.approvals.get(id);
     if (stored === undefined) throw new ServiceError('APPROVAL_NOT_FOUND', `no approval has the id "${id}"`);
     const current = presented(stored, this.deps.clock.iso());
-    if (current.state !== 'pending') return settledAnswer(current, body);
+    if (current.state !== 'pending') return settledAnswer(current, body.decision);
     // The read awaited: its agent may have re-opened its turn here meanwhile.
     const now = this.actedOn(id, body);
     if (now !== undefined) return now;
     // Pending in the index, and not waiting here: its agent is live nowhere (another instance
     // would have been sent the request), unless its turn ended here without it.
     if (this.deps.registry.get(stored.agentId) !== undefined) throw new ServiceError('APPROVAL_DECIDED', `approval "${id}" is no longer awaited: its turn ended`);
-    return this.decideStored(stored, body, retried);
+    return this.storedDecisions.decide(stored, body, retried);
   }
 
   /** A decision on an approval waiting here, or one that ended here moments ago; undefined when neither. */
   private actedOn(id: string, body: DecisionBody): Promise<ApprovalView> | undefined {
     const ended = this.ended.get(id);
-    if (ended !== undefined) return this.deps.log.durable(ended.rootId).then(() => settledAnswer(ended, body));
+    if (ended !== undefined) return this.deps.log.durable(ended.rootId).then(() => settledAnswer(ended, body.decision));
     const here = this.waiting.get(id);
     if (here !== undefined && this.deps.registry.get(here.agent.id) === here.agent) return this.decideLive(here, body);
     return undefined;
@@ -280,49 +284,11 @@ export class Approvals {
     return decided;
   }
 
-  /** The approval of an agent live nowhere: the decision goes into its stored session. */
-  private async decideStored(stored: Approval, body: DecisionBody, retried: boolean): Promise<ApprovalView> {
-    const header = (await this.deps.log.summary(stored.agentId))?.header;
-    if (header === undefined) throw new ServiceError('APPROVAL_NOT_FOUND', `no approval has the id "${stored.id}"`);
-    const decided = this.decidedOf(stored, stateOf(body.decision), body);
-    try {
-      await this.deps.stored.append(header, 'decide its approval', async () => {
-        const last = await this.lastOf(header, stored.id);
-        if (last === undefined) throw new ServiceError('APPROVAL_DECIDED', `approval "${stored.id}" is no longer awaited: its turn ended`);
-        if (last.state !== 'pending') return Promise.reject(settledOrRefused(last, body));
-        return { type: 'approval', at: decided.decidedAt!, approval: decided };
-      });
-    } catch (error) {
-      if (error instanceof Settled) return error.approval;
-      // It became live meanwhile, or is being resumed: decide there.
-      if (error instanceof ServiceError && (error.code === 'UNAUTHORIZED' || error.code === 'AGENT_EXISTS') && !retried) return this.decide(stored.id, body, true);
-      throw error;
-    }
-    if (body.remember === 'forest' || body.remember === 'always') {
-      const ruleId = `${stored.id}-${body.remember}`;
-      this.deps.rules.write(ruleId, { id: ruleId, tool: stored.tool, ...(body.remember === 'forest' ? { rootId: stored.rootId } : {}), decision: body.decision === 'approve' ? 'allow' : 'deny' });
-      await this.deps.log.durable();
-    }
-    this.deps.onEnded?.(decided, Date.parse(decided.decidedAt!) - Date.parse(decided.requestedAt));
-    if (stored.agentId !== stored.rootId) {
-      void this.deps.reopenChild?.(stored.agentId).catch((error: unknown) => this.deps.logger.warn({ err: error, agentId: stored.agentId }, 'a child could not be re-opened after a decision; it goes on at its parent\'s next message'));
-    }
-    return decided;
-  }
-
-  /** The last entry of approval `id` in the session's open turn, if any. */
-  private async lastOf(header: SessionHeader, id: string): Promise<Approval | undefined> {
-    const { open } = await this.deps.log.lastTurn(header.id);
-    let last: Approval | undefined;
-    for (const entry of open) if (entry.type === 'approval' && entry.approval.id === id) last = entry.approval;
-    return last;
-  }
-
   /** End a waiting approval in `state`, written in this span; returns it as it is now. */
   private end(w: Waiting, state: ApprovalState, body?: DecisionBody): Approval {
     clearTimeout(w.timer);
     this.waiting.delete(w.approval.id);
-    const ended = this.decidedOf(w.approval, state, body);
+    const ended = endedAs(w.approval, state, this.deps.clock.iso(), body);
     this.write(w.agent, ended);
     // Answered from memory until its entry commits (the log retries a failed commit).
     this.ended.set(ended.id, ended);
@@ -349,13 +315,6 @@ export class Approvals {
     }
   }
 
-  private decidedOf(approval: Approval, state: ApprovalState, body?: DecisionBody): Approval {
-    const decided: Approval = { ...approval, state, decidedAt: this.deps.clock.iso() };
-    if (body?.reason !== undefined) decided.reason = body.reason;
-    if (body?.remember === 'forest' || body?.remember === 'always') decided.remember = body.remember;
-    return decided;
-  }
-
   private write(agent: LiveAgent, approval: Approval): void {
     this.deps.log.append(agent.id, { type: 'approval', at: approval.decidedAt ?? approval.requestedAt, approval });
   }
@@ -365,31 +324,5 @@ export class Approvals {
     const turn = agent.state.turn;
     if (this.deps.registry.get(agent.id) !== agent || turn.phase !== 'running' || turn.turn.step.id !== stepId || !turn.turn.step.awaiting.includes(call.id)) return;
     agent.steps.recordToolResult(stepId, call.id, text, true);
-  }
-}
-
-/** As the API shows it at `now`: a pending approval past its time is expired (its agent writes so when next live). */
-function presented(approval: Approval, now: string): ApprovalView {
-  return approval.state === 'pending' && approval.expiresAt <= now ? { ...approval, state: 'expired' } : approval;
-}
-
-/** A decision on an approval that is no longer pending: the same one again is answered as it is, any other refused. */
-function settledAnswer(current: ApprovalView, body: DecisionBody): ApprovalView {
-  if (current.state === stateOf(body.decision)) return current;
-  throw new ServiceError('APPROVAL_DECIDED', `approval "${current.id}" is already ${current.state}`);
-}
-
-/** The same decision found already made, carried out of a write that then writes nothing. */
-class Settled extends Error {
-  constructor(readonly approval: ApprovalView) {
-    super('already decided');
-  }
-}
-
-function settledOrRefused(last: Approval, body: DecisionBody): Error {
-  try {
-    return new Settled(settledAnswer(last, body));
-  } catch (error) {
-    return error as Error;
   }
 }

@@ -9,6 +9,8 @@
  * then a longer prefix over a shorter. Among equally specific rules the most cautious wins
  * (deny, then ask, then allow). No rule: allow.
  */
+import { ServiceError } from './errors.js';
+
 export const RULE_DECISIONS = ['ask', 'allow', 'deny'] as const;
 export type RuleDecision = (typeof RULE_DECISIONS)[number];
 
@@ -112,4 +114,29 @@ export function expiredText(tool: string): string {
 /** The state a decision moves an approval to. */
 export function stateOf(decision: Decision): ApprovalState {
   return decision === 'approve' ? 'approved' : 'denied';
+}
+
+/** What a person's decision says besides approve or deny. */
+export interface DecisionNote {
+  reason?: string | undefined;
+  remember?: Remember | undefined;
+}
+
+/** The approval as it ends at `at`, in `state`, with what the decision said. */
+export function endedAs(approval: Approval, state: ApprovalState, at: string, note?: DecisionNote): Approval {
+  const ended: Approval = { ...approval, state, decidedAt: at };
+  if (note?.reason !== undefined) ended.reason = note.reason;
+  if (note?.remember === 'forest' || note?.remember === 'always') ended.remember = note.remember;
+  return ended;
+}
+
+/** As the API shows it at `now`: a pending approval past its time is expired (its agent writes so when next live). */
+export function presented(approval: Approval, now: string): Approval {
+  return approval.state === 'pending' && approval.expiresAt <= now ? { ...approval, state: 'expired' } : approval;
+}
+
+/** A decision on an approval that is no longer pending: the same one again is answered as it is, any other refused. */
+export function settledAnswer(current: Approval, decision: Decision): Approval {
+  if (current.state === stateOf(decision)) return current;
+  throw new ServiceError('APPROVAL_DECIDED', `approval "${current.id}" is already ${current.state}`);
 }
