@@ -24,6 +24,7 @@ import { deniedText, endedAs, expiredText, presented, settledAnswer, stateOf, ty
 import { approvalIdOf } from '../tools/effect-keys.js';
 import { StoredDecisions } from './stored-decisions.js';
 import { loggableCall } from '../steps/redaction.js';
+import { awaitsCall } from '../steps/agent-steps.js';
 import { ServiceError } from '../domain/errors.js';
 import type { ToolCall } from '../domain/message.js';
 import type { Clock } from '../domain/ports.js';
@@ -116,20 +117,17 @@ export class Approvals {
 
   /** Whether the agent's open turn waits on a person (a stop then leaves the turn open). */
   waitsOn(agent: LiveAgent): boolean {
-    for (const w of this.waiting.values()) if (w.agent === agent) return true;
-    return false;
+    return this.first(agent, () => true) !== undefined;
   }
 
   /** The approval call `callId` of the agent waits on, if a person has yet to decide it. */
   pendingFor(agent: LiveAgent, callId: string): Approval | undefined {
-    for (const w of this.waiting.values()) if (w.agent === agent && w.call.id === callId) return w.approval;
-    return undefined;
+    return this.first(agent, (w) => w.call.id === callId)?.approval;
   }
 
   /** Whether the agent's step `stepId` waits on a person (its lease is renewed meanwhile). */
   holds(agent: LiveAgent, stepId: string): boolean {
-    for (const w of this.waiting.values()) if (w.agent === agent && w.approval.stepId === stepId) return true;
-    return false;
+    return this.first(agent, (w) => w.approval.stepId === stepId) !== undefined;
   }
 
   /** The inbox: approvals of every forest, oldest first, a page at a time (cursor: the last one's requestedAt and id). */
@@ -240,6 +238,12 @@ export class Approvals {
     this.waiting.clear();
   }
 
+  /** The first approval the agent waits on that `matches`. */
+  private first(agent: LiveAgent, matches: (w: Waiting) => boolean): Waiting | undefined {
+    for (const w of this.waiting.values()) if (w.agent === agent && matches(w)) return w;
+    return undefined;
+  }
+
   private wait(agent: LiveAgent, approval: Approval, call: KeyedCall): Waiting {
     const w: Waiting = { approval, agent, call, timer: undefined };
     this.waiting.set(approval.id, w);
@@ -321,8 +325,7 @@ export class Approvals {
 
   /** Record an error result for the call, if its step still awaits it. */
   private answer(agent: LiveAgent, stepId: string, call: KeyedCall, text: string): void {
-    const turn = agent.state.turn;
-    if (this.deps.registry.get(agent.id) !== agent || turn.phase !== 'running' || turn.turn.step.id !== stepId || !turn.turn.step.awaiting.includes(call.id)) return;
+    if (this.deps.registry.get(agent.id) !== agent || !awaitsCall(agent, stepId, call.id)) return;
     agent.steps.recordToolResult(stepId, call.id, text, true);
   }
 }

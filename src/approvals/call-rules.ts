@@ -29,12 +29,6 @@ export class CallRules {
   }
 }
 
-/** The open step `stepId` of the agent still awaits a result for this call. */
-export function awaitsCall(agent: LiveAgent, stepId: string, callId: string): boolean {
-  const turn = agent.state.turn;
-  return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.awaiting.includes(callId);
-}
-
 /** A call a person has yet to decide has no result but the one the decision gives it. */
 export function refuseWhilePending(pending: Approval | undefined, stepId: string): void {
   if (pending === undefined) return;

@@ -10,6 +10,7 @@
  * (deny, then ask, then allow). No rule: allow.
  */
 import { ServiceError } from './errors.js';
+import { GRANT_PATTERN, grantAllows } from './grants.js';
 
 export const RULE_DECISIONS = ['ask', 'allow', 'deny'] as const;
 export type RuleDecision = (typeof RULE_DECISIONS)[number];
@@ -26,8 +27,8 @@ export type Remember = (typeof REMEMBER)[number];
 
 /** A rule id, as a path segment. */
 export const RULE_ID_PATTERN = '^[A-Za-z0-9_.:-]{1,128}$';
-/** A rule's tool: a tool name, or a prefix ending in `*`. */
-export const RULE_TOOL_PATTERN = '^[A-Za-z0-9_.:-]{1,128}\\*?$|^\\*$';
+/** A rule's tool: a tool name, or a prefix ending in `*`, written as a grant is. */
+export const RULE_TOOL_PATTERN = GRANT_PATTERN;
 
 export interface ApprovalRule {
   id: string;
@@ -56,10 +57,6 @@ export interface Approval {
   remember?: Exclude<Remember, 'once'>;
 }
 
-function matches(rule: ApprovalRule, tool: string): boolean {
-  return rule.tool.endsWith('*') ? tool.startsWith(rule.tool.slice(0, -1)) : rule.tool === tool;
-}
-
 const CAUTION: Readonly<Record<RuleDecision, number>> = { deny: 2, ask: 1, allow: 0 };
 
 /** How specific a matching rule is: forest over global, exact over wildcard, longer prefix over shorter. */
@@ -72,7 +69,7 @@ function specificity(rule: ApprovalRule): [number, number, number] {
 export function decidingRule(rules: Iterable<ApprovalRule>, tool: string, rootId: string): ApprovalRule | undefined {
   let best: ApprovalRule | undefined;
   for (const rule of rules) {
-    if (!matches(rule, tool) || (rule.rootId !== undefined && rule.rootId !== rootId)) continue;
+    if (!grantAllows(rule.tool, tool) || (rule.rootId !== undefined && rule.rootId !== rootId)) continue;
     if (best === undefined || outranks(rule, best)) best = rule;
   }
   return best;

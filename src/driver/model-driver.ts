@@ -11,6 +11,7 @@
  * its error text (never the API key); disposing the agent aborts its request in flight. A
  * step over the agent's `model.maxContextTokens` is compacted first (compaction.ts).
  */
+import { awaitsCall } from '../steps/agent-steps.js';
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
 import type { ToolCall } from '../domain/message.js';
@@ -250,7 +251,7 @@ export class ModelDriver {
       // The model has only the service's tools: any other name is answered as unknown (unless
       // a backend answered it meanwhile through POST tool-calls).
       // A call of a declared backend tool waits for a worker's result (the tool pool).
-      const unanswered = result.awaiting.filter((call) => stillAwaited(agent, claim.stepId, call.id) && !this.deps.protocol.runByBackend(agent, call.name));
+      const unanswered = result.awaiting.filter((call) => awaitsCall(agent, claim.stepId, call.id) && !this.deps.protocol.runByBackend(agent, call.name));
       if (unanswered.length > 0 && !agent.disposing) {
         await this.deps.protocol.applyToolResults(
           agent,
@@ -283,7 +284,3 @@ function onStep(agent: LiveAgent, claim: StepClaim): boolean {
   return turn.phase === 'running' && turn.turn.id === claim.turnId && turn.turn.step.id === claim.stepId;
 }
 
-function stillAwaited(agent: LiveAgent, stepId: string, callId: string): boolean {
-  const turn = agent.state.turn;
-  return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.awaiting.includes(callId);
-}

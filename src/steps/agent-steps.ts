@@ -289,3 +289,9 @@ function unansweredIn(entries: readonly SessionEntry[], awaiting: readonly strin
     return [approval === undefined ? { call, started: started.has(key) } : { call, started: started.has(key), approval }];
   });
 }
+
+/** The open step `stepId` of the agent still awaits a result for this call. */
+export function awaitsCall(agent: LiveAgent, stepId: string, callId: string): boolean {
+  const turn = agent.state.turn;
+  return turn.phase === 'running' && turn.turn.step.id === stepId && turn.turn.step.awaiting.includes(callId);
+}

@@ -19,8 +19,8 @@ import type { SessionLog } from '../sessions/session-log.js';
 import type { ToolPool } from '../tools/backend/tool-pool.js';
 import { failedCall, type ToolCalls } from '../tools/tool-calls.js';
 import type { ServiceTool, ToolRegistry } from '../tools/tool-registry.js';
-import type { UnansweredCall } from './agent-steps.js';
-import { awaitsCall, type CallRules } from '../approvals/call-rules.js';
+import { awaitsCall, type UnansweredCall } from './agent-steps.js';
+import type { CallRules } from '../approvals/call-rules.js';
 
 export interface ReopenedCallsDeps {
   tools: Pick<ToolRegistry, 'find'>;

@@ -32,7 +32,8 @@ import type { StepCache } from './step-cache.js';
 import { failedCall, refusedByRule, unknownTool, type RunOutcome, type ToolCalls } from '../tools/tool-calls.js';
 import { effectKeyOf } from '../tools/effect-keys.js';
 import { notAllowedText } from '../domain/approvals.js';
-import { awaitsCall, refuseWhilePending, type CallRules } from '../approvals/call-rules.js';
+import { refuseWhilePending, type CallRules } from '../approvals/call-rules.js';
+import { awaitsCall } from './agent-steps.js';
 import type { Approvals } from '../approvals/approvals.js';
 
 export interface StepProtocolDeps {

@@ -15,6 +15,7 @@ import type { ToolCall } from '../../domain/message.js';
 import type { LiveAgent } from '../../agents/live-agent.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import type { LeaseOptions } from '../../steps/step-lease.js';
+import { awaitsCall } from '../../steps/agent-steps.js';
 
 export interface ToolPoolDeps {
   clock: Clock;
@@ -184,9 +185,7 @@ export class ToolPool {
   }
 
   private stillAwaited(entry: Offered): boolean {
-    if (this.deps.live(entry.agent.id) !== entry.agent) return false;
-    const turn = entry.agent.state.turn;
-    return turn.phase === 'running' && turn.turn.step.id === entry.stepId && turn.turn.step.awaiting.includes(entry.call.id);
+    return this.deps.live(entry.agent.id) === entry.agent && awaitsCall(entry.agent, entry.stepId, entry.call.id);
   }
 
   private drop(key: string, entry: Offered): void {
