@@ -16,6 +16,9 @@ import { requestId, requestIdHeader } from './plugins/request-id.js';
 import { OneLinePerRequest, requestMetrics } from './plugins/request-log.js';
 import { agentRoutes } from './routes/agents/index.js';
 import { registerOperatorAuth } from './routes/auth.js';
+import { registerTenantAccess, requireListedRoutes } from './routes/tenant-access.js';
+import { resourceOwners } from './composition/resource-owners.js';
+import { tenantRoutes } from './routes/tenants/index.js';
 import { budgetRoutes } from './routes/budgets/index.js';
 import { webhookRoutes } from './routes/webhooks/index.js';
 import { grantRoutes } from './routes/grants/index.js';
@@ -42,7 +45,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log' | 'toolServers' | 'backendTools' | 'approvals' | 'approvalRules'> & Partial<Pick<System, 'tracing'>>;
+  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log' | 'toolServers' | 'backendTools' | 'approvals' | 'approvalRules' | 'tenants' | 'registry'> & Partial<Pick<System, 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -104,7 +107,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(jsonBodies);
   await app.register(errorHandling, { storeUnavailable: (error) => log.store.isUnavailable(error) });
   await registerProtection(app, deps.protection ?? {});
-  registerOperatorAuth(app, deps.apiKeys ?? []);
+  registerOperatorAuth(app, deps.apiKeys ?? [], deps.system.tenants);
+  // Before any route is added: a /v1 route nobody decided a tenant's access to fails the start.
+  requireListedRoutes(app);
+  // Before forwarding: another tenant's resource is answered here as unknown, never sent on.
+  registerTenantAccess(app, resourceOwners(deps.system));
   // Traces on: a request's `traceparent` names the trace the turns it starts continue. First of
   // the handler hooks (after the body is read), so the handler runs in that context.
   const requestContext = deps.system.tracing?.requestContext;
@@ -136,6 +143,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     maxBufferedBytes: deps.eventBufferBytes ?? 1_048_576,
   });
   await app.register(packageRoutes, { packages: topology.packages });
+  await app.register(tenantRoutes, { tenants: deps.system.tenants });
   await app.register(webhookRoutes, { subscriptions: deps.system.webhooks.subscriptions });
   await app.register(metricsRoutes, { metrics });
   if (peering !== undefined) await app.register(clusterRoutes, { peering });

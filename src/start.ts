@@ -84,6 +84,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   await system.toolServers.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   await system.backendTools.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   await system.approvalRules.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
+  await system.tenants.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -124,6 +125,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     await system.toolServers.stop();
     system.backendTools.stop();
     system.approvalRules.stop();
+    system.tenants.stop();
     system.approvals.stop();
     system.pool.stop();
     await system.topology.stop();

@@ -613,6 +613,7 @@ describe('construction', () => {
     { file: 'src/observation/tracing/forest-spans.ts', objects: ['spans'], reason: "the tracer's own per-agent span records (its private `agents` map)" },
     { file: 'src/plugins/connection-cap.ts', objects: ['app.server'], fields: ['maxConnections'], reason: "Node's http.Server takes its connection cap as this property; it has no setter" },
     { file: 'src/plugins/json-bodies.ts', objects: ['request'], fields: ['body'], reason: "Fastify's way for a hook to give a request its body" },
+    { file: 'src/routes/auth.ts', objects: ['request'], fields: ['principal'], reason: "Fastify's way for a hook to give a request its principal (a request decoration)" },
     { file: 'src/plugins/errors.ts', objects: ['body'], reason: 'the error body this function got fresh from errorBody() and sends' },
     { file: 'src/routes/errors.ts', objects: ['body'], reason: 'the error body this function got fresh from errorBody() and sends' },
     { file: 'src/plugins/openapi.ts', objects: ['body', 'components'], reason: 'an in-place transform of the generated OpenAPI document (plain JSON)' },

@@ -694,6 +694,102 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenants
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). By id.
+         */
+        get: operations["listTenants"];
+        put?: never;
+        /**
+         * Make a tenant
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). Durable before answered. Give it keys with POST /v1/tenants/{id}/keys.
+         */
+        post: operations["createTenant"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tenants/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One tenant
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED).
+         */
+        get: operations["getTenant"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a tenant
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). Refused with 409 TENANT_NOT_EMPTY while it has live agents. Its keys are revoked; what it made stays stored, for an admin.
+         */
+        delete: operations["deleteTenant"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a tenant's name, quotas or model keys
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). Each field given replaces the stored one; a quota change holds on every instance within the settings' bound (2 s).
+         */
+        patch: operations["changeTenant"];
+        trace?: never;
+    };
+    "/v1/tenants/{id}/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A tenant's keys (their ids, never the keys)
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED).
+         */
+        get: operations["listTenantKeys"];
+        put?: never;
+        /**
+         * Make a key for a tenant
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). The key is in this answer only: the service keeps its SHA-256 alone. Durable before answered.
+         */
+        post: operations["createTenantKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tenants/{id}/keys/{keyId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a tenant key
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). Refused here from the answer on (401 UNAUTHENTICATED), and on every other instance within the settings' bound (at once when the announcement arrives; 2 s at the latest).
+         */
+        delete: operations["revokeTenantKey"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhooks": {
         parameters: {
             query?: never;
@@ -873,6 +969,8 @@ export interface components {
             provider: ("in-process" | "remote") | null;
             depth: number;
             label?: string;
+            /** @description The tenant it belongs to (its root's); absent for a root made with an admin key. */
+            tenantId?: string;
             /** @description roots: idle, running, disposing; children: idle or running while resident, settled, closed; either: paused while a budget stops its next step (see pausedBy) */
             status: "idle" | "running" | "paused" | "disposing" | "settled" | "closed";
             resident: boolean;
@@ -915,7 +1013,7 @@ export interface components {
         ErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "APPROVAL_NOT_FOUND" | "APPROVAL_RULE_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "APPROVAL_DECIDED" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "APPROVAL_NOT_FOUND" | "APPROVAL_RULE_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "TENANT_NOT_FOUND" | "TENANT_KEY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "TENANT_EXISTS" | "TENANT_NOT_EMPTY" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "APPROVAL_DECIDED" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "QUOTA_EXCEEDED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -926,7 +1024,7 @@ export interface components {
         ToolCallErrorBody: {
             statusCode: number;
             /** @enum {string} */
-            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "APPROVAL_NOT_FOUND" | "APPROVAL_RULE_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "APPROVAL_DECIDED" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
+            code: "VALIDATION" | "UNAUTHENTICATED" | "UNAUTHORIZED" | "AGENT_NOT_FOUND" | "TOOL_NOT_FOUND" | "STEP_NOT_FOUND" | "PACKAGE_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "TOOL_SERVER_NOT_FOUND" | "BACKEND_TOOL_NOT_FOUND" | "APPROVAL_NOT_FOUND" | "APPROVAL_RULE_NOT_FOUND" | "DELIVERY_NOT_FOUND" | "TENANT_NOT_FOUND" | "TENANT_KEY_NOT_FOUND" | "ROUTE_NOT_FOUND" | "AGENT_EXISTS" | "TENANT_EXISTS" | "TENANT_NOT_EMPTY" | "MISDIRECTED" | "FOREST_FAILING_OVER" | "PARENT_UNAVAILABLE" | "ACTIVATION_CLOSING" | "ACTIVATION_SETUP_REVOKED" | "ACTIVATION_SETUP_RELEASE_FAILED" | "NOT_RESUMABLE" | "STEP_CONFLICT" | "IDEMPOTENCY_CONFLICT" | "APPROVAL_DECIDED" | "CANCELLED" | "LIMIT_EXCEEDED" | "BUDGET_EXHAUSTED" | "PAYLOAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "HEADERS_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "AGENT_BUSY" | "PARENT_BUSY" | "RATE_LIMITED" | "QUOTA_EXCEEDED" | "DRAINING" | "AT_CAPACITY" | "OVERLOADED" | "STORE_UNAVAILABLE" | "INTERNAL";
             /** @description The HTTP reason phrase. */
             error: string;
             message: string;
@@ -1130,6 +1228,8 @@ export interface components {
             rootSession?: string;
             /** @enum {string} */
             origin?: "subagent";
+            /** @description The tenant whose key made the root; children copy their root's. Absent: made with an admin key. */
+            tenantId?: string;
             mode: string | null;
             provider: string | null;
             label?: string;
@@ -1428,6 +1528,18 @@ export interface components {
                 };
             };
         };
+        /** @description Too Many Requests: AGENT_BUSY, RATE_LIMITED, QUOTA_EXCEEDED */
+        AgentBusyOrRateLimitedOrQuotaExceeded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "AGENT_BUSY" | "RATE_LIMITED" | "QUOTA_EXCEEDED";
+                };
+            };
+        };
         /** @description Conflict: AGENT_EXISTS */
         AgentExists: {
             headers: {
@@ -1680,6 +1792,18 @@ export interface components {
                 };
             };
         };
+        /** @description Too Many Requests: RATE_LIMITED, QUOTA_EXCEEDED */
+        RateLimitedOrQuotaExceeded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "RATE_LIMITED" | "QUOTA_EXCEEDED";
+                };
+            };
+        };
         /** @description Request Timeout: REQUEST_TIMEOUT */
         RequestTimeout: {
             headers: {
@@ -1713,6 +1837,54 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"] & {
                     /** @enum {string} */
                     code?: "STEP_CONFLICT" | "BUDGET_EXHAUSTED";
+                };
+            };
+        };
+        /** @description Conflict: TENANT_EXISTS */
+        TenantExists: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "TENANT_EXISTS";
+                };
+            };
+        };
+        /** @description Conflict: TENANT_NOT_EMPTY */
+        TenantNotEmpty: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "TENANT_NOT_EMPTY";
+                };
+            };
+        };
+        /** @description Not Found: TENANT_NOT_FOUND */
+        TenantNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "TENANT_NOT_FOUND";
+                };
+            };
+        };
+        /** @description Not Found: TENANT_NOT_FOUND, TENANT_KEY_NOT_FOUND */
+        TenantNotFoundOrTenantKeyNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"] & {
+                    /** @enum {string} */
+                    code?: "TENANT_NOT_FOUND" | "TENANT_KEY_NOT_FOUND";
                 };
             };
         };
@@ -2030,6 +2202,8 @@ export interface operations {
                 status?: "idle" | "running" | "paused" | "disposing" | "settled" | "closed";
                 /** @description Only roots, or only children. */
                 kind?: "root" | "child";
+                /** @description Only this tenant's agents (an admin key's filter; a tenant key always sees its own only). */
+                tenantId?: string;
                 /** @description false: instead of the live agents, the durable roots that are not live (after a restart, or disposed): the ones `POST /v1/agents/{id}/resume` re-opens. Takes only `limit` and `cursor`. Absent or true: the live list. */
                 live?: boolean;
                 limit?: number;
@@ -2056,6 +2230,7 @@ export interface operations {
                             /** @description An agent (and session) id. */
                             id: string;
                             label?: string;
+                            tenantId?: string;
                             /** Format: date-time */
                             createdAt: string;
                             /**
@@ -2126,7 +2301,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrQuotaExceeded"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
@@ -2301,7 +2476,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrQuotaExceeded"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
@@ -2355,7 +2530,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
-            429: components["responses"]["AgentBusyOrRateLimited"];
+            429: components["responses"]["AgentBusyOrRateLimitedOrQuotaExceeded"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
@@ -2564,7 +2739,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
-            429: components["responses"]["RateLimited"];
+            429: components["responses"]["RateLimitedOrQuotaExceeded"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrAtCapacityOrOverloadedOrStoreUnavailable"];
@@ -3384,7 +3559,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             421: components["responses"]["Misdirected"];
-            429: components["responses"]["AgentBusyOrRateLimited"];
+            429: components["responses"]["AgentBusyOrRateLimitedOrQuotaExceeded"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrDrainingOrOverloadedOrStoreUnavailable"];
@@ -3856,6 +4031,424 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["ActivationSetupReleaseFailedOrInternal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    listTenants: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: {
+                            id: string;
+                            name?: string;
+                            /** @description Each optional: absent means no limit. */
+                            quotas?: {
+                                /** @description Agents live at once (roots and resident children), on all instances together. */
+                                maxLiveAgents?: number;
+                                /** @description Roots that exist (made and not disposed; a disposed root no longer counts). */
+                                maxRoots?: number;
+                                /** @description Steps handed out per minute (a fixed UTC minute). */
+                                stepsPerMinute?: number;
+                                /** @description Model tokens (input and output) spent per UTC day. */
+                                tokensPerDay?: number;
+                                /** @description Cost spent per UTC day, in millionths of a US dollar. */
+                                costMicroUsdPerDay?: number;
+                            };
+                            /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                            modelKeyEnvs?: string[];
+                            /** Format: date-time */
+                            createdAt: string;
+                            /** Format: date-time */
+                            updatedAt: string;
+                        }[];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    createTenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Lowercase letters, digits and `-`, at most 63. */
+                    id: string;
+                    name?: string;
+                    /** @description Each optional: absent means no limit. */
+                    quotas?: {
+                        /** @description Agents live at once (roots and resident children), on all instances together. */
+                        maxLiveAgents?: number;
+                        /** @description Roots that exist (made and not disposed; a disposed root no longer counts). */
+                        maxRoots?: number;
+                        /** @description Steps handed out per minute (a fixed UTC minute). */
+                        stepsPerMinute?: number;
+                        /** @description Model tokens (input and output) spent per UTC day. */
+                        tokensPerDay?: number;
+                        /** @description Cost spent per UTC day, in millionths of a US dollar. */
+                        costMicroUsdPerDay?: number;
+                    };
+                    /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                    modelKeyEnvs?: string[];
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id: string;
+                        name?: string;
+                        /** @description Each optional: absent means no limit. */
+                        quotas?: {
+                            /** @description Agents live at once (roots and resident children), on all instances together. */
+                            maxLiveAgents?: number;
+                            /** @description Roots that exist (made and not disposed; a disposed root no longer counts). */
+                            maxRoots?: number;
+                            /** @description Steps handed out per minute (a fixed UTC minute). */
+                            stepsPerMinute?: number;
+                            /** @description Model tokens (input and output) spent per UTC day. */
+                            tokensPerDay?: number;
+                            /** @description Cost spent per UTC day, in millionths of a US dollar. */
+                            costMicroUsdPerDay?: number;
+                        };
+                        /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                        modelKeyEnvs?: string[];
+                        /** Format: date-time */
+                        createdAt: string;
+                        /** Format: date-time */
+                        updatedAt: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["TenantExists"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    getTenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 63. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id: string;
+                        name?: string;
+                        /** @description Each optional: absent means no limit. */
+                        quotas?: {
+                            /** @description Agents live at once (roots and resident children), on all instances together. */
+                            maxLiveAgents?: number;
+                            /** @description Roots that exist (made and not disposed; a disposed root no longer counts). */
+                            maxRoots?: number;
+                            /** @description Steps handed out per minute (a fixed UTC minute). */
+                            stepsPerMinute?: number;
+                            /** @description Model tokens (input and output) spent per UTC day. */
+                            tokensPerDay?: number;
+                            /** @description Cost spent per UTC day, in millionths of a US dollar. */
+                            costMicroUsdPerDay?: number;
+                        };
+                        /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                        modelKeyEnvs?: string[];
+                        /** Format: date-time */
+                        createdAt: string;
+                        /** Format: date-time */
+                        updatedAt: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["TenantNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    deleteTenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 63. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["TenantNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["TenantNotEmpty"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    changeTenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 63. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description Each field given replaces the one stored (`quotas` as a whole). */
+        requestBody?: {
+            content: {
+                "application/json": {
+                    name?: string;
+                    /** @description Each optional: absent means no limit. */
+                    quotas?: {
+                        /** @description Agents live at once (roots and resident children), on all instances together. */
+                        maxLiveAgents?: number;
+                        /** @description Roots that exist (made and not disposed; a disposed root no longer counts). */
+                        maxRoots?: number;
+                        /** @description Steps handed out per minute (a fixed UTC minute). */
+                        stepsPerMinute?: number;
+                        /** @description Model tokens (input and output) spent per UTC day. */
+                        tokensPerDay?: number;
+                        /** @description Cost spent per UTC day, in millionths of a US dollar. */
+                        costMicroUsdPerDay?: number;
+                    };
+                    /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                    modelKeyEnvs?: string[];
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id: string;
+                        name?: string;
+                        /** @description Each optional: absent means no limit. */
+                        quotas?: {
+                            /** @description Agents live at once (roots and resident children), on all instances together. */
+                            maxLiveAgents?: number;
+                            /** @description Roots that exist (made and not disposed; a disposed root no longer counts). */
+                            maxRoots?: number;
+                            /** @description Steps handed out per minute (a fixed UTC minute). */
+                            stepsPerMinute?: number;
+                            /** @description Model tokens (input and output) spent per UTC day. */
+                            tokensPerDay?: number;
+                            /** @description Cost spent per UTC day, in millionths of a US dollar. */
+                            costMicroUsdPerDay?: number;
+                        };
+                        /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                        modelKeyEnvs?: string[];
+                        /** Format: date-time */
+                        createdAt: string;
+                        /** Format: date-time */
+                        updatedAt: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["TenantNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    listTenantKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 63. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: {
+                            keyId: string;
+                            /** Format: date-time */
+                            createdAt: string;
+                        }[];
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["TenantNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    createTenantKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 63. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        keyId: string;
+                        /** @description Shown this once: only its hash is stored. Send it as `Authorization: Bearer <key>`. */
+                        key: string;
+                        /** Format: date-time */
+                        createdAt: string;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["TenantNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
+    revokeTenantKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lowercase letters, digits and `-`, at most 63. */
+                id: string;
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["TenantNotFoundOrTenantKeyNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
             503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };

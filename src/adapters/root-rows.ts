@@ -8,6 +8,7 @@ export interface RootRow {
   id: string;
   created_at: string;
   label: string | null;
+  tenant_id: string | null;
   last_entry_at: string | null;
   boundary: string | null;
 }
@@ -16,6 +17,7 @@ export function storedRootOf(row: RootRow): StoredRoot {
   return {
     id: row.id,
     ...(row.label === null ? {} : { label: row.label }),
+    ...(row.tenant_id === null ? {} : { tenantId: row.tenant_id }),
     createdAt: row.created_at,
     // A session without entries last wrote when it was created.
     lastEntryAt: row.last_entry_at ?? row.created_at,

@@ -62,7 +62,7 @@ interface StoredResume {
 export class RootLifecycle {
   constructor(private readonly deps: RootLifecycleDeps) {}
 
-  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec; budget?: Budget; tools?: string[] }): Promise<AgentWithToken> {
+  async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec; budget?: Budget; tools?: string[]; tenantId?: string }): Promise<AgentWithToken> {
     this.deps.gate.admitNewWork();
     const model = input.model === undefined ? undefined : (this.deps.checkModel?.(input.model) ?? input.model);
     const grants = input.tools === undefined ? undefined : grantsOrRefuse(input.tools);
@@ -85,6 +85,7 @@ export class RootLifecycle {
         mode: null,
         provider: null,
       };
+      if (input.tenantId !== undefined) header.tenantId = input.tenantId;
       if (input.instructions !== undefined) header.instructions = input.instructions;
       if (input.metadata !== undefined) header.metadata = input.metadata;
       if (model !== undefined) header.model = model;

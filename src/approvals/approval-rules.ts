@@ -47,6 +47,11 @@ export class ApprovalRules {
     return decidingRule(this.values(), tool, rootId)?.decision ?? 'allow';
   }
 
+  /** Who made it: `{}` for a global rule, undefined when no rule has the id. */
+  ownerOf(id: string): { owner?: string } | undefined {
+    return this.rules.has(id) ? {} : undefined;
+  }
+
   list(): ApprovalRuleView[] {
     return [...this.rules.keys()].sort().map((id) => this.view(id));
   }

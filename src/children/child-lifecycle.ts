@@ -262,6 +262,7 @@ export class ChildLifecycle {
       depth: parent.header.depth + 1,
       rootSession: parent.rootId,
       origin: 'subagent',
+      ...(parent.header.tenantId === undefined ? {} : { tenantId: parent.header.tenantId }),
       mode: spec.mode,
       provider: spec.provider,
       grants,

@@ -47,6 +47,7 @@ export class ClusterList {
     const query = new URLSearchParams({ limit: String(filter.limit) });
     if (filter.status !== undefined) query.set('status', filter.status);
     if (filter.kind !== undefined) query.set('kind', filter.kind);
+    if (filter.tenantId !== undefined) query.set('tenantId', filter.tenantId);
     if (filter.cursor !== undefined) query.set('cursor', filter.cursor);
     try {
       const answer = await this.deps.client.call(peer, { method: 'GET', path: `/v1/agents?${query.toString()}`, ...caller, timeoutMs: PEER_TIMEOUT_MS });

@@ -39,6 +39,7 @@ import type { Tracing } from '../observation/tracing/tracing.js';
 import type { Webhooks } from '../observation/webhooks/webhooks.js';
 import type { ApprovalRules } from '../approvals/approval-rules.js';
 import type { Approvals } from '../approvals/approvals.js';
+import type { Tenants } from '../tenants/tenants.js';
 
 export interface System {
   store: SessionStore;
@@ -92,6 +93,8 @@ export interface System {
   backendTools: BackendTools;
   approvals: Approvals;
   approvalRules: ApprovalRules;
+  /** Tenants and their keys (started before serving, stopped at close). */
+  tenants: Tenants;
   pool: ToolPool;
   /** Webhook subscriptions, the outbox's events and their delivery (started before serving, stopped at close). */
   webhooks: Webhooks;

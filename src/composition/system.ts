@@ -28,8 +28,6 @@ import { RootLifecycle } from '../agents/root-lifecycle.js';
 import { BudgetChanges } from '../budgets/budget-changes.js';
 import { AccountWrites } from '../budgets/account-writes.js';
 import { GrantChanges } from '../tools/grant-changes.js';
-import { DEFAULT_TOOL_SERVER_CONCURRENCY, ToolServers } from '../tools/mcp/tool-servers.js';
-import { BackendTools } from '../tools/backend/backend-tools.js';
 import { ToolPool } from '../tools/backend/tool-pool.js';
 import { Budgets } from '../budgets/budgets.js';
 import { EventHub } from '../observation/event-hub.js';
@@ -71,6 +69,7 @@ import { ApprovalRules } from '../approvals/approval-rules.js';
 import { Approvals, DEFAULT_APPROVAL_TIMEOUT_MS } from '../approvals/approvals.js';
 import { approvalMetrics } from '../approvals/approval-metrics.js';
 import type { RuleDecision } from '../domain/approvals.js';
+import { settingsRegistries } from './settings-registries.js';
 
 import type { System } from './system-parts.js';
 
@@ -153,6 +152,7 @@ export function createSystem(options: SystemOptions): System {
             toolServers.resync();
             backendTools.resync();
             approvalRules.resync();
+            tenants.resync();
           },
           packages: () => packages,
           ownerOfAgent: (id) => queries.ownerElsewhere(id),
@@ -380,20 +380,12 @@ export function createSystem(options: SystemOptions): System {
     ...(tracing.observer === undefined ? [] : [tracing.observer]),
     ...(options.observers ?? []),
   ];
-  const backendTools = new BackendTools({ log, settings: store.settings, register: (tool) => tools.register(tool), clock, logger });
-  const toolServers = new ToolServers({
-    log,
-    settings: store.settings,
-    register: (tool) => tools.register(tool),
-    policy: { ...options.modelPolicy, env },
-    commands: options.toolServers?.commands ?? false,
-    concurrency: options.toolServers?.concurrency ?? DEFAULT_TOOL_SERVER_CONCURRENCY,
-    clock,
-    logger,
-    onCall: (server, outcome, seconds) => metrics.toolServerCall(server, outcome, seconds),
-  });
+  const { toolServers, backendTools, tenants } = settingsRegistries(
+    { log, settings: store.settings, tools, policy: { ...options.modelPolicy, env }, metrics, topology, clock, logger },
+    options.toolServers,
+  );
 
   // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
   driver.start();
-  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool, approvals, approvalRules };
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool, approvals, approvalRules, tenants };
 }

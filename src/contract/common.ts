@@ -137,6 +137,7 @@ export const AgentView = shared(
       provider: Type.Union([literals(PROVIDERS), Type.Null()]),
       depth: Type.Integer({ minimum: 0 }),
       label: Type.Optional(Type.String()),
+      tenantId: Type.Optional(Type.String({ description: "The tenant it belongs to (its root's); absent for a root made with an admin key." })),
       status: literals(AGENT_STATUSES, {
         description: 'roots: idle, running, disposing; children: idle or running while resident, settled, closed; either: paused while a budget stops its next step (see pausedBy)',
       }),

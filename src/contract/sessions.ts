@@ -148,6 +148,7 @@ export const SessionHeader = shared(
       depth: Type.Integer({ minimum: 0 }),
       rootSession: Type.Optional(Type.String({ description: "Children: the id of the forest's root." })),
       origin: Type.Optional(Type.Literal('subagent')),
+      tenantId: Type.Optional(Type.String({ description: "The tenant whose key made the root; children copy their root's. Absent: made with an admin key." })),
       mode: Type.Union([Type.String(), Type.Null()]),
       provider: Type.Union([Type.String(), Type.Null()]),
       label: Type.Optional(Type.String()),

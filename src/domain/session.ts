@@ -23,6 +23,8 @@ export interface SessionHeader {
   /** Children: the root of the forest (a root's own id is its root). */
   rootSession?: string;
   origin?: 'subagent';
+  /** The tenant whose key made the root (children copy their root's); absent: made by an admin. */
+  tenantId?: string;
   mode: ChildMode | null;
   provider: Provider | null;
   label?: string;

@@ -19,6 +19,7 @@ export const TAGS = [
   { name: 'tools', description: 'Service-owned tools: what an agent sees, and calling them as the agent.' },
   { name: 'grants', description: 'Which tools an agent may call: granted down the tree, never wider than its parent.' },
   { name: 'tool-servers', description: 'MCP tool servers whose tools agents may be granted, run by the service.' },
+  { name: 'tenants', description: 'Tenants (admin keys only): their keys, quotas and model keys. A tenant key sees and steers its own tenant only.' },
   { name: 'approvals', description: 'A person in the loop: rules that make tool calls wait for a decision, and the inbox of every approval.' },
   { name: 'sessions', description: 'The durable session log of an agent.' },
   { name: 'messages', description: 'Delivery receipts: where a message is.' },

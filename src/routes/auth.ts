@@ -1,11 +1,22 @@
 /**
- * Operator authentication: `Authorization: Bearer <key>` on every /v1 route when keys are
- * configured, compared in constant time. Agent tokens are checked by the service, inside the
- * operation they guard; this module only reads the header.
+ * Operator authentication: `Authorization: Bearer <key>` on every /v1 route, resolved to the
+ * request's principal. A key starting `afk_` is a tenant's (found by its digest; unknown or
+ * revoked: 401); any other is an admin key, compared in constant time with
+ * AGENTFOREST_API_KEYS. Where no admin key is configured, a request without a tenant key is
+ * an admin's, as on a loopback deployment without keys. Agent tokens are checked by the
+ * service, inside the operation they guard; this module only reads the header.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
+import { ADMIN, TENANT_KEY_PREFIX, type Principal } from '../domain/tenants.js';
 import { digest, matchesAny } from '../agents/tokens.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Who is asking (set by the operator-auth hook; admin on public routes). */
+    principal: Principal;
+  }
+}
 
 export const AGENT_TOKEN_HEADER = 'x-agent-token';
 
@@ -30,16 +41,34 @@ function isPublic(route: string): boolean {
   return PUBLIC_ROUTES.has(route) || PUBLIC_PREFIXES.some((prefix) => route === prefix || route.startsWith(`${prefix}/`));
 }
 
-export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly string[]): void {
-  if (apiKeys.length === 0) return;
+export interface TenantKeys {
+  /** The tenant of a presented key, or undefined when it is unknown or revoked. */
+  tenantOfKey(key: string): string | undefined;
+}
+
+export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly string[], tenantKeys: TenantKeys): void {
   const digests = apiKeys.map(digest);
+  // A reference type may not be a request decoration's default: every request gets its own in the hook.
+  app.decorateRequest<Principal | null>('principal', null);
   app.addHook('onRequest', async (request) => {
     // The matched route pattern, not the raw URL: a percent-encoded spelling of a path routes
     // the same way, so it must be judged the same way.
     const route = request.routeOptions.url ?? '';
-    if (isPublic(route)) return;
-    if (!matchesAny(bearerKey(request.headers.authorization), digests)) {
-      throw new ServiceError('UNAUTHENTICATED', 'a valid operator key is required: Authorization: Bearer <key>');
-    }
+    request.principal = isPublic(route) ? ADMIN : principalOf(bearerKey(request.headers.authorization), digests, tenantKeys);
   });
+}
+
+function principalOf(key: string | undefined, adminDigests: readonly Buffer[], tenantKeys: TenantKeys): Principal {
+  if (key?.startsWith(TENANT_KEY_PREFIX) === true) {
+    const tenantId = tenantKeys.tenantOfKey(key);
+    if (tenantId === undefined) throw new ServiceError('UNAUTHENTICATED', 'this tenant key is unknown or was revoked');
+    return { kind: 'tenant', tenantId };
+  }
+  if (adminDigests.length === 0 || matchesAny(key, adminDigests)) return ADMIN;
+  throw new ServiceError('UNAUTHENTICATED', 'a valid operator key is required: Authorization: Bearer <key>');
+}
+
+/** The tenant a request acts for: a tenant key's own; undefined for an admin (every tenant). */
+export function tenantOf(request: FastifyRequest): string | undefined {
+  return request.principal.kind === 'tenant' ? request.principal.tenantId : undefined;
 }

@@ -100,6 +100,8 @@ export interface ListPosition {
 export interface StoredRoot {
   id: string;
   label?: string;
+  /** The tenant it belongs to; absent: made with an admin key. */
+  tenantId?: string;
   createdAt: string;
   /** When its last entry was written; its creation time when it has none. */
   lastEntryAt: string;

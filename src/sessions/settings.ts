@@ -1,6 +1,6 @@
 /**
  * Operator settings as the store sees them: small named JSON documents of a few kinds (MCP
- * tool servers, declared backend tools, approval rules; later tenants), keyed by (kind, name).
+ * tool servers, declared backend tools, approval rules, tenants and their key digests), keyed by (kind, name).
  * They change through the same batches as everything else (`WriteBatch.settings`), in the
  * order given, inside the batch's transaction: a put replaces the whole row, a delete of a
  * missing row does nothing. A setting belongs to no forest, so a fence never leaves it out
@@ -8,7 +8,7 @@
  * here and needs no migration.
  */
 
-export const SETTING_KINDS = ['tool-server', 'backend-tool', 'approval-rule'] as const;
+export const SETTING_KINDS = ['tool-server', 'backend-tool', 'approval-rule', 'tenant', 'tenant-key'] as const;
 export type SettingKind = (typeof SETTING_KINDS)[number];
 
 /** One operator setting: a named JSON document of one kind. `value` is any JSON value (an object in practice). */

@@ -160,12 +160,13 @@ export class MemorySessionStore implements SessionStore {
   async roots(after: ListPosition | undefined, limit: number): Promise<StoredRoot[]> {
     const start = after === undefined ? 0 : this.firstRootAfter(after);
     return this.rootsInOrder.slice(start, start + limit).map((session) => {
-      const { id, createdAt, label } = session.header;
+      const { id, createdAt, label, tenantId } = session.header;
       const last = session.entries.at(-1);
       const boundary = this.lastOfSession(id, isTurnBoundary);
       return {
         id,
         ...(label === undefined ? {} : { label }),
+        ...(tenantId === undefined ? {} : { tenantId }),
         createdAt,
         lastEntryAt: last === undefined ? createdAt : parse(last).at,
         openTurn: boundary?.type === 'turn-start',

@@ -194,7 +194,7 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
    */
   async roots(after: ListPosition | undefined, limit: number): Promise<StoredRoot[]> {
     const { rows } = await this.pool.query<RootRow>(
-      `SELECT s.id, s.created_at, (s.header::jsonb)->>'label' AS label,
+      `SELECT s.id, s.created_at, (s.header::jsonb)->>'label' AS label, (s.header::jsonb)->>'tenantId' AS tenant_id,
          (SELECT (e.body::jsonb)->>'at' FROM entries e WHERE e.session_id = s.id AND e.seq = s.last_seq) AS last_entry_at,
          (SELECT b.type FROM entries b WHERE b.session_id = s.id AND b.type IN ('turn-start', 'turn-end') ORDER BY b.seq DESC LIMIT 1) AS boundary
        FROM sessions s

@@ -118,7 +118,7 @@ export class SqliteSessionStore implements SessionStore {
       // A keyset page of the roots in (created_at, id) order; a session's last chunk holds its last
       // entry, and its last turn boundary is found as lastBoundary finds it.
       roots: this.db.prepare<{ createdAt: string; id: string; limit: number }, RootRow>(
-        `SELECT s.id, s.created_at, json_extract(s.header, '$.label') AS label,
+        `SELECT s.id, s.created_at, json_extract(s.header, '$.label') AS label, json_extract(s.header, '$.tenantId') AS tenant_id,
            (SELECT json_extract(c.entries, '$[#-1][1].at') FROM session_chunks c WHERE c.session_id = s.id ORDER BY c.first_seq DESC LIMIT 1) AS last_entry_at,
            (SELECT m.type FROM entry_marks m WHERE m.session_id = s.id AND m.type IN ('turn-start', 'turn-end') ORDER BY m.seq DESC LIMIT 1) AS boundary
          FROM sessions s WHERE s.parent_session IS NULL AND (s.created_at, s.id) > (@createdAt, @id)

@@ -22,6 +22,8 @@ export interface ListFilter {
   parentId?: string;
   status?: string;
   kind?: 'root' | 'child';
+  /** Only this tenant's agents. */
+  tenantId?: string;
   limit: number;
   cursor?: string;
 }
@@ -72,17 +74,18 @@ export class AgentQueries {
    */
   async list(filter: ListFilter): Promise<{ items: AgentView[]; nextCursor: string | null }> {
     const after = filter.cursor === undefined ? undefined : decodeCursor(filter.cursor);
-    const keep = (key: OrderKey, kind: string, status: () => string): boolean =>
+    const keep = (key: OrderKey, kind: string, tenantId: string | undefined, status: () => string): boolean =>
       (filter.kind === undefined || kind === filter.kind) &&
+      (filter.tenantId === undefined || tenantId === filter.tenantId) &&
       (after === undefined || compareOrder(key, after) > 0) &&
       (filter.status === undefined || status() === filter.status);
     if (filter.parentId !== undefined) {
-      const views = (await this.childViews(filter.parentId)).filter((v) => keep(v, v.kind, () => v.status)).sort(compareOrder);
+      const views = (await this.childViews(filter.parentId)).filter((v) => keep(v, v.kind, v.tenantId, () => v.status)).sort(compareOrder);
       return pageOf(views, filter.limit, (v) => v);
     }
     // Mostly in creation order already, which the sort takes in about one pass.
     const paused = (a: LiveAgent): boolean => this.deps.budgets.pausedBy(a) !== undefined;
-    const agents = [...this.deps.registry.values()].filter((a) => keep(a.header, a.header.kind, () => statusOf(a, paused(a)))).sort((a, b) => compareOrder(a.header, b.header));
+    const agents = [...this.deps.registry.values()].filter((a) => keep(a.header, a.header.kind, a.header.tenantId, () => statusOf(a, paused(a)))).sort((a, b) => compareOrder(a.header, b.header));
     return pageOf(agents, filter.limit, (a) => this.viewOfLive(a));
   }
 

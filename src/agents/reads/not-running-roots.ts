@@ -31,7 +31,7 @@ const MAX_READ = 1_000;
 export class NotRunningRoots {
   constructor(private readonly deps: NotRunningDeps) {}
 
-  async list(page: { limit: number; cursor?: string }): Promise<{ items: StoredRoot[]; nextCursor: string | null }> {
+  async list(page: { limit: number; cursor?: string; tenantId?: string }): Promise<{ items: StoredRoot[]; nextCursor: string | null }> {
     // Every acknowledged write is read: a root disposed a moment ago is listed.
     await this.deps.log.settled();
     const kept: StoredRoot[] = [];
@@ -41,7 +41,8 @@ export class NotRunningRoots {
       const read = await this.deps.log.store.roots(after, want);
       const elsewhere = await this.heldElsewhere(read);
       for (const root of read) {
-        if (this.deps.registry.get(root.id) === undefined && !elsewhere.has(root.id)) kept.push(root);
+        const theirs = page.tenantId === undefined || root.tenantId === page.tenantId;
+        if (theirs && this.deps.registry.get(root.id) === undefined && !elsewhere.has(root.id)) kept.push(root);
         if (kept.length > page.limit) break;
       }
       after = read.at(-1);

@@ -57,8 +57,8 @@ export function storedChildView(header: SessionHeader, mark: ActivationMark | un
   };
 }
 
-function base(h: SessionHeader): Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'createdAt' | 'model'> {
-  const view: Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'createdAt' | 'model'> = {
+function base(h: SessionHeader): Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'tenantId' | 'createdAt' | 'model'> {
+  const view: Pick<AgentView, 'id' | 'kind' | 'parentId' | 'mode' | 'provider' | 'depth' | 'label' | 'tenantId' | 'createdAt' | 'model'> = {
     id: h.id,
     kind: h.kind,
     parentId: h.parentSession,
@@ -68,6 +68,7 @@ function base(h: SessionHeader): Pick<AgentView, 'id' | 'kind' | 'parentId' | 'm
     createdAt: h.createdAt,
   };
   if (h.label !== undefined) view.label = h.label;
+  if (h.tenantId !== undefined) view.tenantId = h.tenantId;
   if (h.model !== undefined) view.model = h.model;
   return view;
 }

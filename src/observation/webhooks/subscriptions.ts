@@ -82,6 +82,12 @@ export class WebhookSubscriptions {
     return subscription;
   }
 
+  /** Who subscribed: `{}` for a global subscription, undefined when none has the id. */
+  async ownerOf(id: string): Promise<{ owner?: string } | undefined> {
+    await this.deps.log.settled();
+    return (await this.deps.reads.subscription(id)) === undefined ? undefined : {};
+  }
+
   async list(): Promise<SubscriptionView[]> {
     await this.deps.log.settled();
     return (await this.deps.reads.subscriptions()).map(viewOf);

@@ -15,6 +15,7 @@ import type { Topology } from '../../topology/topology.js';
 import type { ToolCalls } from '../../tools/tool-calls.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
+import { tenantOf } from '../auth.js';
 import { clusterCaller } from '../cluster/index.js';
 import { refusesRequest } from '../error-status.js';
 import { IdempotencyHeaders, idempotencyOf, markReplay } from '../idempotency.js';
@@ -59,10 +60,11 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       summary: 'Create a root agent',
       security: OPERATOR_SECURITY,
       body: CreateRootBody,
-      response: { 201: AgentWithToken, ...errorResponses(['AGENT_EXISTS', 'DRAINING', 'AT_CAPACITY']) },
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_EXISTS', 'QUOTA_EXCEEDED', 'DRAINING', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => {
-    const created = await roots.createRoot(request.body);
+    const tenantId = tenantOf(request);
+    const created = await roots.createRoot(tenantId === undefined ? request.body : { ...request.body, tenantId });
     return reply.status(201).send(created);
   });
 
@@ -82,14 +84,19 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
     },
   }, async (request) => {
     const { parentId, status, kind, live, limit, cursor } = request.query;
+    // A tenant key sees its own tenant's agents only; asking for another's is asking for no one's.
+    const own = tenantOf(request);
+    if (own !== undefined && request.query.tenantId !== undefined && request.query.tenantId !== own) return { items: [], nextCursor: null };
+    const tenantId = own ?? request.query.tenantId;
+    const tenant = tenantId === undefined ? {} : { tenantId };
     if (live === false) {
       const refused = Object.entries({ parentId, status, kind }).filter(([, value]) => value !== undefined).map(([name]) => name);
       if (refused.length > 0) {
         throw new ServiceError('VALIDATION', `live=false lists the roots that are not live and takes only limit and cursor; leave out ${refused.join(', ')}`);
       }
-      return notRunning.list({ limit: limit ?? 100, ...(cursor === undefined ? {} : { cursor }) });
+      return notRunning.list({ limit: limit ?? 100, ...(cursor === undefined ? {} : { cursor }), ...tenant });
     }
-    const filter = { limit: limit ?? 100, ...(status === undefined ? {} : { status }), ...(kind === undefined ? {} : { kind }), ...(cursor === undefined ? {} : { cursor }) };
+    const filter = { limit: limit ?? 100, ...(status === undefined ? {} : { status }), ...(kind === undefined ? {} : { kind }), ...(cursor === undefined ? {} : { cursor }), ...tenant };
     return topology.list(parentId === undefined ? filter : { ...filter, parentId }, clusterCaller(request));
   });
 
@@ -157,7 +164,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       params: AgentIdParams,
       headers: IdempotencyHeaders,
       body: EmptyBody,
-      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'IDEMPOTENCY_CONFLICT', 'DRAINING', 'AT_CAPACITY']) },
+      response: { 201: AgentWithToken, ...errorResponses(['AGENT_NOT_FOUND', 'AGENT_EXISTS', 'NOT_RESUMABLE', 'IDEMPOTENCY_CONFLICT', 'QUOTA_EXCEEDED', 'DRAINING', 'AT_CAPACITY']) },
     },
   }, async (request, reply) => {
     const { replayed, ...resumed } = await roots.resumeRoot(request.params.id, idempotencyOf(request));
@@ -182,7 +189,7 @@ export const agentRoutes: FastifyPluginAsyncTypebox<AgentRoutesOptions> = async 
       body: MessageBody,
       response: {
         202: MessageAccepted,
-        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'AGENT_BUSY', 'DRAINING', 'AT_CAPACITY']),
+        ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'NOT_RESUMABLE', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'QUOTA_EXCEEDED', 'AGENT_BUSY', 'DRAINING', 'AT_CAPACITY']),
       },
     },
   }, async (request, reply) => {

@@ -2,6 +2,7 @@
  * Schemas of the agent resource's operations: roots, messages, sessions, tools and tool calls.
  * The shapes they share with other operations are in the wire contract (src/contract/).
  */
+import { TENANT_ID_PATTERN } from '../../domain/tenants.js';
 import { Type } from '@sinclair/typebox';
 import { AGENT_KINDS, AGENT_STATUSES, DELIVERIES } from '../../domain/agent.js';
 import { AgentId, AgentView, Budget, Content, exactInteger, Grants, literals, ModelSpec, ref } from '../../contract/index.js';
@@ -25,6 +26,9 @@ export const ListQuery = Type.Object(
     parentId: Type.Optional(AgentId),
     status: Type.Optional(literals(AGENT_STATUSES)),
     kind: Type.Optional(literals(AGENT_KINDS, { description: 'Only roots, or only children.' })),
+    tenantId: Type.Optional(
+      Type.String({ pattern: TENANT_ID_PATTERN, description: "Only this tenant's agents (an admin key's filter; a tenant key always sees its own only)." }),
+    ),
     live: Type.Optional(
       Type.Boolean({
         description:
@@ -53,6 +57,7 @@ export const NotRunningRoot = Type.Object(
   {
     id: AgentId,
     label: Type.Optional(Type.String()),
+    tenantId: Type.Optional(Type.String()),
     createdAt: Type.String({ format: 'date-time' }),
     lastEntryAt: Type.String({ format: 'date-time', description: "When its session's last entry was written; `createdAt` when it has none." }),
     openTurn: Type.Boolean({ description: 'Its last turn was left open (the process stopped mid-turn); resume goes on with it.' }),

@@ -24,7 +24,7 @@ export const childRoutes: FastifyPluginAsyncTypebox<{ deliveries: Pick<AgentDeli
       body: CreateChildBody,
       response: {
         201: ChildCreated,
-        ...errorResponses(['VALIDATION', 'UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'DRAINING', 'AT_CAPACITY']),
+        ...errorResponses(['VALIDATION', 'UNAUTHORIZED', 'AGENT_NOT_FOUND', 'ACTIVATION_CLOSING', 'ACTIVATION_SETUP_REVOKED', 'IDEMPOTENCY_CONFLICT', 'LIMIT_EXCEEDED', 'QUOTA_EXCEEDED', 'DRAINING', 'AT_CAPACITY']),
       },
     },
   }, async (request, reply) => {

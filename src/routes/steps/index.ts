@@ -64,7 +64,7 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       security: AGENT_SECURITY,
       params: AgentIdParams,
       body: ClaimBody,
-      response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_CONFLICT', 'BUDGET_EXHAUSTED', 'AGENT_BUSY', 'DRAINING']) },
+      response: { 200: ClaimResult, 204: noStep, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_CONFLICT', 'BUDGET_EXHAUSTED', 'QUOTA_EXCEEDED', 'AGENT_BUSY', 'DRAINING']) },
     },
   }, async (request, reply) => {
     const step = await protocol.claimStep(request.params.id, agentToken(request), request.body.waitMs ?? 0, clientGone(reply), request.body.since);

@@ -54,6 +54,11 @@ export class BackendTools {
     this.follow.stop();
   }
 
+  /** Who declared it: `{}` for a global tool, undefined when none is declared so. */
+  ownerOf(name: string): { owner?: string } | undefined {
+    return this.declared.has(name) ? {} : undefined;
+  }
+
   list(): BackendToolView[] {
     return [...this.declared.keys()].sort().map((name) => this.view(name));
   }

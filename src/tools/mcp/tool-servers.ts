@@ -62,6 +62,11 @@ export class ToolServers {
     return [...this.servers.values()].sort((a, b) => (a.name < b.name ? -1 : 1)).map((s) => s.view());
   }
 
+  /** Who registered it: `{}` for a global server, undefined when none is registered so. */
+  ownerOf(name: string): { owner?: string } | undefined {
+    return this.servers.has(name) ? {} : undefined;
+  }
+
   get(name: string): ToolServerView {
     return this.require(name).view();
   }

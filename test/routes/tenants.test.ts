@@ -1,0 +1,101 @@
+/**
+ * Tenants over the HTTP routes of one in-process instance: admin-only management, keys shown
+ * once and refused once revoked, a tenant key acting for its own tenant only (its roots carry
+ * its id, lists show its own, another tenant's agent is an unknown id), and a single-tenant
+ * deployment untouched.
+ */
+import { describe, expect, it } from 'vitest';
+import { createRoot, json, startHarness, type Harness } from '../fixtures/harness.js';
+import { closeWithTest } from '../fixtures/cleanup.js';
+
+const ADMIN = 'admin-key-for-tests';
+const admin = { authorization: `Bearer ${ADMIN}` };
+
+async function harness(): Promise<Harness> {
+  const h = await startHarness({ apiKeys: [ADMIN] });
+  closeWithTest(() => h.close());
+  return h;
+}
+
+async function tenantWithKey(h: Harness, id: string, body: Record<string, unknown> = {}): Promise<{ authorization: string }> {
+  const made = await h.app.inject({ method: 'POST', url: '/v1/tenants', headers: admin, payload: { id, ...body } });
+  expect(made.statusCode, made.body).toBe(201);
+  const key = await h.app.inject({ method: 'POST', url: `/v1/tenants/${id}/keys`, headers: admin });
+  expect(key.statusCode, key.body).toBe(201);
+  return { authorization: `Bearer ${json<{ key: string }>(key).key}` };
+}
+
+describe('tenants', () => {
+  it('an admin makes a tenant and a key; the key is shown once and only its id is listed', async () => {
+    const h = await harness();
+    const made = await h.app.inject({ method: 'POST', url: '/v1/tenants', headers: admin, payload: { id: 'acme', name: 'Acme', quotas: { maxRoots: 3 } } });
+    expect(made.statusCode).toBe(201);
+    expect(json(made)).toMatchObject({ id: 'acme', name: 'Acme', quotas: { maxRoots: 3 } });
+    const key = json<{ keyId: string; key: string }>(await h.app.inject({ method: 'POST', url: '/v1/tenants/acme/keys', headers: admin }));
+    expect(key.key).toMatch(/^afk_[A-Za-z0-9_-]{43}$/);
+    const keys = await h.app.inject({ method: 'GET', url: '/v1/tenants/acme/keys', headers: admin });
+    expect(json(keys)).toEqual({ items: [{ keyId: key.keyId, createdAt: expect.any(String) }] });
+    expect(keys.body).not.toContain(key.key);
+    const again = await h.app.inject({ method: 'POST', url: '/v1/tenants', headers: admin, payload: { id: 'acme' } });
+    expect([again.statusCode, json(again).code]).toEqual([409, 'TENANT_EXISTS']);
+  });
+
+  it('a tenant key may not manage tenants or packages (403), and a wrong or revoked one is 401', async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    for (const [method, url] of [['GET', '/v1/tenants'], ['POST', '/v1/tenants/acme/keys'], ['DELETE', '/v1/packages/subagent-report']] as const) {
+      const res = await h.app.inject({ method, url, headers: acme });
+      expect([res.statusCode, json(res).code], `${method} ${url}`).toEqual([403, 'UNAUTHORIZED']);
+    }
+    const wrong = await h.app.inject({ method: 'GET', url: '/v1/agents', headers: { authorization: 'Bearer afk_nothing' } });
+    expect([wrong.statusCode, json(wrong).code]).toEqual([401, 'UNAUTHENTICATED']);
+    const keyId = json<{ items: { keyId: string }[] }>(await h.app.inject({ method: 'GET', url: '/v1/tenants/acme/keys', headers: admin })).items[0]!.keyId;
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents', headers: acme })).statusCode).toBe(200);
+    const revoked = await h.app.inject({ method: 'DELETE', url: `/v1/tenants/acme/keys/${keyId}`, headers: admin });
+    expect(revoked.statusCode).toBe(204);
+    const refused = await h.app.inject({ method: 'GET', url: '/v1/agents', headers: acme });
+    expect([refused.statusCode, json(refused).code]).toEqual([401, 'UNAUTHENTICATED']);
+  });
+
+  it("a tenant's roots carry its id; lists show each tenant its own and an admin all", async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    const globex = await tenantWithKey(h, 'globex');
+    await createRoot(h.app, { id: 'a1' }, acme);
+    await createRoot(h.app, { id: 'g1' }, globex);
+    await createRoot(h.app, { id: 'x1' }, admin);
+    const ids = async (headers: Record<string, string>, query = '') =>
+      json<{ items: { id: string; tenantId?: string }[] }>(await h.app.inject({ method: 'GET', url: `/v1/agents${query}`, headers })).items.map((a) => `${a.id}:${a.tenantId ?? '-'}`);
+    expect(await ids(acme)).toEqual(['a1:acme']);
+    expect(await ids(globex)).toEqual(['g1:globex']);
+    expect((await ids(admin)).sort()).toEqual(['a1:acme', 'g1:globex', 'x1:-']);
+    expect(await ids(admin, '?tenantId=acme')).toEqual(['a1:acme']);
+    expect(await ids(globex, '?tenantId=acme')).toEqual([]);
+  });
+
+  it("another tenant's agent is answered as an unknown id, and nothing changes", async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    const globex = await tenantWithKey(h, 'globex');
+    await createRoot(h.app, { id: 'a1' }, acme);
+    const foreign = await h.app.inject({ method: 'POST', url: '/v1/agents/a1/messages', headers: globex, payload: { content: 'hi', delivery: 'followup' } });
+    const unknown = await h.app.inject({ method: 'POST', url: '/v1/agents/nobody/messages', headers: globex, payload: { content: 'hi', delivery: 'followup' } });
+    expect(foreign.statusCode).toBe(404);
+    const unknownBody = json<{ message: string }>(unknown);
+    expect(json(foreign)).toEqual({ ...unknownBody, message: unknownBody.message.replace('nobody', 'a1') });
+    const view = await h.app.inject({ method: 'GET', url: '/v1/agents/a1', headers: acme });
+    expect(json(view)).toMatchObject({ id: 'a1', tenantId: 'acme', inbox: { queued: 0 } });
+  });
+
+  it('a tenant with live agents is not deleted; without, its keys go with it', async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    await createRoot(h.app, { id: 'a1' }, acme);
+    const busy = await h.app.inject({ method: 'DELETE', url: '/v1/tenants/acme', headers: admin });
+    expect([busy.statusCode, json(busy).code]).toEqual([409, 'TENANT_NOT_EMPTY']);
+    expect((await h.app.inject({ method: 'DELETE', url: '/v1/agents/a1', headers: acme })).statusCode).toBe(202);
+    expect((await h.app.inject({ method: 'DELETE', url: '/v1/tenants/acme', headers: admin })).statusCode).toBe(204);
+    const gone = await h.app.inject({ method: 'GET', url: '/v1/agents', headers: acme });
+    expect(gone.statusCode).toBe(401);
+  });
+});
