@@ -45,7 +45,7 @@ export { API_VERSION } from './plugins/openapi.js';
 const DEFAULT_HEARTBEAT_MS = 15_000;
 
 export interface AppDeps {
-  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log' | 'toolServers' | 'backendTools' | 'approvals' | 'approvalRules' | 'tenants' | 'registry'> & Partial<Pick<System, 'tracing'>>;
+  system: Pick<System, 'roots' | 'deliveries' | 'queries' | 'notRunning' | 'interrupts' | 'protocol' | 'toolCalls' | 'compactions' | 'gate' | 'topology' | 'streams' | 'hub' | 'metrics' | 'budgets' | 'budgetChanges' | 'grantChanges' | 'webhooks' | 'log' | 'toolServers' | 'backendTools' | 'approvals' | 'approvalRules' | 'tenants' | 'quotas' | 'registry'> & Partial<Pick<System, 'tracing'>>;
   logger: Logger;
   apiKeys?: readonly string[];
   bodyLimit?: number;
@@ -143,9 +143,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     maxBufferedBytes: deps.eventBufferBytes ?? 1_048_576,
   });
   await app.register(packageRoutes, { packages: topology.packages });
-  await app.register(tenantRoutes, { tenants: deps.system.tenants });
+  await app.register(tenantRoutes, { tenants: deps.system.tenants, quotas: deps.system.quotas });
   await app.register(webhookRoutes, { subscriptions: deps.system.webhooks.subscriptions });
-  await app.register(metricsRoutes, { metrics });
+  await app.register(metricsRoutes, { metrics, tenants: { ids: () => deps.system.tenants.list().map((t) => t.id), figures: (id) => deps.system.quotas.figures(id) } });
   if (peering !== undefined) await app.register(clusterRoutes, { peering });
   await app.register(uiRoutes);
   return app;

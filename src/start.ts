@@ -85,6 +85,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   await system.backendTools.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   await system.approvalRules.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   await system.tenants.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
+  await system.quotaSharing.start();
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -126,6 +127,8 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     system.backendTools.stop();
     system.approvalRules.stop();
     system.tenants.stop();
+    system.quotas.stop();
+    await system.quotaSharing.stop();
     system.approvals.stop();
     system.pool.stop();
     await system.topology.stop();

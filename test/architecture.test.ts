@@ -613,6 +613,8 @@ describe('construction', () => {
     { file: 'src/observation/tracing/forest-spans.ts', objects: ['spans'], reason: "the tracer's own per-agent span records (its private `agents` map)" },
     { file: 'src/plugins/connection-cap.ts', objects: ['app.server'], fields: ['maxConnections'], reason: "Node's http.Server takes its connection cap as this property; it has no setter" },
     { file: 'src/plugins/json-bodies.ts', objects: ['request'], fields: ['body'], reason: "Fastify's way for a hook to give a request its body" },
+    { file: 'src/tenants/quotas.ts', objects: ['live'], reason: "the quotas' own per-tenant live counts (records of its private map)" },
+    { file: 'src/tenants/usage-windows.ts', objects: ['counts', 'sum', 'sum.spent'], reason: "the windows' own per-tenant counts (records of its private maps, or the sums it is building)" },
     { file: 'src/routes/auth.ts', objects: ['request'], fields: ['principal'], reason: "Fastify's way for a hook to give a request its principal (a request decoration)" },
     { file: 'src/plugins/errors.ts', objects: ['body'], reason: 'the error body this function got fresh from errorBody() and sends' },
     { file: 'src/routes/errors.ts', objects: ['body'], reason: 'the error body this function got fresh from errorBody() and sends' },

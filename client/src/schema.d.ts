@@ -299,13 +299,13 @@ export interface paths {
         get: operations["getToolServer"];
         /**
          * Register or replace an MCP tool server
-         * @description Either `url` (Streamable HTTP; an older HTTP+SSE server is reached too) or `command` (stdio, only where AGENTFOREST_TOOL_SERVER_COMMANDS=on). A secret is never stored: give `{env: "VAR"}` for a header, read from the service's environment when the server is reached, under the model keys' rule (AGENTFOREST_MODEL_KEY_ENVS, AGENTFOREST_MODEL_BASE_URLS). The server is reached and its tools listed before the answer: `state` says whether that worked (an unreachable server stays registered and is tried again). Its tools appear as `mcp__<name>__<tool>` to every agent granted them. Durable before answered; replaces a server of the same name.
+         * @description Either `url` (Streamable HTTP; an older HTTP+SSE server is reached too) or `command` (stdio, only where AGENTFOREST_TOOL_SERVER_COMMANDS=on). A secret is never stored: give `{env: "VAR"}` for a header, read from the service's environment when the server is reached, under the model keys' rule (AGENTFOREST_MODEL_KEY_ENVS, AGENTFOREST_MODEL_BASE_URLS). The server is reached and its tools listed before the answer: `state` says whether that worked (an unreachable server stays registered and is tried again). Its tools appear as `mcp__<name>__<tool>` to every agent granted them. Durable before answered; replaces a server of the same name. With a tenant key the server is the tenant's: its tools are its agents' only; it has a `url` (never a `command`) whose host resolves to public addresses only (not loopback, private or link-local), checked now and at every connection. Another tenant's name is 404 as an unknown one; a global server (an admin's) is 403. An admin replacing a tenant's server keeps it the tenant's.
          */
         put: operations["putToolServer"];
         post?: never;
         /**
          * Remove an MCP tool server
-         * @description Its tools leave every agent at once (a call already running finishes). Durable before answered.
+         * @description Its tools leave every agent at once (a call already running finishes). Durable before answered. A tenant key removes its own servers only (a global one: 403).
          */
         delete: operations["deleteToolServer"];
         options?: never;
@@ -322,7 +322,7 @@ export interface paths {
         };
         /**
          * The MCP tool servers
-         * @description By name; each with its state and the tools agents may be granted.
+         * @description By name; each with its state and the tools agents may be granted. A tenant key sees its own servers and the global ones.
          */
         get: operations["listToolServers"];
         put?: never;
@@ -344,13 +344,13 @@ export interface paths {
         get: operations["getBackendTool"];
         /**
          * Declare a tool the backend executes
-         * @description Agents granted it see it in their steps under its name, with `parameters` as its schema. A call to it is `awaiting`, as a backend's own call, and is offered to the tool worker pool (`POST /v1/tool-calls/next`); a driven agent waits for its result. Durable before answered; replaces a declaration of the same name.
+         * @description Agents granted it see it in their steps under its name, with `parameters` as its schema. A call to it is `awaiting`, as a backend's own call, and is offered to the tool worker pool (`POST /v1/tool-calls/next`); a driven agent waits for its result. Durable before answered; replaces a declaration of the same name. With a tenant key the tool is the tenant's: only its agents see it. Another tenant's name is 404 as an unknown one; a global tool (an admin's) is 403. An admin replacing a tenant's tool keeps it the tenant's.
          */
         put: operations["putBackendTool"];
         post?: never;
         /**
          * Remove a declared backend tool
-         * @description It leaves every agent at once. Durable before answered.
+         * @description It leaves every agent at once. Durable before answered. A tenant key removes its own tools only (a global one: 403).
          */
         delete: operations["deleteBackendTool"];
         options?: never;
@@ -365,7 +365,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The declared backend tools */
+        /**
+         * The declared backend tools
+         * @description By name. A tenant key sees its own tools and the global ones.
+         */
         get: operations["listBackendTools"];
         put?: never;
         post?: never;
@@ -386,7 +389,7 @@ export interface paths {
         put?: never;
         /**
          * Take the oldest awaiting call of a declared backend tool (tool worker pool)
-         * @description Oldest first over every agent (of `rootId`, of `names`), each call handed to one worker at a time under a lease as long as a step's. Post the result with `POST /v1/agents/{agentId}/steps/{stepId}/tool-results` (the agent token, `X-Step-Attempt: stepAttempt`). A call whose lease runs out without a result is handed out again with the same `effectKey`, up to the step's attempts; then it gets an error result.
+         * @description Oldest first over every agent (of `rootId`, of `names`), each call handed to one worker at a time under a lease as long as a step's. Post the result with `POST /v1/agents/{agentId}/steps/{stepId}/tool-results` (the agent token, `X-Step-Attempt: stepAttempt`). A call whose lease runs out without a result is handed out again with the same `effectKey`, up to the step's attempts; then it gets an error result. A tenant key is handed calls of its own tenant's agents only (naming another tenant in `tenantId`: none).
          */
         post: operations["claimToolCall"];
         delete?: never;
@@ -405,13 +408,13 @@ export interface paths {
         get?: never;
         /**
          * Add or replace an approval rule
-         * @description Which calls run, are refused, or wait for a person. The most specific matching rule decides: a forest's (`rootId`) over a global one, an exact tool name over a wildcard, a longer prefix over a shorter; among equals, the most cautious (deny, ask, allow). No rule: allow. Rules apply to every tool the service knows (service-owned, MCP, declared backend tools). Durable before answered.
+         * @description Which calls run, are refused, or wait for a person. The most specific matching rule decides: a forest's (`rootId`) over a global one, an exact tool name over a wildcard, a longer prefix over a shorter; among equals, the most cautious (deny, ask, allow). No rule: allow. Rules apply to every tool the service knows (service-owned, MCP, declared backend tools). Durable before answered. With a tenant key the rule is the tenant's: it applies to its agents only (an admin's rules apply to every agent). Another tenant's id is 404 as an unknown one; a global rule is 403. An admin replacing a tenant's rule keeps it the tenant's.
          */
         put: operations["putApprovalRule"];
         post?: never;
         /**
          * Remove an approval rule
-         * @description Calls decided from now on no longer see it. Durable before answered.
+         * @description Calls decided from now on no longer see it. Durable before answered. A tenant key removes its own rules only (a global one: 403).
          */
         delete: operations["deleteApprovalRule"];
         options?: never;
@@ -426,7 +429,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The approval rules */
+        /**
+         * The approval rules
+         * @description By id. A tenant key sees its own rules and the global ones.
+         */
         get: operations["listApprovalRules"];
         put?: never;
         post?: never;
@@ -443,7 +449,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The inbox: approvals of every forest, oldest first */
+        /**
+         * The inbox: approvals of every forest, oldest first
+         * @description A tenant key sees the approvals of its own tenant's agents only.
+         */
         get: operations["listApprovals"];
         put?: never;
         post?: never;
@@ -481,7 +490,7 @@ export interface paths {
         put?: never;
         /**
          * Approve or deny a call waiting for a person
-         * @description `approve` executes the call as it would have run, with its effect key; `deny` records `Error: a person denied the call to <tool>` (`: <reason>` when given). `remember: forest` adds a rule allowing (or denying) the tool in this forest, `always` a global one. The same decision again answers the approval as it is; another after a decision, an expiry or a cancellation is 409 APPROVAL_DECIDED. Durable before answered.
+         * @description `approve` executes the call as it would have run, with its effect key; `deny` records `Error: a person denied the call to <tool>` (`: <reason>` when given). `remember: forest` adds a rule allowing (or denying) the tool in this forest, `always` one for every forest (a tenant's agent: the tenant's rule, for its forests). The same decision again answers the approval as it is; another after a decision, an expiry or a cancellation is 409 APPROVAL_DECIDED. Durable before answered.
          */
         post: operations["decideApproval"];
         delete?: never;
@@ -726,8 +735,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * One tenant
-         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED).
+         * One tenant, with what it uses now
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). `usage`: its live agents and what it spent in the current windows, on every instance as this one knows (the others' figures are at most about a second old).
          */
         get: operations["getTenant"];
         put?: never;
@@ -799,13 +808,13 @@ export interface paths {
         };
         /**
          * The webhook subscriptions
-         * @description Oldest first; secrets are never listed.
+         * @description Oldest first; secrets are never listed. A tenant key lists its tenant's own subscriptions; an admin key every one.
          */
         get: operations["listWebhooks"];
         put?: never;
         /**
          * Subscribe a URL to events
-         * @description Events of the named types (of every forest, or of `rootId`) are POSTed to `url`, signed with the secret as Standard Webhooks prescribes (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Answered once durable; the secret is shown only here. Only events that happen after the subscription are delivered.
+         * @description Events of the named types (of every forest, or of `rootId`) are POSTed to `url`, signed with the secret as Standard Webhooks prescribes (`webhook-id`, `webhook-timestamp`, `webhook-signature`). Answered once durable; the secret is shown only here. Only events that happen after the subscription are delivered. Made with a tenant key, it is the tenant's (`tenantId`): only its own forests' events are sent to it, `rootId` included (another tenant's root is accepted as an unknown one is, and matches nothing). Made with an admin key, it is global.
          */
         post: operations["createWebhook"];
         delete?: never;
@@ -884,7 +893,7 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description HTTP request rate and latency by route and status; live agents by kind and status; inbox depth; staged count; reports by delivery mode and outcome; wakeup report-to-parent-turn latency; cold resumes; settlements; drain state; store commit latency. Needs the operator key when keys are configured.
+         * @description HTTP request rate and latency by route and status; live agents by kind and status; inbox depth; staged count; reports by delivery mode and outcome; wakeup report-to-parent-turn latency; cold resumes; settlements; drain state; store commit latency; per tenant, live agents and what was spent in the current windows. Needs the operator key when keys are configured. A tenant key gets its own tenant's series alone (`agentforest_tenant_*{tenant="<id>"}`).
          */
         get: operations["getMetrics"];
         put?: never;
@@ -1054,6 +1063,8 @@ export interface components {
             decision: "ask" | "allow" | "deny";
             /** Format: date-time */
             updatedAt: string;
+            /** @description The tenant whose key made it (or whose agent's approval remembered it): it applies to that tenant's agents only. Absent: an admin's, for every agent. */
+            tenantId?: string;
         };
         /** @description A tool call waiting for (or given) a person's decision. */
         Approval: {
@@ -1438,6 +1449,8 @@ export interface components {
             error?: string;
             /** @description Its tools agents may be granted, as last listed. */
             tools: components["schemas"]["McpToolView"][];
+            /** @description The tenant whose key registered it: its tools are that tenant's agents' only. Absent: registered with an admin key, every agent's. */
+            tenantId?: string;
         };
         BackendToolBody: {
             /** @description What the model reads about the tool. */
@@ -1454,6 +1467,8 @@ export interface components {
             parameters: {
                 [key: string]: unknown;
             };
+            /** @description The tenant whose key declared it: only that tenant's agents see it. Absent: declared with an admin key, every agent's. */
+            tenantId?: string;
         };
         /** @description An awaiting call of a declared backend tool, handed to one worker. */
         PoolToolCall: {
@@ -3027,6 +3042,8 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["ToolServerNotFound"];
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3058,6 +3075,7 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
             404: components["responses"]["ToolServerNotFound"];
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
@@ -3162,6 +3180,8 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["BackendToolNotFound"];
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3193,6 +3213,7 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
             404: components["responses"]["BackendToolNotFound"];
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
@@ -3255,6 +3276,8 @@ export interface operations {
                     names?: string[];
                     /** @description Only calls of this forest. */
                     rootId?: string;
+                    /** @description Only calls of this tenant's agents (an admin key's filter; a tenant key is always handed its own tenant's only). */
+                    tenantId?: string;
                 };
             };
         };
@@ -3316,6 +3339,8 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["ApprovalRuleNotFound"];
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3347,6 +3372,7 @@ export interface operations {
             };
             400: components["responses"]["Validation"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
             404: components["responses"]["ApprovalRuleNotFound"];
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
@@ -3479,7 +3505,7 @@ export interface operations {
                     decision: "approve" | "deny";
                     /** @description Shown to the model after a denial. */
                     reason?: string;
-                    /** @description `forest`: add a rule for this tool in this forest; `always`: a global one; `once` (default): none. */
+                    /** @description `forest`: add a rule for this tool in this forest; `always`: one for every forest (of the agent's tenant only, for a tenant's agent: the rule is that tenant's); `once` (default): none. */
                     remember?: "once" | "forest" | "always";
                 };
             };
@@ -4206,6 +4232,18 @@ export interface operations {
                         createdAt: string;
                         /** Format: date-time */
                         updatedAt: string;
+                        usage: {
+                            /** @description Live agents (roots and resident children). */
+                            liveAgents: number;
+                            /** @description Live roots. */
+                            liveRoots: number;
+                            /** @description Steps handed out in the current UTC minute. */
+                            steps: number;
+                            /** @description Model tokens spent in the current UTC day. */
+                            tokens: number;
+                            /** @description Spent in the current UTC day, in millionths of a US dollar. */
+                            costMicroUsd: number;
+                        };
                     };
                 };
             };
@@ -4475,6 +4513,8 @@ export interface operations {
                             events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided")[];
                             /** @description Only this forest's events; null for every forest. */
                             rootId: string | null;
+                            /** @description The tenant whose key made it: only that tenant's forests' events are sent to it. Absent: made with an admin key, every forest's. */
+                            tenantId?: string;
                             /** @description When the subscription was created (ISO 8601). */
                             createdAt: string;
                         }[];
@@ -4528,6 +4568,8 @@ export interface operations {
                         events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided")[];
                         /** @description Only this forest's events; null for every forest. */
                         rootId: string | null;
+                        /** @description The tenant whose key made it: only that tenant's forests' events are sent to it. Absent: made with an admin key, every forest's. */
+                        tenantId?: string;
                         /** @description The signing secret: shown only in this answer. */
                         secret: string;
                     };
@@ -4570,6 +4612,8 @@ export interface operations {
                         events: ("turn.ended" | "agent.settled" | "agent.closed" | "report.delivered" | "agent.paused" | "step.lease_expired" | "tool.call_requested" | "approval.requested" | "approval.decided")[];
                         /** @description Only this forest's events; null for every forest. */
                         rootId: string | null;
+                        /** @description The tenant whose key made it: only that tenant's forests' events are sent to it. Absent: made with an admin key, every forest's. */
+                        tenantId?: string;
                         /** @description When the subscription was created (ISO 8601). */
                         createdAt: string;
                     };

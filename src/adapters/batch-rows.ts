@@ -5,6 +5,7 @@
 import type { WriteBatch } from '../sessions/session-store.js';
 import type { WebhookChange } from '../sessions/outbox.js';
 import type { SettingChange } from '../sessions/settings.js';
+import type { TenantUsageRow } from '../sessions/tenant-usage.js';
 import { approvalRows, type ApprovalRow } from './approval-rows.js';
 
 export type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
@@ -30,6 +31,8 @@ export interface BatchRows {
   settings: SettingRow[];
   /** The approvals index rows the batch's `approval` entries put: one per id, its last entry's (approval-rows.ts). */
   approvals: ApprovalRow[];
+  /** Plain objects of primitives already; the last row per (instance, tenant) wins. */
+  tenantUsage: TenantUsageRow[];
 }
 
 export function encodeRows(batch: WriteBatch): BatchRows {
@@ -51,6 +54,7 @@ export function encodeRows(batch: WriteBatch): BatchRows {
     webhooks: batch.webhooks ?? [],
     settings: settingRows(batch.settings ?? []),
     approvals: approvalRows(batch.entries),
+    tenantUsage: batch.tenantUsage ?? [],
   };
 }
 

@@ -9,6 +9,7 @@ export interface SubscriptionRow {
   url: string;
   events: string;
   root_id: string | null;
+  tenant_id: string | null;
   secret: string;
   created_at: number;
 }
@@ -31,7 +32,15 @@ export interface DeliveryRow {
 }
 
 export function subscriptionOf(row: SubscriptionRow): WebhookSubscription {
-  return { id: row.id, url: row.url, events: eventsOfColumn(row.events), rootId: row.root_id, secret: row.secret, createdAt: Number(row.created_at) };
+  return {
+    id: row.id,
+    url: row.url,
+    events: eventsOfColumn(row.events),
+    rootId: row.root_id,
+    ...(row.tenant_id === null ? {} : { tenantId: row.tenant_id }),
+    secret: row.secret,
+    createdAt: Number(row.created_at),
+  };
 }
 
 export function deliveryOf(row: DeliveryRow): Delivery {

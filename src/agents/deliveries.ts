@@ -41,7 +41,7 @@ export interface DeliveriesDeps {
   queries: AgentQueries;
   idempotency: IdempotencyKeys;
   /** Throws VALIDATION unless a child's `model` may be used; returns it normalised (see driver/model-policy.ts). */
-  checkModel?: (spec: ModelSpec) => ModelSpec;
+  checkModel?: (spec: ModelSpec, tenantId?: string) => ModelSpec;
 }
 
 export class AgentDeliveries {
@@ -63,7 +63,7 @@ export class AgentDeliveries {
     // Only after the credential: a caller without one learns nothing about the key variables.
     if (spec.model !== undefined) {
       if (spec.provider === 'remote') throw new ServiceError('VALIDATION', 'a remote child runs its turns elsewhere: it cannot have a model');
-      spec = { ...spec, model: this.deps.checkModel?.(spec.model) ?? spec.model };
+      spec = { ...spec, model: this.deps.checkModel?.(spec.model, parent.tenantId) ?? spec.model };
     }
     const result = await this.deps.idempotency.run<StoredChild>({ sender: parent.id, rootId: parent.rootId }, idem, 201, async (record) => {
       const { agent, messageId } = await this.deps.children.startChild(parent, spec, (started) =>

@@ -67,6 +67,8 @@ export interface LiveAgentDeps {
 export class LiveAgent {
   readonly id: string;
   readonly rootId: string;
+  /** Its root's tenant (absent: made with an admin key). */
+  readonly tenantId: string | undefined;
   readonly token: string;
   private turnState: AgentState = initialState();
   private phase: Lifecycle = RESIDENT;
@@ -86,6 +88,7 @@ export class LiveAgent {
   ) {
     this.id = header.id;
     this.rootId = header.rootSession ?? header.id;
+    this.tenantId = header.tenantId;
     this.token = mintToken();
   }
 

@@ -43,7 +43,7 @@ export interface RootLifecycleDeps {
   /** Who holds each forest: this instance alone, or one of several (leases). */
   forests: ForestPlacement;
   /** Throws VALIDATION unless a `model` given at creation may be used; returns it normalised (see driver/model-policy.ts). */
-  checkModel?: (spec: ModelSpec) => ModelSpec;
+  checkModel?: (spec: ModelSpec, tenantId?: string) => ModelSpec;
   /** Holds a forest's accounts while a resumed root is published (budgets.ts). */
   budgets: Pick<Budgets, 'hold' | 'forgetIfUnused'>;
   /** Idempotency keys of resumes. */
@@ -52,6 +52,8 @@ export interface RootLifecycleDeps {
   authority: Pick<AgentAuthority, 'currentToken'>;
   /** Whether the agent's open turn waits on a person: a stop leaves it open, as a crash would. */
   waitsOnPerson: (agent: LiveAgent) => boolean;
+  /** The tenants' count quotas (tenants/quotas.ts): QUOTA_EXCEEDED, or the root counted until the release. */
+  quotas?: { admitRoot(tenantId: string): () => void };
 }
 
 /** What a resume's idempotency record keeps: the view, never the token. */
@@ -64,11 +66,14 @@ export class RootLifecycle {
 
   async createRoot(input: { id?: string; instructions?: string; metadata?: Record<string, unknown>; model?: ModelSpec; budget?: Budget; tools?: string[]; tenantId?: string }): Promise<AgentWithToken> {
     this.deps.gate.admitNewWork();
-    const model = input.model === undefined ? undefined : (this.deps.checkModel?.(input.model) ?? input.model);
+    const model = input.model === undefined ? undefined : (this.deps.checkModel?.(input.model, input.tenantId) ?? input.model);
     const grants = input.tools === undefined ? undefined : grantsOrRefuse(input.tools);
     const id = input.id ?? this.deps.ids.next('agent');
     this.deps.registry.reserve(id);
+    let admitted: (() => void) | undefined;
     try {
+      // Counted from here: a creation racing this one sees it.
+      if (input.tenantId !== undefined) admitted = this.deps.quotas?.admitRoot(input.tenantId);
       await this.deps.log.durable(id);
       if ((await this.deps.log.store.header(id)) !== undefined) {
         throw new ServiceError('AGENT_EXISTS', `a durable session already has the id "${id}"; resume it instead`);
@@ -99,6 +104,7 @@ export class RootLifecycle {
       throw error;
     } finally {
       this.deps.registry.unreserve(id);
+      admitted?.();
     }
   }
 
@@ -132,6 +138,9 @@ export class RootLifecycle {
       await this.deps.children.noteContinuableChildren(id);
       releaseAccounts = await this.deps.budgets.hold(id);
       this.deps.gate.admitNewWork();
+      // Live from the next line on, in this span: no count to hold meanwhile.
+      const tenantId = summary.header.tenantId;
+      if (tenantId !== undefined) this.deps.quotas?.admitRoot(tenantId)();
       this.deps.log.open(id, summary.lastSeq, id);
       const agent = this.publishRoot(summary.header);
       // The turn it left open (the process stopped without closing it) goes on; then what the

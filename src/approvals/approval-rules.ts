@@ -3,6 +3,11 @@
  * durable before it is answered and in force from then on for every call decided here; with
  * several instances each follows the stored rules like the other settings (settings-follow.ts).
  * Which rule decides a call is the domain's (src/domain/approvals.ts).
+ *
+ * A rule made with a tenant's key is that tenant's (tools/setting-owners.ts): listed to it and
+ * to admins, applied to its agents only; who may put or remove an id is checked again in the
+ * span that queues the change. A rule a decision remembers belongs to the tenant of the agent
+ * whose call was decided.
  */
 import type { Logger } from 'pino';
 import type { ApprovalRuleBody, ApprovalRuleView } from '../contract/index.js';
@@ -12,6 +17,7 @@ import type { Clock } from '../domain/ports.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { SettingReads } from '../sessions/settings.js';
 import { SettingsFollow } from '../tools/settings-follow.js';
+import { mayChange, ownedBy, ownerAfterPut, ownership, seesSetting } from '../tools/setting-owners.js';
 
 export interface ApprovalRulesDeps {
   log: Pick<SessionLog, 'changeSettings' | 'durable'>;
@@ -42,24 +48,34 @@ export class ApprovalRules {
     this.follow.stop();
   }
 
-  /** What the rules say of a call of `tool` in forest `rootId` (no rule: allow). */
-  decide(tool: string, rootId: string): RuleDecision {
-    return decidingRule(this.values(), tool, rootId)?.decision ?? 'allow';
+  /**
+   * What the rules say of a call of `tool` in forest `rootId` of tenant `tenantId` (undefined:
+   * a forest made with an admin key); no rule: allow.
+   */
+  decide(tool: string, rootId: string, tenantId: string | undefined): RuleDecision {
+    return decidingRule(this.values(), tool, rootId, tenantId)?.decision ?? 'allow';
   }
 
-  /** Who made it: `{}` for a global rule, undefined when no rule has the id. */
+  /** Who made it: `{}` for a global rule, `{owner}` for a tenant's, undefined when no rule has the id. */
   ownerOf(id: string): { owner?: string } | undefined {
-    return this.rules.has(id) ? {} : undefined;
+    const found = this.rules.get(id);
+    return found === undefined ? undefined : ownership(found.rule.tenantId);
   }
 
-  list(): ApprovalRuleView[] {
-    return [...this.rules.keys()].sort().map((id) => this.view(id));
+  /** The rules `tenantId` sees (its own and the global ones; undefined, an admin: all), by id. */
+  list(tenantId: string | undefined): ApprovalRuleView[] {
+    return [...this.rules.keys()].sort().filter((id) => seesSetting(tenantId, this.rules.get(id)!.rule.tenantId)).map((id) => this.view(id));
   }
 
-  /** Add or replace a rule; durable before it resolves. */
-  put(id: string, body: ApprovalRuleBody): Promise<ApprovalRuleView> {
+  /**
+   * Add or replace a rule for `tenantId` (undefined: an admin; over a tenant's rule, it stays
+   * that tenant's); durable before it resolves.
+   */
+  put(id: string, body: ApprovalRuleBody, tenantId?: string): Promise<ApprovalRuleView> {
     return this.follow.serially(async () => {
-      this.write(id, ruleOf(id, body));
+      // In the span that queues the write: the id may have been taken since the route's check.
+      const owner = ownerAfterPut(id, tenantId, this.ownerOf(id), () => notFound(id));
+      this.write(id, { ...ruleOf(id, body), ...ownedBy(owner) });
       await this.deps.log.durable();
       return this.view(id);
     });
@@ -76,10 +92,13 @@ export class ApprovalRules {
     this.rules.set(id, { rule, updatedAt });
   }
 
-  /** Remove a rule; durable before it resolves. */
-  delete(id: string): Promise<void> {
-    if (!this.rules.has(id)) throw new ServiceError('APPROVAL_RULE_NOT_FOUND', `no approval rule has the id "${id}"`);
+  /** Remove a rule (`tenantId`: the caller's, undefined for an admin); durable before it resolves. */
+  delete(id: string, tenantId?: string): Promise<void> {
+    if (!this.rules.has(id)) throw notFound(id);
     return this.follow.serially(async () => {
+      const current = this.ownerOf(id);
+      if (current === undefined) throw notFound(id);
+      mayChange(id, tenantId, current, () => notFound(id));
       this.deps.log.changeSettings({ op: 'delete', kind: 'approval-rule', name: id });
       this.rules.delete(id);
       await this.deps.log.durable();
@@ -107,8 +126,12 @@ export class ApprovalRules {
 
   private view(id: string): ApprovalRuleView {
     const { rule, updatedAt } = this.rules.get(id)!;
-    return { id, tool: rule.tool, ...(rule.rootId === undefined ? {} : { rootId: rule.rootId }), decision: rule.decision, updatedAt };
+    return { id, tool: rule.tool, ...(rule.rootId === undefined ? {} : { rootId: rule.rootId }), decision: rule.decision, updatedAt, ...ownedBy(rule.tenantId) };
   }
+}
+
+function notFound(id: string): ServiceError {
+  return new ServiceError('APPROVAL_RULE_NOT_FOUND', `no approval rule has the id "${id}"`);
 }
 
 function ruleOf(id: string, body: ApprovalRuleBody): ApprovalRule {

@@ -34,6 +34,7 @@ import { decodeCursor, encodeCursor } from '../agents/reads/list-order.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StoredSessions } from '../sessions/stored-sessions.js';
 import type { ApprovalRules } from './approval-rules.js';
+import { ownedBy } from '../tools/setting-owners.js';
 
 /** A recorded call: it has its effect key. */
 export type KeyedCall = ToolCall & { effectKey: string };
@@ -41,6 +42,8 @@ export type KeyedCall = ToolCall & { effectKey: string };
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 24 * 60 * 60 * 1000;
 /** How often a decision whose commit failed looks again for it to land (the log retries it). */
 const COMMIT_RETRY_MS = 500;
+/** How many index rows a tenant's page reads at a time (it skips other tenants' approvals). */
+const TENANT_SCAN_BATCH = 200;
 /** setTimeout's bound; a longer wait is armed again when it fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -130,20 +133,43 @@ export class Approvals {
     return this.first(agent, (w) => w.approval.stepId === stepId) !== undefined;
   }
 
-  /** The inbox: approvals of every forest, oldest first, a page at a time (cursor: the last one's requestedAt and id). */
-  async page(query: { state?: ApprovalState | undefined; rootId?: string | undefined; limit: number; cursor?: string | undefined }): Promise<{ items: ApprovalView[]; nextCursor: string | null }> {
+  /**
+   * The inbox: approvals of every forest, or of `tenantId`'s forests only (a tenant key), oldest
+   * first, a page at a time (cursor: the last one's requestedAt and id). The index does not
+   * know tenants: a tenant's page reads on past other tenants' approvals, judging each by its
+   * root's header, until the page is full or the index ends.
+   */
+  async page(query: { state?: ApprovalState | undefined; rootId?: string | undefined; tenantId?: string | undefined; limit: number; cursor?: string | undefined }): Promise<{ items: ApprovalView[]; nextCursor: string | null }> {
     const now = this.deps.clock.iso();
-    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
-    const found = await this.deps.log.store.approvals.list({
-      ...(query.state === undefined ? {} : { state: query.state }),
-      ...(query.rootId === undefined ? {} : { rootId: query.rootId }),
-      ...(after === undefined ? {} : { after: { requestedAt: after.createdAt, id: after.id } }),
-      limit: query.limit + 1,
-      now,
-    });
+    const start = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    let after = start === undefined ? undefined : { requestedAt: start.createdAt, id: start.id };
+    const batch = query.tenantId === undefined ? query.limit + 1 : Math.max(query.limit + 1, TENANT_SCAN_BATCH);
+    const tenants = new Map<string, string | undefined>();
+    const found: Approval[] = [];
+    for (;;) {
+      const read = await this.deps.log.store.approvals.list({
+        ...(query.state === undefined ? {} : { state: query.state }),
+        ...(query.rootId === undefined ? {} : { rootId: query.rootId }),
+        ...(after === undefined ? {} : { after }),
+        limit: batch,
+        now,
+      });
+      for (const approval of read) if (query.tenantId === undefined || (await this.tenantOfRoot(approval.rootId, tenants)) === query.tenantId) found.push(approval);
+      const last = read[read.length - 1];
+      if (found.length > query.limit || read.length < batch || last === undefined) break;
+      after = { requestedAt: last.requestedAt, id: last.id };
+    }
     const items = found.slice(0, query.limit).map((a) => presented(a, now));
     const last = items[items.length - 1];
     return { items, nextCursor: found.length > query.limit && last !== undefined ? encodeCursor({ createdAt: last.requestedAt, id: last.id }) : null };
+  }
+
+  /** The tenant of a forest (undefined: an admin's, or a root no longer stored), read once per page. */
+  private async tenantOfRoot(rootId: string, known: Map<string, string | undefined>): Promise<string | undefined> {
+    if (known.has(rootId)) return known.get(rootId);
+    const tenantId = (this.deps.registry.get(rootId)?.header ?? (await this.deps.log.summary(rootId))?.header)?.tenantId;
+    known.set(rootId, tenantId);
+    return tenantId;
   }
 
   async get(id: string): Promise<ApprovalView> {
@@ -274,7 +300,8 @@ export class Approvals {
     if (body.remember === 'forest' || body.remember === 'always') {
       const forest = body.remember === 'forest' ? { rootId: agent.rootId } : {};
       const ruleId = `${decided.id}-${body.remember}`;
-      this.deps.rules.write(ruleId, { id: ruleId, tool: call.name, ...forest, decision: body.decision === 'approve' ? 'allow' : 'deny' });
+      // The agent's tenant's rule (a global one for an agent made with an admin key): a tenant's decision never rules on another's agents.
+      this.deps.rules.write(ruleId, { id: ruleId, tool: call.name, ...forest, decision: body.decision === 'approve' ? 'allow' : 'deny', ...ownedBy(agent.header.tenantId) });
     }
     if (body.decision === 'deny') this.answer(agent, stepId, call, deniedText(call.name, body.reason));
     if (hold !== undefined) {

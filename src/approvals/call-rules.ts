@@ -11,8 +11,8 @@ import type { ToolRegistry } from '../tools/tool-registry.js';
 
 export interface CallRulesDeps {
   tools: Pick<ToolRegistry, 'find' | 'withheld'>;
-  /** What the rules say of a call of `tool` in forest `rootId`. */
-  rule: (tool: string, rootId: string) => RuleDecision;
+  /** What the rules say of a call of `tool` in forest `rootId` of tenant `tenantId` (undefined: an admin's forest). */
+  rule: (tool: string, rootId: string, tenantId: string | undefined) => RuleDecision;
 }
 
 export class CallRules {
@@ -21,11 +21,12 @@ export class CallRules {
   /**
    * What the rules say of a call of `name` by `agent`: only a tool the service knows is ruled
    * on (in the agent's scope now, or a service-owned one it is granted that an earlier call of
-   * the same output may bring into scope); a name it does not know is the backend's own.
+   * the same output may bring into scope); a name it does not know is the backend's own, and so
+   * is another tenant's tool. The rules that apply are the global ones and the agent's tenant's.
    */
   ruleFor(agent: LiveAgent, name: string): RuleDecision {
     const known = this.deps.tools.find(agent, name) !== undefined || (SERVICE_TOOL_NAMES.has(name) && !this.deps.tools.withheld(agent, name));
-    return known ? this.deps.rule(name, agent.rootId) : 'allow';
+    return known ? this.deps.rule(name, agent.rootId, agent.header.tenantId) : 'allow';
   }
 }
 

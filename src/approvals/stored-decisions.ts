@@ -14,6 +14,7 @@ import type { SessionHeader } from '../domain/session.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import type { StoredSessions } from '../sessions/stored-sessions.js';
 import type { ApprovalRules } from './approval-rules.js';
+import { ownedBy } from '../tools/setting-owners.js';
 
 export interface StoredDecisionsDeps {
   rules: Pick<ApprovalRules, 'write'>;
@@ -50,7 +51,9 @@ export class StoredDecisions {
     }
     if (body.remember === 'forest' || body.remember === 'always') {
       const ruleId = `${stored.id}-${body.remember}`;
-      this.deps.rules.write(ruleId, { id: ruleId, tool: stored.tool, ...(body.remember === 'forest' ? { rootId: stored.rootId } : {}), decision: body.decision === 'approve' ? 'allow' : 'deny' });
+      const rule = { id: ruleId, tool: stored.tool, ...(body.remember === 'forest' ? { rootId: stored.rootId } : {}), decision: body.decision === 'approve' ? ('allow' as const) : ('deny' as const) };
+      // The agent's tenant's rule, as a live decision's (approvals.ts).
+      this.deps.rules.write(ruleId, { ...rule, ...ownedBy(header.tenantId) });
       await this.deps.log.durable();
     }
     this.deps.onEnded?.(decided, Date.parse(decided.decidedAt!) - Date.parse(decided.requestedAt));

@@ -15,7 +15,7 @@ export class Admission {
   /** Roots whose forests are being closed: admission is closed below them meanwhile. */
   private readonly closingScopes = new Set<string>();
 
-  constructor(private readonly deps: Pick<ContinuationDeps, 'registry' | 'isDraining' | 'maxDepth'>) {}
+  constructor(private readonly deps: Pick<ContinuationDeps, 'registry' | 'isDraining' | 'maxDepth' | 'quotas'>) {}
 
   /** Close admission below `rootId`, until `reopenScope`. */
   closeScope(rootId: string): void {
@@ -41,13 +41,19 @@ export class Admission {
     }
   }
 
-  /** Room for one more live child of `parent`: depth, the parent's children, the process. */
+  /** Room for one more live child of `parent`: depth, the parent's children, the process, its tenant's quota. */
   checkChildRoom(parent: LiveAgent): void {
     const maxDepth = this.deps.maxDepth ?? DEFAULT_LIMITS.depth;
     if (parent.header.depth + 1 > maxDepth) {
       throw new ServiceError('LIMIT_EXCEEDED', `a child of "${parent.id}" would be at depth ${parent.header.depth + 1}; the deepest allowed is ${maxDepth}`);
     }
+    this.checkLiveRoom(parent);
+  }
+
+  /** Room for one more live child of `parent` (a new one, or a stored one resumed): the parent's children, the process, its tenant's quota. */
+  checkLiveRoom(parent: LiveAgent): void {
     this.deps.registry.checkRoom(parent.id);
+    this.deps.quotas?.admitChild(parent.header.tenantId);
   }
 
   /** The recipient's durable lineage names exactly this live parent. */

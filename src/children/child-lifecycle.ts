@@ -204,7 +204,7 @@ export class ChildLifecycle {
       () => {
         this.admission.checkAdmission(parent);
         this.admission.authorizeLineage(parent, header, path);
-        this.deps.registry.checkRoom(parent.id);
+        this.admission.checkLiveRoom(parent);
       },
       () => {
         this.deps.log.open(id, summary.lastSeq, header.rootSession ?? id);

@@ -12,7 +12,7 @@ import type { ListFilter } from '../agents/reads/agent-queries.js';
 import type { PackageManager } from '../tools/packages/package-manager.js';
 import type { PoolToolCall } from '../contract/index.js';
 import type { PoolFilter } from '../tools/backend/tool-pool.js';
-import type { AgentPage, Caller, Claimed, ForestOwner, LocalClaim, PoolClaim, PoolState, Topology } from '../topology/topology.js';
+import type { AgentPage, Caller, Claimed, ForestOwner, LocalClaim, PoolClaim, PoolState, StepScope, Topology } from '../topology/topology.js';
 import type { ClusterDatabase } from './cluster-database.js';
 import { Cluster, type LocalToolPool } from './cluster.js';
 import { ClusterPackages, DEFAULT_CONFIRM_MS, DEFAULT_POLL_MS } from './cluster-packages.js';
@@ -40,8 +40,8 @@ export interface ClusterTopologyDeps {
   /** Forests whose lease was lost: their live agents must go. */
   onLost: (roots: readonly string[]) => void;
   listHere: (filter: ListFilter) => Promise<AgentPage>;
-  claimHere: (waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
-  oldestParkedAt: () => number | undefined;
+  claimHere: (waitMs: number, scope: StepScope, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
+  oldestParkedAt: (tenantId: string | undefined) => number | undefined;
   /** This instance's tool worker pool. */
   tools: LocalToolPool;
   /** Another instance changed operator settings: read them again. */
@@ -72,7 +72,7 @@ export class ClusterTopology implements Topology {
       database: options.database,
       ownership: this.forests,
       oldestParkedAt: deps.oldestParkedAt,
-      claimHere: (waitMs, signal, since) => deps.claimHere(waitMs, undefined, signal, since),
+      claimHere: (waitMs, tenantId, signal, since) => deps.claimHere(waitMs, tenantId === undefined ? {} : { tenantId }, signal, since),
       listHere: deps.listHere,
       tools: deps.tools,
       settingsChanged: deps.settingsChanged,
@@ -86,7 +86,7 @@ export class ClusterTopology implements Topology {
     const cluster = this.cluster;
     this.peering = {
       instanceId: forests.instanceId,
-      poolState: (): PoolState => cluster.poolState(),
+      poolState: (tenantId: string | undefined): PoolState => cluster.poolState(tenantId),
       toolPoolState: (filter: PoolFilter): PoolState => cluster.toolPoolState(filter),
       ownerOfAgent: (id: string): Promise<ForestOwner | undefined> => deps.ownerOfAgent(id),
     };
@@ -97,9 +97,9 @@ export class ClusterTopology implements Topology {
     return this.cluster.list.list(filter, caller);
   }
 
-  async claimFromPool(waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined, caller: Caller | undefined): Promise<PoolClaim | null> {
-    if (rootId === undefined && caller !== undefined) return this.cluster.claimStep(waitMs, signal, since, caller);
-    const local = await this.deps.claimHere(waitMs, rootId, signal, since);
+  async claimFromPool(waitMs: number, scope: StepScope, signal: AbortSignal | undefined, since: string | undefined, caller: Caller | undefined): Promise<PoolClaim | null> {
+    if (scope.rootId === undefined && caller !== undefined) return this.cluster.claimStep(waitMs, scope.tenantId, signal, since, caller);
+    const local = await this.deps.claimHere(waitMs, scope, signal, since);
     return local === null ? null : { local };
   }
 

@@ -28,9 +28,9 @@ export interface ClusterDeps {
   database: ClusterDatabase;
   ownership: Pick<ForestOwnership, 'instanceId' | 'peers'>;
   /** When this instance's oldest parked step was parked, if one is. */
-  oldestParkedAt: () => number | undefined;
-  /** This instance's own pool claim, of any forest. */
-  claimHere: (waitMs: number, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
+  oldestParkedAt: (tenantId: string | undefined) => number | undefined;
+  /** This instance's own pool claim, of any forest (of one tenant's agents, for a tenant key). */
+  claimHere: (waitMs: number, tenantId: string | undefined, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
   /** This instance's own live list. */
   listHere: (filter: ListFilter) => Promise<AgentPage>;
   tools: LocalToolPool;
@@ -54,7 +54,7 @@ export class Cluster {
     this.client = new PeerClient(ownership.instanceId);
     const board = (channel: string, hasParked: () => boolean): WorkBoard =>
       new WorkBoard({ instanceId: ownership.instanceId, hasParked, notify: (payload) => database.notify(channel, payload), logger });
-    this.stepBoard = board(WORK_CHANNEL, () => deps.oldestParkedAt() !== undefined);
+    this.stepBoard = board(WORK_CHANNEL, () => deps.oldestParkedAt(undefined) !== undefined);
     this.toolBoard = board(TOOL_WORK_CHANNEL, () => deps.tools.oldestWaiting({}) !== undefined);
     this.listener = database.listen({
       channels: [WORK_CHANNEL, TOOL_WORK_CHANNEL, SETTINGS_CHANGED],
@@ -74,10 +74,11 @@ export class Cluster {
   }
 
   /** The step pool's claim of any forest. */
-  claimStep(waitMs: number, signal: AbortSignal | undefined, since: string | undefined, caller: Caller): Promise<Claimed<LocalClaim> | null> {
+  claimStep(waitMs: number, tenantId: string | undefined, signal: AbortSignal | undefined, since: string | undefined, caller: Caller): Promise<Claimed<LocalClaim> | null> {
+    // A peer asked with a tenant's key answers, and hands out, that tenant's steps alone.
     const query = {
-      claimHere: (wait: number, stop: AbortSignal | undefined) => this.deps.claimHere(wait, stop, since),
-      oldestHere: this.deps.oldestParkedAt,
+      claimHere: (wait: number, stop: AbortSignal | undefined) => this.deps.claimHere(wait, tenantId, stop, since),
+      oldestHere: () => this.deps.oldestParkedAt(tenantId),
       state: { method: 'GET' as const, path: '/v1/cluster/pool' },
       claim: { path: '/v1/steps/next', body: since === undefined ? { waitMs: 0 } : { waitMs: 0, since } },
     };
@@ -107,8 +108,8 @@ export class Cluster {
   }
 
   /** What this instance's step pool holds, for another instance's claim (`GET /v1/cluster/pool`). */
-  poolState(): PoolState {
-    return { oldestParkedAt: this.deps.oldestParkedAt() ?? null };
+  poolState(tenantId: string | undefined): PoolState {
+    return { oldestParkedAt: this.deps.oldestParkedAt(tenantId) ?? null };
   }
 
   /** What this instance's tool worker pool holds for `filter` (`POST /v1/cluster/tool-pool`). */

@@ -23,6 +23,8 @@ export interface SettingsRegistriesDeps {
   policy: ModelPolicy;
   metrics: Metrics;
   topology: Pick<Topology, 'list'>;
+  /** A tenant's quotas or model keys changed, here or on another instance. */
+  onTenantChange: (tenantId: string) => void;
   clock: Clock;
   logger: Logger;
 }
@@ -37,6 +39,7 @@ export function settingsRegistries(deps: SettingsRegistriesDeps, options: System
     policy: deps.policy,
     commands: options?.commands ?? false,
     concurrency: options?.concurrency ?? DEFAULT_TOOL_SERVER_CONCURRENCY,
+    tenantPrivateAddresses: options?.tenantPrivateAddresses ?? false,
     clock,
     logger,
     onCall: (server, outcome, seconds) => deps.metrics.toolServerCall(server, outcome, seconds),
@@ -48,6 +51,7 @@ export function settingsRegistries(deps: SettingsRegistriesDeps, options: System
     logger,
     // The cluster's live list, asked of every instance with the caller's key.
     hasLiveAgents: async (tenantId, caller) => (await deps.topology.list({ limit: 1, tenantId }, caller)).items.length > 0,
+    onChange: deps.onTenantChange,
   });
   return { toolServers, backendTools, tenants };
 }

@@ -47,8 +47,12 @@ export interface SystemOptions {
   modelPrices?: ModelPrices;
   /** spawn_subagent's input takes a `budget` grant from the model (default off). */
   spawnBudgets?: boolean;
-  /** MCP tool servers: stdio commands allowed (default off), calls to one server at once. */
-  toolServers?: { commands?: boolean; concurrency?: number };
+  /**
+   * MCP tool servers: stdio commands allowed (default off), calls to one server at once, and
+   * whether a tenant's server may be at a loopback, private or link-local address (default
+   * off; tests only: no environment variable turns it on).
+   */
+  toolServers?: { commands?: boolean; concurrency?: number; tenantPrivateAddresses?: boolean };
   /** How long an approval waits for a person's decision (default DEFAULT_APPROVAL_TIMEOUT_MS). */
   approvalTimeoutMs?: number;
   /** Builds the OpenTelemetry tracing (tracing/otel-sdk.ts); unset, tracing is off. */

@@ -40,6 +40,8 @@ import type { Webhooks } from '../observation/webhooks/webhooks.js';
 import type { ApprovalRules } from '../approvals/approval-rules.js';
 import type { Approvals } from '../approvals/approvals.js';
 import type { Tenants } from '../tenants/tenants.js';
+import type { TenantQuotas } from '../tenants/quotas.js';
+import type { QuotaSharing } from '../tenants/quota-sharing.js';
 
 export interface System {
   store: SessionStore;
@@ -95,6 +97,10 @@ export interface System {
   approvalRules: ApprovalRules;
   /** Tenants and their keys (started before serving, stopped at close). */
   tenants: Tenants;
+  /** The tenants' quotas in force: the count checks and the claim gate beside the budgets. */
+  quotas: TenantQuotas<LiveAgent>;
+  /** The quotas' figures to and from the store (started before serving, stopped at close). */
+  quotaSharing: QuotaSharing;
   pool: ToolPool;
   /** Webhook subscriptions, the outbox's events and their delivery (started before serving, stopped at close). */
   webhooks: Webhooks;

@@ -45,7 +45,7 @@ import { buildContinuation } from '../children/continuation.js';
 import { ActivationSetupRegistry } from '../children/setup-registry.js';
 import { SettlementNotices } from '../children/settlement-notices.js';
 import { AgentScope, LiveAgent, type LiveAgentDeps, type StepClaim } from '../agents/live-agent.js';
-import { PackageManager } from '../tools/packages/package-manager.js';
+import { packageManager } from './package-manager-part.js';
 import { SessionLog } from '../sessions/session-log.js';
 import { StoredSessions } from '../sessions/stored-sessions.js';
 import { StepDispatcher } from '../steps/step-dispatcher.js';
@@ -70,6 +70,7 @@ import { Approvals, DEFAULT_APPROVAL_TIMEOUT_MS } from '../approvals/approvals.j
 import { approvalMetrics } from '../approvals/approval-metrics.js';
 import type { RuleDecision } from '../domain/approvals.js';
 import { settingsRegistries } from './settings-registries.js';
+import { quotaParts } from './quota-parts.js';
 
 import type { System } from './system-parts.js';
 
@@ -81,6 +82,7 @@ const KEEP_UNUSED_FORESTS = 256;
 
 export const systemClock: Clock = clockOf(() => Date.now());
 
+
 export function createSystem(options: SystemOptions): System {
   const { store, logger } = options;
   if (options.cluster !== undefined && (options.cluster.database as object) !== store) {
@@ -91,7 +93,9 @@ export function createSystem(options: SystemOptions): System {
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   const waiters = new WaiterGate(limits.waitersPerAgent);
   const env = options.driver?.env ?? process.env;
-  const checkModelPolicy = (spec: ModelSpec): ModelSpec => checkModel(spec, { ...options.modelPolicy, env });
+  // A model key variable given to a tenant is its agents' (and its tool servers') alone.
+  const modelPolicy = { ...options.modelPolicy, env, keyOwner: (name: string) => tenants.keyOwner(name) };
+  const checkModelPolicy = (spec: ModelSpec, tenantId?: string): ModelSpec => checkModel(spec, modelPolicy, tenantId);
 
   // Every object below is built from objects built above it. Where two steer each other (the
   // dispatcher asks the driver's gate, the driver's workers claim from the dispatcher; a lost
@@ -111,14 +115,19 @@ export function createSystem(options: SystemOptions): System {
     },
     entryQueued: (item) => {
       budgets.ledger.entryQueued(item);
+      quotas.entryQueued(item);
       observers.entryQueued(item);
     },
     committed: (batch, elapsedMs) => observers.committed(batch, elapsedMs),
   });
   const registry = new AgentRegistry(limits, {
-    added: (agent) => observers.agentAdded(agent),
+    added: (agent) => {
+      quotas.agentAdded(agent);
+      observers.agentAdded(agent);
+    },
     left: (agent) => {
       budgets.agentLeft(agent);
+      quotas.agentLeft(agent);
       approvals.agentLeft(agent);
       // A forest's lease goes with its last live agent: a child may outlive a root disposed with cascade=false.
       if (agent.header.kind === 'child') void forests.releaseIfIdle(agent.rootId);
@@ -132,7 +141,7 @@ export function createSystem(options: SystemOptions): System {
     options.cluster === undefined
       ? new SingleInstance({
           list: (filter) => queries.list(filter),
-          claimAny: (waitMs, rootId, signal, since) => protocol.claimAny(waitMs, rootId, signal, since),
+          claimAny: (waitMs, scope, signal, since) => protocol.claimAny(waitMs, scope, signal, since),
           claimToolCall: (filter, waitMs, signal) => pool.claim(filter, waitMs, signal),
           packages: () => packages,
         })
@@ -145,8 +154,8 @@ export function createSystem(options: SystemOptions): System {
             roots.dropForests(lost);
           },
           listHere: (filter) => queries.list(filter),
-          claimHere: (waitMs, rootId, signal, since) => protocol.claimAny(waitMs, rootId, signal, since),
-          oldestParkedAt: () => dispatcher.oldestParkedAt(),
+          claimHere: (waitMs, scope, signal, since) => protocol.claimAny(waitMs, scope, signal, since),
+          oldestParkedAt: (tenantId) => dispatcher.oldestParkedAt(tenantId),
           tools: { claim: (filter, waitMs, signal) => pool.claim(filter, waitMs, signal), oldestWaiting: (filter) => pool.oldestWaiting(filter) },
           settingsChanged: () => {
             toolServers.resync();
@@ -173,6 +182,14 @@ export function createSystem(options: SystemOptions): System {
       observers.budgetResumed(agent);
     },
   });
+  // Beside the budgets, the claim gate of a tenant's time quotas.
+  const { quotas, quotaSharing } = quotaParts({
+    clock, logger, log, store, registry,
+    instanceId: () => topology.peering?.instanceId,
+    shared: options.cluster !== undefined,
+    quotasOf: (tenantId) => tenants.find(tenantId)?.quotas,
+    dispatcher: () => dispatcher,
+  });
   const prices = options.modelPrices ?? NO_PRICES;
   const price = (usage: TokenUsage, model: string | undefined): TokenUsage => priceUsage(usage, model, prices);
 
@@ -180,7 +197,7 @@ export function createSystem(options: SystemOptions): System {
   const dispatcher = new StepDispatcher<LiveAgent, StepClaim>(
     (agent) => agent.steps.claim(),
     { runs: drivenByModel, admits: (agent): boolean => driver.admits(agent) },
-    budgets,
+    { admits: (agent) => budgets.admits(agent) && quotas.admits(agent) },
     () => topology.parked(),
   );
   const grants = new ToolGrants(budgets.ledger);
@@ -229,6 +246,7 @@ export function createSystem(options: SystemOptions): System {
     coalesceWakeups: options.coalesceWakeups ?? false,
     budgets,
     grants,
+    quotas,
   });
 
   const authority = new AgentAuthority({ registry, log });
@@ -272,6 +290,7 @@ export function createSystem(options: SystemOptions): System {
     authority,
     // Only an agent a later incarnation can re-open keeps its waiting turn open over a stop.
     waitsOnPerson: (agent) => approvals.waitsOn(agent) && (agent.header.kind === 'root' || (agent.header.mode === 'continuable' && agent.header.provider === 'in-process')),
+    quotas,
   });
   const deliveries = new AgentDeliveries({ registry, children: continuation.children, log, gate, authority, queries, idempotency, checkModel: checkModelPolicy });
   const notRunning = new NotRunningRoots({ registry, log, forests });
@@ -283,7 +302,7 @@ export function createSystem(options: SystemOptions): System {
   const grantChanges = new GrantChanges({ grants, tools, budgets, registry, log, clock, writes: accountWrites });
   const compactions = new Compactions({ authority, registry, log, clock, lock: continuation.lock, stored, price });
   const approvalRules = new ApprovalRules({ log, settings: store.settings, clock, logger });
-  const rule = (tool: string, rootId: string): RuleDecision => approvalRules.decide(tool, rootId);
+  const rule = (tool: string, rootId: string, tenantId: string | undefined): RuleDecision => approvalRules.decide(tool, rootId, tenantId);
   const callRules = new CallRules({ tools, rule });
   const approvals = new Approvals({
     rules: approvalRules,
@@ -332,6 +351,7 @@ export function createSystem(options: SystemOptions): System {
     cache: stepCache,
     waiters,
     budgets,
+    quotas,
     price,
     tracing,
     interrupted: interruptedSteps,
@@ -345,26 +365,7 @@ export function createSystem(options: SystemOptions): System {
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
   );
 
-  const packages = new PackageManager(
-    {
-      tools,
-      setup,
-      children: continuation.children,
-      reports: continuation.reports,
-      control: {
-        hasContinuableChildren: (agent) => continuation.activations.isParentOfContinuable(agent.id),
-        listChildren: (agent, scope) => queries.listChildren(agent, scope),
-        interrupt: (caller, targetId) => interrupts.fromAncestor(caller, targetId),
-      },
-    },
-    {
-      packages: options.packages,
-      reportDelivery: options.reportDelivery ?? 'quiet',
-      settlementNotices: options.settlementNotices ?? 'off',
-      maxReportBytes: limits.reportBytes,
-      modelGrants: options.spawnBudgets ?? false,
-    },
-  );
+  const packages = packageManager({ tools, setup, continuation, queries, interrupts }, options, limits);
   const webhooks = new Webhooks(
     { log, reads: store.webhooks, clock, ids, logger, forests, observe: webhookMetrics(metrics.registry, store.webhooks, clock), send: options.webhookSend },
     { ...DEFAULT_DELIVERY, ...options.webhooks },
@@ -381,11 +382,11 @@ export function createSystem(options: SystemOptions): System {
     ...(options.observers ?? []),
   ];
   const { toolServers, backendTools, tenants } = settingsRegistries(
-    { log, settings: store.settings, tools, policy: { ...options.modelPolicy, env }, metrics, topology, clock, logger },
+    { log, settings: store.settings, tools, policy: modelPolicy, metrics, topology, onTenantChange: (id) => quotas.changed(id), clock, logger },
     options.toolServers,
   );
 
   // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
   driver.start();
-  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool, approvals, approvalRules, tenants };
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool, approvals, approvalRules, tenants, quotas, quotaSharing };
 }

@@ -28,6 +28,9 @@ export const ApprovalRuleView = shared(
       rootId: Type.Optional(AgentId),
       decision: literals(RULE_DECISIONS),
       updatedAt: Type.String({ format: 'date-time' }),
+      tenantId: Type.Optional(
+        Type.String({ description: "The tenant whose key made it (or whose agent's approval remembered it): it applies to that tenant's agents only. Absent: an admin's, for every agent." }),
+      ),
     },
     { additionalProperties: false, description: 'A rule: the most specific one matching a call decides (a forest\'s over a global one, an exact name over a wildcard, a longer prefix over a shorter).' },
   ),
@@ -63,7 +66,12 @@ export const DecisionBody = Type.Object(
   {
     decision: literals(DECISIONS),
     reason: Type.Optional(Type.String({ maxLength: 2000, description: 'Shown to the model after a denial.' })),
-    remember: Type.Optional(literals(REMEMBER, { description: '`forest`: add a rule for this tool in this forest; `always`: a global one; `once` (default): none.' })),
+    remember: Type.Optional(
+      literals(REMEMBER, {
+        description:
+          "`forest`: add a rule for this tool in this forest; `always`: one for every forest (of the agent's tenant only, for a tenant's agent: the rule is that tenant's); `once` (default): none.",
+      }),
+    ),
   },
   { additionalProperties: false },
 );

@@ -57,6 +57,9 @@ export const ToolServerView = shared(
       state: literals(TOOL_SERVER_STATES, { description: 'ready: its tools were listed; unreachable: the last attempt failed (it is retried).' }),
       error: Type.Optional(Type.String({ description: 'Why it is unreachable.' })),
       tools: Type.Array(ref(McpToolView), { description: 'Its tools agents may be granted, as last listed.' }),
+      tenantId: Type.Optional(
+        Type.String({ description: "The tenant whose key registered it: its tools are that tenant's agents' only. Absent: registered with an admin key, every agent's." }),
+      ),
     },
     { additionalProperties: false },
   ),
@@ -80,7 +83,14 @@ export type BackendToolBody = Static<typeof BackendToolBody>;
 export const BackendToolView = shared(
   'BackendToolView',
   Type.Object(
-    { name: Type.String(), description: Type.String(), parameters: Type.Record(Type.String(), Type.Unknown()) },
+    {
+      name: Type.String(),
+      description: Type.String(),
+      parameters: Type.Record(Type.String(), Type.Unknown()),
+      tenantId: Type.Optional(
+        Type.String({ description: "The tenant whose key declared it: only that tenant's agents see it. Absent: declared with an admin key, every agent's." }),
+      ),
+    },
     { additionalProperties: false, description: 'A tool the backend executes; agents granted it see it under its name.' },
   ),
 );

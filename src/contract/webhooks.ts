@@ -29,6 +29,9 @@ const subscriptionFields = {
   url: Type.String(),
   events: Type.Array(WebhookEventType),
   rootId: Type.Union([AgentId, Type.Null()], { description: "Only this forest's events; null for every forest." }),
+  tenantId: Type.Optional(
+    Type.String({ description: "The tenant whose key made it: only that tenant's forests' events are sent to it. Absent: made with an admin key, every forest's." }),
+  ),
 };
 
 export const CreatedWebhook = Type.Object(

@@ -8,6 +8,10 @@
  * Which rule decides: a forest's rule over a global one, then an exact name over a wildcard,
  * then a longer prefix over a shorter. Among equally specific rules the most cautious wins
  * (deny, then ask, then allow). No rule: allow.
+ *
+ * A rule made with a tenant's key (or remembered from a decision on its agent's call) is that
+ * tenant's: it applies to its agents only. A rule made by an admin applies to every agent. Who
+ * made a rule does not change which one decides among those that apply.
  */
 import { ServiceError } from './errors.js';
 import { GRANT_PATTERN, grantAllows } from './grants.js';
@@ -35,6 +39,8 @@ export interface ApprovalRule {
   tool: string;
   rootId?: string;
   decision: RuleDecision;
+  /** The tenant whose rule it is; absent: global, an admin's. */
+  tenantId?: string;
 }
 
 export interface Approval {
@@ -65,11 +71,15 @@ function specificity(rule: ApprovalRule): [number, number, number] {
   return [rule.rootId === undefined ? 0 : 1, exact, rule.tool.length];
 }
 
-/** The rule that decides a call of `tool` in forest `rootId`, if any applies. */
-export function decidingRule(rules: Iterable<ApprovalRule>, tool: string, rootId: string): ApprovalRule | undefined {
+/**
+ * The rule that decides a call of `tool` in forest `rootId` of tenant `tenantId` (undefined:
+ * an agent made with an admin key, which only global rules apply to), if any applies.
+ */
+export function decidingRule(rules: Iterable<ApprovalRule>, tool: string, rootId: string, tenantId?: string): ApprovalRule | undefined {
   let best: ApprovalRule | undefined;
   for (const rule of rules) {
     if (!grantAllows(rule.tool, tool) || (rule.rootId !== undefined && rule.rootId !== rootId)) continue;
+    if (rule.tenantId !== undefined && rule.tenantId !== tenantId) continue;
     if (best === undefined || outranks(rule, best)) best = rule;
   }
   return best;

@@ -10,4 +10,6 @@ export const BACKEND_TOOL_NAME_PATTERN = '^[A-Za-z0-9_-]{1,64}$';
 export interface BackendToolConfig {
   description: string;
   parameters: Record<string, unknown>;
+  /** The tenant whose tool it is (declared with its key); absent: global, an admin's. */
+  tenantId?: string;
 }

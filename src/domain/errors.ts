@@ -141,12 +141,15 @@ export class ServiceError extends Error {
   readonly location: string | undefined;
   /** FOREST_FENCED: the forests whose writes were refused. */
   readonly roots: readonly string[] | undefined;
+  /** Sent as `Retry-After` instead of the code's usual figure (QUOTA_EXCEEDED: when the window allows). */
+  readonly retryAfterSeconds: number | undefined;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; location?: string; roots?: readonly string[] }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; location?: string; roots?: readonly string[]; retryAfterSeconds?: number }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.location = options?.location;
     this.roots = options?.roots;
+    this.retryAfterSeconds = options?.retryAfterSeconds;
   }
 }
 

@@ -33,6 +33,11 @@ export interface ToolServerConfig {
   timeoutMs?: number;
   /** After a restart, re-run a call that started and has no result (default true). */
   retryAfterCrash?: boolean;
+  /**
+   * The tenant whose server it is (registered with its key); absent: global, an admin's. A
+   * tenant's server is reached only at public addresses and never as a command.
+   */
+  tenantId?: string;
 }
 
 export const MCP_TOOL_PREFIX = 'mcp__';

@@ -58,7 +58,7 @@ export interface ModelDriverDeps {
    * tightened since the agent was created, or the key variable unset); returns the model
    * with its URL normalised.
    */
-  checkModel: (spec: ModelSpec) => ModelSpec;
+  checkModel: (spec: ModelSpec, tenantId?: string) => ModelSpec;
 }
 
 export type DriverEvent =
@@ -119,7 +119,7 @@ export class ModelDriver {
   /** The agent's model as the operator's policy allows it now, or why it no longer does. */
   private permittedModel(agent: LiveAgent): { model: ModelSpec } | { refusal: string } {
     try {
-      return { model: this.deps.checkModel(agent.header.model!) };
+      return { model: this.deps.checkModel(agent.header.model!, agent.tenantId) };
     } catch (error) {
       return { refusal: `the agent's model is no longer permitted: ${error instanceof Error ? error.message : String(error)}` };
     }

@@ -13,6 +13,8 @@ export interface ModelPolicy {
   baseUrls?: readonly string[] | undefined;
   /** Where keys are read (the process environment). */
   env: Readonly<Record<string, string | undefined>>;
+  /** The tenant a variable is given to (its modelKeyEnvs): only that tenant's agents may name it. */
+  keyOwner?: (name: string) => string | undefined;
 }
 
 export function keyEnvAllowed(name: string, policy: ModelPolicy): boolean {
@@ -20,17 +22,34 @@ export function keyEnvAllowed(name: string, policy: ModelPolicy): boolean {
   return /_API_KEY$/.test(name) && !name.startsWith('AGENTFOREST_');
 }
 
+/** Whether an agent of `tenantId` (undefined: an admin's) may name the variable `name` as its model key. */
+export function keyLentTo(name: string, policy: ModelPolicy, tenantId: string | undefined): boolean {
+  const owner = policy.keyOwner?.(name);
+  if (owner !== undefined) return owner === tenantId;
+  if (!keyEnvAllowed(name, policy)) return false;
+  // The deployment's own keys go to a tenant's agent only where they reach the operator's endpoints alone.
+  return tenantId === undefined || policy.baseUrls !== undefined;
+}
+
 /**
- * Throws VALIDATION, naming the field, unless this model may be used. Returns the model with
- * its base URL normalised (dot segments resolved, no trailing slash): the form requests use.
+ * Throws VALIDATION, naming the field, unless this model may be used by an agent of `tenantId`
+ * (undefined: an admin's). Returns the model with its base URL normalised (dot segments
+ * resolved, no trailing slash): the form requests use.
+ *
+ * A variable given to a tenant (its modelKeyEnvs) is that tenant's agents' alone. A tenant's
+ * agent may name the deployment's own keys only where AGENTFOREST_MODEL_BASE_URLS keeps them
+ * to the operator's endpoints: otherwise a tenant could send them to a server of its own.
  */
-export function checkModel(spec: ModelSpec, policy: ModelPolicy): ModelSpec {
+export function checkModel(spec: ModelSpec, policy: ModelPolicy, tenantId?: string): ModelSpec {
   const url = parseBaseUrl(spec.baseUrl, 'model.baseUrl');
   if (policy.baseUrls !== undefined && !policy.baseUrls.some((prefix) => underPrefix(url, parseBaseUrl(prefix, 'AGENTFOREST_MODEL_BASE_URLS')))) {
     throw new ServiceError('VALIDATION', `model.baseUrl "${spec.baseUrl}" is not one of the endpoints this service may call (AGENTFOREST_MODEL_BASE_URLS)`);
   }
   if (spec.apiKeyEnv !== undefined) {
-    if (!keyEnvAllowed(spec.apiKeyEnv, policy)) {
+    if (tenantId !== undefined && !keyLentTo(spec.apiKeyEnv, policy, tenantId)) {
+      throw new ServiceError('VALIDATION', `model.apiKeyEnv "${spec.apiKeyEnv}" is not a model key tenant "${tenantId}" may name (the tenant's modelKeyEnvs)`);
+    }
+    if (tenantId === undefined && !keyLentTo(spec.apiKeyEnv, policy, undefined)) {
       throw new ServiceError(
         'VALIDATION',
         `model.apiKeyEnv "${spec.apiKeyEnv}" is not a variable this service lends as an API key (AGENTFOREST_MODEL_KEY_ENVS; by default names ending in _API_KEY)`,
@@ -47,9 +66,10 @@ export function checkModel(spec: ModelSpec, policy: ModelPolicy): ModelSpec {
  * Throws VALIDATION, naming the field, unless the variable `name` may be lent as a secret to
  * `url` (a tool server's, say): the same rule as a model's key — an allowed variable, set, and
  * the URL under AGENTFOREST_MODEL_BASE_URLS when that is given. `url` undefined: a local process.
+ * A tenant's server (`tenantId`) names only what the tenant's agents may name as model keys.
  */
-export function checkLentSecret(name: string, url: string | undefined, policy: ModelPolicy, field: string): void {
-  if (!keyEnvAllowed(name, policy)) {
+export function checkLentSecret(name: string, url: string | undefined, policy: ModelPolicy, field: string, tenantId?: string): void {
+  if (!keyLentTo(name, policy, tenantId)) {
     throw new ServiceError('VALIDATION', `${field} names "${name}", which is not a variable this service lends (AGENTFOREST_MODEL_KEY_ENVS; by default names ending in _API_KEY)`);
   }
   if ((policy.env[name] ?? '') === '') throw new ServiceError('VALIDATION', `${field} names "${name}", which is not set in the service's environment`);

@@ -93,7 +93,7 @@ export function registerErrorHandling(app: FastifyInstance, storeUnavailable: St
       body.location = `${error.location.replace(/\/+$/, '')}${request.url}`;
       void reply.header('location', body.location);
     }
-    const retryAfter = RETRY_AFTER_SECONDS[code];
+    const retryAfter = (isServiceError(error) ? error.retryAfterSeconds : undefined) ?? RETRY_AFTER_SECONDS[code];
     if (retryAfter !== undefined && !reply.hasHeader('retry-after')) void reply.header('retry-after', String(retryAfter));
     if (code === 'PAYLOAD_TOO_LARGE' && !request.raw.readableEnded) {
       // The rest of the body is never parsed: the connection cannot carry another request.

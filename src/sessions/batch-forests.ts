@@ -71,5 +71,6 @@ export function withoutForests(batch: WriteBatch, gone: ReadonlySet<string>, roo
     });
   }
   if (batch.settings !== undefined) kept.settings = batch.settings;
+  if (batch.tenantUsage !== undefined) kept.tenantUsage = batch.tenantUsage;
   return kept;
 }

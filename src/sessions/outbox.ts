@@ -6,6 +6,10 @@
  * transaction that commits the batch: a committed log entry always has its deliveries, and a
  * write that did not commit has none.
  *
+ * A subscription matches an event by type, by forest (its `rootId`, when it names one) and by
+ * tenant (its `tenantId`, when it has one, against the tenant in the header of the event's
+ * root, which the store has: the root's header commits in or before the batch of its first event).
+ *
  * Delivery states change through the same batches (`WebhookChange`), so they are fenced with
  * their forest like every other row: an instance that lost a forest cannot mark its deliveries.
  */
@@ -32,6 +36,11 @@ export interface WebhookSubscription {
   events: WebhookEventType[];
   /** Only this forest's events; null for every forest. */
   rootId: string | null;
+  /**
+   * The tenant whose key made it: only events of that tenant's forests (their root's header
+   * says so) match it. Absent: made with an admin key, matching every forest's events.
+   */
+  tenantId?: string;
   /** The signing secret (`whsec_...`): stored, never listed. */
   secret: string;
   createdAt: number;

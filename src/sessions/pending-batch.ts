@@ -66,5 +66,6 @@ export function mergeBatches(first: WriteBatch, second: WriteBatch): WriteBatch 
     outbox: [...(first.outbox ?? []), ...(second.outbox ?? [])],
     webhooks: [...(first.webhooks ?? []), ...(second.webhooks ?? [])],
     settings: [...(first.settings ?? []), ...(second.settings ?? [])],
+    tenantUsage: [...(first.tenantUsage ?? []), ...(second.tenantUsage ?? [])],
   };
 }

@@ -24,6 +24,7 @@ import { withoutForests } from './batch-forests.js';
 import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, storeUnavailable, type CommitResult, type PendingBatch } from './pending-batch.js';
 import type { OutboxEvent, WebhookChange } from './outbox.js';
 import type { SettingChange } from './settings.js';
+import type { TenantUsageRow } from './tenant-usage.js';
 import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 
@@ -197,6 +198,12 @@ export class SessionLog {
   /** Put or delete an operator setting in the next batch (see SettingChange); it belongs to no forest. */
   changeSettings(change: SettingChange): void {
     (this.pending.settings ??= []).push(change);
+    this.schedule();
+  }
+
+  /** Put this instance's tenant usage rows in the next batch (tenant-usage.ts); they belong to no forest. */
+  putTenantUsage(rows: readonly TenantUsageRow[]): void {
+    (this.pending.tenantUsage ??= []).push(...rows);
     this.schedule();
   }
 
@@ -375,5 +382,6 @@ function writesOf(batch: WriteBatch): WriteBatch {
   if (batch.outbox !== undefined) writes.outbox = batch.outbox;
   if (batch.webhooks !== undefined) writes.webhooks = batch.webhooks;
   if (batch.settings !== undefined) writes.settings = batch.settings;
+  if (batch.tenantUsage !== undefined) writes.tenantUsage = batch.tenantUsage;
   return writes;
 }

@@ -9,6 +9,7 @@ import type { PendingRowValue } from '../domain/pending-rows.js';
 import type { CompactionEntry, SessionEntry, SessionHeader } from '../domain/session.js';
 import type { OutboxEvent, WebhookChange, WebhookReads } from './outbox.js';
 import type { SettingChange, SettingReads } from './settings.js';
+import type { TenantUsageReads, TenantUsageRow } from './tenant-usage.js';
 import type { ApprovalReads } from './approvals.js';
 
 export type { CompactionEntry } from '../domain/session.js';
@@ -62,6 +63,8 @@ export interface WriteBatch {
   webhooks?: WebhookChange[];
   /** Changes to operator settings, applied in order (see settings.ts); they belong to no forest. */
   settings?: SettingChange[];
+  /** This instance's tenant usage rows, put whole (tenant-usage.ts); they belong to no forest. */
+  tenantUsage?: TenantUsageRow[];
 }
 
 /** Where a message is, from durable state. */
@@ -162,6 +165,8 @@ export interface SessionStore {
   readonly webhooks: WebhookReads;
   /** Operator settings (tool servers, backend tools...). */
   readonly settings: SettingReads;
+  /** What each instance spent for each tenant in the current windows. */
+  readonly tenantUsage: TenantUsageReads;
   /** The approvals index: every approval's last entry, across forests (approvals.ts). */
   readonly approvals: ApprovalReads;
   /**
@@ -186,7 +191,8 @@ export function batchIsEmpty(batch: WriteBatch): boolean {
     (batch.idempotency?.length ?? 0) === 0 &&
     (batch.outbox?.length ?? 0) === 0 &&
     (batch.webhooks?.length ?? 0) === 0 &&
-    (batch.settings?.length ?? 0) === 0
+    (batch.settings?.length ?? 0) === 0 &&
+    (batch.tenantUsage?.length ?? 0) === 0
   );
 }
 

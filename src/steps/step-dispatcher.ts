@@ -11,12 +11,16 @@
 export interface StepSource {
   readonly id: string;
   readonly rootId: string;
+  /** The tenant it belongs to (absent: made with an admin key). */
+  readonly tenantId?: string | undefined;
 }
 
 export interface ClaimFilter<A extends StepSource = StepSource> {
   /** Exactly this incarnation (identity, not id: a re-created agent is another object). */
   agent?: A;
   rootId?: string;
+  /** Only the agents of this tenant (a tenant key's pool claim). */
+  tenantId?: string;
   /** The built-in model driver's lane: only the steps of the agents it runs. */
   driven?: true;
 }
@@ -164,9 +168,9 @@ export class StepDispatcher<A extends StepSource, C> {
     return this.waiters.filter((w) => w.filter.driven !== true).length;
   }
 
-  /** When the oldest parked pool step was parked (ms since the epoch), if one is. */
-  oldestParkedAt(): number | undefined {
-    for (const { at } of this.ready.values()) return at;
+  /** When the oldest parked pool step (of one tenant's agents) was parked (ms since the epoch), if one is. */
+  oldestParkedAt(tenantId?: string): number | undefined {
+    for (const { agent, at } of this.ready.values()) if (tenantId === undefined || agent.tenantId === tenantId) return at;
     return undefined;
   }
 
@@ -210,6 +214,7 @@ export class StepDispatcher<A extends StepSource, C> {
     if ((filter.driven === true) !== this.driven(agent)) return false;
     if (filter.agent !== undefined && filter.agent !== agent) return false;
     if (filter.rootId !== undefined && filter.rootId !== agent.rootId) return false;
+    if (filter.tenantId !== undefined && filter.tenantId !== agent.tenantId) return false;
     return true;
   }
 }

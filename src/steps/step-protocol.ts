@@ -8,6 +8,7 @@
  * results is validated whole before any of it is written; every write is durable before the
  * call resolves.
  */
+import type { StepScope } from '../topology/topology.js';
 import type { AgentCredential, ModelOutput, OutputResult, PostedOutput, ToolResultInput } from '../contract/index.js';
 import { ServiceError } from '../domain/errors.js';
 import type { ToolCall } from '../domain/message.js';
@@ -49,6 +50,8 @@ export interface StepProtocolDeps {
   waiters?: WaiterGate | undefined;
   /** A direct claim is refused while a budget stops the agent (budgets.ts). */
   budgets: Pick<Budgets, 'checkClaim'>;
+  /** A direct claim is refused while a tenant's time quota stops the agent (tenants/quotas.ts). */
+  quotas?: { checkClaim(agent: LiveAgent): void };
   /** Gives an output's usage its cost (domain/pricing.ts). */
   price: (usage: TokenUsage, model: string | undefined) => TokenUsage;
   /** Told which model a backend said answered, for the step's span. */
@@ -106,12 +109,14 @@ export class StepProtocol {
     refuseDriven(agent);
     this.deps.gate.admitNewWork();
     this.deps.budgets.checkClaim(agent);
+    this.deps.quotas?.checkClaim(agent);
     const leave = waitMs > 0 ? this.deps.waiters?.enter(agent.id, 'step long-polls') : undefined;
     try {
       const claim = await this.deps.dispatcher.claimOrWait({ agent }, waitMs, signal);
       if (claim !== null) return await this.handOver(claim, signal, since);
-      // A budget may have stopped the step meanwhile (the long-poll was answered for it).
+      // A budget or a quota may have stopped the step meanwhile (the long-poll was answered for it).
       this.deps.budgets.checkClaim(agent);
+      this.deps.quotas?.checkClaim(agent);
       return null;
     } finally {
       leave?.();
@@ -119,9 +124,9 @@ export class StepProtocol {
   }
 
   /** The worker-pool claim: the oldest claimable step of any agent (optionally of one forest). */
-  async claimAny(waitMs: number, rootId: string | undefined, signal?: AbortSignal, since?: string): Promise<{ agentId: string; agentToken: string; step: RenderedStep } | null> {
+  async claimAny(waitMs: number, scope: StepScope, signal?: AbortSignal, since?: string): Promise<{ agentId: string; agentToken: string; step: RenderedStep } | null> {
     this.deps.gate.admitNewWork();
-    const claim = await this.deps.dispatcher.claimOrWait(rootId === undefined ? {} : { rootId }, waitMs, signal);
+    const claim = await this.deps.dispatcher.claimOrWait({ ...scope }, waitMs, signal);
     if (claim === null) return null;
     const step = await this.handOver(claim, signal, since);
     return step === null ? null : { agentId: claim.agent.id, agentToken: claim.agent.token, step };

@@ -67,6 +67,12 @@ export class Tenants {
     return found !== undefined && this.tenants.has(found.tenantId) ? found.tenantId : undefined;
   }
 
+  /** The tenant a model key variable is given to (its modelKeyEnvs), if one is. */
+  keyOwner(name: string): string | undefined {
+    for (const tenant of this.tenants.values()) if (tenant.modelKeyEnvs?.includes(name) === true) return tenant.id;
+    return undefined;
+  }
+
   find(id: string): Tenant | undefined {
     return this.tenants.get(id);
   }
@@ -87,6 +93,7 @@ export class Tenants {
   create(id: string, change: TenantChange): Promise<Tenant> {
     return this.follow.serially(async () => {
       if (this.tenants.has(id)) throw new ServiceError('TENANT_EXISTS', `a tenant "${id}" exists already`);
+      this.checkKeyEnvs(id, change);
       const at = this.deps.clock.iso();
       const tenant: Tenant = { id, ...definedOf(change), createdAt: at, updatedAt: at };
       await this.write(tenant);
@@ -97,6 +104,7 @@ export class Tenants {
   /** Replace the fields given (a quota left out of `quotas` is no limit). */
   change(id: string, change: TenantChange): Promise<Tenant> {
     return this.follow.serially(async () => {
+      this.checkKeyEnvs(id, change);
       const tenant: Tenant = { ...this.require(id), ...definedOf(change), updatedAt: this.deps.clock.iso() };
       await this.write(tenant);
       return tenant;
@@ -176,6 +184,14 @@ export class Tenants {
     await this.deps.log.durable();
     this.tenants.set(tenant.id, tenant);
     this.deps.onChange?.(tenant.id);
+  }
+
+  /** A model key variable is given to one tenant at most. */
+  private checkKeyEnvs(id: string, change: TenantChange): void {
+    for (const name of change.modelKeyEnvs ?? []) {
+      const owner = this.keyOwner(name);
+      if (owner !== undefined && owner !== id) throw new ServiceError('VALIDATION', `modelKeyEnvs: "${name}" is given to tenant "${owner}" already`);
+    }
   }
 
   private require(id: string): Tenant {

@@ -59,7 +59,7 @@ export class GrantChanges {
     const live = this.deps.registry.get(id);
     if (live !== undefined) return { grants, effective: this.deps.tools.listFor(live).map((tool) => tool.name) };
     const allow = header.toolFilter?.allow;
-    const effective = this.deps.tools.known().filter((name) => this.deps.grants.allows(id, name) && (allow === undefined || allow.includes(name)));
+    const effective = this.deps.tools.known(header.tenantId).filter((name) => this.deps.grants.allows(id, name) && (allow === undefined || allow.includes(name)));
     return { grants, effective };
   }
 

@@ -57,8 +57,8 @@ export interface ToolCallDeps {
   /** Runs each service-owned call (under its span when tracing). */
   tracing: Pick<Tracing, 'runTool'>;
   clock: Clock;
-  /** What the approval rules say of a call of `tool` in forest `rootId`. */
-  rule: (tool: string, rootId: string) => RuleDecision;
+  /** What the approval rules say of a call of `tool` in forest `rootId` of tenant `tenantId` (undefined: an admin's forest). */
+  rule: (tool: string, rootId: string, tenantId: string | undefined) => RuleDecision;
   /** Refuses (STEP_CONFLICT) a call that names a call of the open step a person has yet to decide. */
   refuseWhilePending: (agent: LiveAgent, stepId: string, callId: string) => void;
 }
@@ -203,7 +203,7 @@ export class ToolCalls {
           record(withoutTokens(view));
         };
     // A call outside a step cannot wait for a person: one the rules ask about is refused like a denied one.
-    const rule = tool === undefined ? 'allow' : this.deps.rule(call.name, agent.rootId);
+    const rule = tool === undefined ? 'allow' : this.deps.rule(call.name, agent.rootId, agent.header.tenantId);
     let outcome: RunOutcome;
     try {
       outcome = tool === undefined

@@ -4,6 +4,10 @@
  * which agents have it in scope, and the agent's grants (grants.ts) say which it may call; the
  * same predicates decide what is listed and what may run, so a schema is never shown to an
  * agent that cannot execute it, and a tool it may not call is unknown to it.
+ *
+ * A tool of a tenant (its MCP server's, its declared backend tool) does not exist for any
+ * other agent: not listed, not run, not refused as withheld; a call to its name is answered
+ * as a call to a name no tool has (an admin's agents see only global tools).
  */
 import type { AgentCredential } from '../contract/index.js';
 import type { ToolSchema } from '../domain/step-render.js';
@@ -50,6 +54,8 @@ export interface ServiceTool extends ToolSchema {
    * the call gets the restart's stand-in result like a backend's.
    */
   afterRestart?: 'rerun' | 'unknown';
+  /** The tenant whose tool it is (its MCP server's, its declared backend tool); absent: every agent's. */
+  tenantId?: string | undefined;
   inScope(agent: LiveAgent): boolean;
   execute(input: unknown, exec: ToolExecution): Promise<ToolOutcome> | ToolOutcome;
 }
@@ -68,9 +74,9 @@ export class ToolRegistry {
     };
   }
 
-  /** Every registered tool's name, sorted (for a view of what an agent may call). */
-  known(): string[] {
-    return [...this.tools.keys()].sort();
+  /** Every registered tool's name an agent of `tenantId` (undefined: an admin's) may have, sorted. */
+  known(tenantId: string | undefined): string[] {
+    return [...this.tools.values()].filter((tool) => visibleTo(tenantId, tool)).map((tool) => tool.name).sort();
   }
 
   /**
@@ -96,11 +102,16 @@ export class ToolRegistry {
    */
   withheld(agent: LiveAgent, name: string): boolean {
     const tool = this.tools.get(name);
-    return tool !== undefined && agent.scope.tool(name) === undefined && !this.grants.allows(agent.id, name);
+    return tool !== undefined && visibleTo(agent.header.tenantId, tool) && agent.scope.tool(name) === undefined && !this.grants.allows(agent.id, name);
   }
 
   private globalFor(agent: LiveAgent, tool: ServiceTool): boolean {
     const allow = agent.header.toolFilter?.allow;
-    return tool.inScope(agent) && (allow === undefined || allow.includes(tool.name)) && this.grants.allows(agent.id, tool.name);
+    return visibleTo(agent.header.tenantId, tool) && tool.inScope(agent) && (allow === undefined || allow.includes(tool.name)) && this.grants.allows(agent.id, tool.name);
   }
+}
+
+/** A tenant's tool exists for that tenant's agents only; a global one for every agent. */
+function visibleTo(tenantId: string | undefined, tool: ServiceTool): boolean {
+  return tool.tenantId === undefined || tool.tenantId === tenantId;
 }

@@ -7,7 +7,7 @@ import { localPackageChanges } from '../tools/packages/package-changes.js';
 import type { PackageManager } from '../tools/packages/package-manager.js';
 import type { PoolToolCall } from '../contract/index.js';
 import type { PoolFilter } from '../tools/backend/tool-pool.js';
-import type { AgentPage, Claimed, ForestPlacement, LocalClaim, PoolClaim, Topology } from './topology.js';
+import type { AgentPage, Claimed, ForestPlacement, LocalClaim, PoolClaim, StepScope, Topology } from './topology.js';
 
 const EVERY_FOREST_HERE: ForestPlacement = {
   exclusive: true,
@@ -23,7 +23,7 @@ const EVERY_FOREST_HERE: ForestPlacement = {
 
 export interface SingleInstanceDeps {
   list: (filter: ListFilter) => Promise<AgentPage>;
-  claimAny: (waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
+  claimAny: (waitMs: number, scope: StepScope, signal: AbortSignal | undefined, since: string | undefined) => Promise<LocalClaim | null>;
   claimToolCall: (filter: PoolFilter, waitMs: number, signal: AbortSignal | undefined) => Promise<PoolToolCall | null>;
   /** This process's packages (built after the topology; read when a change is made). */
   packages: () => PackageManager;
@@ -42,8 +42,8 @@ export class SingleInstance implements Topology {
     return this.deps.list(filter);
   }
 
-  async claimFromPool(waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined): Promise<PoolClaim | null> {
-    const local = await this.deps.claimAny(waitMs, rootId, signal, since);
+  async claimFromPool(waitMs: number, scope: StepScope, signal: AbortSignal | undefined, since: string | undefined): Promise<PoolClaim | null> {
+    const local = await this.deps.claimAny(waitMs, scope, signal, since);
     return local === null ? null : { local };
   }
 

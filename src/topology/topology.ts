@@ -69,10 +69,17 @@ export interface PoolState {
   oldestParkedAt: number | null;
 }
 
+/** Which steps a pool claim may take: of one forest, of one tenant's agents (a tenant key's claim), or any. */
+export interface StepScope {
+  rootId?: string;
+  tenantId?: string;
+}
+
 /** What only several instances have: the id they know this one by, and what they ask it. */
 export interface Peering {
   readonly instanceId: string;
-  poolState(): PoolState;
+  /** For a tenant key's claim, of that tenant's steps only. */
+  poolState(tenantId: string | undefined): PoolState;
   /** The same question of the tool worker pool, for calls `filter` matches. */
   toolPoolState(filter: PoolFilter): PoolState;
   /** The instance holding agent `id`'s forest, when it is not this one (requests for it go there). */
@@ -91,7 +98,7 @@ export interface Topology {
    */
   list(filter: ListFilter, caller: Caller | undefined): Promise<AgentPage>;
   /** The worker-pool claim: the oldest claimable step, of one forest or of any. */
-  claimFromPool(waitMs: number, rootId: string | undefined, signal: AbortSignal | undefined, since: string | undefined, caller: Caller | undefined): Promise<PoolClaim | null>;
+  claimFromPool(waitMs: number, scope: StepScope, signal: AbortSignal | undefined, since: string | undefined, caller: Caller | undefined): Promise<PoolClaim | null>;
   /** A step was parked here with nobody here waiting for it (the other instances' pools may claim it). */
   parked(): void;
   /** The tool worker pool's claim: the oldest call `filter` matches, of any forest. */

@@ -98,4 +98,23 @@ describe('tenants', () => {
     const gone = await h.app.inject({ method: 'GET', url: '/v1/agents', headers: acme });
     expect(gone.statusCode).toBe(401);
   });
+
+  it("a tenant's view shows what it uses now; /metrics shows a tenant key its own series alone", async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    const globex = await tenantWithKey(h, 'globex');
+    await createRoot(h.app, { id: 'a1' }, acme);
+    await createRoot(h.app, { id: 'a2' }, acme);
+    await createRoot(h.app, { id: 'g1' }, globex);
+    const view = json(await h.app.inject({ method: 'GET', url: '/v1/tenants/acme', headers: admin }));
+    expect(view).toMatchObject({ id: 'acme', usage: { liveAgents: 2, liveRoots: 2, steps: 0, tokens: 0, costMicroUsd: 0 } });
+    const mine = await h.app.inject({ method: 'GET', url: '/metrics', headers: acme });
+    expect(mine.statusCode).toBe(200);
+    expect(mine.body).toContain('agentforest_tenant_live_agents{tenant="acme"} 2');
+    expect(mine.body).not.toContain('globex');
+    expect(mine.body).not.toContain('agentforest_http_');
+    const all = await h.app.inject({ method: 'GET', url: '/metrics', headers: admin });
+    expect(all.body).toContain('agentforest_tenant_live_agents{tenant="globex"} 1');
+    expect(all.body).toContain('agentforest_tenant_live_agents{tenant="acme"} 2');
+  });
 });

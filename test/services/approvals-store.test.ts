@@ -362,7 +362,7 @@ describe('the approvals index (postgres only)', () => {
 
     expect(again).toEqual({ refused: ['lost'] });
     expect(await store.approvals.list({ limit: 10, now: NOW })).toEqual([decided]);
-    expect(POSTGRES_LATEST_VERSION).toBe(8);
+    expect(POSTGRES_LATEST_VERSION).toBe(10);
   });
 });
 
@@ -386,11 +386,11 @@ describe('the approvals index (sqlite only)', () => {
 
     const raw = new Database(path, { readonly: true });
     try {
-      expect(LATEST_SCHEMA_VERSION).toBe(8);
-      expect(schemaVersionOf(raw)).toBe(8);
+      expect(LATEST_SCHEMA_VERSION).toBe(10);
+      expect(schemaVersionOf(raw)).toBe(10);
       const applied = raw.prepare<[], { version: number; description: string }>('SELECT version, description FROM schema_migrations ORDER BY version').all();
-      expect(applied.map((m) => m.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-      expect(applied.at(-1)?.description).toBe("the approvals index: every approval's last entry, for the inbox across forests");
+      expect(applied.map((m) => m.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      expect(applied.find((m) => m.version === 8)?.description).toBe("the approvals index: every approval's last entry, for the inbox across forests");
       expect(raw.prepare<[], { n: number }>('SELECT count(*) AS n FROM approvals').get()?.n).toBe(1);
     } finally {
       raw.close();

@@ -30,6 +30,7 @@ import { approvalRows } from '../approval-rows.js';
 import { settingRows } from '../batch-rows.js';
 import { MemoryApprovals } from './memory-approvals.js';
 import { MemorySettings } from './memory-settings.js';
+import { MemoryTenantUsage } from './memory-tenant-usage.js';
 import { MemoryWebhooks } from './memory-webhooks.js';
 
 /** One committed entry: its JSON text, and what lookups read without parsing it. */
@@ -81,9 +82,10 @@ export class MemorySessionStore implements SessionStore {
   private readonly forests = new Map<string, StoredEntry[]>();
   private readonly pendingRows = new Map<string, Map<string, StoredPending>>();
   private readonly keys = new Map<string, IdempotencyRecord>();
-  readonly webhooks = new MemoryWebhooks();
+  readonly webhooks = new MemoryWebhooks((rootId) => this.sessions.get(rootId)?.header.tenantId);
   readonly settings = new MemorySettings();
   readonly approvals = new MemoryApprovals();
+  readonly tenantUsage = new MemoryTenantUsage();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
@@ -122,6 +124,7 @@ export class MemorySessionStore implements SessionStore {
     for (const { rootId: _forest, ...record } of batch.idempotency ?? []) this.keys.set(`${record.sender}\u0000${record.key}`, structuredClone(record));
     this.webhooks.apply(batch.outbox ?? [], batch.webhooks ?? []);
     this.settings.apply(settings);
+    this.tenantUsage.apply(batch.tenantUsage ?? []);
   }
 
   async header(id: string): Promise<SessionSummary | undefined> {

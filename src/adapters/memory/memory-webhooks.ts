@@ -1,7 +1,8 @@
 /**
  * Webhook subscriptions and the outbox in memory: the same rules as the SQL stores (one
  * delivery per event and matching subscription, none twice; a stream's head is its oldest
- * pending delivery), for the memory store and its tests.
+ * pending delivery), for the memory store and its tests. A tenant's subscription matches only
+ * events of forests whose root's header names its tenant, which the store tells (`tenantOfRoot`).
  */
 import type { Delivery, DeliveryQuery, DueDelivery, OutboxBacklog, OutboxEvent, WebhookChange, WebhookReads, WebhookSubscription } from '../../sessions/outbox.js';
 
@@ -16,11 +17,15 @@ export class MemoryWebhooks implements WebhookReads {
   private readonly byKey = new Map<string, StoredDelivery>();
   private nextSeq = 1;
 
+  /** `tenantOfRoot`: the tenant in a stored root's header (undefined: none, or no such root). */
+  constructor(private readonly tenantOfRoot: (rootId: string) => string | undefined) {}
+
   /** Applies a committed batch's outbox events and then its webhook changes. */
   apply(outbox: readonly OutboxEvent[], changes: readonly WebhookChange[]): void {
     for (const event of outbox) {
       for (const sub of this.subs.values()) {
         if (!sub.events.includes(event.type) || (sub.rootId !== null && sub.rootId !== event.rootId)) continue;
+        if (sub.tenantId !== undefined && sub.tenantId !== this.tenantOfRoot(event.rootId)) continue;
         const key = `${sub.id} ${event.id}`;
         if (this.byKey.has(key)) continue;
         const row: StoredDelivery = {

@@ -6,8 +6,9 @@
  */
 import type { Migration } from '../migration.js';
 import { POSTGRES_APPROVAL_TABLES } from './postgres-approvals.js';
+import { POSTGRES_TENANT_USAGE_TABLES } from './postgres-tenant-usage.js';
 import { POSTGRES_SETTING_TABLES } from './postgres-settings.js';
-import { POSTGRES_WEBHOOK_TABLES } from './postgres-webhooks.js';
+import { POSTGRES_WEBHOOK_TABLES, POSTGRES_WEBHOOK_TENANTS } from './postgres-webhooks.js';
 
 export const POSTGRES_MIGRATIONS: readonly Migration[] = [
   {
@@ -124,6 +125,16 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
     version: 8,
     description: "the approvals index: every approval's last entry, for the inbox across forests",
     sql: POSTGRES_APPROVAL_TABLES,
+  },
+  {
+    version: 9,
+    description: 'tenant usage: what each instance spent for each tenant in the current windows, for the quotas',
+    sql: POSTGRES_TENANT_USAGE_TABLES,
+  },
+  {
+    version: 10,
+    description: "a webhook subscription's tenant: only its tenant's forests' events match it",
+    sql: POSTGRES_WEBHOOK_TENANTS,
   },
 ];
 

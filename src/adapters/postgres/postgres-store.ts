@@ -45,6 +45,7 @@ import { inTransaction } from './postgres-transactions.js';
 import { writeRows } from './postgres-writes.js';
 import { PostgresApprovals } from './postgres-approvals.js';
 import { PostgresSettings } from './postgres-settings.js';
+import { PostgresTenantUsage } from './postgres-tenant-usage.js';
 import { PostgresWebhooks } from './postgres-webhooks.js';
 import { storedRootOf, type RootRow } from '../root-rows.js';
 
@@ -79,6 +80,7 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
   readonly packages: PostgresPackages;
   readonly webhooks: PostgresWebhooks;
   readonly settings: PostgresSettings;
+  readonly tenantUsage: PostgresTenantUsage;
   readonly approvals: PostgresApprovals;
 
   /** `url` is kept for connections of their own (a LISTEN). */
@@ -86,6 +88,7 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
     this.leases = new ForestLeases(pool, fences?.leases);
     this.webhooks = new PostgresWebhooks(pool);
     this.settings = new PostgresSettings(pool);
+    this.tenantUsage = new PostgresTenantUsage(pool);
     this.approvals = new PostgresApprovals(pool);
     this.packages = new PostgresPackages(pool, fences?.packages);
   }

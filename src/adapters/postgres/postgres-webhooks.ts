@@ -1,8 +1,10 @@
 /**
- * Webhook subscriptions and the outbox in PostgreSQL: the tables (migration 5), the writes a
- * batch applies inside its transaction, and the reads. As in SQLite, an outbox event becomes
- * one delivery row per matching subscription when its batch commits (one INSERT ... SELECT for
- * all of a batch's events), and (subscription, event) is unique.
+ * Webhook subscriptions and the outbox in PostgreSQL: the tables (migration 5; a
+ * subscription's tenant, migration 10), the writes a batch applies inside its transaction, and
+ * the reads. As in SQLite, an outbox event becomes one delivery row per matching subscription
+ * when its batch commits (one INSERT ... SELECT for all of a batch's events), and (subscription,
+ * event) is unique; a tenant's subscription matches only the events of forests whose root's
+ * header names that tenant.
  *
  * With forest leases, `due` leaves out the forests another instance holds: each instance
  * delivers its own forests' rows, and those of forests nobody holds (it takes their lease
@@ -45,6 +47,11 @@ export const POSTGRES_WEBHOOK_TABLES = `
   CREATE INDEX webhook_deliveries_delivered ON webhook_deliveries (delivered_at) WHERE state = 'delivered';
 `;
 
+/** Migration 10: the tenant whose key made a subscription (NULL: an admin's, global). */
+export const POSTGRES_WEBHOOK_TENANTS = `
+  ALTER TABLE webhooks ADD COLUMN tenant_id TEXT;
+`;
+
 /** Applies a batch's outbox rows and webhook changes on the client of its transaction. */
 export async function writeWebhookRows(client: pg.PoolClient, outbox: readonly OutboxRow[], changes: readonly WebhookChange[]): Promise<void> {
   if (outbox.length > 0) {
@@ -58,6 +65,7 @@ export async function writeWebhookRows(client: pg.PoolClient, outbox: readonly O
        SELECT w.id, e.event_id, e.root_id, e.type, e.payload, 'pending', 0, e.at, e.at, e.at
        FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[]) AS e(event_id, type, root_id, at, payload, ord)
        JOIN webhooks w ON (w.root_id IS NULL OR w.root_id = e.root_id) AND position(',' || e.type || ',' in w.events) > 0
+         AND (w.tenant_id IS NULL OR w.tenant_id = (SELECT (s.header::jsonb)->>'tenantId' FROM sessions s WHERE s.id = e.root_id))
        ORDER BY e.ord, w.id
        ON CONFLICT (webhook_id, event_id) DO NOTHING`,
       columns,
@@ -67,8 +75,8 @@ export async function writeWebhookRows(client: pg.PoolClient, outbox: readonly O
     switch (change.op) {
       case 'subscribe': {
         const s = change.subscription;
-        await client.query('INSERT INTO webhooks (id, url, events, root_id, secret, created_at) VALUES ($1, $2, $3, $4, $5, $6)', [
-          s.id, s.url, eventsColumn(s.events), s.rootId, s.secret, s.createdAt,
+        await client.query('INSERT INTO webhooks (id, url, events, root_id, tenant_id, secret, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)', [
+          s.id, s.url, eventsColumn(s.events), s.rootId, s.tenantId ?? null, s.secret, s.createdAt,
         ]);
         break;
       }

@@ -9,6 +9,7 @@ import type pg from 'pg';
 import { seqAdvances, type BatchRows } from '../batch-rows.js';
 import { writeApprovalRows } from './postgres-approvals.js';
 import { writeSettingRows } from './postgres-settings.js';
+import { writeTenantUsageRows } from './postgres-tenant-usage.js';
 import { writeWebhookRows } from './postgres-webhooks.js';
 
 export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise<void> {
@@ -60,6 +61,7 @@ export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise
   }
   if (rows.outbox.length > 0 || rows.webhooks.length > 0) await writeWebhookRows(client, rows.outbox, rows.webhooks);
   if (rows.settings.length > 0) await writeSettingRows(client, rows.settings);
+  if (rows.tenantUsage.length > 0) await writeTenantUsageRows(client, rows.tenantUsage);
 }
 
 /** Rows of tuples as one array per column, for `unnest`. */

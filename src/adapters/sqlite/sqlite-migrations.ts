@@ -7,8 +7,9 @@ import type { Migration as SqlMigration } from '../migration.js';
 import type { EntryRow } from '../batch-rows.js';
 import { encodeEntries, entryInserter, PAGE_ENTRIES } from './sqlite-writes.js';
 import { APPROVAL_TABLES } from './sqlite-approvals.js';
+import { TENANT_USAGE_TABLES } from './sqlite-tenant-usage.js';
 import { SETTING_TABLES } from './sqlite-settings.js';
-import { WEBHOOK_TABLES } from './sqlite-webhooks.js';
+import { WEBHOOK_TABLES, WEBHOOK_TENANTS } from './sqlite-webhooks.js';
 
 export interface Migration extends SqlMigration {
   /** Moves data after `sql` ran, in the same transaction. */
@@ -159,6 +160,16 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 8,
     description: "the approvals index: every approval's last entry, for the inbox across forests",
     sql: APPROVAL_TABLES,
+  },
+  {
+    version: 9,
+    description: 'tenant usage: what each instance spent for each tenant in the current windows, for the quotas',
+    sql: TENANT_USAGE_TABLES,
+  },
+  {
+    version: 10,
+    description: "a webhook subscription's tenant: only its tenant's forests' events match it",
+    sql: WEBHOOK_TENANTS,
   },
 ];
 

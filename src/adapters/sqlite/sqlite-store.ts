@@ -31,6 +31,7 @@ import type { Message } from '../../domain/message.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
 import { SqliteApprovals } from './sqlite-approvals.js';
 import { SqliteSettings } from './sqlite-settings.js';
+import { SqliteTenantUsage } from './sqlite-tenant-usage.js';
 import { SqliteWebhooks } from './sqlite-webhooks.js';
 import { InlineWriter, ThreadWriter, type SqliteWriter } from './sqlite-writer.js';
 import { sqliteUnavailable } from './sqlite-outages.js';
@@ -51,6 +52,7 @@ export class SqliteSessionStore implements SessionStore {
   private readonly writer: SqliteWriter;
   readonly webhooks: SqliteWebhooks;
   readonly settings: SqliteSettings;
+  readonly tenantUsage: SqliteTenantUsage;
   readonly approvals: SqliteApprovals;
 
   constructor(options: SqliteStoreOptions) {
@@ -69,6 +71,7 @@ export class SqliteSessionStore implements SessionStore {
     this.webhooks = new SqliteWebhooks(db);
     this.settings = new SqliteSettings(db);
     this.approvals = new SqliteApprovals(db);
+    this.tenantUsage = new SqliteTenantUsage(db);
     this.statements = {
       // Pages tile a forest's positions in order, and chunks a session's seqs: the page or chunk
       // holding position `after + 1` is the one with the greatest start not past it.

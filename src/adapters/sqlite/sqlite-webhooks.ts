@@ -1,9 +1,11 @@
 /**
- * Webhook subscriptions and the outbox in SQLite: the tables (schema version 6), the writes a
- * batch applies inside its transaction (on the writer's connection) and the reads (on the
- * store's). An outbox event becomes one delivery row per subscription matching it when the
- * batch commits, by one INSERT ... SELECT; the unique (subscription, event) pair keeps an event
- * from being delivered twice as two rows.
+ * Webhook subscriptions and the outbox in SQLite: the tables (schema version 6; a
+ * subscription's tenant, version 10), the writes a batch applies inside its transaction (on the
+ * writer's connection) and the reads (on the store's). An outbox event becomes one delivery row
+ * per subscription matching it when the batch commits, by one INSERT ... SELECT; the unique
+ * (subscription, event) pair keeps an event from being delivered twice as two rows. A tenant's
+ * subscription matches only the events of forests whose root's header names that tenant (the
+ * root's session row is written in or before the batch of the forest's first event).
  */
 import type Database from 'better-sqlite3';
 import {
@@ -51,6 +53,11 @@ export const WEBHOOK_TABLES = `
   CREATE INDEX webhook_deliveries_delivered ON webhook_deliveries (delivered_at) WHERE state = 'delivered';
 `;
 
+/** Version 10: the tenant whose key made a subscription (NULL: an admin's, global). */
+export const WEBHOOK_TENANTS = `
+  ALTER TABLE webhooks ADD COLUMN tenant_id TEXT;
+`;
+
 /** Applies outbox rows and webhook changes inside the caller's transaction. */
 export function webhookWriter(db: Database.Database): (outbox: readonly OutboxRow[], changes: readonly WebhookChange[]) => void {
   const deliver = db.prepare<OutboxRow>(
@@ -58,9 +65,10 @@ export function webhookWriter(db: Database.Database): (outbox: readonly OutboxRo
      SELECT w.id, e.event_id, e.root_id, e.type, e.payload, 'pending', 0, e.at, e.at, e.at
      FROM (SELECT ? AS event_id, ? AS type, ? AS root_id, ? AS at, ? AS payload) AS e
      JOIN webhooks w ON (w.root_id IS NULL OR w.root_id = e.root_id) AND instr(w.events, ',' || e.type || ',') > 0
+       AND (w.tenant_id IS NULL OR w.tenant_id = (SELECT json_extract(s.header, '$.tenantId') FROM sessions s WHERE s.id = e.root_id))
      ORDER BY w.id`,
   );
-  const subscribe = db.prepare('INSERT INTO webhooks (id, url, events, root_id, secret, created_at) VALUES (?, ?, ?, ?, ?, ?)');
+  const subscribe = db.prepare('INSERT INTO webhooks (id, url, events, root_id, tenant_id, secret, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)');
   const dropDeliveries = db.prepare('DELETE FROM webhook_deliveries WHERE webhook_id = ?');
   const unsubscribe = db.prepare('DELETE FROM webhooks WHERE id = ?');
   const attempted = db.prepare(
@@ -79,7 +87,7 @@ export function webhookWriter(db: Database.Database): (outbox: readonly OutboxRo
       switch (change.op) {
         case 'subscribe': {
           const s = change.subscription;
-          subscribe.run(s.id, s.url, eventsColumn(s.events), s.rootId, s.secret, s.createdAt);
+          subscribe.run(s.id, s.url, eventsColumn(s.events), s.rootId, s.tenantId ?? null, s.secret, s.createdAt);
           break;
         }
         case 'unsubscribe':

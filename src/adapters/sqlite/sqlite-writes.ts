@@ -17,6 +17,7 @@ import Database from 'better-sqlite3';
 import type { WriteBatch } from '../../sessions/session-store.js';
 import { approvalWriter } from './sqlite-approvals.js';
 import { settingWriter } from './sqlite-settings.js';
+import { tenantUsageWriter } from './sqlite-tenant-usage.js';
 import { webhookWriter } from './sqlite-webhooks.js';
 import { encodeRows, seqAdvances, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from '../batch-rows.js';
 
@@ -120,6 +121,7 @@ export function encodeBatch(batch: WriteBatch): EncodedBatch {
     outbox: rows.outbox,
     webhooks: rows.webhooks,
     settings: rows.settings,
+    tenantUsage: rows.tenantUsage,
     approvals: rows.approvals,
   };
 }
@@ -250,6 +252,7 @@ export class SqliteWrites {
     this.expireStatement = db.prepare('DELETE FROM idempotency WHERE expires_at <= ?');
     const writeWebhooks = webhookWriter(db);
     const writeSettings = settingWriter(db);
+    const writeTenantUsage = tenantUsageWriter(db);
     const writeApprovals = approvalWriter(db);
     // Any throw inside rolls the whole batch back.
     this.apply = db.transaction((batch: EncodedBatch) => {
@@ -270,6 +273,7 @@ export class SqliteWrites {
       for (const row of batch.idempotency) putIdempotency.run(...row);
       if (batch.outbox.length > 0 || batch.webhooks.length > 0) writeWebhooks(batch.outbox, batch.webhooks);
       if (batch.settings.length > 0) writeSettings(batch.settings);
+      if (batch.tenantUsage.length > 0) writeTenantUsage(batch.tenantUsage);
     });
   }
 

@@ -3,12 +3,21 @@
  * generated or parsed), list, delete, and a subscription's deliveries and their retry. Every
  * change is a WebhookChange in the session log's next batch, answered once it is durable.
  *
+ * A subscription made with a tenant key is that tenant's (`tenantId`): listed to that tenant
+ * and admins only, and matched by the store only against the events of that tenant's forests
+ * (outbox.ts), `rootId` included: naming another tenant's root is accepted as naming an unknown
+ * one is (nothing tells the two apart) and never matches. One made with an admin key is global:
+ * every forest's events, listed to admins only.
+ *
  * The subscriptions are also kept in memory here, to tell which events anyone wants (the
  * Interest of webhook-events.ts): exact with one instance, where every change passes here.
- * With several instances `exact` is false, and every event goes to the store to match.
+ * With several instances `exact` is false, and every event goes to the store to match. A
+ * tenant's subscription counts here as wanting its events of every forest (or of its root):
+ * the forest's tenant is the store's to match.
  */
 import { ServiceError } from '../../domain/errors.js';
 import type { Clock, IdSource } from '../../domain/ports.js';
+import { ownerFor, sees, type Principal } from '../../domain/tenants.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import type { Delivery, DeliveryQuery, WebhookEventType, WebhookReads, WebhookSubscription } from '../../sessions/outbox.js';
 import { parseWebhookUrl, resolvePublic, WebhookAddressError } from './address-guard.js';
@@ -56,7 +65,8 @@ export class WebhookSubscriptions {
     return wanted.get('')?.has(type) === true || wanted.get(rootId)?.has(type) === true;
   };
 
-  async create(input: NewSubscription): Promise<WebhookSubscription> {
+  /** A subscription owned by `principal`'s tenant, or global when it is an admin. */
+  async create(principal: Principal, input: NewSubscription): Promise<WebhookSubscription> {
     const url = await this.checkUrl(input.url);
     let secret = input.secret;
     if (secret === undefined) secret = generateSecret();
@@ -67,11 +77,13 @@ export class WebhookSubscriptions {
         throw new ServiceError('VALIDATION', error instanceof Error ? error.message : 'the webhook secret is malformed');
       }
     }
+    const tenantId = ownerFor(principal);
     const subscription: WebhookSubscription = {
       id: this.deps.ids.next('webhook'),
       url: url.href,
       events: [...new Set(input.events)],
       rootId: input.rootId ?? null,
+      ...(tenantId === undefined ? {} : { tenantId }),
       secret,
       createdAt: this.deps.clock.now(),
     };
@@ -82,15 +94,18 @@ export class WebhookSubscriptions {
     return subscription;
   }
 
-  /** Who subscribed: `{}` for a global subscription, undefined when none has the id. */
+  /** Who subscribed: `{owner}` for a tenant's subscription, `{}` for a global one, undefined when none has the id. */
   async ownerOf(id: string): Promise<{ owner?: string } | undefined> {
     await this.deps.log.settled();
-    return (await this.deps.reads.subscription(id)) === undefined ? undefined : {};
+    const sub = await this.deps.reads.subscription(id);
+    if (sub === undefined) return undefined;
+    return sub.tenantId === undefined ? {} : { owner: sub.tenantId };
   }
 
-  async list(): Promise<SubscriptionView[]> {
+  /** The subscriptions `principal` sees: an admin every one, a tenant its own (never the global ones). */
+  async list(principal: Principal): Promise<SubscriptionView[]> {
     await this.deps.log.settled();
-    return (await this.deps.reads.subscriptions()).map(viewOf);
+    return (await this.deps.reads.subscriptions()).filter((sub) => sees(principal, sub.tenantId, false)).map(viewOf);
   }
 
   async get(id: string): Promise<SubscriptionView> {

@@ -9,6 +9,7 @@ import { Approval, ApprovalRuleBody, ApprovalRuleView, DecisionBody, literals, r
 import { APPROVAL_STATES, RULE_ID_PATTERN } from '../../domain/approvals.js';
 import type { ApprovalRules } from '../../approvals/approval-rules.js';
 import type { Approvals } from '../../approvals/approvals.js';
+import { tenantOf } from '../auth.js';
 import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 
 const RuleParams = Type.Object({ id: Type.String({ pattern: RULE_ID_PATTERN, description: 'Letters, digits, `_`, `.`, `:` and `-`, at most 128.' }) });
@@ -41,36 +42,39 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<ApprovalRoutesOptions> = 
       summary: 'Add or replace an approval rule',
       description:
         'Which calls run, are refused, or wait for a person. The most specific matching rule decides: a forest\'s (`rootId`) over a global one, an exact tool name over a wildcard, ' +
-        'a longer prefix over a shorter; among equals, the most cautious (deny, ask, allow). No rule: allow. Rules apply to every tool the service knows (service-owned, MCP, declared backend tools). Durable before answered.',
+        'a longer prefix over a shorter; among equals, the most cautious (deny, ask, allow). No rule: allow. Rules apply to every tool the service knows (service-owned, MCP, declared backend tools). Durable before answered. ' +
+        "With a tenant key the rule is the tenant's: it applies to its agents only (an admin's rules apply to every agent). Another tenant's id is 404 as an unknown one; " +
+        "a global rule is 403. An admin replacing a tenant's rule keeps it the tenant's.",
       security: OPERATOR_SECURITY,
       params: RuleParams,
       body: ref(ApprovalRuleBody),
-      response: { 200: ref(ApprovalRuleView), ...errorResponses(['VALIDATION']) },
+      response: { 200: ref(ApprovalRuleView), ...errorResponses(['VALIDATION', 'UNAUTHORIZED', 'APPROVAL_RULE_NOT_FOUND']) },
     },
-  }, async (request) => rules.put(request.params.id, request.body));
+  }, async (request) => rules.put(request.params.id, request.body, tenantOf(request)));
 
   app.get('/v1/approval-rules', {
     schema: {
       tags: ['approvals'],
       operationId: 'listApprovalRules',
       summary: 'The approval rules',
+      description: 'By id. A tenant key sees its own rules and the global ones.',
       security: OPERATOR_SECURITY,
       response: { 200: RuleList, ...errorResponses([]) },
     },
-  }, async () => ({ items: rules.list() }));
+  }, async (request) => ({ items: rules.list(tenantOf(request)) }));
 
   app.delete('/v1/approval-rules/:id', {
     schema: {
       tags: ['approvals'],
       operationId: 'deleteApprovalRule',
       summary: 'Remove an approval rule',
-      description: 'Calls decided from now on no longer see it. Durable before answered.',
+      description: 'Calls decided from now on no longer see it. Durable before answered. A tenant key removes its own rules only (a global one: 403).',
       security: OPERATOR_SECURITY,
       params: RuleParams,
-      response: { 204: Type.Null({ description: 'Removed.' }), ...errorResponses(['APPROVAL_RULE_NOT_FOUND']) },
+      response: { 204: Type.Null({ description: 'Removed.' }), ...errorResponses(['UNAUTHORIZED', 'APPROVAL_RULE_NOT_FOUND']) },
     },
   }, async (request, reply) => {
-    await rules.delete(request.params.id);
+    await rules.delete(request.params.id, tenantOf(request));
     return reply.code(204).send(null);
   });
 
@@ -79,13 +83,14 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<ApprovalRoutesOptions> = 
       tags: ['approvals'],
       operationId: 'listApprovals',
       summary: 'The inbox: approvals of every forest, oldest first',
+      description: "A tenant key sees the approvals of its own tenant's agents only.",
       security: OPERATOR_SECURITY,
       querystring: ApprovalQuery,
       response: { 200: ApprovalPage, ...errorResponses(['VALIDATION']) },
     },
   }, async (request) => {
     const { state, rootId, limit = 100, cursor } = request.query;
-    return approvals.page({ state, rootId, limit, cursor });
+    return approvals.page({ state, rootId, tenantId: tenantOf(request), limit, cursor });
   });
 
   app.get('/v1/approvals/:approvalId', {
@@ -106,7 +111,8 @@ export const approvalRoutes: FastifyPluginAsyncTypebox<ApprovalRoutesOptions> = 
       summary: 'Approve or deny a call waiting for a person',
       description:
         '`approve` executes the call as it would have run, with its effect key; `deny` records `Error: a person denied the call to <tool>` (`: <reason>` when given). ' +
-        '`remember: forest` adds a rule allowing (or denying) the tool in this forest, `always` a global one. The same decision again answers the approval as it is; ' +
+        "`remember: forest` adds a rule allowing (or denying) the tool in this forest, `always` one for every forest (a tenant's agent: the tenant's rule, for its forests). " +
+        'The same decision again answers the approval as it is; ' +
         'another after a decision, an expiry or a cancellation is 409 APPROVAL_DECIDED. Durable before answered.',
       security: OPERATOR_SECURITY,
       params: ApprovalParams,

@@ -11,6 +11,7 @@ import type { StepProtocol } from '../../steps/step-protocol.js';
 import { stepJsonPieces } from '../../steps/rendered-step.js';
 import { agentToken } from '../auth.js';
 import { clientGone } from '../client-gone.js';
+import { tenantOf } from '../auth.js';
 import { clusterCaller } from '../cluster/index.js';
 import { AGENT_SECURITY, AgentIdParams, EmptyBody, errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
 import {
@@ -86,7 +87,10 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
     },
   }, async (request, reply) => {
     const { waitMs = 0, rootId, since } = request.body;
-    const claim = await topology.claimFromPool(waitMs, rootId, clientGone(reply), since, clusterCaller(request));
+    // A tenant key's worker is handed its own tenant's steps only.
+    const tenantId = tenantOf(request);
+    const scope = { ...(rootId === undefined ? {} : { rootId }), ...(tenantId === undefined ? {} : { tenantId }) };
+    const claim = await topology.claimFromPool(waitMs, scope, clientGone(reply), since, clusterCaller(request));
     if (claim === null) return reply.status(204).send();
     // Another instance's answer is already this route's JSON.
     if ('forwarded' in claim) return reply.type(JSON_TYPE).send(claim.forwarded);

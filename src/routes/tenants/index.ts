@@ -4,14 +4,15 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import type { TenantFigures } from '../../tenants/tenant-metrics.js';
 import type { Tenants } from '../../tenants/tenants.js';
 import { clusterCaller } from '../cluster/index.js';
 import { errorResponses, OPERATOR_SECURITY } from '../common-schemas.js';
-import { KeyCreated, KeyList, KeyParams, TenantBody, TenantChange, TenantList, TenantParams, TenantView } from './schemas.js';
+import { KeyCreated, KeyList, KeyParams, TenantBody, TenantChange, TenantList, TenantParams, TenantView, TenantWithUsage } from './schemas.js';
 
 const ADMIN_ONLY = 'Admin keys only (a tenant key is answered 403 UNAUTHORIZED).';
 
-export const tenantRoutes: FastifyPluginAsyncTypebox<{ tenants: Tenants }> = async (app, { tenants }) => {
+export const tenantRoutes: FastifyPluginAsyncTypebox<{ tenants: Tenants; quotas: { figures(tenantId: string): TenantFigures } }> = async (app, { tenants, quotas }) => {
   app.post('/v1/tenants', {
     schema: {
       tags: ['tenants'],
@@ -42,13 +43,13 @@ export const tenantRoutes: FastifyPluginAsyncTypebox<{ tenants: Tenants }> = asy
     schema: {
       tags: ['tenants'],
       operationId: 'getTenant',
-      summary: 'One tenant',
-      description: ADMIN_ONLY,
+      summary: 'One tenant, with what it uses now',
+      description: `${ADMIN_ONLY} \`usage\`: its live agents and what it spent in the current windows, on every instance as this one knows (the others' figures are at most about a second old).`,
       security: OPERATOR_SECURITY,
       params: TenantParams,
-      response: { 200: TenantView, ...errorResponses(['UNAUTHORIZED', 'TENANT_NOT_FOUND']) },
+      response: { 200: TenantWithUsage, ...errorResponses(['UNAUTHORIZED', 'TENANT_NOT_FOUND']) },
     },
-  }, async (request) => tenants.get(request.params.id));
+  }, async (request) => ({ ...tenants.get(request.params.id), usage: quotas.figures(request.params.id) }));
 
   app.patch('/v1/tenants/:id', {
     schema: {

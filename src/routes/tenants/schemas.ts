@@ -41,6 +41,25 @@ export const TenantView = Type.Object(
 );
 export type TenantView = Static<typeof TenantView>;
 
+const count = (description: string) => Type.Integer({ minimum: 0, description });
+
+export const TenantWithUsage = Type.Object(
+  {
+    ...TenantView.properties,
+    usage: Type.Object(
+      {
+        liveAgents: count('Live agents (roots and resident children).'),
+        liveRoots: count('Live roots.'),
+        steps: count('Steps handed out in the current UTC minute.'),
+        tokens: count('Model tokens spent in the current UTC day.'),
+        costMicroUsd: Type.Number({ minimum: 0, description: 'Spent in the current UTC day, in millionths of a US dollar.' }),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+);
+
 export const TenantList = Type.Object({ items: Type.Array(TenantView) }, { additionalProperties: false });
 
 export const KeyCreated = Type.Object(

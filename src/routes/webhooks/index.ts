@@ -1,6 +1,7 @@
 /**
  * Webhook routes (operator): subscriptions, and each one's deliveries with their retry. Thin:
- * parse, call the subscriptions service, shape.
+ * parse, call the subscriptions service with the caller's principal, shape. A route naming a
+ * subscription is kept to its tenant by the tenant-access hook (routes/tenant-access.ts).
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
@@ -21,14 +22,16 @@ export const webhookRoutes: FastifyPluginAsyncTypebox<{ subscriptions: WebhookSu
       description:
         'Events of the named types (of every forest, or of `rootId`) are POSTed to `url`, signed with the secret as Standard Webhooks prescribes ' +
         '(`webhook-id`, `webhook-timestamp`, `webhook-signature`). Answered once durable; the secret is shown only here. ' +
-        'Only events that happen after the subscription are delivered.',
+        'Only events that happen after the subscription are delivered. ' +
+        "Made with a tenant key, it is the tenant's (`tenantId`): only its own forests' events are sent to it, `rootId` included " +
+        "(another tenant's root is accepted as an unknown one is, and matches nothing). Made with an admin key, it is global.",
       security: OPERATOR_SECURITY,
       body: NewWebhook,
       response: { 201: CreatedWebhook, ...errorResponses([]) },
     },
   }, async (request, reply) => {
-    const created = await subscriptions.create(request.body);
-    return reply.code(201).send({ id: created.id, url: created.url, events: created.events, rootId: created.rootId, secret: created.secret });
+    const { id, url, events, rootId, tenantId, secret } = await subscriptions.create(request.principal, request.body);
+    return reply.code(201).send({ id, url, events, rootId, ...(tenantId === undefined ? {} : { tenantId }), secret });
   });
 
   app.get('/v1/webhooks', {
@@ -36,11 +39,11 @@ export const webhookRoutes: FastifyPluginAsyncTypebox<{ subscriptions: WebhookSu
       tags: ['webhooks'],
       operationId: 'listWebhooks',
       summary: 'The webhook subscriptions',
-      description: 'Oldest first; secrets are never listed.',
+      description: "Oldest first; secrets are never listed. A tenant key lists its tenant's own subscriptions; an admin key every one.",
       security: OPERATOR_SECURITY,
       response: { 200: WebhookList, ...errorResponses([]) },
     },
-  }, async () => ({ items: (await subscriptions.list()).map(webhookView) }));
+  }, async (request) => ({ items: (await subscriptions.list(request.principal)).map(webhookView) }));
 
   app.get('/v1/webhooks/:id', {
     schema: {

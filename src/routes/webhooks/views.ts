@@ -9,7 +9,14 @@ import type { SubscriptionView } from '../../observation/webhooks/subscriptions.
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
 export function webhookView(sub: SubscriptionView): Static<typeof WebhookView> {
-  return { id: sub.id, url: sub.url, events: sub.events, rootId: sub.rootId, createdAt: new Date(sub.createdAt).toISOString() };
+  return {
+    id: sub.id,
+    url: sub.url,
+    events: sub.events,
+    rootId: sub.rootId,
+    ...(sub.tenantId === undefined ? {} : { tenantId: sub.tenantId }),
+    createdAt: new Date(sub.createdAt).toISOString(),
+  };
 }
 
 export function deliveryView(d: Delivery): Static<typeof DeliveryView> {

@@ -6,6 +6,10 @@
  * the tool worker pool (tool-pool.ts).
  *
  * With several instances each follows the stored declarations at the tool servers' period.
+ *
+ * A tool declared with a tenant's key is that tenant's (setting-owners.ts): listed to it and
+ * to admins, in the registry for its agents only; who may put or remove a name is checked again
+ * in the span that queues the change.
  */
 import type { Logger } from 'pino';
 import type { BackendToolBody, BackendToolView } from '../../contract/index.js';
@@ -17,6 +21,7 @@ import type { Clock } from '../../domain/ports.js';
 import type { SessionLog } from '../../sessions/session-log.js';
 import type { SettingReads } from '../../sessions/settings.js';
 import { SettingsFollow } from '../settings-follow.js';
+import { mayChange, ownedBy, ownerAfterPut, ownership, seesSetting } from '../setting-owners.js';
 import type { ServiceTool } from '../tool-registry.js';
 
 export interface BackendToolsDeps {
@@ -54,26 +59,33 @@ export class BackendTools {
     this.follow.stop();
   }
 
-  /** Who declared it: `{}` for a global tool, undefined when none is declared so. */
+  /** Who declared it: `{}` for a global tool, `{owner}` for a tenant's, undefined when none is declared so. */
   ownerOf(name: string): { owner?: string } | undefined {
-    return this.declared.has(name) ? {} : undefined;
+    const declared = this.declared.get(name);
+    return declared === undefined ? undefined : ownership(declared.config.tenantId);
   }
 
-  list(): BackendToolView[] {
-    return [...this.declared.keys()].sort().map((name) => this.view(name));
+  /** The tools `tenantId` sees (its own and the global ones; undefined, an admin: all), by name. */
+  list(tenantId: string | undefined): BackendToolView[] {
+    return [...this.declared.keys()].sort().filter((name) => seesSetting(tenantId, this.declared.get(name)!.config.tenantId)).map((name) => this.view(name));
   }
 
   get(name: string): BackendToolView {
-    if (!this.declared.has(name)) throw new ServiceError('BACKEND_TOOL_NOT_FOUND', `no backend tool is declared as "${name}"`);
+    if (!this.declared.has(name)) throw notFound(name);
     return this.view(name);
   }
 
-  /** Declare or replace a tool; durable before it resolves. */
-  put(name: string, body: BackendToolBody): Promise<BackendToolView> {
+  /**
+   * Declare or replace a tool for `tenantId` (undefined: an admin; over a tenant's tool, it
+   * stays that tenant's); durable before it resolves.
+   */
+  put(name: string, body: BackendToolBody, tenantId?: string): Promise<BackendToolView> {
     if (SERVICE_TOOL_NAMES.has(name)) throw new ServiceError('VALIDATION', `"${name}" is the name of a service-owned tool`);
     if (name.startsWith(MCP_TOOL_PREFIX)) throw new ServiceError('VALIDATION', `"${name}" starts with ${MCP_TOOL_PREFIX}, which names the tools of MCP servers`);
-    const config: BackendToolConfig = { description: body.description, parameters: body.parameters };
     return this.follow.serially(async () => {
+      // In the span that queues the write: the name may have been taken since the route's check.
+      const owner = ownerAfterPut(name, tenantId, this.ownerOf(name), () => notFound(name));
+      const config: BackendToolConfig = { description: body.description, parameters: body.parameters, ...ownedBy(owner) };
       const updatedAt = this.deps.clock.iso();
       this.deps.log.changeSettings({ op: 'put', setting: { kind: 'backend-tool', name, value: config, updatedAt } });
       await this.deps.log.durable();
@@ -82,10 +94,13 @@ export class BackendTools {
     });
   }
 
-  /** Remove a declaration: the tool leaves every agent at once; durable before it resolves. */
-  delete(name: string): Promise<void> {
+  /** Remove a declaration (`tenantId`: the caller's, undefined for an admin): the tool leaves every agent at once; durable before it resolves. */
+  delete(name: string, tenantId?: string): Promise<void> {
     this.get(name);
     return this.follow.serially(async () => {
+      const current = this.ownerOf(name);
+      if (current === undefined) throw notFound(name);
+      mayChange(name, tenantId, current, () => notFound(name));
       this.deps.log.changeSettings({ op: 'delete', kind: 'backend-tool', name });
       this.uninstall(name);
       await this.deps.log.durable();
@@ -117,8 +132,12 @@ export class BackendTools {
 
   private view(name: string): BackendToolView {
     const { config } = this.declared.get(name)!;
-    return { name, description: config.description, parameters: config.parameters };
+    return { name, description: config.description, parameters: config.parameters, ...ownedBy(config.tenantId) };
   }
+}
+
+function notFound(name: string): ServiceError {
+  return new ServiceError('BACKEND_TOOL_NOT_FOUND', `no backend tool is declared as "${name}"`);
 }
 
 /** The registry's entry for a declared tool: listed, never run by the service. */
@@ -128,6 +147,7 @@ function backendTool(name: string, config: BackendToolConfig): ServiceTool {
     description: config.description,
     inputSchema: config.parameters,
     owner: 'backend',
+    tenantId: config.tenantId,
     inScope: () => true,
     execute() {
       throw new ServiceError('TOOL_NOT_FOUND', `tool "${name}" is run by the backend: answer its call through the step's tool-results`);

@@ -8,6 +8,10 @@
  *
  * This is one instance's pool; with several instances a claim asks them all and takes the call
  * offered longest ago anywhere (src/cluster/cluster-pool.ts).
+ *
+ * A tenant's worker (`tenantId` in its filter, from its key) is handed only calls of its
+ * tenant's agents; with several instances the question and the claim carry the filter and the
+ * worker's key to every instance, whose route sets the same filter from the key.
  */
 import type { PoolToolCall } from '../../contract/index.js';
 import type { Clock } from '../../domain/ports.js';
@@ -32,6 +36,8 @@ export interface ToolPoolDeps {
 export interface PoolFilter {
   names?: readonly string[] | undefined;
   rootId?: string | undefined;
+  /** Only calls of this tenant's agents (a tenant key's claim always has its own). */
+  tenantId?: string | undefined;
 }
 
 interface Offered {
@@ -200,5 +206,6 @@ function keyOf(agentId: string, callId: string): string {
 
 function matches(entry: Offered, filter: PoolFilter): boolean {
   if (filter.rootId !== undefined && entry.agent.rootId !== filter.rootId) return false;
+  if (filter.tenantId !== undefined && entry.agent.header.tenantId !== filter.tenantId) return false;
   return filter.names === undefined || filter.names.includes(entry.call.name);
 }

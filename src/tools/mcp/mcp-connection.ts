@@ -7,6 +7,9 @@
  * request's `_meta` (EFFECT_KEY_META) and, over HTTP, as the `Idempotency-Key` header of the
  * request that carries it, so a server can run a repeated call once. A call that cannot reach
  * the server or outlives its timeout is an outcome the model can read, never a thrown error.
+ *
+ * An endpoint with an `addressGuard` (a tenant's server) is reached through a fetch whose every
+ * connection passes the address guard (public-address.ts), closed with the connection.
  */
 import { setMaxListeners } from 'node:events';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -15,12 +18,13 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { guardedFetch, type GuardedFetch } from './public-address.js';
 
 /** Where a call's effect key travels in an MCP request's `_meta`. */
 export const EFFECT_KEY_META = 'io.agentforest/effectKey';
 
 export type ToolServerEndpoint =
-  | { transport: 'http'; url: string; headers: Readonly<Record<string, string>> }
+  | { transport: 'http'; url: string; headers: Readonly<Record<string, string>>; addressGuard?: { allowPrivate: boolean } | undefined }
   | { transport: 'stdio'; command: string; args: readonly string[]; env: Readonly<Record<string, string>> };
 
 export interface McpTool {
@@ -47,26 +51,35 @@ export class McpConnection {
   private constructor(
     private readonly client: Client,
     private readonly timeoutMs: number,
+    private readonly guard: GuardedFetch | undefined,
   ) {}
 
   /** Connect and initialize; throws with the reason when the server cannot be reached. */
   static async open(endpoint: ToolServerEndpoint, options: ConnectOptions): Promise<McpConnection> {
     if (endpoint.transport === 'stdio') {
       const transport = new StdioClientTransport({ command: endpoint.command, args: [...endpoint.args], env: { ...endpoint.env }, stderr: 'ignore' });
-      return McpConnection.connect(transport, options);
+      return McpConnection.connect(transport, options, undefined);
     }
     const url = new URL(endpoint.url);
+    const guard = endpoint.addressGuard === undefined ? undefined : guardedFetch(endpoint.addressGuard.allowPrivate);
+    const base = guard?.fetch ?? fetch;
     try {
-      return await McpConnection.connect(new StreamableHTTPClientTransport(url, { fetch: withIdempotencyKey(endpoint.headers) }), options);
-    } catch (streamable) {
-      // A server of the earlier, session-based revision answers the Streamable HTTP POST with a 4xx.
-      if (!refusedStreamable(streamable)) throw streamable;
-      const headers = { ...endpoint.headers };
-      return McpConnection.connect(new SSEClientTransport(url, { requestInit: { headers }, eventSourceInit: { fetch: withHeaders(headers) } }), options);
+      try {
+        return await McpConnection.connect(new StreamableHTTPClientTransport(url, { fetch: withIdempotencyKey(endpoint.headers, base) }), options, guard);
+      } catch (streamable) {
+        // A server of the earlier, session-based revision answers the Streamable HTTP POST with a 4xx.
+        if (!refusedStreamable(streamable)) throw streamable;
+        const headers = { ...endpoint.headers };
+        const sse = new SSEClientTransport(url, { requestInit: { headers }, eventSourceInit: { fetch: withHeaders(headers, base) }, ...(guard === undefined ? {} : { fetch: guard.fetch }) });
+        return await McpConnection.connect(sse, options, guard);
+      }
+    } catch (error) {
+      await guard?.close();
+      throw error;
     }
   }
 
-  private static async connect(transport: Transport, options: ConnectOptions): Promise<McpConnection> {
+  private static async connect(transport: Transport, options: ConnectOptions, guard: GuardedFetch | undefined): Promise<McpConnection> {
     const client = new Client(CLIENT_INFO, { capabilities: {} });
     const onToolsChanged = options.onToolsChanged;
     if (onToolsChanged !== undefined) client.setNotificationHandler(ToolListChangedNotificationSchema, () => onToolsChanged());
@@ -76,7 +89,7 @@ export class McpConnection {
       await client.close().catch(() => undefined);
       throw error;
     }
-    return new McpConnection(client, options.timeoutMs);
+    return new McpConnection(client, options.timeoutMs, guard);
   }
 
   /** The server's tools, every page of them. */
@@ -123,6 +136,7 @@ export class McpConnection {
 
   async close(): Promise<void> {
     await this.client.close().catch(() => undefined);
+    await this.guard?.close().catch(() => undefined);
   }
 }
 
@@ -131,19 +145,21 @@ export class McpConnection {
  * `Idempotency-Key`. The transport hands every request its one long-lived signal, on which
  * Node's fetch leaves a listener until the request is collected: that signal may hold many.
  */
-function withIdempotencyKey(headers: Readonly<Record<string, string>>): typeof fetch {
+function withIdempotencyKey(headers: Readonly<Record<string, string>>, base: typeof fetch): typeof fetch {
   return (input, init) => {
-    if (init?.signal !== undefined && init.signal !== null) setMaxListeners(0, init.signal);
+    // Unbounded as Infinity, not 0: undici's own fetch (a tenant's server, public-address.ts)
+    // reads the bound back, and Node 20 takes a bound of 0 for a signal that has none.
+    if (init?.signal !== undefined && init.signal !== null) setMaxListeners(Infinity, init.signal);
     const key = effectKeyOf(init?.body);
-    return withHeaders(key === undefined ? headers : { ...headers, 'idempotency-key': key })(input, init);
+    return withHeaders(key === undefined ? headers : { ...headers, 'idempotency-key': key }, base)(input, init);
   };
 }
 
-function withHeaders(headers: Readonly<Record<string, string>>): typeof fetch {
+function withHeaders(headers: Readonly<Record<string, string>>, base: typeof fetch): typeof fetch {
   return (input, init) => {
     const merged = new Headers(init?.headers);
     for (const [name, value] of Object.entries(headers)) merged.set(name, value);
-    return fetch(input, { ...init, headers: merged });
+    return base(input, { ...init, headers: merged });
   };
 }
 

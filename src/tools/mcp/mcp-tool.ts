@@ -16,6 +16,8 @@ import type { McpCallOutcome, McpTool } from './mcp-connection.js';
 export interface McpToolHost {
   /** The server's registered name. */
   readonly name: string;
+  /** The tenant whose server it is (its tools are that tenant's agents' only); undefined: global. */
+  readonly tenantId: string | undefined;
   call(tool: string, input: Record<string, unknown>, effectKey: string, signal: AbortSignal | undefined): Promise<McpCallOutcome>;
 }
 
@@ -26,6 +28,7 @@ export function mcpServiceTool(host: McpToolHost, tool: McpTool, validate: Valid
     description: tool.description,
     inputSchema: tool.inputSchema,
     owner: 'mcp',
+    tenantId: host.tenantId,
     concurrent: true,
     afterRestart,
     inScope: () => true,

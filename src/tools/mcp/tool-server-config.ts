@@ -3,6 +3,10 @@
  * URL (Streamable HTTP) or a command (stdio, where the deployment allows commands), and a
  * secret only as the name of a variable the model-key rule lends to that URL (never a value
  * read from the environment: that happens each time the server is reached).
+ *
+ * A tenant's registration (`tenantId`) is never a command: only an admin key may have the
+ * service run a process on its host. Its URL's address is checked by its registry
+ * (public-address.ts), which resolves it.
  */
 import type { ToolServerBody } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
@@ -15,16 +19,23 @@ export interface ToolServerRules {
   policy: ModelPolicy;
 }
 
-/** The stored form of a registration, or 400 VALIDATION saying what is wrong with it. */
-export function checkToolServer(body: ToolServerBody, rules: ToolServerRules): ToolServerConfig {
+/**
+ * The stored form of a registration made for `tenantId` (undefined: global, an admin's), or
+ * 400 VALIDATION saying what is wrong with it.
+ */
+export function checkToolServer(body: ToolServerBody, rules: ToolServerRules, tenantId: string | undefined): ToolServerConfig {
   const { url, command } = body;
   if ((url === undefined) === (command === undefined)) throw new ServiceError('VALIDATION', 'a tool server has either a url (Streamable HTTP) or a command (stdio)');
   const common: Omit<ToolServerConfig, 'transport'> = {
     ...(body.tools === undefined ? {} : { tools: [...new Set(body.tools)] }),
     ...(body.timeoutMs === undefined ? {} : { timeoutMs: body.timeoutMs }),
     ...(body.retryAfterCrash === undefined ? {} : { retryAfterCrash: body.retryAfterCrash }),
+    ...(tenantId === undefined ? {} : { tenantId }),
   };
   if (command !== undefined) {
+    if (tenantId !== undefined) {
+      throw new ServiceError('VALIDATION', "a tenant's tool server has a url, never a command: only an admin key may have the service run a process (stdio)");
+    }
     if (!rules.commands) throw new ServiceError('VALIDATION', 'stdio tool servers are off here (AGENTFOREST_TOOL_SERVER_COMMANDS=on allows them)');
     if (body.headers !== undefined) throw new ServiceError('VALIDATION', 'headers are for a tool server with a url');
     return {
@@ -37,7 +48,7 @@ export function checkToolServer(body: ToolServerBody, rules: ToolServerRules): T
   }
   if (body.args !== undefined || body.env !== undefined) throw new ServiceError('VALIDATION', 'args and env are for a tool server with a command');
   checkUrl(url!);
-  return { transport: 'http', url: url!, ...(body.headers === undefined ? {} : { headers: secrets(body.headers, url, 'headers', rules.policy) }), ...common };
+  return { transport: 'http', url: url!, ...(body.headers === undefined ? {} : { headers: secrets(body.headers, url, 'headers', rules.policy, tenantId) }), ...common };
 }
 
 function checkUrl(url: string): void {
@@ -51,11 +62,11 @@ function checkUrl(url: string): void {
   if (parsed.username !== '' || parsed.password !== '') throw new ServiceError('VALIDATION', 'url must not carry credentials; name them in headers with {env}');
 }
 
-function secrets(values: Record<string, SecretValue>, url: string | undefined, field: string, policy: ModelPolicy): Record<string, SecretValue> {
+function secrets(values: Record<string, SecretValue>, url: string | undefined, field: string, policy: ModelPolicy, tenantId?: string): Record<string, SecretValue> {
   return Object.fromEntries(
     Object.entries(values).map(([key, value]) => {
       if (typeof value === 'string') return [key, value];
-      checkLentSecret(value.env, url, policy, `${field}.${key}`);
+      checkLentSecret(value.env, url, policy, `${field}.${key}`, tenantId);
       return [key, { env: value.env }];
     }),
   );

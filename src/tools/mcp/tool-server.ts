@@ -5,6 +5,10 @@
  * and listed, nothing more. A server that cannot be reached is `unreachable` and tried again,
  * less often each time; a tool list the server says changed is listed again. Secrets named by
  * environment variable are read each time the server is reached.
+ *
+ * A tenant's server (its configuration says whose) lends its tools to that tenant's agents
+ * only, is connected to through the address guard (public addresses only), and is never
+ * started as a command, whoever stored it and wherever it was stored.
  */
 import { Ajv, type ValidateFunction } from 'ajv';
 import type { Logger } from 'pino';
@@ -24,6 +28,8 @@ export interface ToolServerDeps {
   concurrency: number;
   /** stdio servers may be started here (AGENTFOREST_TOOL_SERVER_COMMANDS=on on this instance). */
   commands: boolean;
+  /** Its connections pass the address guard (a tenant's server; tool-servers.ts decides the policy). */
+  addressGuard: { allowPrivate: boolean } | undefined;
   logger: Logger;
   /** Told a call's outcome and how long it took (metrics). */
   onCall?: (server: string, outcome: McpCallOutcome['kind'] | 'error', seconds: number) => void;
@@ -57,6 +63,11 @@ export class ToolServer {
     this.slots = new Semaphore(deps.concurrency);
   }
 
+  /** The tenant whose server it is; undefined: global. */
+  get tenantId(): string | undefined {
+    return this.config.tenantId;
+  }
+
   /** Calls waiting for one of its slots. */
   get queued(): number {
     return this.slots.waiting;
@@ -74,6 +85,7 @@ export class ToolServer {
       tools: this.allowed().map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema })),
     };
     if (this.error !== undefined) view.error = this.error;
+    if (this.config.tenantId !== undefined) view.tenantId = this.config.tenantId;
     return view;
   }
 
@@ -124,6 +136,12 @@ export class ToolServer {
       // Stored by an instance that allows commands, or before they were turned off: not started here.
       this.state = 'unreachable';
       this.error = 'stdio tool servers are off on this instance (AGENTFOREST_TOOL_SERVER_COMMANDS=on allows them)';
+      return;
+    }
+    if (this.config.transport === 'stdio' && this.config.tenantId !== undefined) {
+      // Never registered so (refused at registration): a stored one is not started either.
+      this.state = 'unreachable';
+      this.error = "a tenant's tool server is never started as a command";
       return;
     }
     if (this.retry !== undefined) clearTimeout(this.retry);
@@ -206,7 +224,7 @@ export class ToolServer {
     if (config.transport === 'stdio') {
       return { transport: 'stdio', command: config.command ?? '', args: config.args ?? [], env: this.resolve(config.env) };
     }
-    return { transport: 'http', url: config.url ?? '', headers: this.resolve(config.headers) };
+    return { transport: 'http', url: config.url ?? '', headers: this.resolve(config.headers), addressGuard: this.deps.addressGuard };
   }
 
   private resolve(values: Record<string, SecretValue> | undefined): Record<string, string> {

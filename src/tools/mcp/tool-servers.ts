@@ -8,6 +8,12 @@
  * With several instances the settings are the cluster's: each instance follows them (`sync`,
  * on a notification and on a timer), reaching what was added or changed and dropping what
  * went, so the same servers serve every forest.
+ *
+ * A server registered with a tenant's key is that tenant's (setting-owners.ts): listed to it
+ * and to admins, its tools lent to its agents only; its URL must resolve to public addresses
+ * only, at registration and at every connection, and it is never a command. Who may put or
+ * remove a name is checked again in the span that queues the change (with several instances,
+ * within the bound setting-owners.ts states).
  */
 import type { Logger } from 'pino';
 import type { ToolServerBody, ToolServerView } from '../../contract/index.js';
@@ -20,6 +26,8 @@ import type { SettingReads } from '../../sessions/settings.js';
 import type { ServiceTool } from '../tool-registry.js';
 import type { McpCallOutcome } from './mcp-connection.js';
 import { SettingsFollow } from '../settings-follow.js';
+import { mayChange, ownerAfterPut, ownership, seesSetting } from '../setting-owners.js';
+import { checkPublicUrl } from './public-address.js';
 import { ToolServer } from './tool-server.js';
 import { checkToolServer } from './tool-server-config.js';
 
@@ -33,6 +41,8 @@ export interface ToolServersDeps {
   commands: boolean;
   /** Calls to one server at once (AGENTFOREST_TOOL_SERVER_CONCURRENCY). */
   concurrency: number;
+  /** A tenant's server may be at a loopback, private or link-local address (tests only; default false): still reached through the guard's path. */
+  tenantPrivateAddresses?: boolean;
   clock: Clock;
   logger: Logger;
   onCall?: (server: string, outcome: McpCallOutcome['kind'] | 'error', seconds: number) => void;
@@ -58,13 +68,15 @@ export class ToolServers {
     return this.follow.start(followMs);
   }
 
-  list(): ToolServerView[] {
-    return [...this.servers.values()].sort((a, b) => (a.name < b.name ? -1 : 1)).map((s) => s.view());
+  /** The servers `tenantId` sees (its own and the global ones; undefined, an admin: all), by name. */
+  list(tenantId: string | undefined): ToolServerView[] {
+    return [...this.servers.values()].filter((s) => seesSetting(tenantId, s.tenantId)).sort((a, b) => (a.name < b.name ? -1 : 1)).map((s) => s.view());
   }
 
-  /** Who registered it: `{}` for a global server, undefined when none is registered so. */
+  /** Who registered it: `{}` for a global server, `{owner}` for a tenant's, undefined when none is registered so. */
   ownerOf(name: string): { owner?: string } | undefined {
-    return this.servers.has(name) ? {} : undefined;
+    const server = this.servers.get(name);
+    return server === undefined ? undefined : ownership(server.tenantId);
   }
 
   get(name: string): ToolServerView {
@@ -76,33 +88,53 @@ export class ToolServers {
     return this.servers.get(name)?.queued ?? 0;
   }
 
-  /** Register or replace a server: checked, reached and listed, stored; answers its view. */
-  async put(name: string, body: ToolServerBody): Promise<ToolServerView> {
-    const config = checkToolServer(body, this.deps);
-    // Reached outside the queue: a slow server holds up no other change.
-    const server = this.make(name, config, this.deps.clock.iso());
-    await server.connect();
-    return this.follow.serially(async () => {
-      try {
-        this.deps.log.changeSettings({ op: 'put', setting: { kind: 'tool-server', name, value: config, updatedAt: server.updatedAt } });
-        await this.deps.log.durable();
-      } catch (error) {
-        await server.close();
-        throw error;
-      }
-      // Durable: the server it replaces goes, and its tools take their place.
-      await this.servers.get(name)?.close();
-      this.servers.set(name, server);
-      server.activate();
-      return server.view();
-    });
+  /**
+   * Register or replace a server for `tenantId` (undefined: an admin): checked, reached and
+   * listed, stored; answers its view. An admin's put over a tenant's server keeps it that
+   * tenant's, held to a tenant's rules (setting-owners.ts).
+   */
+  async put(name: string, body: ToolServerBody, tenantId?: string): Promise<ToolServerView> {
+    for (;;) {
+      const owner = ownerAfterPut(name, tenantId, this.ownerOf(name), () => notFound(name));
+      const config = checkToolServer(body, this.deps, owner);
+      if (owner !== undefined && config.url !== undefined && this.deps.tenantPrivateAddresses !== true) await checkPublicUrl(config.url);
+      // Reached outside the queue: a slow server holds up no other change.
+      const server = this.make(name, config, this.deps.clock.iso());
+      await server.connect();
+      const view = await this.follow.serially(async () => {
+        let now: string | undefined;
+        try {
+          // In the span that queues the write: the name may have been taken, or changed hands, meanwhile.
+          now = ownerAfterPut(name, tenantId, this.ownerOf(name), () => notFound(name));
+          if (now === owner) {
+            this.deps.log.changeSettings({ op: 'put', setting: { kind: 'tool-server', name, value: config, updatedAt: server.updatedAt } });
+            await this.deps.log.durable();
+          }
+        } catch (error) {
+          await server.close();
+          throw error;
+        }
+        // An admin's put over a name that changed hands meanwhile: made again, as its owner's now.
+        if (now !== owner) {
+          await server.close();
+          return undefined;
+        }
+        // Durable: the server it replaces goes, and its tools take their place.
+        await this.servers.get(name)?.close();
+        this.servers.set(name, server);
+        server.activate();
+        return server.view();
+      });
+      if (view !== undefined) return view;
+    }
   }
 
-  /** Remove a server: its tools leave every agent at once; durable before it resolves. */
-  delete(name: string): Promise<void> {
+  /** Remove a server (`tenantId`: the caller's tenant, undefined for an admin): its tools leave every agent at once; durable before it resolves. */
+  delete(name: string, tenantId?: string): Promise<void> {
     this.require(name);
     return this.follow.serially(async () => {
       const server = this.require(name);
+      mayChange(name, tenantId, ownership(server.tenantId), () => notFound(name));
       this.deps.log.changeSettings({ op: 'delete', kind: 'tool-server', name });
       await server.close();
       this.servers.delete(name);
@@ -152,12 +184,17 @@ export class ToolServers {
 
   private make(name: string, config: ToolServerConfig, updatedAt: string): ToolServer {
     const { register, policy, concurrency, commands, logger, onCall } = this.deps;
-    return new ToolServer(name, config, updatedAt, { register, env: policy.env, concurrency, commands, logger, ...(onCall === undefined ? {} : { onCall }) });
+    const addressGuard = config.tenantId === undefined ? undefined : { allowPrivate: this.deps.tenantPrivateAddresses === true };
+    return new ToolServer(name, config, updatedAt, { register, env: policy.env, concurrency, commands, addressGuard, logger, ...(onCall === undefined ? {} : { onCall }) });
   }
 
   private require(name: string): ToolServer {
     const server = this.servers.get(name);
-    if (server === undefined) throw new ServiceError('TOOL_SERVER_NOT_FOUND', `no tool server is registered as "${name}"`);
+    if (server === undefined) throw notFound(name);
     return server;
   }
+}
+
+function notFound(name: string): ServiceError {
+  return new ServiceError('TOOL_SERVER_NOT_FOUND', `no tool server is registered as "${name}"`);
 }
