@@ -1006,6 +1006,17 @@ export interface components {
                 /** @description Which of its limits. */
                 budget: "tokens" | "steps" | "costMicroUsd";
             };
+            /** @description A tenant's time quota holds its next step: not handed out until `until`; absent otherwise. */
+            waiting?: {
+                /** @enum {string} */
+                reason: "quota";
+                quota: "maxLiveAgents" | "maxRoots" | "stepsPerMinute" | "tokensPerDay" | "costMicroUsdPerDay";
+                /**
+                 * Format: date-time
+                 * @description When the window ends and the step is offered again (sooner if the quota is raised).
+                 */
+                until: string;
+            };
             /** @description The open step's tool calls still without a result, which the agent waits on (a backend's, a worker's, or an MCP call running); absent when none. */
             awaiting?: {
                 id: string;

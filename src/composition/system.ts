@@ -218,6 +218,7 @@ export function createSystem(options: SystemOptions): System {
     },
     onTurnEnd: (agent, end) => {
       budgets.turnEnded(agent);
+      quotas.turnEnded(agent);
       notices.onTurnEnd(agent, end);
       approvals.turnEnded(agent);
       observers.turnEnded(agent, end);
@@ -250,7 +251,7 @@ export function createSystem(options: SystemOptions): System {
   });
 
   const authority = new AgentAuthority({ registry, log });
-  const queries = new AgentQueries({ registry, activations: continuation.activations, log, forests, budgets });
+  const queries = new AgentQueries({ registry, activations: continuation.activations, log, forests, budgets, quotas });
   const hub = new EventHub({ viewOf: (agent) => queries.viewOfLive(agent) });
   const streams = new EventStreams({ log, hub, registry, view: (id) => queries.viewIfKnown(id), waiters });
 

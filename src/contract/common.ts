@@ -4,6 +4,7 @@
  * with an `$id` is an OpenAPI component (see ./index.ts); one without is written inline in the
  * operations that use it.
  */
+import { QUOTA_NAMES } from '../domain/tenants.js';
 import { Type, type Static } from '@sinclair/typebox';
 import { BUDGET_KINDS } from '../domain/budget.js';
 import { ACTIVATION_STATES, AGENT_ID_PATTERN, AGENT_KINDS, AGENT_STATUSES, CHILD_MODES, PROVIDERS } from '../domain/agent.js';
@@ -151,6 +152,16 @@ export const AgentView = shared(
       budget: Type.Union([ref(BudgetView), Type.Null()], { description: 'Its own limits and what remains; null when it has none (a budget above it may still stop it).' }),
       pausedBy: Type.Optional(
         Type.Object(PausedBy.properties, { additionalProperties: false, description: 'status paused: the budget that stops its next step.' }),
+      ),
+      waiting: Type.Optional(
+        Type.Object(
+          {
+            reason: Type.Literal('quota'),
+            quota: literals(QUOTA_NAMES),
+            until: Type.String({ format: 'date-time', description: 'When the window ends and the step is offered again (sooner if the quota is raised).' }),
+          },
+          { additionalProperties: false, description: "A tenant's time quota holds its next step: not handed out until `until`; absent otherwise." },
+        ),
       ),
       awaiting: Type.Optional(
         Type.Array(Type.Object({ id: Type.String(), name: Type.String() }, { additionalProperties: false }), {

@@ -54,8 +54,8 @@ export class TenantQuotas<A extends QuotaAgent> {
   private readonly live = new Map<string, { agents: number; roots: number }>();
   /** Roots being made or resumed here, by tenant: counted as live until they are. */
   private readonly making = new Map<string, number>();
-  /** Agents whose step a time quota holds, with when its window ends. */
-  private readonly paused = new Map<A, number>();
+  /** Agents whose step a time quota holds, with the quota and when its window ends. */
+  private readonly paused = new Map<A, { quota: QuotaName; until: number }>();
   private timer: NodeJS.Timeout | undefined;
   private timerAt = Infinity;
 
@@ -118,9 +118,17 @@ export class TenantQuotas<A extends QuotaAgent> {
   /** The claim gate (StepDispatcher): false, and the agent held until its window ends, when a time quota stops its step. */
   admits(agent: A): boolean {
     const over = this.overTime(agent.header.tenantId);
-    if (over === undefined) return true;
-    this.pause(agent, over.until);
+    if (over === undefined) {
+      this.paused.delete(agent);
+      return true;
+    }
+    this.pause(agent, over.quota, over.until);
     return false;
+  }
+
+  /** A live agent's turn ended: the step a quota held is gone with it (the next one is a hold of its own). */
+  turnEnded(agent: A): void {
+    this.paused.delete(agent);
   }
 
   /** A direct claim: QUOTA_EXCEEDED, with Retry-After, while a time quota stops the agent's step. */
@@ -131,6 +139,12 @@ export class TenantQuotas<A extends QuotaAgent> {
     throw new ServiceError('QUOTA_EXCEEDED', `the ${over.quota} quota of tenant "${agent.header.tenantId}" is spent (${over.spent} of ${over.limit}); the step was not handed out — retry in ${seconds} s`, {
       retryAfterSeconds: seconds,
     });
+  }
+
+  /** What holds the agent's step (the agent view's `waiting`), if a time quota does. */
+  heldBy(agent: A): { reason: 'quota'; quota: QuotaName; until: string } | undefined {
+    const held = this.paused.get(agent);
+    return held === undefined ? undefined : { reason: 'quota', quota: held.quota, until: new Date(held.until).toISOString() };
   }
 
   /** The tenant's quotas changed (here or on another instance): what they held may be offered again. */
@@ -183,9 +197,9 @@ export class TenantQuotas<A extends QuotaAgent> {
     return undefined;
   }
 
-  private pause(agent: A, until: number): void {
+  private pause(agent: A, quota: QuotaName, until: number): void {
     const known = this.paused.get(agent);
-    this.paused.set(agent, until);
+    this.paused.set(agent, { quota, until });
     if (known === undefined) this.deps.onPaused(agent);
     if (until < this.timerAt) this.wakeAt(until);
   }
@@ -201,8 +215,8 @@ export class TenantQuotas<A extends QuotaAgent> {
     this.timer = undefined;
     this.timerAt = Infinity;
     const now = this.deps.clock.now();
-    for (const [agent, until] of [...this.paused]) if (until <= now) this.resume(agent);
-    const next = Math.min(...this.paused.values());
+    for (const [agent, { until }] of [...this.paused]) if (until <= now) this.resume(agent);
+    const next = Math.min(...[...this.paused.values()].map((p) => p.until));
     if (Number.isFinite(next)) this.wakeAt(next);
   }
 

@@ -10,6 +10,9 @@ import { clockOf } from '../../src/domain/ports.js';
 import { claim, createRoot, json, postOutput, send, startHarness, type CreatedRoot, type Harness, type HarnessOptions } from '../fixtures/harness.js';
 import { nextStep, startChild } from '../fixtures/forest.js';
 import { Rng } from '../fixtures/races.js';
+import type { AgentView } from '../../src/contract/index.js';
+import { answer, FAST_DRIVER, spec, turnEnded } from '../fixtures/driver.js';
+import { startModelServer } from '../fixtures/model-server.js';
 
 /** 12:00:30 UTC: half a minute before the minute turns. */
 const NOON = Date.UTC(2026, 11, 6, 12, 0, 30);
@@ -129,6 +132,26 @@ describe('time quotas', () => {
       expect(await claim(h.app, root, 0)).not.toBeNull();
     });
   }
+
+  it('a driven agent past stepsPerMinute waits, its view says until when, and goes on when the minute turns', async () => {
+    let now = NOON;
+    const h = await harness({ clock: clockOf(() => now), driver: { ...FAST_DRIVER, env: {} } });
+    const model = await startModelServer(() => answer('done'));
+    const acme = await tenant(h, 'acme', { stepsPerMinute: 1 });
+    await createRoot(h.app, { id: 'd', model: spec(model) }, acme);
+    expect((await send(h.app, 'd', 'one')).statusCode).toBe(202);
+    expect((await send(h.app, 'd', 'two', 'followup')).statusCode).toBe(202);
+    await turnEnded(h, 'd', 1);
+    // The second turn's step was held in the span that ended the first: the view says so.
+    const held = json<AgentView>(await h.app.inject({ method: 'GET', url: '/v1/agents/d', headers: acme }));
+    expect(held.waiting).toEqual({ reason: 'quota', quota: 'stepsPerMinute', until: '2026-12-06T12:01:00.000Z' });
+    expect(model.requests).toHaveLength(1);
+    now += 30_000;
+    h.system.quotas.offerDue();
+    await turnEnded(h, 'd', 2);
+    expect(model.requests).toHaveLength(2);
+    expect(json<AgentView>(await h.app.inject({ method: 'GET', url: '/v1/agents/d', headers: acme })).waiting).toBeUndefined();
+  });
 
   it('the pool skips a tenant past its quota and hands out the others, then its step once the quota is raised', async () => {
     const h = await harness({ clock: clockOf(() => NOON) });

@@ -19,7 +19,7 @@ export function statusOf(agent: LiveAgent, paused = false): AgentStatus {
   return busy ? 'running' : 'idle';
 }
 
-export function viewOf(agent: LiveAgent, activation: ActivationState | null, figures: UsageFigures, pausedBy: PausedBy | undefined): AgentView {
+export function viewOf(agent: LiveAgent, activation: ActivationState | null, figures: UsageFigures, pausedBy: PausedBy | undefined, waiting?: AgentView['waiting']): AgentView {
   const view: AgentView = {
     ...base(agent.header),
     status: statusOf(agent, pausedBy !== undefined),
@@ -31,6 +31,7 @@ export function viewOf(agent: LiveAgent, activation: ActivationState | null, fig
     budget: figures.budget,
   };
   if (pausedBy !== undefined) view.pausedBy = pausedBy;
+  if (waiting !== undefined) view.waiting = waiting;
   const turn = agent.state.turn;
   if (turn.phase === 'running' && turn.turn.step.status === 'awaiting') {
     const { awaiting, calls } = turn.turn.step;
