@@ -23,6 +23,14 @@ import type { AgentAuthority } from './authority.js';
 /** The operator as an idempotency sender: no agent id can be spelled this way (ids start with a letter or digit). */
 export const OPERATOR_SENDER = '@operator';
 
+/**
+ * Who sends the operator's requests to a root, for idempotency keys: the operator, or for a
+ * tenant's root that tenant's operator, so no two tenants share a key space.
+ */
+export function operatorSender(tenantId: string | undefined): string {
+  return tenantId === undefined ? OPERATOR_SENDER : `${OPERATOR_SENDER}:${tenantId}`;
+}
+
 /** A message accepted, and whether an idempotency key replayed it (wider than the wire's answer, which omits `replayed`). */
 export type Delivered = MessageAccepted & { replayed: boolean };
 
@@ -88,7 +96,7 @@ export class AgentDeliveries {
     this.deps.gate.admitNewWork(header.kind === 'root' ? MESSAGES.serviceDraining : MESSAGES.draining);
     let result: IdempotentResult<StoredDelivery>;
     if (header.kind === 'root') {
-      result = await this.deps.idempotency.run<StoredDelivery>({ sender: OPERATOR_SENDER, rootId: id }, idem, 202, async (record) => {
+      result = await this.deps.idempotency.run<StoredDelivery>({ sender: operatorSender(header.tenantId), rootId: id }, idem, 202, async (record) => {
         const agent = this.deps.registry.get(id);
         if (agent === undefined) throw new ServiceError('AGENT_NOT_FOUND', `agent "${id}" is not live; resume it first`);
         const accepted = agent.deliver(delivery, content);

@@ -26,7 +26,7 @@ import type { AgentView, AgentWithToken } from '../contract/index.js';
 import type { IdempotencyKeys, IdempotencyRequest } from '../sessions/idempotency.js';
 import type { AdmissionGate } from './admission-gate.js';
 import type { AgentAuthority } from './authority.js';
-import { OPERATOR_SENDER } from './deliveries.js';
+import { operatorSender } from './deliveries.js';
 import type { AgentQueries } from './reads/agent-queries.js';
 
 export interface RootLifecycleDeps {
@@ -115,7 +115,8 @@ export class RootLifecycle {
    */
   async resumeRoot(id: string, idem?: IdempotencyRequest): Promise<AgentWithToken & { replayed: boolean }> {
     this.deps.gate.admitNewWork();
-    const result = await this.deps.idempotency.run<StoredResume>({ sender: OPERATOR_SENDER, rootId: id }, idem, 201, (record) => this.resume(id, record));
+    const tenantId = idem === undefined ? undefined : (await this.deps.log.summary(id))?.header.tenantId;
+    const result = await this.deps.idempotency.run<StoredResume>({ sender: operatorSender(tenantId), rootId: id }, idem, 201, (record) => this.resume(id, record));
     return { agent: result.body.agent, agentToken: this.deps.authority.currentToken(id), replayed: result.replayed };
   }
 

@@ -117,4 +117,19 @@ describe('tenants', () => {
     expect(all.body).toContain('agentforest_tenant_live_agents{tenant="globex"} 1');
     expect(all.body).toContain('agentforest_tenant_live_agents{tenant="acme"} 2');
   });
+
+  it('two tenants using one idempotency key on their own roots do not meet', async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    const globex = await tenantWithKey(h, 'globex');
+    await createRoot(h.app, { id: 'a1' }, acme);
+    await createRoot(h.app, { id: 'g1' }, globex);
+    const sendWithKey = (id: string, headers: Record<string, string>, content: string) =>
+      h.app.inject({ method: 'POST', url: `/v1/agents/${id}/messages`, headers: { ...headers, 'idempotency-key': 'same-key' }, payload: { content, delivery: 'followup' } });
+    const first = await sendWithKey('a1', acme, 'for acme');
+    const second = await sendWithKey('g1', globex, 'for globex');
+    expect([first.statusCode, second.statusCode]).toEqual([202, 202]);
+    expect(json(second).messageId).not.toBe(json(first).messageId);
+    expect(second.headers['idempotent-replayed']).toBeUndefined();
+  });
 });
