@@ -18,7 +18,7 @@ export type AgentforestClient = Client<paths>;
 export interface AgentforestClientOptions {
   /** The service's origin, e.g. `http://127.0.0.1:3000` (no trailing `/v1`). */
   baseUrl: string;
-  /** An operator key from AGENTFOREST_API_KEYS; sent on every call as `Authorization: Bearer`. */
+  /** An admin key from AGENTFOREST_API_KEYS, or a tenant key (`afk_…`); sent on every call as `Authorization: Bearer`. */
   apiKey?: string;
   /** A fetch to use instead of the global one (tests, proxies). */
   fetch?: (input: Request) => Promise<Response>;
