@@ -143,7 +143,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     maxBufferedBytes: deps.eventBufferBytes ?? 1_048_576,
   });
   await app.register(packageRoutes, { packages: topology.packages });
-  await app.register(tenantRoutes, { tenants: deps.system.tenants, quotas: deps.system.quotas });
+  await app.register(tenantRoutes, { tenants: deps.system.tenants, quotas: deps.system.quotas, adminKeys: (deps.apiKeys ?? []).length > 0 });
   await app.register(webhookRoutes, { subscriptions: deps.system.webhooks.subscriptions });
   await app.register(metricsRoutes, { metrics, tenants: { ids: () => deps.system.tenants.list().map((t) => t.id), figures: (id) => deps.system.quotas.figures(id) } });
   if (peering !== undefined) await app.register(clusterRoutes, { peering });

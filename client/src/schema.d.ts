@@ -718,7 +718,7 @@ export interface paths {
         put?: never;
         /**
          * Make a tenant
-         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). Durable before answered. Give it keys with POST /v1/tenants/{id}/keys.
+         * @description Admin keys only (a tenant key is answered 403 UNAUTHORIZED). Durable before answered. Give it keys with POST /v1/tenants/{id}/keys. Refused (403 UNAUTHORIZED) where AGENTFOREST_API_KEYS is empty: without an admin key, a request without a key would act as an admin.
          */
         post: operations["createTenant"];
         delete?: never;

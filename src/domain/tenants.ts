@@ -41,7 +41,7 @@ export interface TenantKey {
 }
 
 /** Who is asking: an admin key (or no key, where none is configured), or a tenant's key. */
-export type Principal = { kind: 'admin' } | { kind: 'tenant'; tenantId: string };
+export type Principal = { kind: 'admin' } | { kind: 'tenant'; tenantId: string; keyId: string };
 
 export const ADMIN: Principal = { kind: 'admin' };
 
@@ -58,6 +58,11 @@ export function ownerFor(principal: Principal): string | undefined {
  * rules: they act on its agents), never webhooks (they carry every tenant's events).
  */
 export function sees(principal: Principal, owner: string | undefined, globalVisible: boolean): boolean {
-  if (principal.kind === 'admin') return true;
-  return owner === undefined ? globalVisible : owner === principal.tenantId;
+  return tenantSees(ownerFor(principal), owner, globalVisible);
+}
+
+/** `sees` for a caller given by its tenant (undefined: an admin). */
+export function tenantSees(tenantId: string | undefined, owner: string | undefined, globalVisible: boolean): boolean {
+  if (tenantId === undefined) return true;
+  return owner === undefined ? globalVisible : owner === tenantId;
 }

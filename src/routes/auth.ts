@@ -42,8 +42,10 @@ function isPublic(route: string): boolean {
 }
 
 export interface TenantKeys {
-  /** The tenant of a presented key, or undefined when it is unknown or revoked. */
-  tenantOfKey(key: string): string | undefined;
+  /** The tenant and key id of a presented key, or undefined when it is unknown or revoked. */
+  keyOf(key: string): { tenantId: string; keyId: string } | undefined;
+  /** Whether any tenant is defined. */
+  readonly any: boolean;
 }
 
 export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly string[], tenantKeys: TenantKeys): void {
@@ -58,13 +60,20 @@ export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly str
   });
 }
 
+/**
+ * An admin key first (whatever it looks like), then a tenant key; without admin keys, a request
+ * without a tenant key is an admin's only while no tenant exists: once one does, dropping the
+ * key must not make a tenant an admin.
+ */
 function principalOf(key: string | undefined, adminDigests: readonly Buffer[], tenantKeys: TenantKeys): Principal {
+  if (adminDigests.length > 0 && matchesAny(key, adminDigests)) return ADMIN;
   if (key?.startsWith(TENANT_KEY_PREFIX) === true) {
-    const tenantId = tenantKeys.tenantOfKey(key);
-    if (tenantId === undefined) throw new ServiceError('UNAUTHENTICATED', 'this tenant key is unknown or was revoked');
-    return { kind: 'tenant', tenantId };
+    const found = tenantKeys.keyOf(key);
+    if (found === undefined) throw new ServiceError('UNAUTHENTICATED', 'this tenant key is unknown or was revoked');
+    return { kind: 'tenant', tenantId: found.tenantId, keyId: found.keyId };
   }
-  if (adminDigests.length === 0 || matchesAny(key, adminDigests)) return ADMIN;
+  if (adminDigests.length === 0 && !tenantKeys.any) return ADMIN;
+  if (adminDigests.length === 0) throw new ServiceError('UNAUTHENTICATED', 'tenants are defined: a request needs a tenant key, or an admin key from AGENTFOREST_API_KEYS');
   throw new ServiceError('UNAUTHENTICATED', 'a valid operator key is required: Authorization: Bearer <key>');
 }
 

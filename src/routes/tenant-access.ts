@@ -134,8 +134,12 @@ export function registerTenantAccess(app: FastifyInstance, owners: ResourceOwner
   app.addHook('preHandler', async (request) => {
     const principal = request.principal;
     if (principal.kind === 'admin') return;
-    const route = `${request.method} ${request.routeOptions.url ?? ''}`;
+    // A HEAD runs its GET's handler (Fastify adds one for every GET): it is judged as that GET.
+    const url = request.routeOptions.url ?? '';
+    const route = `${request.method === 'HEAD' ? 'GET' : request.method} ${url}`;
     const access = ROUTE_ACCESS[route];
+    // Deny by default: a /v1 route nobody listed (there is none: the start refuses it) is not a tenant's.
+    if (access === undefined && (url.startsWith('/v1/') || url === '/metrics')) throw new ServiceError('UNAUTHORIZED', 'this operation needs an admin key; a tenant key may not use it');
     if (access === undefined || access === 'any') return;
     if (access === 'admin') throw new ServiceError('UNAUTHORIZED', 'this operation needs an admin key; a tenant key may not use it');
     const id = paramOf(request, access.param);

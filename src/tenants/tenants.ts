@@ -61,10 +61,10 @@ export class Tenants {
     return this.tenants.size > 0;
   }
 
-  /** The tenant a presented key belongs to, or undefined for a key that is unknown or revoked. */
-  tenantOfKey(key: string): string | undefined {
+  /** The tenant and key id of a presented key, or undefined for a key that is unknown or revoked. */
+  keyOf(key: string): { tenantId: string; keyId: string } | undefined {
     const found = this.keys.get(hexDigest(key));
-    return found !== undefined && this.tenants.has(found.tenantId) ? found.tenantId : undefined;
+    return found !== undefined && this.tenants.has(found.tenantId) ? { tenantId: found.tenantId, keyId: found.keyId } : undefined;
   }
 
   /** The tenant a model key variable is given to (its modelKeyEnvs), if one is. */

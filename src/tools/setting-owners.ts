@@ -20,7 +20,7 @@
  * succeed, and the last write stands.
  */
 import { ServiceError } from '../domain/errors.js';
-import { ADMIN, sees } from '../domain/tenants.js';
+import { tenantSees } from '../domain/tenants.js';
 
 export type SettingOwner = { owner?: string } | undefined;
 
@@ -40,7 +40,7 @@ export function mayChange(name: string, tenantId: string | undefined, current: {
 
 /** Whether a tenant (undefined: an admin, who sees all) sees a setting its owner made: its own and the global ones. */
 export function seesSetting(tenantId: string | undefined, owner: string | undefined): boolean {
-  return sees(tenantId === undefined ? ADMIN : { kind: 'tenant', tenantId }, owner, true);
+  return tenantSees(tenantId, owner, true);
 }
 
 /** `{tenantId}` for a tenant's setting, nothing for a global one: spread into what is stored and shown. */

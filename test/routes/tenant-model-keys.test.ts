@@ -11,7 +11,8 @@ const ENV = { ACME_API_KEY: 'acme-secret', OPENAI_API_KEY: 'operator-secret' };
 const model = (apiKeyEnv: string) => ({ provider: 'openai-compatible', baseUrl: 'https://models.example/v1', model: 'm', apiKeyEnv });
 
 async function harness(options: HarnessOptions = {}): Promise<Harness> {
-  return startHarness({ driver: { env: ENV }, ...options });
+  // Tenants need an admin key: every request of the test sends it unless it names a tenant's.
+  return startHarness({ operatorKey: 'model-key-tests-admin-key', driver: { env: ENV }, ...options });
 }
 
 async function tenant(h: Harness, id: string, body: Record<string, unknown> = {}): Promise<Record<string, string>> {

@@ -23,8 +23,9 @@ async function tenant(h: Harness, id: string, quotas: Record<string, number>): P
   return { authorization: `Bearer ${key.key}` };
 }
 
+/** Tenants need an admin key: every request of the test sends it unless it names a tenant's. */
 async function harness(options: HarnessOptions = {}): Promise<Harness> {
-  return startHarness(options);
+  return startHarness({ operatorKey: 'quota-tests-admin-key', ...options });
 }
 
 /** A root of the tenant with one turn admitted (its first step claimable). */

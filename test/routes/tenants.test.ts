@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { createRoot, json, startHarness, type Harness } from '../fixtures/harness.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
+import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 
 const ADMIN = 'admin-key-for-tests';
 const admin = { authorization: `Bearer ${ADMIN}` };
@@ -131,5 +132,45 @@ describe('tenants', () => {
     expect([first.statusCode, second.statusCode]).toEqual([202, 202]);
     expect(json(second).messageId).not.toBe(json(first).messageId);
     expect(second.headers['idempotent-replayed']).toBeUndefined();
+  });
+
+  it("a HEAD is judged as its GET: another tenant's agent is unknown, an admin route refused", async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    const globex = await tenantWithKey(h, 'globex');
+    await createRoot(h.app, { id: 'a1' }, acme);
+    for (const url of ['/v1/agents/a1', '/v1/agents/a1/session', '/v1/agents/a1/usage']) {
+      expect((await h.app.inject({ method: 'HEAD', url, headers: globex })).statusCode, url).toBe(404);
+      expect((await h.app.inject({ method: 'HEAD', url, headers: acme })).statusCode, url).toBe(200);
+    }
+    expect((await h.app.inject({ method: 'HEAD', url: '/v1/tenants', headers: acme })).statusCode).toBe(403);
+  });
+
+  it('an admin key that looks like a tenant key is still an admin key', async () => {
+    const h = await startHarness({ apiKeys: ['afk_an-admin-key-that-looks-like-a-tenant-key'] });
+    closeWithTest(() => h.close());
+    const res = await h.app.inject({ method: 'GET', url: '/v1/tenants', headers: { authorization: 'Bearer afk_an-admin-key-that-looks-like-a-tenant-key' } });
+    expect(res.statusCode).toBe(200);
+  });
+});
+
+describe('tenants without an admin key', () => {
+  it('are refused: without one, a request without a key would act as an admin', async () => {
+    const h = await startHarness();
+    closeWithTest(() => h.close());
+    const res = await h.app.inject({ method: 'POST', url: '/v1/tenants', payload: { id: 'acme' } });
+    expect([res.statusCode, json(res).code]).toEqual([403, 'UNAUTHORIZED']);
+    expect(json(await h.app.inject({ method: 'GET', url: '/v1/tenants' }))).toEqual({ items: [] });
+  });
+
+  it('made while an admin key was set, they make a keyless request refused once the key is gone', async () => {
+    const store = new MemorySessionStore();
+    const at = new Date().toISOString();
+    await store.write({ headers: [], entries: [], settings: [{ op: 'put', setting: { kind: 'tenant', name: 'acme', value: { id: 'acme', createdAt: at, updatedAt: at }, updatedAt: at } }] });
+    const h = await startHarness({ store });
+    closeWithTest(() => h.close());
+    const res = await h.app.inject({ method: 'GET', url: '/v1/agents' });
+    expect([res.statusCode, json(res).code]).toEqual([401, 'UNAUTHENTICATED']);
+    expect((await h.app.inject({ method: 'GET', url: '/v1/agents', headers: { authorization: 'Bearer something' } })).statusCode).toBe(401);
   });
 });

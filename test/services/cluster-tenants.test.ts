@@ -26,7 +26,7 @@ const BOUND = { timeoutMs: 10_000 };
 
 async function instance(id: string): Promise<Harness> {
   const { store, cluster } = await openClusterStore(db.url, { instanceId: id, leaseMs: 60_000, confirmMs: 5_000 });
-  return startHarness({ store, cluster, url: `http://${id.toLowerCase()}`, settingsFollowMs: HOUR });
+  return startHarness({ store, cluster, url: `http://${id.toLowerCase()}`, settingsFollowMs: HOUR, operatorKey: 'cluster-tenants-admin-key' });
 }
 
 async function tenantWithKey(h: Harness, id: string, quotas: Record<string, number> = {}): Promise<{ headers: Record<string, string>; keyId: string }> {

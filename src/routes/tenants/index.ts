@@ -4,6 +4,7 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import { ServiceError } from '../../domain/errors.js';
 import type { TenantFigures } from '../../tenants/tenant-metrics.js';
 import type { Tenants } from '../../tenants/tenants.js';
 import { clusterCaller } from '../cluster/index.js';
@@ -12,18 +13,28 @@ import { KeyCreated, KeyList, KeyParams, TenantBody, TenantChange, TenantList, T
 
 const ADMIN_ONLY = 'Admin keys only (a tenant key is answered 403 UNAUTHORIZED).';
 
-export const tenantRoutes: FastifyPluginAsyncTypebox<{ tenants: Tenants; quotas: { figures(tenantId: string): TenantFigures } }> = async (app, { tenants, quotas }) => {
+export interface TenantRoutesOptions {
+  tenants: Tenants;
+  quotas: { figures(tenantId: string): TenantFigures };
+  /** AGENTFOREST_API_KEYS holds a key: without one every keyless request is an admin's, and tenants would mean nothing. */
+  adminKeys: boolean;
+}
+
+export const tenantRoutes: FastifyPluginAsyncTypebox<TenantRoutesOptions> = async (app, { tenants, quotas, adminKeys }) => {
   app.post('/v1/tenants', {
     schema: {
       tags: ['tenants'],
       operationId: 'createTenant',
       summary: 'Make a tenant',
-      description: `${ADMIN_ONLY} Durable before answered. Give it keys with POST /v1/tenants/{id}/keys.`,
+      description:
+        `${ADMIN_ONLY} Durable before answered. Give it keys with POST /v1/tenants/{id}/keys. Refused (403 UNAUTHORIZED) where ` +
+        'AGENTFOREST_API_KEYS is empty: without an admin key, a request without a key would act as an admin.',
       security: OPERATOR_SECURITY,
       body: TenantBody,
       response: { 201: TenantView, ...errorResponses(['UNAUTHORIZED', 'TENANT_EXISTS']) },
     },
   }, async (request, reply) => {
+    if (!adminKeys) throw new ServiceError('UNAUTHORIZED', 'tenants need an admin key: set AGENTFOREST_API_KEYS (without one, a request without a key acts as an admin)');
     const { id, ...change } = request.body;
     return reply.code(201).send(await tenants.create(id, change));
   });
