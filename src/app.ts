@@ -111,7 +111,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Before any route is added: a /v1 route nobody decided a tenant's access to fails the start.
   requireListedRoutes(app);
   // Before forwarding: another tenant's resource is answered here as unknown, never sent on.
-  registerTenantAccess(app, resourceOwners(deps.system));
+  const owners = resourceOwners(deps.system);
+  registerTenantAccess(app, owners);
   // Traces on: a request's `traceparent` names the trace the turns it starts continue. First of
   // the handler hooks (after the body is read), so the handler runs in that context.
   const requestContext = deps.system.tracing?.requestContext;
@@ -120,7 +121,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const peering = topology.peering;
   if (peering !== undefined) {
     const streamTimeoutMs = 3 * (deps.eventHeartbeatMs ?? DEFAULT_HEARTBEAT_MS);
-    await app.register(forwarding, { peering, streamTimeoutMs, agentOfApproval: (id) => deps.system.approvals.agentOf(id) });
+    await app.register(forwarding, {
+      peering,
+      streamTimeoutMs,
+      agentOfApproval: (id) => deps.system.approvals.agentOf(id),
+      mayRoute: async (request, id) => request.principal.kind === 'admin' || (await owners.agent(id))?.owner === request.principal.tenantId,
+    });
   }
   await app.register(openApi, deps.publicUrl === undefined ? {} : { publicUrl: deps.publicUrl });
 

@@ -31,6 +31,12 @@ export type ForwardingOptions = {
   agentOfApproval: (approvalId: string) => Promise<string | undefined>;
   /** Bound on a forwarded event stream's silence (it sends a heartbeat more often). */
   streamTimeoutMs: number;
+  /**
+   * Whether the caller may see agent `id` (a tenant key, another tenant's agent: no). A request
+   * naming one it may not see is answered here, as one naming no agent: where it is held must
+   * not show.
+   */
+  mayRoute: (request: FastifyRequest, id: string) => Promise<boolean>;
 };
 
 const CONNECT_TIMEOUT_MS = 3_000;
@@ -51,7 +57,7 @@ export const forwarding = rootPlugin<ForwardingOptions>('forwarding', async (app
     const id = request.routeOptions.url === '/v1/approvals/:approvalId/decision'
       ? await options.agentOfApproval((request.params as { approvalId: string }).approvalId)
       : agentRoutedBy(request);
-    if (id === undefined) return;
+    if (id === undefined || !(await options.mayRoute(request, id))) return;
     const owner = await options.peering.ownerOfAgent(id);
     if (owner === undefined) return;
     if (request.headers[FORWARDED_BY] !== undefined) throw moving(id);

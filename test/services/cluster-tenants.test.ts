@@ -80,4 +80,20 @@ describe('tenants with several instances', () => {
     expect([refused.statusCode, json<{ code: string }>(refused).code]).toEqual([429, 'QUOTA_EXCEEDED']);
     expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
   });
+
+  it("a request naming another tenant's forest in its body or query is answered where it lands, as one naming no forest", async () => {
+    const a = await instance('A');
+    const b = await instance('B');
+    const acme = await tenantWithKey(a, 'acme');
+    const globex = await tenantWithKey(a, 'globex');
+    await until(async () => (await status(b, globex.headers)) === 200, 'instance B to know the tenants', BOUND);
+    await createRoot(a.app, { id: 'a-root' }, acme.headers);
+    const redirect = { ...globex.headers, prefer: 'redirect' };
+    for (const rootId of ['a-root', 'nobody-0']) {
+      const claim = await b.app.inject({ method: 'POST', url: '/v1/steps/next', headers: redirect, payload: { rootId } });
+      expect([claim.statusCode, claim.headers.location], rootId).toEqual([204, undefined]);
+      const list = await b.app.inject({ method: 'GET', url: `/v1/agents?parentId=${rootId}`, headers: redirect });
+      expect([list.statusCode, json(list)], rootId).toEqual([200, { items: [], nextCursor: null }]);
+    }
+  });
 });
