@@ -74,15 +74,24 @@ function specificity(rule: ApprovalRule): [number, number, number] {
 /**
  * The rule that decides a call of `tool` in forest `rootId` of tenant `tenantId` (undefined:
  * an agent made with an admin key, which only global rules apply to), if any applies.
+ *
+ * The global rules (an admin's) and the tenant's own are each ranked as above; a tenant's rule
+ * decides only where it is more cautious than the global one that applies: a tenant narrows
+ * what the admin allows, never widens it.
  */
 export function decidingRule(rules: Iterable<ApprovalRule>, tool: string, rootId: string, tenantId?: string): ApprovalRule | undefined {
-  let best: ApprovalRule | undefined;
+  let global: ApprovalRule | undefined;
+  let own: ApprovalRule | undefined;
   for (const rule of rules) {
     if (!grantAllows(rule.tool, tool) || (rule.rootId !== undefined && rule.rootId !== rootId)) continue;
-    if (rule.tenantId !== undefined && rule.tenantId !== tenantId) continue;
-    if (best === undefined || outranks(rule, best)) best = rule;
+    if (rule.tenantId === undefined) {
+      if (global === undefined || outranks(rule, global)) global = rule;
+    } else if (rule.tenantId === tenantId && (own === undefined || outranks(rule, own))) {
+      own = rule;
+    }
   }
-  return best;
+  if (own === undefined || global === undefined) return own ?? global;
+  return CAUTION[own.decision] > CAUTION[global.decision] ? own : global;
 }
 
 function outranks(a: ApprovalRule, b: ApprovalRule): boolean {

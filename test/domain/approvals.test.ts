@@ -1,6 +1,7 @@
 /**
  * Which approval rule decides a call: a forest's over a global one, an exact name over a
- * wildcard, a longer prefix over a shorter, the most cautious among equals; none: no rule.
+ * wildcard, a longer prefix over a shorter, the most cautious among equals; none: no rule. A
+ * tenant's rules apply to its agents and decide only where more cautious than the admin's.
  */
 import { describe, expect, it } from 'vitest';
 import { decidingRule, deniedText, type ApprovalRule } from '../../src/domain/approvals.js';
@@ -28,6 +29,20 @@ describe('decidingRule', () => {
   it('among equally specific rules, takes the most cautious: deny, then ask, then allow', () => {
     expect(decidingRule([rule('a', 'x', 'allow'), rule('b', 'x', 'ask')], 'x', 'r')?.id).toBe('b');
     expect(decidingRule([rule('a', 'x', 'deny'), rule('b', 'x', 'ask')], 'x', 'r')?.id).toBe('a');
+  });
+
+  it("a tenant's rules narrow what the admin's rules allow and never widen it; another tenant's never apply", () => {
+    const owned = (r: ApprovalRule, tenantId: string): ApprovalRule => ({ ...r, tenantId });
+    const rules = [rule('admin-deny', 'spawn_*', 'deny'), owned(rule('t-allow', 'spawn_subagent', 'allow', 'r'), 't'), owned(rule('t-ask', 'send_message', 'ask'), 't')];
+    // More specific, but less cautious than the admin's: the admin's decides.
+    expect(decidingRule(rules, 'spawn_subagent', 'r', 't')?.id).toBe('admin-deny');
+    // No admin rule: the tenant's decides, for its agents only.
+    expect(decidingRule(rules, 'send_message', 'r', 't')?.id).toBe('t-ask');
+    expect(decidingRule(rules, 'send_message', 'r', 'u')).toBeUndefined();
+    expect(decidingRule(rules, 'send_message', 'r')).toBeUndefined();
+    // More cautious than the admin's allow: the tenant's decides.
+    const allowed = [rule('admin-allow', 'send_message', 'allow'), owned(rule('t-deny', 'send_*', 'deny'), 't')];
+    expect(decidingRule(allowed, 'send_message', 'r', 't')?.id).toBe('t-deny');
   });
 });
 

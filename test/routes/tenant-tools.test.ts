@@ -325,8 +325,14 @@ describe("a tenant's approval rules and approvals", () => {
     expect(decided.statusCode, decided.body).toBe(200);
     expect(await names(h, acme, '/v1/approval-rules')).toEqual([`${a1.id}-always:acme`, 'ask-spawns:-']);
     expect(await names(h, globex, '/v1/approval-rules')).toEqual(['ask-spawns:-']);
-    expect((await stepCalling(h, acme, await createRoot(h.app, {}, acme), spawn)).out).toMatchObject({ toolResults: [{ isError: false }] });
+    // A tenant's rule narrows the admin's, never widens it: the admin's `ask` still asks.
+    expect((await stepCalling(h, acme, await createRoot(h.app, {}, acme), spawn)).out.approvals).toHaveLength(1);
     expect((await stepCalling(h, globex, await createRoot(h.app, {}, globex), spawn)).out.approvals).toHaveLength(1);
+    // Without the admin's rule, acme's remembered one decides for acme's agents alone.
+    expect((await api(h, admin, 'DELETE', '/v1/approval-rules/ask-spawns')).statusCode).toBe(204);
+    expect((await api(h, acme, 'PUT', '/v1/approval-rules/acme-asks', { tool: 'spawn_*', decision: 'ask' })).statusCode).toBe(200);
+    expect((await stepCalling(h, acme, await createRoot(h.app, {}, acme), spawn)).out).toMatchObject({ toolResults: [{ isError: false }] });
+    expect((await stepCalling(h, globex, await createRoot(h.app, {}, globex), spawn)).out).toMatchObject({ toolResults: [{ isError: false }] });
   });
 });
 
