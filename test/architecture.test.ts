@@ -615,7 +615,7 @@ describe('construction', () => {
     { file: 'src/plugins/json-bodies.ts', objects: ['request'], fields: ['body'], reason: "Fastify's way for a hook to give a request its body" },
     { file: 'src/tenants/quotas.ts', objects: ['live'], reason: "the quotas' own per-tenant live counts (records of its private map)" },
     { file: 'src/tenants/usage-windows.ts', objects: ['counts', 'sum', 'sum.spent'], reason: "the windows' own per-tenant counts (records of its private maps, or the sums it is building)" },
-    { file: 'src/routes/auth.ts', objects: ['request'], fields: ['principal'], reason: "Fastify's way for a hook to give a request its principal (a request decoration)" },
+    { file: 'src/routes/auth.ts', objects: ['request'], fields: ['principal', 'keyRevoked'], reason: "Fastify's way for a hook to give a request its principal (a request decoration)" },
     { file: 'src/plugins/errors.ts', objects: ['body'], reason: 'the error body this function got fresh from errorBody() and sends' },
     { file: 'src/routes/errors.ts', objects: ['body'], reason: 'the error body this function got fresh from errorBody() and sends' },
     { file: 'src/plugins/openapi.ts', objects: ['body', 'components'], reason: 'an in-place transform of the generated OpenAPI document (plain JSON)' },

@@ -15,6 +15,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Who is asking (set by the operator-auth hook; admin on public routes). */
     principal: Principal;
+    /** A tenant key's request: aborts when the key is revoked (what stays open with it ends). */
+    keyRevoked: AbortSignal | null;
   }
 }
 
@@ -46,17 +48,21 @@ export interface TenantKeys {
   keyOf(key: string): { tenantId: string; keyId: string } | undefined;
   /** Whether any tenant is defined. */
   readonly any: boolean;
+  /** What ends the requests open with a key when it is revoked. */
+  readonly revocations: { signalFor(keyId: string): AbortSignal };
 }
 
 export function registerOperatorAuth(app: FastifyInstance, apiKeys: readonly string[], tenantKeys: TenantKeys): void {
   const digests = apiKeys.map(digest);
   // A reference type may not be a request decoration's default: every request gets its own in the hook.
   app.decorateRequest<Principal | null>('principal', null);
+  app.decorateRequest<AbortSignal | null>('keyRevoked', null);
   app.addHook('onRequest', async (request) => {
     // The matched route pattern, not the raw URL: a percent-encoded spelling of a path routes
     // the same way, so it must be judged the same way.
     const route = request.routeOptions.url ?? '';
     request.principal = isPublic(route) ? ADMIN : principalOf(bearerKey(request.headers.authorization), digests, tenantKeys);
+    if (request.principal.kind === 'tenant') request.keyRevoked = tenantKeys.revocations.signalFor(request.principal.keyId);
   });
 }
 

@@ -8,6 +8,8 @@
  * its client when the connection closes, and a closed connection carries no later request.
  * One per connection rather than one per request, because a signal and its listener cost a
  * report call about 3% of its CPU (bench/, `--cpu-prof`).
+ *
+ * A tenant key's request also loses its client when the key is revoked (routes/auth.ts).
  */
 import type { Socket } from 'node:net';
 import type { FastifyReply } from 'fastify';
@@ -15,6 +17,13 @@ import type { FastifyReply } from 'fastify';
 const byConnection = new WeakMap<Socket, AbortSignal>();
 
 export function clientGone(reply: FastifyReply): AbortSignal {
+  const gone = connectionClosed(reply);
+  // A tenant key's long-poll also ends when the key is revoked: it must not be handed work.
+  const revoked = reply.request.keyRevoked;
+  return revoked === null ? gone : AbortSignal.any([gone, revoked]);
+}
+
+function connectionClosed(reply: FastifyReply): AbortSignal {
   // The request's socket, not the response's: a pipelined response gets its socket only when
   // the responses ahead of it are written.
   const socket = reply.request.raw.socket;

@@ -17,6 +17,7 @@ import type { SessionLog } from '../sessions/session-log.js';
 import type { SettingReads } from '../sessions/settings.js';
 import type { Caller } from '../topology/topology.js';
 import { SettingsFollow } from '../tools/settings-follow.js';
+import { KeyRevocations } from './key-revocations.js';
 
 export interface TenantsDeps {
   log: Pick<SessionLog, 'changeSettings' | 'durable'>;
@@ -36,6 +37,8 @@ export interface TenantChange {
 }
 
 export class Tenants {
+  /** What ends when a key is revoked: the requests open with it. */
+  readonly revocations = new KeyRevocations();
   private readonly tenants = new Map<string, Tenant>();
   /** Keys by the hex digest of the key. */
   private readonly keys = new Map<string, TenantKey>();
@@ -124,7 +127,9 @@ export class Tenants {
       this.deps.log.changeSettings({ op: 'delete', kind: 'tenant', name: id });
       await this.deps.log.durable();
       this.tenants.delete(id);
-      for (const [digest, key] of this.keys) if (key.tenantId === id) this.keys.delete(digest);
+      const revoked = [...this.keys.values()].filter((key) => key.tenantId === id);
+      for (const key of revoked) this.keys.delete(key.digest);
+      this.revocations.revoke(revoked.map((key) => key.keyId));
       this.deps.onChange?.(id);
     });
   }
@@ -150,6 +155,7 @@ export class Tenants {
       if (found === undefined) throw new ServiceError('TENANT_KEY_NOT_FOUND', `tenant "${tenantId}" has no key "${keyId}"`);
       // Refused from now on, before the commit: a revocation that fails to commit is answered 5xx and may be sent again.
       this.keys.delete(found.digest);
+      this.revocations.revoke([keyId]);
       this.deps.log.changeSettings({ op: 'delete', kind: 'tenant-key', name: keyId });
       await this.deps.log.durable();
     });
@@ -169,11 +175,14 @@ export class Tenants {
         }
         this.tenants.clear();
         for (const setting of tenants) this.tenants.set(setting.name, setting.value as Tenant);
+        const before = [...this.keys.values()];
         this.keys.clear();
         for (const setting of keys) {
           const key = setting.value as TenantKey;
-          this.keys.set(key.digest, key);
+          if (this.tenants.has(key.tenantId)) this.keys.set(key.digest, key);
         }
+        // Revoked on another instance (or its tenant deleted there): what is open with it here ends too.
+        this.revocations.revoke(before.filter((key) => !this.keys.has(key.digest)).map((key) => key.keyId));
         for (const id of changed) this.deps.onChange?.(id);
       })
       .catch((error: unknown) => this.deps.logger.error({ err: error }, 'could not follow the stored tenants'));

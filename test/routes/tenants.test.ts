@@ -5,7 +5,9 @@
  * deployment untouched.
  */
 import { describe, expect, it } from 'vitest';
-import { createRoot, json, startHarness, type Harness } from '../fixtures/harness.js';
+import type { AddressInfo } from 'node:net';
+import { createRoot, json, startHarness, until, type Harness } from '../fixtures/harness.js';
+import { SseStream } from '../fixtures/sse.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 
@@ -132,6 +134,25 @@ describe('tenants', () => {
     expect([first.statusCode, second.statusCode]).toEqual([202, 202]);
     expect(json(second).messageId).not.toBe(json(first).messageId);
     expect(second.headers['idempotent-replayed']).toBeUndefined();
+  });
+
+  it('a revoked key ends what is open with it: its event stream, and a long-poll for a step', async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    await createRoot(h.app, { id: 'a1' }, acme);
+    await h.app.listen({ host: '127.0.0.1', port: 0 });
+    const address = h.app.server.address() as AddressInfo;
+    const base = `http://127.0.0.1:${address.port}`;
+    const stream = await SseStream.open(`${base}/v1/agents/a1/events`, acme);
+    const poll = fetch(`${base}/v1/steps/next`, { method: 'POST', headers: { ...acme, 'content-type': 'application/json' }, body: JSON.stringify({ waitMs: 30_000 }) });
+    await until(async () => h.system.dispatcher.waiting === 1, 'the long-poll to wait');
+    const keyId = json<{ items: { keyId: string }[] }>(await h.app.inject({ method: 'GET', url: '/v1/tenants/acme/keys', headers: admin })).items[0]!.keyId;
+    expect((await h.app.inject({ method: 'DELETE', url: `/v1/tenants/acme/keys/${keyId}`, headers: admin })).statusCode).toBe(204);
+    await stream.waitForEnd('the revoked key\'s stream to end');
+    expect((await poll).status).toBe(204);
+    // Work that comes afterwards is not handed to it.
+    expect((await h.app.inject({ method: 'POST', url: '/v1/agents/a1/messages', headers: admin, payload: { content: 'later', delivery: 'followup' } })).statusCode).toBe(202);
+    expect(h.system.dispatcher.waiting).toBe(0);
   });
 
   it("a HEAD is judged as its GET: another tenant's agent is unknown, an admin route refused", async () => {

@@ -98,9 +98,11 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
     const flushed = (): void => {
       if (waiting !== undefined && res.writableLength <= options.maxBufferedBytes) wake();
     };
+    const onRevoked = (): void => end('the key was revoked');
     const end = (note?: string): void => {
       if (ended) return;
       ended = true;
+      request.keyRevoked?.removeEventListener('abort', onRevoked);
       clearInterval(heartbeat);
       unregister();
       unsubscribe?.();
@@ -113,6 +115,8 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
     heartbeat.unref();
     const unregister = hub.onClose(() => end('the service is draining; resume with Last-Event-ID elsewhere'));
     res.once('close', () => end());
+    // A tenant key's stream ends when the key is revoked.
+    request.keyRevoked?.addEventListener('abort', onRevoked, { once: true });
     const sink = {
       send: (event: StreamEvent): boolean => {
         if (ended) return true;
