@@ -4103,7 +4103,7 @@ export interface operations {
                                 /** @description Cost spent per UTC day, in millionths of a US dollar. */
                                 costMicroUsdPerDay?: number;
                             };
-                            /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                            /** @description The model key variables this tenant's driven agents (and tool servers) may name; no other tenant's agent may name them. Names ending in `_API_KEY`, not starting with `AGENTFOREST_`: no other variable of the service is ever lent. */
                             modelKeyEnvs?: string[];
                             /** Format: date-time */
                             createdAt: string;
@@ -4152,7 +4152,7 @@ export interface operations {
                         /** @description Cost spent per UTC day, in millionths of a US dollar. */
                         costMicroUsdPerDay?: number;
                     };
-                    /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                    /** @description The model key variables this tenant's driven agents (and tool servers) may name; no other tenant's agent may name them. Names ending in `_API_KEY`, not starting with `AGENTFOREST_`: no other variable of the service is ever lent. */
                     modelKeyEnvs?: string[];
                 };
             };
@@ -4180,7 +4180,7 @@ export interface operations {
                             /** @description Cost spent per UTC day, in millionths of a US dollar. */
                             costMicroUsdPerDay?: number;
                         };
-                        /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                        /** @description The model key variables this tenant's driven agents (and tool servers) may name; no other tenant's agent may name them. Names ending in `_API_KEY`, not starting with `AGENTFOREST_`: no other variable of the service is ever lent. */
                         modelKeyEnvs?: string[];
                         /** Format: date-time */
                         createdAt: string;
@@ -4237,7 +4237,7 @@ export interface operations {
                             /** @description Cost spent per UTC day, in millionths of a US dollar. */
                             costMicroUsdPerDay?: number;
                         };
-                        /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                        /** @description The model key variables this tenant's driven agents (and tool servers) may name; no other tenant's agent may name them. Names ending in `_API_KEY`, not starting with `AGENTFOREST_`: no other variable of the service is ever lent. */
                         modelKeyEnvs?: string[];
                         /** Format: date-time */
                         createdAt: string;
@@ -4334,7 +4334,7 @@ export interface operations {
                         /** @description Cost spent per UTC day, in millionths of a US dollar. */
                         costMicroUsdPerDay?: number;
                     };
-                    /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                    /** @description The model key variables this tenant's driven agents (and tool servers) may name; no other tenant's agent may name them. Names ending in `_API_KEY`, not starting with `AGENTFOREST_`: no other variable of the service is ever lent. */
                     modelKeyEnvs?: string[];
                 };
             };
@@ -4362,7 +4362,7 @@ export interface operations {
                             /** @description Cost spent per UTC day, in millionths of a US dollar. */
                             costMicroUsdPerDay?: number;
                         };
-                        /** @description The model key variables this tenant's driven agents may name; no other tenant's agent may name them. */
+                        /** @description The model key variables this tenant's driven agents (and tool servers) may name; no other tenant's agent may name them. Names ending in `_API_KEY`, not starting with `AGENTFOREST_`: no other variable of the service is ever lent. */
                         modelKeyEnvs?: string[];
                         /** Format: date-time */
                         createdAt: string;

@@ -57,6 +57,14 @@ describe('model keys per tenant', () => {
     expect((await h.app.inject({ method: 'GET', url: '/v1/tenants/globex' })).statusCode).toBe(404);
   });
 
+  it('only model key names may be given: never another variable of the service', async () => {
+    const h = await harness();
+    for (const name of ['DATABASE_URL', 'AGENTFOREST_API_KEYS', 'AGENTFOREST_SECRET_API_KEY']) {
+      const res = await h.app.inject({ method: 'POST', url: '/v1/tenants', payload: { id: 'acme', modelKeyEnvs: [name] } });
+      expect([res.statusCode, json<{ code: string }>(res).code], name).toEqual([400, 'VALIDATION']);
+    }
+  });
+
   it("a tenant's tool server may not name the deployment's keys or another tenant's as header secrets", async () => {
     const h = await harness();
     await tenant(h, 'acme', { modelKeyEnvs: ['ACME_API_KEY'] });

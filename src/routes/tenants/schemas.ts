@@ -21,10 +21,12 @@ const fields = {
   name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   quotas: Type.Optional(Quotas),
   modelKeyEnvs: Type.Optional(
-    Type.Array(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$', maxLength: 200 }), {
+    Type.Array(Type.String({ pattern: '^(?!AGENTFOREST_)[A-Za-z_][A-Za-z0-9_]*_API_KEY$', maxLength: 200 }), {
       maxItems: 50,
       uniqueItems: true,
-      description: "The model key variables this tenant's driven agents may name; no other tenant's agent may name them.",
+      description:
+        "The model key variables this tenant's driven agents (and tool servers) may name; no other tenant's agent may name them. " +
+        'Names ending in `_API_KEY`, not starting with `AGENTFOREST_`: no other variable of the service is ever lent.',
     }),
   ),
 };
