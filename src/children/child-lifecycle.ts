@@ -95,7 +95,8 @@ export class ChildLifecycle {
   ): Promise<ChildDelivery> {
     this.admission.checkAdmission(parent);
     const header = this.deps.registry.get(childId)?.header ?? (await this.deps.log.summary(childId))?.header;
-    if (header === undefined) {
+    // Another tenant's agent is no agent to this one: answered as an unknown id.
+    if (header === undefined || header.tenantId !== parent.header.tenantId) {
       if (path === 'tool') throw new ServiceError('NOT_RESUMABLE', `subagent "${childId}" is unavailable`);
       throw new ServiceError('AGENT_NOT_FOUND', `agent "${childId}" does not exist`);
     }

@@ -42,7 +42,8 @@ export class Interrupts {
       throw new ServiceError('UNAUTHORIZED', `interrupting "${targetId}" requires the exact live ancestor agent`);
     }
     const target = this.deps.registry.get(targetId);
-    if (target === undefined) return false;
+    // Another tenant's agent is no agent to this one: answered as one that is not live.
+    if (target === undefined || target.tenantId !== caller.tenantId) return false;
     if (!this.descendsFrom(target, caller)) {
       throw new ServiceError('UNAUTHORIZED', `subagent "${targetId}" is not a live descendant of agent "${caller.id}"`);
     }

@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 import type { AddressInfo } from 'node:net';
 import { createRoot, json, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { SseStream } from '../fixtures/sse.js';
+import { startChild } from '../fixtures/forest.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 
@@ -15,7 +16,7 @@ const ADMIN = 'admin-key-for-tests';
 const admin = { authorization: `Bearer ${ADMIN}` };
 
 async function harness(): Promise<Harness> {
-  const h = await startHarness({ apiKeys: [ADMIN] });
+  const h = await startHarness({ operatorKey: ADMIN });
   closeWithTest(() => h.close());
   return h;
 }
@@ -153,6 +154,28 @@ describe('tenants', () => {
     // Work that comes afterwards is not handed to it.
     expect((await h.app.inject({ method: 'POST', url: '/v1/agents/a1/messages', headers: admin, payload: { content: 'later', delivery: 'followup' } })).statusCode).toBe(202);
     expect(h.system.dispatcher.waiting).toBe(0);
+  });
+
+  it("an agent's control tools answer another tenant's agent as an unknown one", async () => {
+    const h = await harness();
+    const acme = await tenantWithKey(h, 'acme');
+    const globex = await tenantWithKey(h, 'globex');
+    const parent = await createRoot(h.app, { id: 'a1' }, acme);
+    expect((await h.app.inject({ method: 'POST', url: '/v1/agents/a1/messages', headers: acme, payload: { content: 'go', delivery: 'followup' } })).statusCode).toBe(202);
+    await startChild(h, parent);
+    const theirs = await createRoot(h.app, { id: 'g1' }, globex);
+    expect((await h.app.inject({ method: 'POST', url: '/v1/agents/g1/messages', headers: globex, payload: { content: 'go', delivery: 'followup' } })).statusCode).toBe(202);
+    const theirChild = await startChild(h, theirs);
+    const call = (name: string, input: Record<string, unknown>) =>
+      h.app.inject({ method: 'POST', url: '/v1/agents/a1/tool-calls', headers: { ...acme, 'x-agent-token': parent.token }, payload: { name, input } });
+    for (const id of [theirChild.id, 'nobody-0']) {
+      const interrupt = await call('interrupt_agent', { agent_id: id });
+      expect(json<{ isError: boolean; output?: unknown }>(interrupt), id).toMatchObject({ isError: false, output: { accepted: false } });
+    }
+    const foreign = await call('send_message', { subagent_id: theirChild.id, message: 'hi' });
+    const unknown = await call('send_message', { subagent_id: 'nobody-0', message: 'hi' });
+    expect(foreign.statusCode).toBe(unknown.statusCode);
+    expect(foreign.body).toBe(unknown.body.replaceAll('nobody-0', theirChild.id));
   });
 
   it("a HEAD is judged as its GET: another tenant's agent is unknown, an admin route refused", async () => {
