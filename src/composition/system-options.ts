@@ -57,7 +57,11 @@ export interface SystemOptions {
   approvalTimeoutMs?: number;
   /** Builds the OpenTelemetry tracing (tracing/otel-sdk.ts); unset, tracing is off. */
   tracing?: TracingFactory;
-  /** Webhook delivery (default DEFAULT_DELIVERY: private addresses refused, retried for 24 h). */
+  /**
+   * Webhook delivery (default DEFAULT_DELIVERY: private addresses refused, retried for 24 h).
+   * `allowPrivate` lets an admin's subscriptions reach private addresses; `tenantPrivateAddresses`
+   * a tenant's (default off; tests only: no environment variable turns it on).
+   */
   webhooks?: Partial<DeliveryOptions>;
   /** The webhook transport (tests wrap it; default: HTTP with the address guard). */
   webhookSend?: WebhookDeps['send'];

@@ -18,7 +18,8 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { json, settle, startHarness, type Harness } from '../fixtures/harness.js';
-import { LOOKUP, seenBy, TENANT_TOOL_SERVER, tenantForest, tenantWithKey, webhookReceiver, withToken, type Headers, type TenantAgent, type TenantForest } from '../fixtures/tenant-forest.js';
+import { startStreamableServer } from '../fixtures/mcp-server.js';
+import { LOOKUP, seenBy, TENANT_FOREST_OPTIONS, tenantForest, tenantWithKey, webhookReceiver, withToken, type Headers, type TenantAgent, type TenantForest } from '../fixtures/tenant-forest.js';
 
 const ADMIN_KEY = 'admin-key-for-isolation';
 const ADMIN = { authorization: `Bearer ${ADMIN_KEY}` };
@@ -105,7 +106,11 @@ const COVERAGE: Record<string, Coverage> = {
   'POST /v1/agents/{id}/steps/{stepId}/tool-results': onSteps({ results: [{ toolCallId: 'c1', content: FROM_B }] }),
   'POST /v1/agents/{id}/compactions': onAgents((agent) => ({ token: agent, body: { summary: FROM_B } })),
   'GET /v1/messages/{messageId}': { param: 'messageId', answer: hidden('MESSAGE_NOT_FOUND'), requests: (a) => a.messageIds.map((messageId) => ({ params: { messageId } })) },
-  'PUT /v1/tool-servers/{name}': one('name', hiddenAs('TOOL_SERVER_NOT_FOUND', 'GET /v1/tool-servers/{name}'), (a) => a.toolServer, { ...TENANT_TOOL_SERVER, tools: ['from-b'] }),
+  'PUT /v1/tool-servers/{name}': {
+    param: 'name',
+    answer: hiddenAs('TOOL_SERVER_NOT_FOUND', 'GET /v1/tool-servers/{name}'),
+    requests: (a) => [{ params: { name: a.toolServer }, body: { url: a.toolServerUrl, tools: ['from-b'] } }],
+  },
   'GET /v1/tool-servers/{name}': one('name', hidden('TOOL_SERVER_NOT_FOUND'), (a) => a.toolServer),
   'DELETE /v1/tool-servers/{name}': one('name', hidden('TOOL_SERVER_NOT_FOUND'), (a) => a.toolServer),
   'PUT /v1/backend-tools/{name}': one('name', hiddenAs('BACKEND_TOOL_NOT_FOUND', 'GET /v1/backend-tools/{name}'), (a) => a.backendTool, { ...LOOKUP, description: FROM_B }),
@@ -177,24 +182,28 @@ describe('the isolation table', () => {
 
 describe("tenant B's key naming tenant A's resources", () => {
   let h: Harness;
-  let closeReceiver: () => Promise<void>;
+  let closeServers: () => Promise<void>;
   let a: TenantForest;
   let b: Headers;
   /** What A saw of its forest before B's first request. */
   let initially: Record<string, unknown>;
 
   beforeAll(async () => {
-    h = await startHarness({ apiKeys: [ADMIN_KEY], webhooks: { allowPrivate: true, pollMs: 20 } });
+    h = await startHarness({ apiKeys: [ADMIN_KEY], ...TENANT_FOREST_OPTIONS });
     const receiver = await webhookReceiver();
-    closeReceiver = receiver.close;
-    a = await tenantForest(h.app, ADMIN, 'a', receiver.url);
+    const mcp = await startStreamableServer();
+    closeServers = async () => {
+      await receiver.close();
+      await mcp.close();
+    };
+    a = await tenantForest(h.app, ADMIN, 'a', receiver.url, mcp.url);
     b = (await tenantWithKey(h.app, ADMIN, 'b')).key;
     initially = await seenBy(h.app, ADMIN, a);
   });
 
   afterAll(async () => {
     await h.close();
-    await closeReceiver();
+    await closeServers();
   });
 
   it.each(Object.keys(COVERAGE))('%s answers as for an unknown id and leaves A\'s forest as it was', async (operation) => {

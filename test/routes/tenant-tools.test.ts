@@ -5,7 +5,8 @@
  * that writes it); a tenant's tools exist for its agents only and its rules apply to them only;
  * the inbox and the tool worker pool show a tenant its own agents' only, on one instance and
  * across two; and a tenant's tool server is reached at public addresses only, never as a
- * command, at registration and at every connection. An admin key keeps today's powers.
+ * command, at registration and at every connection, and sends a model key only while that key
+ * is lent to the tenant. An admin key keeps today's powers.
  */
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -36,14 +37,14 @@ async function harness(options: HarnessOptions = {}): Promise<Harness> {
 /** A harness where a tenant's tool server may be at a loopback address, so the test MCP servers serve tenants. */
 const loopbackTenants = (): Promise<Harness> => harness({ toolServers: { tenantPrivateAddresses: true } });
 
-async function tenantWithKey(h: Harness, id: string): Promise<Key> {
-  expect((await api(h, admin, 'POST', '/v1/tenants', { id })).statusCode).toBe(201);
+async function tenantWithKey(h: Harness, id: string, body: Record<string, unknown> = {}): Promise<Key> {
+  expect((await api(h, admin, 'POST', '/v1/tenants', { id, ...body })).statusCode).toBe(201);
   const key = await api(h, admin, 'POST', `/v1/tenants/${id}/keys`);
   expect(key.statusCode, key.body).toBe(201);
   return { authorization: `Bearer ${json<{ key: string }>(key).key}` };
 }
 
-function api(h: Harness, key: Key, method: 'GET' | 'PUT' | 'POST' | 'DELETE', url: string, payload?: unknown, headers: Key = {}): Promise<LightMyRequestResponse> {
+function api(h: Harness, key: Key, method: 'GET' | 'PUT' | 'POST' | 'DELETE' | 'PATCH', url: string, payload?: unknown, headers: Key = {}): Promise<LightMyRequestResponse> {
   return h.app.inject({ method, url, headers: { ...key, ...headers }, ...(payload === undefined ? {} : { payload: payload as Record<string, unknown> }) });
 }
 
@@ -89,7 +90,7 @@ describe("a tenant's tool server is reached at public addresses only", () => {
     const h = await harness({ toolServers: { commands: true } });
     const acme = await tenantWithKey(h, 'acme');
     const port = new URL(mcp.url).port;
-    const refused = [mcp.url, `http://localhost:${port}/mcp`, `http://[::1]:${port}/mcp`, `http://[::ffff:127.0.0.1]:${port}/mcp`, 'http://10.1.2.3/mcp', 'http://192.168.7.7/mcp', 'http://169.254.169.254/latest'];
+    const refused = [mcp.url, `http://localhost:${port}/mcp`, `http://[::1]:${port}/mcp`, `http://[::ffff:127.0.0.1]:${port}/mcp`, 'http://10.1.2.3/mcp', 'http://192.168.7.7/mcp', 'http://169.254.169.254/latest', 'http://192.0.2.1/mcp', 'http://[2001:db8::1]/mcp'];
     for (const url of refused) {
       const res = await api(h, acme, 'PUT', '/v1/tool-servers/files', { url });
       expect([res.statusCode, json(res).code], url).toEqual([400, 'VALIDATION']);
@@ -129,6 +130,60 @@ describe("a tenant's tool server is reached at public addresses only", () => {
       expect(view.error, name).toMatch(/public address/);
     }
     expect(json(await api(h, admin, 'GET', '/v1/tool-servers/proc'))).toMatchObject({ state: 'unreachable', error: "a tenant's tool server is never started as a command" });
+    expect(mcp.headers).toEqual([]);
+  });
+});
+
+describe("a tenant's tool server sends a model key only while the key is the tenant's", () => {
+  const SECRET = { SHARED_API_KEY: 'shared-secret' };
+  const secretHarness = (): Promise<Harness> => harness({ toolServers: { tenantPrivateAddresses: true }, driver: { env: SECRET } });
+  const NO_LONGER = 'headers.authorization names "SHARED_API_KEY", which is no longer lent to tenant "acme"';
+
+  it('a key given to another tenant after registration is never sent again: the call fails unsent and the server is unreachable naming it; given back, it is sent again', async () => {
+    const mcp = await startStreamableServer();
+    const h = await secretHarness();
+    const acme = await tenantWithKey(h, 'acme', { modelKeyEnvs: ['SHARED_API_KEY'] });
+    await tenantWithKey(h, 'globex');
+    const registered = await api(h, acme, 'PUT', '/v1/tool-servers/crm', { url: mcp.url, headers: { authorization: { env: 'SHARED_API_KEY' } } });
+    expect(json(registered), registered.body).toMatchObject({ state: 'ready', tenantId: 'acme' });
+    const root = await createRoot(h.app, { tools: ['mcp__crm__echo'] }, acme);
+    const call = async () => json<{ isError: boolean; content: string }>(await api(h, asAgent(acme, root), 'POST', `/v1/agents/${root.id}/tool-calls`, { name: 'mcp__crm__echo', input: { text: 'hi' } }));
+    expect(await call()).toMatchObject({ isError: false });
+    expect(mcp.headers.at(-1)?.authorization).toBe('shared-secret');
+
+    const patch = async (id: string, modelKeyEnvs: string[]) => expect((await api(h, admin, 'PATCH', `/v1/tenants/${id}`, { modelKeyEnvs })).statusCode).toBe(200);
+    await patch('acme', []);
+    await patch('globex', ['SHARED_API_KEY']);
+    const sent = mcp.headers.length;
+    expect(await call()).toMatchObject({ isError: true, content: expect.stringContaining(NO_LONGER) });
+    expect(json(await api(h, acme, 'GET', '/v1/tool-servers/crm'))).toMatchObject({ state: 'unreachable', error: expect.stringContaining(NO_LONGER) });
+    expect(mcp.calls.filter((c) => c.tool === 'echo')).toHaveLength(1);
+    expect(mcp.headers.slice(sent)).toEqual([]);
+
+    await patch('globex', []);
+    await patch('acme', ['SHARED_API_KEY']);
+    await until(async () => json<{ state: string }>(await api(h, acme, 'GET', '/v1/tool-servers/crm')).state === 'ready', 'the server reached again', { timeoutMs: 10_000 });
+    expect(await call()).toMatchObject({ isError: false });
+    expect(mcp.headers.at(-1)?.authorization).toBe('shared-secret');
+  });
+
+  it("a tenant's stored server is never reached with a key that is not its tenant's, nor at a URL the keys are not lent to", async () => {
+    const mcp = await startStreamableServer();
+    const h = await harness({ toolServers: { tenantPrivateAddresses: true }, driver: { env: { ...SECRET, ACME_API_KEY: 'acme-secret' } }, modelPolicy: { baseUrls: ['https://tools.example/'] } });
+    await tenantWithKey(h, 'acme', { modelKeyEnvs: ['ACME_API_KEY'] });
+    await tenantWithKey(h, 'globex', { modelKeyEnvs: ['SHARED_API_KEY'] });
+    // As if registered while the key was acme's (and the endpoints open), changed since on another instance.
+    const stored = (name: string, env: string) => {
+      const value = { transport: 'http', url: mcp.url, headers: { authorization: { env } }, tenantId: 'acme' };
+      h.system.log.changeSettings({ op: 'put', setting: { kind: 'tool-server', name, value, updatedAt: new Date().toISOString() } });
+    };
+    stored('crm', 'SHARED_API_KEY');
+    stored('own', 'ACME_API_KEY');
+    await h.system.log.durable();
+    await h.system.toolServers.sync();
+    const view = async (name: string) => json(await api(h, admin, 'GET', `/v1/tool-servers/${name}`));
+    expect(await view('crm')).toMatchObject({ state: 'unreachable', tenantId: 'acme', tools: [], error: expect.stringContaining(NO_LONGER) });
+    expect(await view('own')).toMatchObject({ state: 'unreachable', tools: [], error: expect.stringContaining('is not one of the endpoints this service lends secrets to') });
     expect(mcp.headers).toEqual([]);
   });
 });

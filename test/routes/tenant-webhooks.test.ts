@@ -4,6 +4,8 @@
  * the tenant's and is sent only its own forests' events (children's included), naming another
  * tenant's root or not; one made with an admin key is global and is sent every forest's; a
  * tenant lists its own subscriptions only, and another tenant's or a global one is an unknown id.
+ * A tenant's subscription is held to the address guard, on subscription and at every delivery,
+ * whatever AGENTFOREST_WEBHOOK_ALLOW_PRIVATE says: that setting is an admin's.
  *
  * A delivery row is made in the transaction that commits its event, so once the turn that
  * caused an event is answered, a subscription's delivery list says for good whether it matched.
@@ -15,6 +17,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 import { PostgresSessionStore } from '../../src/adapters/postgres/postgres-store.js';
 import { SqliteSessionStore } from '../../src/adapters/sqlite/sqlite-store.js';
+import { generateSecret } from '../../src/observation/webhooks/signing.js';
 import type { SessionStore } from '../../src/sessions/session-store.js';
 import { closeWithTest, tempDir } from '../fixtures/cleanup.js';
 import { createRoot, json, startHarness, until, type CreatedRoot, type Harness } from '../fixtures/harness.js';
@@ -24,7 +27,10 @@ const ADMIN = 'admin-key-for-tests';
 const admin = { authorization: `Bearer ${ADMIN}` };
 type Key = { authorization: string };
 
-const FAST = { allowPrivate: true, pollMs: 20, backoff: { baseMs: 20, maxMs: 200 } };
+/** Private addresses allowed to admins (AGENTFOREST_WEBHOOK_ALLOW_PRIVATE) and, as no deployment can, to tenants: the receivers are on loopback. */
+const FAST = { allowPrivate: true, tenantPrivateAddresses: true, pollMs: 20, backoff: { baseMs: 20, maxMs: 200 } };
+/** As a deployment allowing private addresses is: to its admins only. */
+const ADMIN_PRIVATE = { ...FAST, tenantPrivateAddresses: false };
 const DELIVERED = { timeoutMs: 5000 };
 
 /** Each store, fresh; the harness closes it, and what it leaves (a file, a database) goes after. */
@@ -68,8 +74,8 @@ async function receiver(): Promise<Receiver> {
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, received };
 }
 
-async function harness(store?: SessionStore): Promise<Harness> {
-  return startHarness({ apiKeys: [ADMIN], webhooks: FAST, ...(store === undefined ? {} : { store }) });
+async function harness(store?: SessionStore, webhooks: typeof FAST = FAST): Promise<Harness> {
+  return startHarness({ apiKeys: [ADMIN], webhooks, ...(store === undefined ? {} : { store }) });
 }
 
 async function tenantWithKey(h: Harness, id: string): Promise<Key> {
@@ -216,5 +222,40 @@ describe('tenant webhook subscriptions', () => {
     }
     const all = json<{ items: { id: string }[] }>(await h.app.inject({ method: 'GET', url: '/v1/webhooks', headers: admin })).items.map((s) => s.id);
     expect(all.sort()).toEqual([a.id, x.id].sort());
+  });
+});
+
+describe("a tenant's webhook URL passes the address guard whatever AGENTFOREST_WEBHOOK_ALLOW_PRIVATE says", () => {
+  it('a tenant key subscribing a loopback, private or link-local URL is refused 400 where private addresses are allowed; an admin key may', async () => {
+    const h = await harness(undefined, ADMIN_PRIVATE);
+    const acme = await tenantWithKey(h, 'acme');
+    const hook = await receiver();
+    const port = new URL(hook.url).port;
+    for (const url of [hook.url, `http://localhost:${port}/hook`, `http://[::1]:${port}/hook`, 'http://10.1.2.3/hook', 'http://169.254.169.254/latest', 'http://192.0.2.1/hook']) {
+      const res = await h.app.inject({ method: 'POST', url: '/v1/webhooks', headers: acme, payload: { url, events: ['turn.ended'] } });
+      expect([res.statusCode, json(res).code], url).toEqual([400, 'VALIDATION']);
+      expect(json<{ message: string }>(res).message, url).toMatch(/private address/);
+    }
+    expect(json<{ items: unknown[] }>(await h.app.inject({ method: 'GET', url: '/v1/webhooks', headers: admin })).items).toEqual([]);
+    expect(await subscribe(h, admin, hook.url)).not.toHaveProperty('tenantId');
+  });
+
+  it("a tenant's subscription stored at a loopback address is never sent there, while an admin's to the same receiver is", async () => {
+    const h = await harness(undefined, ADMIN_PRIVATE);
+    const acme = await tenantWithKey(h, 'acme');
+    const hook = await receiver();
+    const global = await subscribe(h, admin, hook.url);
+    // As if its host resolved to a public address when it subscribed, and to loopback now.
+    const webhookId = 'webhook-acme-moved';
+    h.system.log.changeWebhooks({ op: 'subscribe', subscription: { id: webhookId, url: hook.url, events: ['turn.ended'], rootId: null, tenantId: 'acme', secret: generateSecret(), createdAt: Date.now() } });
+    await h.system.log.durable();
+    const a1 = await createRoot(h.app, { id: 'a1' }, acme);
+    await oneTurn(h, acme, a1);
+
+    const state = async (key: Key, id: string) => json<{ items: { state: string; lastError: string | null }[] }>(await h.app.inject({ method: 'GET', url: `/v1/webhooks/${id}/deliveries`, headers: key })).items;
+    await until(async () => (await state(acme, webhookId))[0]?.state === 'failed', "the tenant's delivery given up", DELIVERED);
+    expect((await state(acme, webhookId))[0]!.lastError).toMatch(/^address: .*private address/);
+    await until(async () => (await state(admin, global.id))[0]?.state === 'delivered', "the admin's delivery sent", DELIVERED);
+    expect(received(hook)).toEqual(['turn.ended:a1']);
   });
 });

@@ -1,14 +1,15 @@
 /**
  * The address guard: a webhook goes only to an http(s) URL without credentials, and, unless
- * private destinations are allowed, only to public addresses. Otherwise a webhook URL would
- * let whoever registers it reach the service's own network (loopback, link-local metadata
- * endpoints, RFC 1918 ranges).
+ * private destinations are allowed, only to public addresses: globally reachable ones, by the
+ * IANA special-purpose registries. Otherwise a webhook URL would let whoever registers it reach
+ * the service's own network (loopback, link-local metadata endpoints, RFC 1918 ranges, or a
+ * documentation range a container's network is numbered in).
  *
  * The check is made on the addresses the connection will use: `guardedLookup` is the resolver
  * handed to the HTTP client, so the address that is checked is the one that is connected to,
  * and a name cannot resolve to a public address for the check and a private one for the
- * connection. IPv6 forms that embed an IPv4 address (mapped, compatible, NAT64) are judged by
- * that IPv4 address.
+ * connection. IPv6 forms that embed an IPv4 address (mapped, compatible, NAT64, 6to4) are
+ * judged by that IPv4 address.
  */
 import { promises as dns, type LookupAddress } from 'node:dns';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
@@ -34,27 +35,59 @@ export interface ResolvedAddress {
   family: 4 | 6;
 }
 
+/*
+ * What is not a webhook's (or a tenant's tool server's) to reach: every range the IANA
+ * special-purpose address registries (iana.org/assignments/iana-ipv4-special-registry and
+ * iana-ipv6-special-registry) mark as not globally reachable, and multicast. A block that holds
+ * a few globally reachable anycast services among local ones (192.0.0.0/24, 2001::/23: PCP,
+ * TURN, AMT, AS112, ORCHIDv2, DRIP) is refused whole: none of them receives webhooks. The
+ * documentation ranges are no exception: nothing public answers there, so whatever does is a
+ * network of the host's own (a container's bridge may be numbered in 192.0.2.0/24).
+ */
 const PRIVATE_IPV4: [string, number][] = [
+  // "This network" (RFC 791), private use (RFC 1918), shared address space (RFC 6598), loopback, link-local.
   ['0.0.0.0', 8],
   ['10.0.0.0', 8],
   ['100.64.0.0', 10],
   ['127.0.0.0', 8],
   ['169.254.0.0', 16],
   ['172.16.0.0', 12],
+  // IETF protocol assignments (RFC 6890): DS-Lite, the dummy address, NAT64 discovery...
   ['192.0.0.0', 24],
+  // Documentation: TEST-NET-1, -2 and -3 (RFC 5737).
+  ['192.0.2.0', 24],
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
+  // The 6to4 relay anycast, deprecated (RFC 7526): a relay there, if any, is one a local network runs.
+  ['192.88.99.0', 24],
   ['192.168.0.0', 16],
+  // Benchmarking (RFC 2544).
   ['198.18.0.0', 15],
-  // Multicast (224/4) and everything above it: reserved, and the limited broadcast address.
+  // Multicast (224/4), reserved (240/4, RFC 1112) and the limited broadcast address.
   ['224.0.0.0', 3],
 ];
 
+/** Beside these, an IPv6 address that carries an IPv4 one is judged by it (`embeddedIpv4`). */
 const PRIVATE_IPV6: [string, number][] = [
+  // Unspecified and loopback.
   ['::', 128],
   ['::1', 128],
-  ['fe80::', 10],
-  // Deprecated site-local addresses: as private as the unique local ones that replaced them.
-  ['fec0::', 10],
+  // IPv4/IPv6 translation for local use (RFC 8215).
+  ['64:ff9b:1::', 48],
+  // Discard-only (RFC 6666) and the dummy prefix (RFC 9780).
+  ['100::', 64],
+  ['100:0:0:1::', 64],
+  // IETF protocol assignments (RFC 2928): Teredo, benchmarking (2001:2::/48), ORCHID...
+  ['2001::', 23],
+  // Documentation (RFC 3849, RFC 9637).
+  ['2001:db8::', 32],
+  ['3fff::', 20],
+  // Segment routing SIDs (RFC 9602).
+  ['5f00::', 16],
+  // Unique local (RFC 4193), and the deprecated site-local addresses they replaced.
   ['fc00::', 7],
+  ['fec0::', 10],
+  ['fe80::', 10],
   ['ff00::', 8],
 ];
 
@@ -89,8 +122,9 @@ export function parseWebhookUrl(raw: string): URL {
 }
 
 /**
- * Whether `ip` is an address a webhook may not go to by default: loopback, private, link-local,
- * shared, benchmarking, multicast or reserved. Anything that is not an IP address is refused too.
+ * Whether `ip` is an address a webhook may not go to by default: any that is not globally
+ * reachable (loopback, private, link-local, shared, documentation, benchmarking, discard,
+ * reserved; see PRIVATE_IPV4) or multicast. Anything that is not an IP address is refused too.
  */
 export function isPrivateAddress(ip: string): boolean {
   const family = isIP(ip);
@@ -177,9 +211,13 @@ function ipv6Groups(address: string): number[] {
   return [...head, ...new Array<number>(8 - head.length - rest.length).fill(0), ...rest];
 }
 
-/** The IPv4 address an IPv4-mapped, IPv4-compatible or NAT64 (64:ff9b::/96) address carries. */
+/**
+ * The IPv4 address an IPv4-mapped, IPv4-compatible or NAT64 (64:ff9b::/96) address carries, or
+ * a 6to4 one (2002::/16, RFC 3056: a route to it is a tunnel to that IPv4 address).
+ */
 function embeddedIpv4(groups: number[]): string | undefined {
-  const [g0, g1, g2, g3, g4, g5, g6 = 0, g7 = 0] = groups;
+  const [g0, g1 = 0, g2 = 0, g3, g4, g5, g6 = 0, g7 = 0] = groups;
+  if (g0 === 0x2002) return [g1 >> 8, g1 & 0xff, g2 >> 8, g2 & 0xff].join('.');
   const zeroMiddle = g2 === 0 && g3 === 0 && g4 === 0;
   const mapped = g0 === 0 && g1 === 0 && zeroMiddle && g5 === 0xffff;
   const compatible = g0 === 0 && g1 === 0 && zeroMiddle && g5 === 0;

@@ -13,7 +13,9 @@
  *   slow receiver holds only its own slots;
  * - 5xx, 429 and network errors are retried with exponential backoff and jitter (at least what
  *   `Retry-After` asks) until `maxAgeMs` after the delivery's window opened; then, or at once
- *   for any other answer that is not 2xx, the delivery failed.
+ *   for any other answer that is not 2xx, the delivery failed;
+ * - a tenant's subscription is sent through the address guard whatever `allowPrivate` says
+ *   (only an admin may point the service at its own network): `allowPrivate` is an admin's.
  *
  * With forest leases, an instance delivers the forests it holds and, taking their lease first,
  * those nobody holds (a forest whose agents all left keeps undelivered events): the store leaves
@@ -37,7 +39,10 @@ export interface DeliveryOptions {
   perEndpoint: number;
   concurrency: number;
   maxResponseBytes: number;
+  /** An admin's subscription may be at a loopback, private or link-local address (AGENTFOREST_WEBHOOK_ALLOW_PRIVATE). */
   allowPrivate: boolean;
+  /** A tenant's subscription may be too (tests only: no environment variable sets it). */
+  tenantPrivateAddresses: boolean;
   backoff: BackoffOptions;
   /** How long delivered rows are kept (for the deliveries listing). */
   retentionMs: number;
@@ -51,6 +56,7 @@ export const DEFAULT_DELIVERY: DeliveryOptions = {
   concurrency: 64,
   maxResponseBytes: 4096,
   allowPrivate: false,
+  tenantPrivateAddresses: false,
   backoff: DEFAULT_BACKOFF,
   retentionMs: 7 * 24 * 3_600_000,
 };
@@ -246,6 +252,7 @@ export class DeliveryWorker {
     } catch {
       return { kind: 'error', reason: 'network', message: 'the subscription secret is unusable' };
     }
+    const allowPrivate = await this.privateAllowed(delivery.webhookId);
     const headers = signatureHeaders(key, delivery.eventId, Math.floor(now / 1000), delivery.payload);
     const send = this.deps.send ?? sendWebhook;
     return send({
@@ -254,8 +261,22 @@ export class DeliveryWorker {
       body: delivery.payload,
       timeoutMs: this.options.timeoutMs,
       maxResponseBytes: this.options.maxResponseBytes,
-      allowPrivate: this.options.allowPrivate,
+      allowPrivate,
     });
+  }
+
+  /**
+   * Whether this subscription's deliveries may go to a private address: an admin's by
+   * `allowPrivate`, a tenant's by `tenantPrivateAddresses`. Only where the two differ (a
+   * deployment allowing private addresses) is the subscription read, for its owner.
+   */
+  private async privateAllowed(webhookId: string): Promise<boolean> {
+    const { allowPrivate, tenantPrivateAddresses } = this.options;
+    if (allowPrivate === tenantPrivateAddresses) return allowPrivate;
+    const sub = await this.deps.reads.subscription(webhookId);
+    // One gone meanwhile goes nowhere private.
+    if (sub === undefined) return false;
+    return sub.tenantId === undefined ? allowPrivate : tenantPrivateAddresses;
   }
 
   /** What an attempt's outcome makes of the delivery. */

@@ -6,8 +6,10 @@
  * A subscription made with a tenant key is that tenant's (`tenantId`): listed to that tenant
  * and admins only, and matched by the store only against the events of that tenant's forests
  * (outbox.ts), `rootId` included: naming another tenant's root is accepted as naming an unknown
- * one is (nothing tells the two apart) and never matches. One made with an admin key is global:
- * every forest's events, listed to admins only.
+ * one is (nothing tells the two apart) and never matches. Its URL always passes the address
+ * guard (here, and at every delivery: delivery-worker.ts): only an admin may point the service
+ * at its own network, so AGENTFOREST_WEBHOOK_ALLOW_PRIVATE is an admin's alone. One made with
+ * an admin key is global: every forest's events, listed to admins only.
  *
  * The subscriptions are also kept in memory here, to tell which events anyone wants (the
  * Interest of webhook-events.ts): exact with one instance, where every change passes here.
@@ -38,8 +40,10 @@ export interface SubscriptionDeps {
   reads: WebhookReads;
   clock: Clock;
   ids: IdSource;
-  /** Loopback, link-local and private destinations are allowed (self-hosted setups, tests). */
+  /** Loopback, link-local and private destinations are allowed to an admin (self-hosted setups, tests). */
   allowPrivate: boolean;
+  /** And to a tenant (tests only): otherwise a tenant's URL passes the address guard, whatever `allowPrivate` says. */
+  tenantPrivateAddresses: boolean;
   /** Whether every subscription change passes through this instance (one instance). */
   exact: boolean;
 }
@@ -67,7 +71,8 @@ export class WebhookSubscriptions {
 
   /** A subscription owned by `principal`'s tenant, or global when it is an admin. */
   async create(principal: Principal, input: NewSubscription): Promise<WebhookSubscription> {
-    const url = await this.checkUrl(input.url);
+    const tenantId = ownerFor(principal);
+    const url = await this.checkUrl(input.url, tenantId === undefined ? this.deps.allowPrivate : this.deps.tenantPrivateAddresses);
     let secret = input.secret;
     if (secret === undefined) secret = generateSecret();
     else {
@@ -77,7 +82,6 @@ export class WebhookSubscriptions {
         throw new ServiceError('VALIDATION', error instanceof Error ? error.message : 'the webhook secret is malformed');
       }
     }
-    const tenantId = ownerFor(principal);
     const subscription: WebhookSubscription = {
       id: this.deps.ids.next('webhook'),
       url: url.href,
@@ -141,10 +145,10 @@ export class WebhookSubscriptions {
     return sub;
   }
 
-  private async checkUrl(raw: string): Promise<URL> {
+  private async checkUrl(raw: string, allowPrivate: boolean): Promise<URL> {
     try {
       const url = parseWebhookUrl(raw);
-      await resolvePublic(url.hostname, this.deps.allowPrivate);
+      await resolvePublic(url.hostname, allowPrivate);
       return url;
     } catch (error) {
       if (error instanceof WebhookAddressError) throw new ServiceError('VALIDATION', `url: ${error.message}`);

@@ -37,6 +37,7 @@ export class Webhooks {
       clock: deps.clock,
       ids: deps.ids,
       allowPrivate: options.allowPrivate,
+      tenantPrivateAddresses: options.tenantPrivateAddresses,
       exact: deps.forests.exclusive,
     });
     this.events = new WebhookEvents({ log: deps.log, clock: deps.clock, interested: this.subscriptions.interested });

@@ -9,7 +9,9 @@
  * the server or outlives its timeout is an outcome the model can read, never a thrown error.
  *
  * An endpoint with an `addressGuard` (a tenant's server) is reached through a fetch whose every
- * connection passes the address guard (public-address.ts), closed with the connection.
+ * connection passes the address guard (public-address.ts), closed with the connection. One
+ * with a `gate` asks it before every HTTP request, the stream's and the reconnections' too: a
+ * request it refuses is not sent, and fails with the gate's error.
  */
 import { setMaxListeners } from 'node:events';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -24,7 +26,14 @@ import { guardedFetch, type GuardedFetch } from './public-address.js';
 export const EFFECT_KEY_META = 'io.agentforest/effectKey';
 
 export type ToolServerEndpoint =
-  | { transport: 'http'; url: string; headers: Readonly<Record<string, string>>; addressGuard?: { allowPrivate: boolean } | undefined }
+  | {
+      transport: 'http';
+      url: string;
+      headers: Readonly<Record<string, string>>;
+      addressGuard?: { allowPrivate: boolean } | undefined;
+      /** Asked before every request; throws (and the request is not sent) when it may not go. */
+      gate?: (() => void) | undefined;
+    }
   | { transport: 'stdio'; command: string; args: readonly string[]; env: Readonly<Record<string, string>> };
 
 export interface McpTool {
@@ -62,7 +71,7 @@ export class McpConnection {
     }
     const url = new URL(endpoint.url);
     const guard = endpoint.addressGuard === undefined ? undefined : guardedFetch(endpoint.addressGuard.allowPrivate);
-    const base = guard?.fetch ?? fetch;
+    const base = gated(guard?.fetch ?? fetch, endpoint.gate);
     try {
       try {
         return await McpConnection.connect(new StreamableHTTPClientTransport(url, { fetch: withIdempotencyKey(endpoint.headers, base) }), options, guard);
@@ -70,7 +79,7 @@ export class McpConnection {
         // A server of the earlier, session-based revision answers the Streamable HTTP POST with a 4xx.
         if (!refusedStreamable(streamable)) throw streamable;
         const headers = { ...endpoint.headers };
-        const sse = new SSEClientTransport(url, { requestInit: { headers }, eventSourceInit: { fetch: withHeaders(headers, base) }, ...(guard === undefined ? {} : { fetch: guard.fetch }) });
+        const sse = new SSEClientTransport(url, { requestInit: { headers }, eventSourceInit: { fetch: withHeaders(headers, base) }, fetch: base });
         return await McpConnection.connect(sse, options, guard);
       }
     } catch (error) {
@@ -152,6 +161,19 @@ function withIdempotencyKey(headers: Readonly<Record<string, string>>, base: typ
     if (init?.signal !== undefined && init.signal !== null) setMaxListeners(Infinity, init.signal);
     const key = effectKeyOf(init?.body);
     return withHeaders(key === undefined ? headers : { ...headers, 'idempotency-key': key }, base)(input, init);
+  };
+}
+
+/** `base`, once `gate` lets the request go; when it throws, nothing is sent and the request fails with its error. */
+function gated(base: typeof fetch, gate: (() => void) | undefined): typeof fetch {
+  if (gate === undefined) return base;
+  return (input, init) => {
+    try {
+      gate();
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
+    return base(input, init);
   };
 }
 

@@ -6,12 +6,14 @@
  *
  * A tenant's registration (`tenantId`) is never a command: only an admin key may have the
  * service run a process on its host. Its URL's address is checked by its registry
- * (public-address.ts), which resolves it.
+ * (public-address.ts), which resolves it. Its secrets are checked again before every request
+ * (`unlentSecret`): a variable lent to the tenant when it registered may be given to another
+ * tenant, or taken back, since.
  */
 import type { ToolServerBody } from '../../contract/index.js';
 import { ServiceError } from '../../domain/errors.js';
 import type { SecretValue, ToolServerConfig } from '../../domain/tool-servers.js';
-import { checkLentSecret, type ModelPolicy } from '../../driver/model-policy.js';
+import { checkLentSecret, keyLentTo, type ModelPolicy } from '../../driver/model-policy.js';
 
 export interface ToolServerRules {
   /** stdio servers are allowed (AGENTFOREST_TOOL_SERVER_COMMANDS=on). */
@@ -70,4 +72,27 @@ function secrets(values: Record<string, SecretValue>, url: string | undefined, f
       return [key, { env: value.env }];
     }),
   );
+}
+
+/**
+ * Why a request to a tenant's server may not carry the secrets its configuration names now
+ * (registration's rule again: each variable still lent to the tenant, set, and the URL under
+ * AGENTFOREST_MODEL_BASE_URLS when that is given), or undefined when it may. A global server's
+ * secrets are the admin's to lend: undefined.
+ */
+export function unlentSecret(config: ToolServerConfig, policy: ModelPolicy): string | undefined {
+  const { tenantId } = config;
+  if (tenantId === undefined) return undefined;
+  for (const [header, value] of Object.entries(config.headers ?? {})) {
+    if (typeof value === 'string') continue;
+    const field = `headers.${header}`;
+    if (!keyLentTo(value.env, policy, tenantId)) return `${field} names "${value.env}", which is no longer lent to tenant "${tenantId}" (its modelKeyEnvs): the secret is not sent`;
+    try {
+      checkLentSecret(value.env, config.url, policy, field, tenantId);
+    } catch (error) {
+      if (error instanceof ServiceError) return `${error.message}: the secret is not sent`;
+      throw error;
+    }
+  }
+  return undefined;
 }

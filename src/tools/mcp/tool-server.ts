@@ -8,22 +8,27 @@
  *
  * A tenant's server (its configuration says whose) lends its tools to that tenant's agents
  * only, is connected to through the address guard (public addresses only), and is never
- * started as a command, whoever stored it and wherever it was stored.
+ * started as a command, whoever stored it and wherever it was stored. Before every request it
+ * sends, its secrets are checked to be lent to its tenant still (tool-server-config.ts
+ * `unlentSecret`): one that is not makes the request fail unsent, and the server unreachable
+ * saying which variable is no longer its tenant's.
  */
 import { Ajv, type ValidateFunction } from 'ajv';
 import type { Logger } from 'pino';
 import type { ToolServerView } from '../../contract/index.js';
 import { DEFAULT_TOOL_SERVER_TIMEOUT_MS, type SecretValue, type ToolServerConfig, type ToolServerState } from '../../domain/tool-servers.js';
+import type { ModelPolicy } from '../../driver/model-policy.js';
 import type { ServiceTool } from '../tool-registry.js';
 import { McpConnection, type McpCallOutcome, type McpTool, type ToolServerEndpoint } from './mcp-connection.js';
 import { mcpServiceTool } from './mcp-tool.js';
 import { Semaphore } from './semaphore.js';
+import { unlentSecret } from './tool-server-config.js';
 
 export interface ToolServerDeps {
   /** Installs a tool for every agent granted it; returns its removal. */
   register: (tool: ServiceTool) => () => void;
-  /** The service's environment, where named secrets are read. */
-  env: Readonly<Record<string, string | undefined>>;
+  /** Which variables are lent as secrets, to whom (a tenant's server's are checked again before every request); its `env` is where they are read. */
+  policy: ModelPolicy;
   /** Calls to one server at once. */
   concurrency: number;
   /** stdio servers may be started here (AGENTFOREST_TOOL_SERVER_COMMANDS=on on this instance). */
@@ -224,12 +229,19 @@ export class ToolServer {
     if (config.transport === 'stdio') {
       return { transport: 'stdio', command: config.command ?? '', args: config.args ?? [], env: this.resolve(config.env) };
     }
-    return { transport: 'http', url: config.url ?? '', headers: this.resolve(config.headers), addressGuard: this.deps.addressGuard };
+    const gate = config.tenantId === undefined ? undefined : () => this.checkSecrets();
+    return { transport: 'http', url: config.url ?? '', headers: this.resolve(config.headers), addressGuard: this.deps.addressGuard, gate };
+  }
+
+  /** Throws, saying which, when a secret its headers name is no longer lent to its tenant. */
+  private checkSecrets(): void {
+    const refused = unlentSecret(this.config, this.deps.policy);
+    if (refused !== undefined) throw new Error(refused);
   }
 
   private resolve(values: Record<string, SecretValue> | undefined): Record<string, string> {
     const out: Record<string, string> = {};
-    for (const [key, value] of Object.entries(values ?? {})) out[key] = typeof value === 'string' ? value : (this.deps.env[value.env] ?? '');
+    for (const [key, value] of Object.entries(values ?? {})) out[key] = typeof value === 'string' ? value : (this.deps.policy.env[value.env] ?? '');
     return out;
   }
 }

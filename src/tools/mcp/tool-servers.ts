@@ -11,9 +11,10 @@
  *
  * A server registered with a tenant's key is that tenant's (setting-owners.ts): listed to it
  * and to admins, its tools lent to its agents only; its URL must resolve to public addresses
- * only, at registration and at every connection, and it is never a command. Who may put or
- * remove a name is checked again in the span that queues the change (with several instances,
- * within the bound setting-owners.ts states).
+ * only, at registration and at every connection; its secrets go only while they are its
+ * tenant's (checked before every request, tool-server.ts); and it is never a command. Who may
+ * put or remove a name is checked again in the span that queues the change (with several
+ * instances, within the bound setting-owners.ts states).
  */
 import type { Logger } from 'pino';
 import type { ToolServerBody, ToolServerView } from '../../contract/index.js';
@@ -185,7 +186,7 @@ export class ToolServers {
   private make(name: string, config: ToolServerConfig, updatedAt: string): ToolServer {
     const { register, policy, concurrency, commands, logger, onCall } = this.deps;
     const addressGuard = config.tenantId === undefined ? undefined : { allowPrivate: this.deps.tenantPrivateAddresses === true };
-    return new ToolServer(name, config, updatedAt, { register, env: policy.env, concurrency, commands, addressGuard, logger, ...(onCall === undefined ? {} : { onCall }) });
+    return new ToolServer(name, config, updatedAt, { register, policy, concurrency, commands, addressGuard, logger, ...(onCall === undefined ? {} : { onCall }) });
   }
 
   private require(name: string): ToolServer {

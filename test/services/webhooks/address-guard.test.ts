@@ -34,6 +34,22 @@ const PUBLIC = [
   '::ffff:8.8.8.8',
   '::ffff:808:808',
   '64:ff9b::808:808',
+  // Just outside the ranges of NOT_GLOBAL.
+  '192.0.3.0',
+  '192.88.100.0',
+  '198.51.99.255',
+  '198.51.101.0',
+  '203.0.112.255',
+  '203.0.114.0',
+  '64:ff9b:2::1',
+  '100:0:0:2::1',
+  '2001:200::1',
+  '2001:db7:ffff::1',
+  '2001:db9::1',
+  '3fef:ffff::1',
+  '3fff:1000::1',
+  '5eff:ffff::1',
+  '2002:808:808::1',
 ];
 
 const PRIVATE = [
@@ -74,6 +90,38 @@ const PRIVATE = [
   '64:ff9b::127.0.0.1',
 ];
 
+/**
+ * What the IANA special-purpose registries mark as not globally reachable, beyond the private
+ * and loopback ranges: documentation, benchmarking, discard, translation for local use, and
+ * IPv6 forms carrying such an IPv4 address. Nothing public answers there, so whatever does is
+ * the host's own network (this container's eth0 is in 192.0.2.0/24).
+ */
+const NOT_GLOBAL = [
+  '192.0.2.1',
+  '192.0.2.255',
+  '198.51.100.7',
+  '203.0.113.200',
+  '192.88.99.1',
+  '::ffff:192.0.2.2',
+  '64:ff9b::c000:202',
+  '2001:db8::1',
+  '2001:db8:ffff:ffff:ffff:ffff:ffff:ffff',
+  '3fff::1',
+  '3fff:fff::1',
+  '100::1',
+  '100::ffff:ffff:ffff:ffff',
+  '100:0:0:1::1',
+  '64:ff9b:1::a00:1',
+  '2001::1',
+  '2001:2::1',
+  '2001:10::1',
+  '2001:1ff:ffff::1',
+  '5f00::1',
+  '2002:7f00:1::1',
+  '2002:c000:202::1',
+  '2002:a00:1::',
+];
+
 const UNPARSEABLE = ['', 'localhost', '127.1', '0x7f000001', '1.2.3.4.5', '256.1.1.1', '[::1]', '::ffff:1.2.3', 'fe80::g'];
 
 describe('isPrivateAddress', () => {
@@ -82,6 +130,10 @@ describe('isPrivateAddress', () => {
   });
 
   it.each(PRIVATE)('refuses %s', (ip) => {
+    expect(isPrivateAddress(ip)).toBe(true);
+  });
+
+  it.each(NOT_GLOBAL)('refuses %s, which is not globally reachable', (ip) => {
     expect(isPrivateAddress(ip)).toBe(true);
   });
 
