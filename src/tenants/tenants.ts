@@ -195,9 +195,10 @@ export class Tenants {
     this.deps.onChange?.(tenant.id);
   }
 
-  /** A model key variable is given to one tenant at most. */
+  /** A model key variable is given to one tenant at most, and never one of the service's own settings. */
   private checkKeyEnvs(id: string, change: TenantChange): void {
     for (const name of change.modelKeyEnvs ?? []) {
+      if (name.startsWith('AGENTFOREST_')) throw new ServiceError('VALIDATION', `modelKeyEnvs: "${name}" is one of the service's own settings, never lent`);
       const owner = this.keyOwner(name);
       if (owner !== undefined && owner !== id) throw new ServiceError('VALIDATION', `modelKeyEnvs: "${name}" is given to tenant "${owner}" already`);
     }

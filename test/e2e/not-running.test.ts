@@ -6,11 +6,11 @@
  * not apply to a root that is not live are refused by name.
  */
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ErrorBody } from '../../src/contract/index.js';
 import { tempDir } from '../fixtures/cleanup.js';
 import { startLabelledChild } from '../fixtures/research-forest.js';
-import { ServerClient, startServer, type RunningServer } from '../fixtures/server-process.js';
+import { ServerClient, startServer, stopLeftoverServers, type RunningServer } from '../fixtures/server-process.js';
 
 const KEY = 'not-running-test-key';
 
@@ -53,6 +53,11 @@ describe('the roots that are not live, after a restart', { timeout: 60_000 }, ()
 
     second = await startServer({ dataPath: data, env: { AGENTFOREST_API_KEYS: KEY } });
     api = new ServerClient(second, KEY);
+  });
+
+  // The second server outlived every run of this file (a process left behind per `npm test`).
+  afterAll(async () => {
+    await stopLeftoverServers();
   });
 
   /** Every page of `path`, following nextCursor. */

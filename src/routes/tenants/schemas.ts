@@ -21,7 +21,7 @@ const fields = {
   name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   quotas: Type.Optional(Quotas),
   modelKeyEnvs: Type.Optional(
-    Type.Array(Type.String({ pattern: '^(?!AGENTFOREST_)[A-Za-z_][A-Za-z0-9_]*_API_KEY$', maxLength: 200 }), {
+    Type.Array(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*_API_KEY$', maxLength: 200 }), {
       maxItems: 50,
       uniqueItems: true,
       description:
