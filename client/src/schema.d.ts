@@ -928,6 +928,14 @@ export interface components {
             model: string;
             /** @description The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored. */
             apiKeyEnv?: string;
+            /** @description Tried in order when a request answers 429 or 5xx, times out, or cannot connect; never on another 4xx or on any answer. Each inherits what it leaves out from the primary. The step's output records the model that answered, and is priced by it. */
+            fallbacks?: {
+                /** @description Default: the primary's. */
+                baseUrl?: string;
+                model: string;
+                /** @description Default: the primary's. */
+                apiKeyEnv?: string;
+            }[];
             temperature?: number;
             /** @description Model requests one turn may make; default 50. Past it the turn fails. */
             maxSteps?: number;
@@ -1136,6 +1144,8 @@ export interface components {
             toolCallId?: string;
             isError?: boolean;
             usage?: components["schemas"]["TokenUsage"];
+            /** @description A model answer: the model that answered, as the driver or a backend said (a fallback, when the primary failed over). */
+            model?: string;
         };
         /** @description A turn opened; its prompt is the message `messageId`. */
         TurnStartEntry: {

@@ -9,7 +9,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { BUDGET_KINDS } from '../domain/budget.js';
 import { ACTIVATION_STATES, AGENT_ID_PATTERN, AGENT_KINDS, AGENT_STATUSES, CHILD_MODES, PROVIDERS } from '../domain/agent.js';
 import { WIRE_ERROR_CODES, type ErrorCode } from '../domain/errors.js';
-import { DEFAULT_MAX_STEPS, MODEL_PROVIDERS } from '../domain/model.js';
+import { DEFAULT_MAX_STEPS, MAX_FALLBACKS, MODEL_PROVIDERS } from '../domain/model.js';
 import { exactInteger, exactNumber, literals, ref, shared } from './schema.js';
 
 export const AgentId = Type.String({ pattern: AGENT_ID_PATTERN, description: 'An agent (and session) id.' });
@@ -36,6 +36,24 @@ const MODEL_SPEC_FIELDS = {
       maxLength: 200,
       description: "The name of the service's environment variable that holds the API key (sent as a Bearer token). The key itself is never stored.",
     }),
+  ),
+  fallbacks: Type.Optional(
+    Type.Array(
+      Type.Object(
+        {
+          baseUrl: Type.Optional(Type.String({ minLength: 1, maxLength: 2000, description: "Default: the primary's." })),
+          model: Type.String({ minLength: 1, maxLength: 200 }),
+          apiKeyEnv: Type.Optional(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$', maxLength: 200, description: "Default: the primary's." })),
+        },
+        { additionalProperties: false },
+      ),
+      {
+        maxItems: MAX_FALLBACKS,
+        description:
+          'Tried in order when a request answers 429 or 5xx, times out, or cannot connect; never on another 4xx or on any answer. ' +
+          "Each inherits what it leaves out from the primary. The step's output records the model that answered, and is priced by it.",
+      },
+    ),
   ),
   temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
   maxSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: `Model requests one turn may make; default ${DEFAULT_MAX_STEPS}. Past it the turn fails.` })),

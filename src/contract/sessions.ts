@@ -57,6 +57,7 @@ export const MessageEntry = entry('message', 'MessageEntry', 'A message in the l
   toolCallId: Type.Optional(Type.String()),
   isError: Type.Optional(Type.Boolean()),
   usage: Type.Optional(ref(TokenUsage)),
+  model: Type.Optional(Type.String({ description: 'A model answer: the model that answered, as the driver or a backend said (a fallback, when the primary failed over).' })),
 });
 
 export const TurnStartEntry = entry('turn-start', 'TurnStartEntry', 'A turn opened; its prompt is the message `messageId`.', {

@@ -47,6 +47,8 @@ export interface Message {
   isError?: boolean;
   /** An assistant message: the tokens the model request that produced it used, when known. */
   usage?: TokenUsage;
+  /** An assistant message: the model that answered, when known (a fallback's, when the primary failed over). */
+  model?: string;
 }
 
 export function textBlocks(content: string | readonly TextBlock[]): TextBlock[] {

@@ -23,7 +23,39 @@ export interface ModelSpec {
    * entry before sending the step; absent: it never compacts on its own.
    */
   maxContextTokens?: number;
+  /**
+   * Models tried in order when a request to the one before answers 429 or 5xx, times out, or
+   * cannot connect (never on another 4xx or on an answer, whatever it says). Each inherits
+   * what it leaves out from the primary: its `baseUrl` and `apiKeyEnv`.
+   */
+  fallbacks?: ModelFallback[];
 }
+
+export interface ModelFallback {
+  baseUrl?: string;
+  model: string;
+  apiKeyEnv?: string;
+}
+
+/** Where one request of a step may go: the primary, or a fallback with what it inherits filled in. */
+export interface ModelEndpoint {
+  baseUrl: string;
+  model: string;
+  apiKeyEnv?: string;
+}
+
+/** The primary and its fallbacks, in the order they are tried. */
+export function endpointsOf(spec: ModelSpec): ModelEndpoint[] {
+  const primary: ModelEndpoint = { baseUrl: spec.baseUrl, model: spec.model, ...(spec.apiKeyEnv === undefined ? {} : { apiKeyEnv: spec.apiKeyEnv }) };
+  const fallbacks = (spec.fallbacks ?? []).map((f): ModelEndpoint => {
+    const apiKeyEnv = f.apiKeyEnv ?? spec.apiKeyEnv;
+    return { baseUrl: f.baseUrl ?? spec.baseUrl, model: f.model, ...(apiKeyEnv === undefined ? {} : { apiKeyEnv }) };
+  });
+  return [primary, ...fallbacks];
+}
+
+/** The most fallbacks a model may have. */
+export const MAX_FALLBACKS = 4;
 
 export const DEFAULT_MAX_STEPS = 50;
 

@@ -88,6 +88,7 @@ export interface MessageEntryFields {
   toolCallId?: string;
   isError?: boolean;
   usage?: TokenUsage;
+  model?: string;
 }
 
 export function messageEntry(message: Message, at: string): EntryBody {
@@ -103,6 +104,7 @@ export function messageEntry(message: Message, at: string): EntryBody {
   if (message.toolCallId !== undefined) entry.toolCallId = message.toolCallId;
   if (message.isError !== undefined) entry.isError = message.isError;
   if (message.usage !== undefined) entry.usage = message.usage;
+  if (message.model !== undefined) entry.model = message.model;
   return entry;
 }
 

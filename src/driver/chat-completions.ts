@@ -5,6 +5,12 @@
  * wrong ends as a ModelRequestError whose message can be written to a session as is: it names
  * the endpoint's status and its own error text, never the API key; the status is on the error
  * too.
+ *
+ * With fallbacks (several endpoints): a request that answers 429 or 5xx, times out or cannot
+ * connect goes on to the next endpoint at once; after the last, the backoff, then the primary
+ * again (a retry is one more pass over them all). Each attempt then has its share of the step's
+ * deadline (`timeoutMs` / endpoints), so a hanging endpoint leaves the others time. Any other
+ * 4xx, a redirect, or an answer (whatever it says) ends the request on that endpoint.
  */
 import { Buffer } from 'node:buffer';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -21,10 +27,16 @@ export interface RetryPolicy {
   timeoutMs: number;
 }
 
-export interface ChatRequest {
+/** Where a request may go: the model's primary endpoint, or one of its fallbacks. */
+export interface ChatEndpoint {
   baseUrl: string;
   apiKey?: string;
   model: string;
+}
+
+export interface ChatRequest {
+  /** The primary first, then the fallbacks in order. */
+  endpoints: ChatEndpoint[];
   messages: ChatMessage[];
   tools: ChatTool[];
   temperature?: number;
@@ -42,6 +54,10 @@ export interface ChatAnswer {
   toolCalls: RawToolCall[];
   usage?: TokenUsage;
   attempts: number;
+  /** The model that answered (a fallback's when the primary failed over). */
+  model: string;
+  /** Requests that failed over to the next endpoint before this answer. */
+  fallovers: number;
 }
 
 export class ModelRequestError extends Error {
@@ -78,17 +94,13 @@ export function completionsUrl(baseUrl: string): string {
 }
 
 export async function completeChat(request: ChatRequest, policy: RetryPolicy, cancel: AbortSignal, fetchImpl: Fetch = fetch): Promise<ChatAnswer> {
-  const url = completionsUrl(request.baseUrl);
-  const key = request.apiKey;
+  const endpoints = request.endpoints;
+  const keys = endpoints.map((e) => e.apiKey).filter((k): k is string => k !== undefined && k !== '');
   // An endpoint may quote the key it was sent (`Incorrect API key provided: sk-...`), and what
-  // it answers goes into a session: the key never does.
-  const redact = (text: string): string => (key !== undefined && key !== '' && text.includes(key) ? text.split(key).join('[redacted]') : text);
-  const body: Record<string, unknown> = { model: request.model, messages: request.messages };
-  if (request.tools.length > 0) body.tools = request.tools;
-  if (request.temperature !== undefined) body.temperature = request.temperature;
-  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
-  if (request.apiKey !== undefined) headers.authorization = `Bearer ${request.apiKey}`;
-  const payload = JSON.stringify(body);
+  // it answers goes into a session: no key ever does.
+  const redact = (text: string): string => keys.reduce((t, key) => (t.includes(key) ? t.split(key).join('[redacted]') : t), text);
+  // With fallbacks each attempt has its share of the step's deadline: a hanging endpoint leaves the others time.
+  const attemptMs = endpoints.length > 1 ? Math.max(1, Math.floor(policy.timeoutMs / endpoints.length)) : undefined;
 
   // One controller per step, aborted by the deadline or by the caller's cancel signal (whose
   // listener is removed again: the caller's signal lives as long as its agent's loop).
@@ -102,45 +114,31 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
   const onCancel = (): void => step.abort();
   cancel.addEventListener('abort', onCancel, { once: true });
   if (cancel.aborted) step.abort();
-  const timedOut = (attempts: number): ModelRequestError =>
+  const timedOut = (url: string, attempts: number): ModelRequestError =>
     new ModelRequestError(`no answer from ${url} within ${policy.timeoutMs} ms (${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts);
   try {
     let attempts = 0;
-    for (;;) {
-      attempts++;
-      let failure: { message: string; retryable: boolean; retryAfterMs?: number; status?: number };
-      try {
-        // A redirect would re-send the conversation to a URL no policy checked: not followed.
-        const response = await fetchImpl(url, { method: 'POST', headers, body: payload, signal, redirect: 'manual' });
-        if (response.status >= 300 && response.status < 400) {
-          await response.body?.cancel().catch(() => undefined);
-          throw new ModelRequestError(
-            `${url} answered ${response.status}, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`,
-            attempts,
-            response.status,
-          );
-        }
-        const text = redact(await readLimited(response, url, attempts));
-        if (response.ok) return { ...parseCompletion(url, text, attempts, response.status), attempts };
-        failure = {
-          message: `${url} answered ${response.status}${errorText(text)}`,
-          retryable: response.status === 429 || response.status >= 500,
-          status: response.status,
-        };
-        const retryAfter = retryAfterMs(response.headers.get('retry-after'));
-        if (retryAfter !== undefined) failure.retryAfterMs = retryAfter;
-      } catch (error) {
-        if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
-        if (expired) throw timedOut(attempts);
-        if (error instanceof ModelRequestError) throw error;
-        failure = { message: `could not reach ${url}: ${networkReason(error)}`, retryable: true };
+    let fallovers = 0;
+    for (let round = 0; ; round++) {
+      let failure: Failure | undefined;
+      for (const [index, endpoint] of endpoints.entries()) {
+        attempts++;
+        const url = completionsUrl(endpoint.baseUrl);
+        const outcome = await attempt({ endpoint, url, request, step: signal, attemptMs, fetchImpl, attempts, redact }).catch((error: unknown) => {
+          if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
+          if (expired) throw timedOut(url, attempts);
+          throw error;
+        });
+        if ('answer' in outcome) return { ...outcome.answer, attempts, model: endpoint.model, fallovers };
+        failure = { ...outcome.failure, message: redact(outcome.failure.message) };
+        if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
+        if (index < endpoints.length - 1) fallovers++;
       }
-      failure.message = redact(failure.message);
-      if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
-      if (attempts > policy.retries) {
+      failure = failure!;
+      if (round >= policy.retries) {
         throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts, failure.status);
       }
-      const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** (attempts - 1));
+      const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** round);
       const wait = failure.retryAfterMs ?? backoff * (0.5 + Math.random() * 0.5);
       try {
         await sleep(wait, undefined, { signal });
@@ -152,6 +150,60 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
   } finally {
     clearTimeout(timer);
     cancel.removeEventListener('abort', onCancel);
+  }
+}
+
+/** Why an attempt failed; `retryable`: 429, 5xx, no connection or an attempt's timeout (the next endpoint, or a retry). */
+interface Failure {
+  message: string;
+  retryable: boolean;
+  retryAfterMs?: number;
+  status?: number;
+}
+
+/**
+ * One request to one endpoint: its answer, or why it failed. Throws a ModelRequestError for a
+ * failure no other endpoint may mend (a redirect, an answer that is no chat completion), and
+ * rethrows when the step's own signal ended it (the caller tells the deadline from a cancel).
+ */
+async function attempt(a: {
+  endpoint: ChatEndpoint;
+  url: string;
+  request: ChatRequest;
+  /** The step's signal (its deadline, or a cancel). */
+  step: AbortSignal;
+  /** This attempt's own bound, with fallbacks. */
+  attemptMs: number | undefined;
+  fetchImpl: Fetch;
+  attempts: number;
+  redact: (text: string) => string;
+}): Promise<{ answer: Omit<ChatAnswer, 'attempts' | 'model' | 'fallovers'> } | { failure: Failure }> {
+  const { endpoint, url, request, step, attemptMs, fetchImpl, attempts } = a;
+  const body: Record<string, unknown> = { model: endpoint.model, messages: request.messages };
+  if (request.tools.length > 0) body.tools = request.tools;
+  if (request.temperature !== undefined) body.temperature = request.temperature;
+  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
+  if (endpoint.apiKey !== undefined) headers.authorization = `Bearer ${endpoint.apiKey}`;
+  const own = attemptMs === undefined ? undefined : AbortSignal.timeout(attemptMs);
+  const signal = own === undefined ? step : AbortSignal.any([step, own]);
+  try {
+    // A redirect would re-send the conversation to a URL no policy checked: not followed.
+    const response = await fetchImpl(url, { method: 'POST', headers, body: JSON.stringify(body), signal, redirect: 'manual' });
+    if (response.status >= 300 && response.status < 400) {
+      await response.body?.cancel().catch(() => undefined);
+      throw new ModelRequestError(`${url} answered ${response.status}, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`, attempts, response.status);
+    }
+    const text = a.redact(await readLimited(response, url, attempts));
+    if (response.ok) return { answer: parseCompletion(url, text, attempts, response.status) };
+    const failure: Failure = { message: `${url} answered ${response.status}${errorText(text)}`, retryable: response.status === 429 || response.status >= 500, status: response.status };
+    const retryAfter = retryAfterMs(response.headers.get('retry-after'));
+    if (retryAfter !== undefined) failure.retryAfterMs = retryAfter;
+    return { failure };
+  } catch (error) {
+    if (step.aborted) throw error;
+    if (own?.aborted === true) return { failure: { message: `no answer from ${url} within ${attemptMs} ms, its share of the step's timeout`, retryable: true } };
+    if (error instanceof ModelRequestError) throw error;
+    return { failure: { message: `could not reach ${url}: ${networkReason(error)}`, retryable: true } };
   }
 }
 
@@ -175,7 +227,7 @@ async function readLimited(response: Response, url: string, attempts: number): P
 }
 
 /** The first choice's message of a chat completion, or a ModelRequestError saying what is wrong with it. */
-function parseCompletion(url: string, text: string, attempts: number, status: number): Omit<ChatAnswer, 'attempts'> {
+function parseCompletion(url: string, text: string, attempts: number, status: number): Omit<ChatAnswer, 'attempts' | 'model' | 'fallovers'> {
   const invalid = (why: string): ModelRequestError => new ModelRequestError(`the answer of ${url} is not a chat completion: ${why}`, attempts, status);
   let parsed: unknown;
   try {
@@ -199,7 +251,7 @@ function parseCompletion(url: string, text: string, attempts: number, status: nu
       arguments: typeof args === 'string' ? args : args === undefined ? '' : JSON.stringify(args),
     };
   });
-  const answer: Omit<ChatAnswer, 'attempts'> = { content: contentText(message.content), toolCalls };
+  const answer: Omit<ChatAnswer, 'attempts' | 'model' | 'fallovers'> = { content: contentText(message.content), toolCalls };
   const usage = isRecord(parsed) ? usageOf(parsed.usage) : undefined;
   if (usage !== undefined) answer.usage = usage;
   return answer;

@@ -15,7 +15,7 @@ import { awaitsCall } from '../steps/agent-steps.js';
 import type { Logger } from 'pino';
 import { ServiceError } from '../domain/errors.js';
 import type { ToolCall } from '../domain/message.js';
-import { DEFAULT_MAX_STEPS, type ModelSpec } from '../domain/model.js';
+import { DEFAULT_MAX_STEPS, endpointsOf, type ModelSpec } from '../domain/model.js';
 import type { ChatMessage, ChatTool } from '../domain/step-render.js';
 import { isClaimable } from '../domain/turn-machine.js';
 import type { LiveAgent, StepClaim } from '../agents/live-agent.js';
@@ -199,17 +199,18 @@ export class ModelDriver {
   private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal): Promise<ChatAnswer> {
     const started = performance.now();
     const seconds = (): number => (performance.now() - started) / 1000;
-    // checkModel found the variable set.
-    const apiKey = model.apiKeyEnv === undefined ? undefined : this.options.env[model.apiKeyEnv];
+    // checkModel found every variable set.
+    const endpoints = endpointsOf(model).map((e) => {
+      const apiKey = e.apiKeyEnv === undefined ? undefined : this.options.env[e.apiKeyEnv];
+      return { baseUrl: e.baseUrl, model: e.model, ...(apiKey === undefined ? {} : { apiKey }) };
+    });
     let answer: ChatAnswer;
     try {
       answer = await completeChat(
         {
-          baseUrl: model.baseUrl,
-          model: model.model,
+          endpoints,
           messages,
           tools,
-          ...(apiKey === undefined ? {} : { apiKey }),
           ...(model.temperature === undefined ? {} : { temperature: model.temperature }),
         },
         this.options,
@@ -242,6 +243,8 @@ export class ModelDriver {
       calls.push({ id, name: raw.name, input });
     }
     const output = {
+      // Which model answered (a fallback's, when the primary failed over): the step is priced by it.
+      model: answer.model,
       ...(answer.content === null ? {} : { content: answer.content }),
       ...(calls.length === 0 ? {} : { toolCalls: calls }),
       ...(answer.usage === undefined ? {} : { usage: answer.usage }),

@@ -41,25 +41,36 @@ export function keyLentTo(name: string, policy: ModelPolicy, tenantId: string | 
  * to the operator's endpoints: otherwise a tenant could send them to a server of its own.
  */
 export function checkModel(spec: ModelSpec, policy: ModelPolicy, tenantId?: string): ModelSpec {
-  const url = parseBaseUrl(spec.baseUrl, 'model.baseUrl');
+  const baseUrl = checkEndpoint(spec, policy, tenantId, 'model');
+  // A fallback is checked as it will be called: with what it inherits from the primary.
+  const fallbacks = spec.fallbacks?.map((fallback, i) => {
+    const inherited = { baseUrl: fallback.baseUrl ?? spec.baseUrl, apiKeyEnv: fallback.apiKeyEnv ?? spec.apiKeyEnv };
+    const url = checkEndpoint(inherited, policy, tenantId, `model.fallbacks[${i}]`);
+    return { ...fallback, ...(fallback.baseUrl === undefined ? {} : { baseUrl: url }) };
+  });
+  return { ...spec, baseUrl, ...(fallbacks === undefined ? {} : { fallbacks }) };
+}
+
+/** Throws VALIDATION, naming `field`, unless this endpoint and key may be used; its base URL normalised. */
+function checkEndpoint(endpoint: { baseUrl: string; apiKeyEnv?: string | undefined }, policy: ModelPolicy, tenantId: string | undefined, field: string): string {
+  const url = parseBaseUrl(endpoint.baseUrl, `${field}.baseUrl`);
   if (policy.baseUrls !== undefined && !policy.baseUrls.some((prefix) => underPrefix(url, parseBaseUrl(prefix, 'AGENTFOREST_MODEL_BASE_URLS')))) {
-    throw new ServiceError('VALIDATION', `model.baseUrl "${spec.baseUrl}" is not one of the endpoints this service may call (AGENTFOREST_MODEL_BASE_URLS)`);
+    throw new ServiceError('VALIDATION', `${field}.baseUrl "${endpoint.baseUrl}" is not one of the endpoints this service may call (AGENTFOREST_MODEL_BASE_URLS)`);
   }
-  if (spec.apiKeyEnv !== undefined) {
-    if (tenantId !== undefined && !keyLentTo(spec.apiKeyEnv, policy, tenantId)) {
-      throw new ServiceError('VALIDATION', `model.apiKeyEnv "${spec.apiKeyEnv}" is not a model key tenant "${tenantId}" may name (the tenant's modelKeyEnvs)`);
+  const name = endpoint.apiKeyEnv;
+  if (name !== undefined) {
+    if (tenantId !== undefined && !keyLentTo(name, policy, tenantId)) {
+      throw new ServiceError('VALIDATION', `${field}.apiKeyEnv "${name}" is not a model key tenant "${tenantId}" may name (the tenant's modelKeyEnvs)`);
     }
-    if (tenantId === undefined && !keyLentTo(spec.apiKeyEnv, policy, undefined)) {
+    if (tenantId === undefined && !keyLentTo(name, policy, undefined)) {
       throw new ServiceError(
         'VALIDATION',
-        `model.apiKeyEnv "${spec.apiKeyEnv}" is not a variable this service lends as an API key (AGENTFOREST_MODEL_KEY_ENVS; by default names ending in _API_KEY)`,
+        `${field}.apiKeyEnv "${name}" is not a variable this service lends as an API key (AGENTFOREST_MODEL_KEY_ENVS; by default names ending in _API_KEY)`,
       );
     }
-    if ((policy.env[spec.apiKeyEnv] ?? '') === '') {
-      throw new ServiceError('VALIDATION', `model.apiKeyEnv "${spec.apiKeyEnv}" is not set in the service's environment`);
-    }
+    if ((policy.env[name] ?? '') === '') throw new ServiceError('VALIDATION', `${field}.apiKeyEnv "${name}" is not set in the service's environment`);
   }
-  return { ...spec, baseUrl: normalised(url) };
+  return normalised(url);
 }
 
 /**

@@ -122,7 +122,7 @@ export class AgentSteps {
   }
 
   /** Record the model's output; returns the tool calls now awaiting results and whether the turn ended. */
-  recordOutput(stepId: string, attempt: number, content: string | readonly TextBlock[] | undefined, toolCalls: ToolCall[], usage?: TokenUsage): { ended: boolean } {
+  recordOutput(stepId: string, attempt: number, content: string | readonly TextBlock[] | undefined, toolCalls: ToolCall[], usage?: TokenUsage, model?: string): { ended: boolean } {
     this.checkFence(stepId, attempt);
     const message: Message = {
       id: this.host.ids.next('message'),
@@ -132,6 +132,7 @@ export class AgentSteps {
     };
     if (toolCalls.length > 0) message.toolCalls = toolCalls;
     if (usage !== undefined) message.usage = usage;
+    if (model !== undefined) message.model = model;
     this.host.apply(recordOutput(this.host.state(), stepId, message, this.host.now()));
     if (this.host.state().turn.phase === 'closing') {
       this.host.apply(closeTurn(this.host.state(), this.host.now()));

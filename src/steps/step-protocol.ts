@@ -165,7 +165,7 @@ export class StepProtocol {
     if (duplicate !== undefined) throw new ServiceError('VALIDATION', `tool call id "${duplicate.id}" is used twice in one output`);
     const usage = output.usage === undefined ? undefined : this.deps.price(output.usage, output.model ?? agent.header.model?.model);
     this.deps.tracing.answeredBy(agent, output.model);
-    const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), usage);
+    const { ended } = agent.steps.recordOutput(stepId, attempt, output.content, calls.map((c) => loggableCall(c, agent.token)), usage, output.model);
     const result: OutputResult = { toolResults: [], awaiting: [], turn: ended ? 'ended' : 'open' };
     const forWorkers = calls.length > 0 ? await this.runCalls(agent, stepId, calls as KeyedCall[], refused, result) : [];
     await this.deps.log.durable(agent.rootId);

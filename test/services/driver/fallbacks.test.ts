@@ -1,0 +1,98 @@
+/**
+ * Fallback models: a request that answers 429 or 5xx, times out or cannot connect goes on to
+ * the next model at once; another 4xx does not; a fallback inherits the primary's endpoint and
+ * key when it names none; the step records which model answered and is priced by it; a fallback
+ * the model policy would refuse is refused at creation, naming it.
+ */
+import { createServer } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { accepted, answer, followup, messagesOf, picture, spec, start, turnEnded } from '../../fixtures/driver.js';
+import { createRoot, json } from '../../fixtures/harness.js';
+import { startModelServer } from '../../fixtures/model-server.js';
+import type { Reply } from '../../../demo/scripted-model.js';
+
+/** A port nothing listens on (bound, then closed). */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+const FAILURES: [string, Reply][] = [
+  ['429', { status: 429, body: JSON.stringify({ error: { message: 'rate limited' } }) }],
+  ['500', { status: 500, body: JSON.stringify({ error: { message: 'boom' } }) }],
+  ['503', { status: 503, body: JSON.stringify({ error: { message: 'overloaded' } }) }],
+];
+
+describe('fallback models', { timeout: 20_000 }, () => {
+  for (const [what, reply] of FAILURES) {
+    it(`falls over to the next model at once on ${what}, and the step records the model that answered`, async () => {
+      const h = await start({ driver: { retries: 2, timeoutMs: 5_000 } });
+      const primary = await startModelServer(() => reply);
+      const fallback = await startModelServer(() => answer('from the fallback'));
+      const root = await createRoot(h.app, { model: { ...spec(primary), fallbacks: [{ baseUrl: fallback.url, model: 'backup-1' }] } });
+      accepted(await followup(h, root.id, 'hi'));
+      const log = await turnEnded(h, root.id);
+      expect(picture(log)).toEqual(['turn-start', 'user:hi', 'step-start:0', 'assistant:from the fallback', 'turn-end:completed']);
+      expect(messagesOf(log, 'assistant')[0]).toMatchObject({ model: 'backup-1' });
+      // One request to each: no retry of the primary before the fallback.
+      expect(primary.requests).toHaveLength(1);
+      expect(fallback.requests).toHaveLength(1);
+      expect(fallback.requests[0]!.body.model).toBe('backup-1');
+    });
+  }
+
+  it('falls over when the primary cannot be reached, or does not answer within its share of the step', async () => {
+    const h = await start({ driver: { retries: 0, timeoutMs: 2_000 } });
+    const fallback = await startModelServer(() => answer('still here'));
+    const hanging = await startModelServer(() => ({ hang: true }));
+    const unreachable = `http://127.0.0.1:${await closedPort()}/v1`;
+    for (const primary of [unreachable, hanging.url]) {
+      const root = await createRoot(h.app, { model: { provider: 'openai-compatible', baseUrl: primary, model: 'main', fallbacks: [{ baseUrl: fallback.url, model: 'backup' }] } });
+      accepted(await followup(h, root.id, 'hi'));
+      expect(picture(await turnEnded(h, root.id))).toContain('assistant:still here');
+    }
+    expect(hanging.requests).toHaveLength(1);
+  });
+
+  it('does not fall over on another 4xx: the turn fails with the primary\u2019s answer', async () => {
+    const h = await start({ driver: { retries: 2 } });
+    const primary = await startModelServer(() => ({ status: 400, body: JSON.stringify({ error: { message: 'bad request' } }) }));
+    const fallback = await startModelServer(() => answer('never'));
+    const root = await createRoot(h.app, { model: { ...spec(primary), fallbacks: [{ baseUrl: fallback.url, model: 'backup' }] } });
+    accepted(await followup(h, root.id, 'hi'));
+    const log = await turnEnded(h, root.id);
+    expect(log.at(-1)).toMatchObject({ type: 'turn-end', reason: 'failed', error: `model request failed: ${primary.url}/chat/completions answered 400: bad request` });
+    expect(fallback.requests).toHaveLength(0);
+  });
+
+  it("a fallback that names no endpoint uses the primary's, and the step is priced by the model that answered", async () => {
+    const prices = new Map([
+      ['main', { prompt: 1_000_000, completion: 1_000_000 }],
+      ['cheap', { prompt: 1, completion: 1 }],
+    ]);
+    const h = await start({ modelPrices: prices });
+    const model = await startModelServer((req) => (req.model === 'main' ? { status: 529, body: '{}' } : answer(`answered by ${req.model}`)));
+    const root = await createRoot(h.app, { model: { ...spec(model, { model: 'main' }), fallbacks: [{ model: 'cheap' }] } });
+    accepted(await followup(h, root.id, 'hi'));
+    const log = await turnEnded(h, root.id);
+    const said = messagesOf(log, 'assistant')[0]!;
+    expect(said).toMatchObject({ model: 'cheap' });
+    const usage = said.usage as { promptTokens: number; completionTokens: number; costMicroUsd: number };
+    expect(usage.costMicroUsd).toBe(usage.promptTokens + usage.completionTokens);
+    expect(model.requests.map((r) => r.body.model)).toEqual(['main', 'cheap']);
+  });
+
+  it('refuses at creation a fallback the model policy refuses, naming it', async () => {
+    const h = await start({ modelPolicy: { baseUrls: ['http://127.0.0.1:1/v1'] } });
+    const res = await h.app.inject({
+      method: 'POST',
+      url: '/v1/agents',
+      payload: { model: { provider: 'openai-compatible', baseUrl: 'http://127.0.0.1:1/v1', model: 'm', fallbacks: [{ baseUrl: 'https://elsewhere.example/v1', model: 'n' }] } },
+    });
+    expect(res.statusCode).toBe(400);
+    expect(json<{ message: string }>(res).message).toContain('model.fallbacks[0].baseUrl');
+  });
+});
