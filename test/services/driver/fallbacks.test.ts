@@ -7,7 +7,8 @@
 import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { accepted, answer, followup, messagesOf, picture, spec, start, turnEnded } from '../../fixtures/driver.js';
-import { createRoot, json } from '../../fixtures/harness.js';
+import { createRoot, json, postOutput, session } from '../../fixtures/harness.js';
+import { nextStep } from '../../fixtures/forest.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 import type { Reply } from '../../../demo/scripted-model.js';
 
@@ -94,5 +95,14 @@ describe('fallback models', { timeout: 20_000 }, () => {
     });
     expect(res.statusCode).toBe(400);
     expect(json<{ message: string }>(res).message).toContain('model.fallbacks[0].baseUrl');
+  });
+
+  it("records the model a backend says answered, as the driver records its own", async () => {
+    const h = await start();
+    const root = await createRoot(h.app, { id: 'backend-driven' });
+    accepted(await followup(h, root.id, 'hi'));
+    const step = await nextStep(h, root);
+    expect(json(await postOutput(h.app, root, step.id, { content: 'done', model: 'their-model-7' }))).toMatchObject({ turn: 'ended' });
+    expect(messagesOf(await session(h.app, root.id), 'assistant')[0]).toMatchObject({ model: 'their-model-7' });
   });
 });
