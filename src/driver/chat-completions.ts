@@ -34,9 +34,15 @@ export interface ChatEndpoint {
   model: string;
 }
 
+/** How one attempt ended, as the metrics count it per endpoint. */
+export const ATTEMPT_OUTCOMES = ['ok', '429', '5xx', '4xx', 'timeout', 'unreachable', 'invalid'] as const;
+export type AttemptOutcome = (typeof ATTEMPT_OUTCOMES)[number];
+
 export interface ChatRequest {
   /** The primary first, then the fallbacks in order. */
   endpoints: ChatEndpoint[];
+  /** Told how each attempt ended, and whether it fell over to the next endpoint. */
+  onAttempt?: (endpoint: ChatEndpoint, outcome: AttemptOutcome, fellOver: boolean) => void;
   messages: ChatMessage[];
   tools: ChatTool[];
   temperature?: number;
@@ -126,13 +132,19 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         const url = completionsUrl(endpoint.baseUrl);
         const outcome = await attempt({ endpoint, url, request, step: signal, attemptMs, fetchImpl, attempts, redact }).catch((error: unknown) => {
           if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
+          request.onAttempt?.(endpoint, expired ? 'timeout' : 'invalid', false);
           if (expired) throw timedOut(url, attempts);
           throw error;
         });
-        if ('answer' in outcome) return { ...outcome.answer, attempts, model: endpoint.model, fallovers };
+        if ('answer' in outcome) {
+          request.onAttempt?.(endpoint, 'ok', false);
+          return { ...outcome.answer, attempts, model: endpoint.model, fallovers };
+        }
         failure = { ...outcome.failure, message: redact(outcome.failure.message) };
+        const fellOver = failure.retryable && index < endpoints.length - 1;
+        request.onAttempt?.(endpoint, failure.outcome, fellOver);
         if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
-        if (index < endpoints.length - 1) fallovers++;
+        if (fellOver) fallovers++;
       }
       failure = failure!;
       if (round >= policy.retries) {
@@ -156,6 +168,7 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
 /** Why an attempt failed; `retryable`: 429, 5xx, no connection or an attempt's timeout (the next endpoint, or a retry). */
 interface Failure {
   message: string;
+  outcome: Exclude<AttemptOutcome, 'ok' | 'invalid'>;
   retryable: boolean;
   retryAfterMs?: number;
   status?: number;
@@ -195,15 +208,16 @@ async function attempt(a: {
     }
     const text = a.redact(await readLimited(response, url, attempts));
     if (response.ok) return { answer: parseCompletion(url, text, attempts, response.status) };
-    const failure: Failure = { message: `${url} answered ${response.status}${errorText(text)}`, retryable: response.status === 429 || response.status >= 500, status: response.status };
+    const outcome = response.status === 429 ? '429' : response.status >= 500 ? '5xx' : '4xx';
+    const failure: Failure = { message: `${url} answered ${response.status}${errorText(text)}`, outcome, retryable: outcome !== '4xx', status: response.status };
     const retryAfter = retryAfterMs(response.headers.get('retry-after'));
     if (retryAfter !== undefined) failure.retryAfterMs = retryAfter;
     return { failure };
   } catch (error) {
     if (step.aborted) throw error;
-    if (own?.aborted === true) return { failure: { message: `no answer from ${url} within ${attemptMs} ms, its share of the step's timeout`, retryable: true } };
+    if (own?.aborted === true) return { failure: { message: `no answer from ${url} within ${attemptMs} ms, its share of the step's timeout`, outcome: 'timeout', retryable: true } };
     if (error instanceof ModelRequestError) throw error;
-    return { failure: { message: `could not reach ${url}: ${networkReason(error)}`, retryable: true } };
+    return { failure: { message: `could not reach ${url}: ${networkReason(error)}`, outcome: 'unreachable', retryable: true } };
   }
 }
 

@@ -25,7 +25,7 @@ import type { StepProtocol } from '../steps/step-protocol.js';
 import type { Compactions } from '../steps/compactions.js';
 import { stepObject } from '../steps/rendered-step.js';
 import { readArguments } from '../steps/chat-output.js';
-import { completeChat, ModelRequestCancelled, ModelRequestError, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
+import { completeChat, ModelRequestCancelled, ModelRequestError, type AttemptOutcome, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
 export interface DriverOptions extends RetryPolicy {
@@ -63,6 +63,8 @@ export interface ModelDriverDeps {
 
 export type DriverEvent =
   | { kind: 'request'; outcome: 'ok' | 'failed'; attempts: number; seconds: number }
+  /** One attempt at one endpoint (`<baseUrl> <model>`), and whether it fell over to the next. */
+  | { kind: 'attempt'; provider: string; outcome: AttemptOutcome; fellOver: boolean }
   | { kind: 'tokens'; prompt: number; completion: number };
 
 /** Whether the built-in driver runs this agent's steps: its session header names a model. */
@@ -209,6 +211,7 @@ export class ModelDriver {
       answer = await completeChat(
         {
           endpoints,
+          onAttempt: (e, outcome, fellOver) => this.deps.observe?.({ kind: 'attempt', provider: `${e.baseUrl} ${e.model}`, outcome, fellOver }),
           messages,
           tools,
           ...(model.temperature === undefined ? {} : { temperature: model.temperature }),

@@ -68,6 +68,8 @@ export class Metrics {
   private readonly storeEntries: client.Counter;
   private readonly wakeups = new Map<string, number>();
   private readonly modelRequests: client.Counter<'outcome'>;
+  private readonly providerRequests: client.Counter<'provider' | 'outcome'>;
+  private readonly fallbacks: client.Counter<'provider'>;
   private readonly modelRetries: client.Counter;
   private readonly modelDuration: client.Histogram<'outcome'>;
   private readonly modelTokens: client.Counter<'kind'>;
@@ -123,6 +125,18 @@ export class Metrics {
     });
     this.storeEntries = new client.Counter({ name: 'agentforest_store_entries_total', help: 'Session entries committed.', registers });
     this.modelRequests = new client.Counter({ name: 'agentforest_model_requests_total', help: 'Requests the built-in model driver made to a model (steps and compaction summaries), by outcome (ok or failed).', labelNames: ['outcome'], registers });
+    this.providerRequests = new client.Counter({
+      name: 'agentforest_model_provider_requests_total',
+      help: 'Requests the built-in driver sent to each provider (`<baseUrl> <model>`), one per attempt, by outcome: ok, 429, 5xx, 4xx, timeout, unreachable, invalid.',
+      labelNames: ['provider', 'outcome'],
+      registers,
+    });
+    this.fallbacks = new client.Counter({
+      name: 'agentforest_model_fallbacks_total',
+      help: "Attempts at a provider that failed over to the model's next fallback.",
+      labelNames: ['provider'],
+      registers,
+    });
     this.modelRetries = new client.Counter({ name: 'agentforest_model_retries_total', help: 'Model requests the built-in driver repeated after a 429, 5xx or connection failure.', registers });
     this.modelDuration = new client.Histogram({
       name: 'agentforest_model_request_seconds',
@@ -261,6 +275,11 @@ export class Metrics {
   }
 
   private modelRequest(event: DriverEvent): void {
+    if (event.kind === 'attempt') {
+      this.providerRequests.inc({ provider: event.provider, outcome: event.outcome });
+      if (event.fellOver) this.fallbacks.inc({ provider: event.provider });
+      return;
+    }
     if (event.kind === 'tokens') {
       this.modelTokens.inc({ kind: 'prompt' }, event.prompt);
       this.modelTokens.inc({ kind: 'completion' }, event.completion);

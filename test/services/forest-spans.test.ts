@@ -51,6 +51,17 @@ describe('ForestSpans', () => {
     expect(parentOf(chat)).toBe(turnsOf(root.id)[0]!.spanContext().spanId);
   });
 
+  it("marks a chat span whose primary model failed over, naming the fallback that answered", async () => {
+    const h = await traced();
+    const model = await startModelServer((req) => (req.model === 'main' ? { status: 503, body: '{}' } : answer('from the fallback')));
+    const root = await createRoot(h.app, { model: { ...spec(model, { model: 'main' }), fallbacks: [{ model: 'spare' }] } });
+    await followup(h, root.id, 'go');
+    await turnEnded(h, root.id);
+    await until(() => turnsOf(root.id).length === 1, 'the turn span ended', DRIVER_WAIT);
+    const chat = ended().find((s) => s.name === 'chat main' && parentOf(s) === turnsOf(root.id)[0]!.spanContext().spanId)!;
+    expect(chat.attributes).toMatchObject({ 'gen_ai.request.model': 'main', 'gen_ai.response.model': 'spare', 'agentforest.model.fallback': true });
+  });
+
   it('ends a failed turn with status error and its reason', async () => {
     const h = await traced();
     const model = await startModelServer(() => ({ status: 400, body: '{"error":{"message":"no such model"}}' }));

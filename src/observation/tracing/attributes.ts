@@ -11,6 +11,9 @@ export const ATTR = {
   agentName: 'gen_ai.agent.name',
   conversationId: 'gen_ai.conversation.id',
   requestModel: 'gen_ai.request.model',
+  responseModel: 'gen_ai.response.model',
+  /** On a `chat` span: the primary model failed over, and a fallback answered (its name is gen_ai.response.model). */
+  modelFallback: 'agentforest.model.fallback',
   inputTokens: 'gen_ai.usage.input_tokens',
   outputTokens: 'gen_ai.usage.output_tokens',
   finishReasons: 'gen_ai.response.finish_reasons',

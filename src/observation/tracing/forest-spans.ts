@@ -286,9 +286,14 @@ export class ForestSpans implements Tracing, RuntimeObserver {
   private endStep(id: string, spans: AgentSpans, chat: Span, message: MessageEntryFields): void {
     spans.chat = undefined;
     const model = spans.answeredBy;
-    if (model !== undefined && endpointOf(this.header(id)).model === undefined) {
+    const primary = endpointOf(this.header(id)).model;
+    if (model !== undefined && primary === undefined) {
       chat.setAttribute(ATTR.requestModel, model);
       chat.updateName(`${OPERATION.chat} ${model}`);
+    } else if (model !== undefined && model !== primary) {
+      // The driver's primary failed over: the span says which fallback answered.
+      chat.setAttribute(ATTR.responseModel, model);
+      chat.setAttribute(ATTR.modelFallback, true);
     }
     if (message.usage !== undefined) {
       chat.setAttribute(ATTR.inputTokens, message.usage.promptTokens);

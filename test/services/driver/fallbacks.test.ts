@@ -42,6 +42,11 @@ describe('fallback models', { timeout: 20_000 }, () => {
       expect(primary.requests).toHaveLength(1);
       expect(fallback.requests).toHaveLength(1);
       expect(fallback.requests[0]!.body.model).toBe('backup-1');
+      const metrics = await h.system.metrics.text();
+      const outcome = what === '429' ? '429' : '5xx';
+      expect(metrics).toContain(`agentforest_model_provider_requests_total{provider="${primary.url} scripted-1",outcome="${outcome}"} 1`);
+      expect(metrics).toContain(`agentforest_model_provider_requests_total{provider="${fallback.url} backup-1",outcome="ok"} 1`);
+      expect(metrics).toContain(`agentforest_model_fallbacks_total{provider="${primary.url} scripted-1"} 1`);
     });
   }
 
