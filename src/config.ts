@@ -59,6 +59,12 @@ export const EnvSchema = Type.Object({
   AGENTFOREST_STEP_MAX_ATTEMPTS: Type.Integer({ default: DEFAULT_LEASE.maxAttempts, minimum: 1, maximum: 100, description: 'Claims a step may have; when the lease of the last one expires too, its turn ends `failed`.' }),
   AGENTFOREST_STEP_CACHE_MB: Type.Integer({ default: DEFAULT_STEP_CACHE_BYTES / 2 ** 20, minimum: 0, description: "What the rendered conversations of full-form steps may hold in memory, over all agents (MiB); past it the least recently stepped agent's is dropped and rebuilt from the store when needed. 0 keeps none." }),
   AGENTFOREST_MODEL_TIMEOUT_MS: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.timeoutMs, minimum: 100, maximum: 3_600_000, description: 'Built-in model driver: the deadline of one step, retries and backoff included.' }),
+  AGENTFOREST_MODEL_MAX_BACKOFF_MS: Type.Integer({
+    default: DEFAULT_DRIVER_OPTIONS.maxProviderBackoffMs,
+    minimum: 0,
+    maximum: 86_400_000,
+    description: "Built-in model driver: the longest a provider's Retry-After is waited for; a longer one fails the step's attempt at once, with the provider's answer.",
+  }),
   AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20, description: 'Built-in model driver: retries after a 429, a 5xx or a connection failure.' }),
   AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1, description: 'Built-in model driver: model requests in flight at once, over all agents.' }),
   AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String({ description: 'Comma-separated variables that `model.apiKeyEnv`, and a tool server\'s `{env}` header or variable, may name; unset, any name ending in `_API_KEY` except `AGENTFOREST_*`.' })),
@@ -148,6 +154,7 @@ export interface Config {
   driver: {
     timeoutMs: Env['AGENTFOREST_MODEL_TIMEOUT_MS'];
     retries: Env['AGENTFOREST_MODEL_RETRIES'];
+    maxProviderBackoffMs: Env['AGENTFOREST_MODEL_MAX_BACKOFF_MS'];
     concurrency: Env['AGENTFOREST_MODEL_CONCURRENCY'];
   };
   /** Which variables may serve as model API keys, which endpoints may be called (undefined: the defaults). */
@@ -288,6 +295,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     driver: {
       timeoutMs: converted.AGENTFOREST_MODEL_TIMEOUT_MS,
       retries: converted.AGENTFOREST_MODEL_RETRIES,
+      maxProviderBackoffMs: converted.AGENTFOREST_MODEL_MAX_BACKOFF_MS,
       concurrency: converted.AGENTFOREST_MODEL_CONCURRENCY,
     },
     modelPolicy: { ...(keyEnvs === undefined ? {} : { keyEnvs }), ...(baseUrls === undefined ? {} : { baseUrls }) },

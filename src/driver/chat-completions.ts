@@ -16,6 +16,7 @@ import { Buffer } from 'node:buffer';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChatTool } from '../domain/step-render.js';
 import type { TokenUsage } from '../domain/model.js';
+import { providerOf, type ProviderBackoff } from './provider-backoff.js';
 
 export interface RetryPolicy {
   /** Retries after the first attempt, for 429, 5xx and connection failures. */
@@ -25,7 +26,11 @@ export interface RetryPolicy {
   maxBackoffMs: number;
   /** The whole step, retries and backoff included, must finish within this. */
   timeoutMs: number;
+  /** The longest a provider's back-off is waited for; past it the step's attempt fails (default 10 minutes). */
+  maxProviderBackoffMs?: number;
 }
+
+export const DEFAULT_MAX_PROVIDER_BACKOFF_MS = 600_000;
 
 /** Where a request may go: the model's primary endpoint, or one of its fallbacks. */
 export interface ChatEndpoint {
@@ -43,6 +48,8 @@ export interface ChatRequest {
   endpoints: ChatEndpoint[];
   /** Told how each attempt ended, and whether it fell over to the next endpoint. */
   onAttempt?: (endpoint: ChatEndpoint, outcome: AttemptOutcome, fellOver: boolean) => void;
+  /** The providers in back-off, shared by every request of the instance. */
+  backoff?: ProviderBackoff;
   messages: ChatMessage[];
   tools: ChatTool[];
   temperature?: number;
@@ -127,9 +134,19 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
     let fallovers = 0;
     for (let round = 0; ; round++) {
       let failure: Failure | undefined;
+      /** The failure of this pass that asked for the shortest wait, if any did. */
+      let soonest: Failure | undefined;
       for (const [index, endpoint] of endpoints.entries()) {
-        attempts++;
         const url = completionsUrl(endpoint.baseUrl);
+        // A provider in back-off is not asked: the next endpoint is, as after its own 429.
+        const held = request.backoff?.of(providerOf(endpoint));
+        if (held !== undefined) {
+          failure = { message: held.answer, outcome: '429', retryable: true, retryAfterMs: held.until - Date.now() };
+          if (soonest === undefined || failure.retryAfterMs! < soonest.retryAfterMs!) soonest = failure;
+          if (index < endpoints.length - 1) fallovers++;
+          continue;
+        }
+        attempts++;
         const outcome = await attempt({ endpoint, url, request, step: signal, attemptMs, fetchImpl, attempts, redact }).catch((error: unknown) => {
           if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
           request.onAttempt?.(endpoint, expired ? 'timeout' : 'invalid', false);
@@ -141,17 +158,31 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
           return { ...outcome.answer, attempts, model: endpoint.model, fallovers };
         }
         failure = { ...outcome.failure, message: redact(outcome.failure.message) };
+        if (failure.retryAfterMs !== undefined && (failure.status === 429 || failure.status === 503)) {
+          request.backoff?.note(providerOf(endpoint), { until: Date.now() + failure.retryAfterMs, answer: failure.message });
+        }
+        if (failure.retryAfterMs !== undefined && (soonest === undefined || failure.retryAfterMs < soonest.retryAfterMs!)) soonest = failure;
         const fellOver = failure.retryable && index < endpoints.length - 1;
         request.onAttempt?.(endpoint, failure.outcome, fellOver);
         if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
         if (fellOver) fallovers++;
       }
       failure = failure!;
+      // Every endpoint failed. The soonest any of them asked to be asked again is the wait, unless
+      // that is longer than the longest wait allowed: then no sleep that long, the attempt fails.
+      const maxWait = policy.maxProviderBackoffMs ?? DEFAULT_MAX_PROVIDER_BACKOFF_MS;
+      if (soonest !== undefined && soonest.retryAfterMs! > maxWait) {
+        throw new ModelRequestError(
+          `${soonest.message}; it asked to wait ${Math.ceil(soonest.retryAfterMs! / 1000)} s, more than the ${maxWait} ms allowed (AGENTFOREST_MODEL_MAX_BACKOFF_MS)`,
+          attempts,
+          soonest.status,
+        );
+      }
       if (round >= policy.retries) {
         throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts, failure.status);
       }
       const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** round);
-      const wait = failure.retryAfterMs ?? backoff * (0.5 + Math.random() * 0.5);
+      const wait = soonest?.retryAfterMs ?? backoff * (0.5 + Math.random() * 0.5);
       try {
         await sleep(wait, undefined, { signal });
       } catch {
@@ -210,7 +241,7 @@ async function attempt(a: {
     if (response.ok) return { answer: parseCompletion(url, text, attempts, response.status) };
     const outcome = response.status === 429 ? '429' : response.status >= 500 ? '5xx' : '4xx';
     const failure: Failure = { message: `${url} answered ${response.status}${errorText(text)}`, outcome, retryable: outcome !== '4xx', status: response.status };
-    const retryAfter = retryAfterMs(response.headers.get('retry-after'));
+    const retryAfter = retryAfterMs(response.headers.get('retry-after-ms'), response.headers.get('retry-after'));
     if (retryAfter !== undefined) failure.retryAfterMs = retryAfter;
     return { failure };
   } catch (error) {
@@ -313,12 +344,14 @@ function networkReason(error: unknown): string {
   return String(error);
 }
 
-/** `Retry-After` in seconds or as an HTTP date, capped at one minute. */
-function retryAfterMs(header: string | null): number | undefined {
-  if (header === null) return undefined;
+/** How long the endpoint asked to wait: `retry-after-ms`, else `Retry-After` in seconds or as an HTTP date. */
+function retryAfterMs(millis: string | null, header: string | null): number | undefined {
+  const fromMillis = millis === null || millis.trim() === '' ? Number.NaN : Number(millis);
+  if (Number.isFinite(fromMillis) && fromMillis >= 0) return fromMillis;
+  if (header === null || header.trim() === '') return undefined;
   const seconds = Number(header);
   const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(header) - Date.now();
-  return Number.isFinite(ms) && ms >= 0 ? Math.min(ms, 60_000) : undefined;
+  return Number.isFinite(ms) && ms >= 0 ? ms : undefined;
 }
 
 function excerpt(text: string): string {

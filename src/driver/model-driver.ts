@@ -25,7 +25,8 @@ import type { StepProtocol } from '../steps/step-protocol.js';
 import type { Compactions } from '../steps/compactions.js';
 import { stepObject } from '../steps/rendered-step.js';
 import { readArguments } from '../steps/chat-output.js';
-import { completeChat, ModelRequestCancelled, ModelRequestError, type AttemptOutcome, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
+import { ProviderBackoff } from './provider-backoff.js';
+import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, ModelRequestCancelled, ModelRequestError, type AttemptOutcome, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
 export interface DriverOptions extends RetryPolicy {
@@ -41,6 +42,7 @@ export const DEFAULT_DRIVER_OPTIONS: Omit<DriverOptions, 'env'> = {
   backoffMs: 500,
   maxBackoffMs: 8_000,
   timeoutMs: 120_000,
+  maxProviderBackoffMs: DEFAULT_MAX_PROVIDER_BACKOFF_MS,
   concurrency: 16,
 };
 
@@ -75,6 +77,8 @@ export function drivenByModel(agent: LiveAgent): boolean {
 export class ModelDriver {
   /** Agents whose step a worker holds now (a request in flight, or its answer being recorded). */
   private readonly busy = new Set<LiveAgent>();
+  /** Providers that asked to be left alone, for every agent of this instance. */
+  private readonly backoff = new ProviderBackoff();
 
   constructor(
     private readonly deps: ModelDriverDeps,
@@ -211,6 +215,7 @@ export class ModelDriver {
       answer = await completeChat(
         {
           endpoints,
+          backoff: this.backoff,
           onAttempt: (e, outcome, fellOver) => this.deps.observe?.({ kind: 'attempt', provider: `${e.baseUrl} ${e.model}`, outcome, fellOver }),
           messages,
           tools,

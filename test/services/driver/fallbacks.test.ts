@@ -110,4 +110,49 @@ describe('fallback models', { timeout: 20_000 }, () => {
     expect(json(await postOutput(h.app, root, step.id, { content: 'done', model: 'their-model-7' }))).toMatchObject({ turn: 'ended' });
     expect(messagesOf(await session(h.app, root.id), 'assistant')[0]).toMatchObject({ model: 'their-model-7' });
   });
+
+  it("a provider's back-off holds for every agent: the next agent goes straight to the fallback", async () => {
+    const h = await start({ driver: { retries: 1 } });
+    const primary = await startModelServer((_req, n) => (n === 1 ? { status: 429, headers: { 'retry-after-ms': '60000' }, body: '{"error":{"message":"slow down"}}' } : answer('primary')));
+    const fallback = await startModelServer(() => answer('fallback'));
+    const model = { ...spec(primary), fallbacks: [{ baseUrl: fallback.url, model: 'backup' }] };
+    for (const id of ['first', 'second']) {
+      await createRoot(h.app, { id, model });
+      accepted(await followup(h, id, 'hi'));
+      expect(picture(await turnEnded(h, id))).toContain('assistant:fallback');
+    }
+    expect(primary.requests).toHaveLength(1);
+    expect(fallback.requests).toHaveLength(2);
+  });
+
+  for (const [form, headers] of [
+    ['retry-after-ms', () => ({ 'retry-after-ms': '300' })],
+    ['Retry-After in seconds', () => ({ 'retry-after': '1' })],
+    // An HTTP date has whole seconds: two from now is one to two seconds away.
+    ['Retry-After as a date', () => ({ 'retry-after': new Date(Date.now() + 2_000).toUTCString() })],
+  ] as const) {
+    it(`without a fallback, waits out the back-off the provider asked for (${form}) and asks it again`, async () => {
+      const h = await start({ driver: { retries: 2, timeoutMs: 10_000 } });
+      const primary = await startModelServer((_req, n) => (n === 1 ? { status: 429, headers: headers(), body: '{}' } : answer('after the wait')));
+      const root = await createRoot(h.app, { model: spec(primary) });
+      const started = Date.now();
+      accepted(await followup(h, root.id, 'hi'));
+      expect(picture(await turnEnded(h, root.id))).toContain('assistant:after the wait');
+      expect(primary.requests).toHaveLength(2);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(250);
+    });
+  }
+
+  it('fails the attempt at once when the provider asks to wait longer than the longest wait allowed, with its answer', async () => {
+    const h = await start({ driver: { retries: 3, maxProviderBackoffMs: 1_000 } });
+    const primary = await startModelServer(() => ({ status: 429, headers: { 'retry-after': '259200' }, body: '{"error":{"message":"come back in three days"}}' }));
+    const root = await createRoot(h.app, { model: spec(primary) });
+    accepted(await followup(h, root.id, 'hi'));
+    const log = await turnEnded(h, root.id);
+    expect(log.at(-1)).toMatchObject({
+      reason: 'failed',
+      error: `model request failed: ${primary.url}/chat/completions answered 429: come back in three days; it asked to wait 259200 s, more than the 1000 ms allowed (AGENTFOREST_MODEL_MAX_BACKOFF_MS)`,
+    });
+    expect(primary.requests).toHaveLength(1);
+  });
 });
