@@ -132,7 +132,10 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
   try {
     let attempts = 0;
     let fallovers = 0;
-    for (let round = 0; ; round++) {
+    // Passes that asked something: a pass over providers all in back-off only waits, and is no retry.
+    let round = 0;
+    for (;;) {
+      const attemptsBefore = attempts;
       let failure: Failure | undefined;
       /** The failure of this pass that asked for the shortest wait, if any did. */
       let soonest: Failure | undefined;
@@ -178,10 +181,10 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
           soonest.status,
         );
       }
-      if (round >= policy.retries) {
+      if (attempts > attemptsBefore && round++ >= policy.retries) {
         throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts, failure.status);
       }
-      const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** round);
+      const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** Math.max(0, round - 1));
       const wait = soonest?.retryAfterMs ?? backoff * (0.5 + Math.random() * 0.5);
       try {
         await sleep(wait, undefined, { signal });

@@ -143,6 +143,19 @@ describe('fallback models', { timeout: 20_000 }, () => {
     });
   }
 
+  it('an agent that meets a back-off another one started waits it out, even with no retries left to spend', async () => {
+    const h = await start({ driver: { retries: 0, timeoutMs: 10_000 } });
+    const primary = await startModelServer((_req, n) => (n === 1 ? { status: 429, headers: { 'retry-after-ms': '400' }, body: '{"error":{"message":"slow down"}}' } : answer('waited')));
+    await createRoot(h.app, { id: 'first', model: spec(primary) });
+    accepted(await followup(h, 'first', 'hi'));
+    expect((await turnEnded(h, 'first')).at(-1)).toMatchObject({ reason: 'failed' });
+    await createRoot(h.app, { id: 'second', model: spec(primary) });
+    accepted(await followup(h, 'second', 'hi'));
+    expect(picture(await turnEnded(h, 'second'))).toContain('assistant:waited');
+    // The second agent never asked while the back-off lasted.
+    expect(primary.requests).toHaveLength(2);
+  });
+
   it('fails the attempt at once when the provider asks to wait longer than the longest wait allowed, with its answer', async () => {
     const h = await start({ driver: { retries: 3, maxProviderBackoffMs: 1_000 } });
     const primary = await startModelServer(() => ({ status: 429, headers: { 'retry-after': '259200' }, body: '{"error":{"message":"come back in three days"}}' }));
