@@ -1014,7 +1014,7 @@ export interface components {
                 /** @description Which of its limits. */
                 budget: "tokens" | "steps" | "costMicroUsd";
             };
-            /** @description A tenant's time quota holds its next step: not handed out until `until`; absent otherwise. */
+            /** @description What holds its next step, not handed out until `until`; absent when nothing does. */
             waiting?: {
                 /** @enum {string} */
                 reason: "quota";
@@ -1022,6 +1022,14 @@ export interface components {
                 /**
                  * Format: date-time
                  * @description When the window ends and the step is offered again (sooner if the quota is raised).
+                 */
+                until: string;
+            } | {
+                /** @enum {string} */
+                reason: "rate-limited";
+                /**
+                 * Format: date-time
+                 * @description When the first of its model's providers leaves its back-off, and the step is offered again.
                  */
                 until: string;
             };

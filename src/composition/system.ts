@@ -12,6 +12,7 @@
 import type { SystemOptions } from './system-options.js';
 export type { SystemOptions } from './system-options.js';
 import type { ModelSpec } from '../domain/model.js';
+import type { AgentView } from '../contract/index.js';
 import { clockOf, type Clock } from '../domain/ports.js';
 import type { SessionHeader } from '../domain/session.js';
 import { NO_PRICES, priceUsage } from '../domain/pricing.js';
@@ -251,7 +252,8 @@ export function createSystem(options: SystemOptions): System {
   });
 
   const authority = new AgentAuthority({ registry, log });
-  const queries = new AgentQueries({ registry, activations: continuation.activations, log, forests, budgets, quotas });
+  const waiting = (agent: LiveAgent): AgentView['waiting'] => quotas.heldBy(agent) ?? driver.waitingFor(agent);
+  const queries = new AgentQueries({ registry, activations: continuation.activations, log, forests, budgets, waiting });
   const hub = new EventHub({ viewOf: (agent) => queries.viewOfLive(agent) });
   const streams = new EventStreams({ log, hub, registry, view: (id) => queries.viewIfKnown(id), waiters });
 

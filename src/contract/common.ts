@@ -172,13 +172,25 @@ export const AgentView = shared(
         Type.Object(PausedBy.properties, { additionalProperties: false, description: 'status paused: the budget that stops its next step.' }),
       ),
       waiting: Type.Optional(
-        Type.Object(
-          {
-            reason: Type.Literal('quota'),
-            quota: literals(QUOTA_NAMES),
-            until: Type.String({ format: 'date-time', description: 'When the window ends and the step is offered again (sooner if the quota is raised).' }),
-          },
-          { additionalProperties: false, description: "A tenant's time quota holds its next step: not handed out until `until`; absent otherwise." },
+        Type.Union(
+          [
+            Type.Object(
+              {
+                reason: Type.Literal('quota'),
+                quota: literals(QUOTA_NAMES),
+                until: Type.String({ format: 'date-time', description: 'When the window ends and the step is offered again (sooner if the quota is raised).' }),
+              },
+              { additionalProperties: false, description: "A tenant's time quota holds its next step." },
+            ),
+            Type.Object(
+              {
+                reason: Type.Literal('rate-limited'),
+                until: Type.String({ format: 'date-time', description: "When the first of its model's providers leaves its back-off, and the step is offered again." }),
+              },
+              { additionalProperties: false, description: "Every provider of its model (the primary and each fallback) asked to be left alone: a driven agent's next step waits." },
+            ),
+          ],
+          { description: 'What holds its next step, not handed out until `until`; absent when nothing does.' },
         ),
       ),
       awaiting: Type.Optional(

@@ -25,7 +25,7 @@ import type { StepProtocol } from '../steps/step-protocol.js';
 import type { Compactions } from '../steps/compactions.js';
 import { stepObject } from '../steps/rendered-step.js';
 import { readArguments } from '../steps/chat-output.js';
-import { ProviderBackoff } from './provider-backoff.js';
+import { HeldSteps, ProviderBackoff, providerOf } from './provider-backoff.js';
 import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, ModelRequestCancelled, ModelRequestError, type AttemptOutcome, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
@@ -79,6 +79,10 @@ export class ModelDriver {
   private readonly busy = new Set<LiveAgent>();
   /** Providers that asked to be left alone, for every agent of this instance. */
   private readonly backoff = new ProviderBackoff();
+  /** Agents whose step waits, unclaimed, for a provider's back-off to end. */
+  private readonly rateLimited = new HeldSteps<LiveAgent>((agent) => {
+    if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.deps.dispatcher.offer(agent);
+  });
 
   constructor(
     private readonly deps: ModelDriverDeps,
@@ -102,24 +106,43 @@ export class ModelDriver {
   admits(agent: LiveAgent): boolean {
     // One step of an agent at a time: its next is offered again once this one is recorded.
     if (this.busy.has(agent)) return false;
-    const refusal = this.refusal(agent);
-    if (refusal === undefined) {
-      // Admitted means claimed in this same span: the agent is this driver's until its worker is done.
-      this.busy.add(agent);
-      return true;
+    const permitted = this.permittedModel(agent);
+    if ('refusal' in permitted) return this.refuse(agent, permitted.refusal);
+    const refusal = stepsRefusal(agent, permitted.model);
+    if (refusal !== undefined) return this.refuse(agent, refusal);
+    // Every provider of its model in back-off: the step waits unclaimed, offered again when the first one ends.
+    const until = this.backedOffUntil(permitted.model);
+    if (until !== undefined) {
+      this.rateLimited.hold(agent, until);
+      return false;
     }
-    queueMicrotask(() => void this.fail(agent, refusal).catch((err: unknown) => this.deps.logger.error({ err, agentId: agent.id }, 'failing a turn the driver refused failed')));
+    this.rateLimited.release(agent);
+    // Admitted means claimed in this same span: the agent is this driver's until its worker is done.
+    this.busy.add(agent);
+    return true;
+  }
+
+  /** A step the driver cannot run is not claimed; its turn ends as failed just after. */
+  private refuse(agent: LiveAgent, reason: string): false {
+    queueMicrotask(() => void this.fail(agent, reason).catch((err: unknown) => this.deps.logger.error({ err, agentId: agent.id }, 'failing a turn the driver refused failed')));
     return false;
   }
 
-  /** Why the agent's next step cannot run: its model is no longer permitted, or its turn reached maxSteps. */
-  private refusal(agent: LiveAgent): string | undefined {
-    const permitted = this.permittedModel(agent);
-    if ('refusal' in permitted) return permitted.refusal;
-    const maxSteps = permitted.model.maxSteps ?? DEFAULT_MAX_STEPS;
-    const turn = agent.state.turn;
-    const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
-    return index >= maxSteps ? `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer` : undefined;
+  /** What holds the agent's step (the agent view's `waiting`), if every provider of its model is in back-off. */
+  waitingFor(agent: LiveAgent): { reason: 'rate-limited'; until: string } | undefined {
+    const until = this.rateLimited.until(agent);
+    return until === undefined ? undefined : { reason: 'rate-limited', until: new Date(until).toISOString() };
+  }
+
+  /** When the first back-off of the model's providers ends, if every one of them is in back-off. */
+  private backedOffUntil(model: ModelSpec): number | undefined {
+    let soonest: number | undefined;
+    for (const endpoint of endpointsOf(model)) {
+      const held = this.backoff.of(providerOf(endpoint));
+      if (held === undefined) return undefined;
+      soonest = Math.min(soonest ?? Infinity, held.until);
+    }
+    return soonest;
   }
 
   /** The agent's model as the operator's policy allows it now, or why it no longer does. */
@@ -287,6 +310,14 @@ export class ModelDriver {
     agent.failTurn(reason);
     await this.deps.log.durable(agent.rootId);
   }
+}
+
+/** Why the agent's next step cannot run under its model: its turn reached maxSteps. */
+function stepsRefusal(agent: LiveAgent, model: ModelSpec): string | undefined {
+  const maxSteps = model.maxSteps ?? DEFAULT_MAX_STEPS;
+  const turn = agent.state.turn;
+  const index = turn.phase === 'running' ? turn.turn.step.index + 1 : 0;
+  return index >= maxSteps ? `the turn made ${maxSteps} model requests (model.maxSteps) without a final answer` : undefined;
 }
 
 /** The agent's open turn is still on this claimed step. */

@@ -38,3 +38,51 @@ export class ProviderBackoff {
 export function providerOf(endpoint: { baseUrl: string; model: string }): string {
   return `${endpoint.baseUrl} ${endpoint.model}`;
 }
+
+/**
+ * Steps waiting, unclaimed, for a time: each agent with when its wait ends; at the earliest
+ * end, those whose wait ended are offered again (`offer`), and the timer set for the next.
+ */
+export class HeldSteps<A> {
+  private readonly held = new Map<A, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private timerAt = Infinity;
+
+  constructor(
+    private readonly offer: (agent: A) => void,
+    private readonly now: () => number = () => Date.now(),
+  ) {}
+
+  hold(agent: A, until: number): void {
+    this.held.set(agent, until);
+    if (until < this.timerAt) this.wakeAt(until);
+  }
+
+  release(agent: A): void {
+    this.held.delete(agent);
+  }
+
+  until(agent: A): number | undefined {
+    return this.held.get(agent);
+  }
+
+  private wakeAt(at: number): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timerAt = at;
+    this.timer = setTimeout(() => this.offerDue(), Math.max(0, at - this.now()));
+    this.timer.unref();
+  }
+
+  private offerDue(): void {
+    this.timer = undefined;
+    this.timerAt = Infinity;
+    const now = this.now();
+    for (const [agent, until] of [...this.held]) {
+      if (until > now) continue;
+      this.held.delete(agent);
+      this.offer(agent);
+    }
+    const next = Math.min(...this.held.values());
+    if (Number.isFinite(next)) this.wakeAt(next);
+  }
+}

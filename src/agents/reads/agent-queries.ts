@@ -36,8 +36,8 @@ export interface AgentQueriesDeps {
   forests: ForestPlacement;
   /** Usage, budgets and pauses (budgets.ts). */
   budgets: Budgets;
-  /** What a tenant's time quota holds (tenants/quotas.ts). */
-  quotas?: { heldBy(agent: LiveAgent): AgentView['waiting'] };
+  /** What holds a live agent's next step: a tenant's time quota, a provider's back-off. */
+  waiting?: (agent: LiveAgent) => AgentView['waiting'];
 }
 
 export class AgentQueries {
@@ -48,7 +48,7 @@ export class AgentQueries {
     const activation = this.deps.activations.of(agent);
     const state = activation === undefined ? null : this.deps.activations.stateOf(activation);
     const budgets = this.deps.budgets;
-    return viewOf(agent, state === null ? null : state === 'running' ? 'running' : 'waiting', budgets.figures(agent.id), budgets.pausedBy(agent), this.deps.quotas?.heldBy(agent));
+    return viewOf(agent, state === null ? null : state === 'running' ? 'running' : 'waiting', budgets.figures(agent.id), budgets.pausedBy(agent), this.deps.waiting?.(agent));
   }
 
   /** The view of a live agent or of a child that is not resident; undefined for a root that is not live or an unknown id. */

@@ -6,7 +6,7 @@
  */
 import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { accepted, answer, followup, messagesOf, picture, spec, start, turnEnded } from '../../fixtures/driver.js';
+import { accepted, answer, followup, messagesOf, picture, spec, start, turnEnded, view } from '../../fixtures/driver.js';
 import { createRoot, json, postOutput, session } from '../../fixtures/harness.js';
 import { nextStep } from '../../fixtures/forest.js';
 import { startModelServer } from '../../fixtures/model-server.js';
@@ -154,6 +154,22 @@ describe('fallback models', { timeout: 20_000 }, () => {
     expect(picture(await turnEnded(h, 'second'))).toContain('assistant:waited');
     // The second agent never asked while the back-off lasted.
     expect(primary.requests).toHaveLength(2);
+  });
+
+  it("a driven agent whose every provider is in back-off is not handed its step until the first back-off ends, and its view says until when", async () => {
+    const h = await start({ driver: { retries: 0, timeoutMs: 10_000 } });
+    const primary = await startModelServer((_req, n) => (n === 1 ? { status: 429, headers: { 'retry-after-ms': '1500' }, body: '{}' } : answer('after the back-off')));
+    await createRoot(h.app, { id: 'first', model: spec(primary) });
+    accepted(await followup(h, 'first', 'hi'));
+    expect((await turnEnded(h, 'first')).at(-1)).toMatchObject({ reason: 'failed' });
+    await createRoot(h.app, { id: 'second', model: spec(primary) });
+    accepted(await followup(h, 'second', 'hi'));
+    // Held in the span that would have claimed it: no request, and the view says why.
+    const held = await view(h, 'second');
+    expect(held.waiting).toMatchObject({ reason: 'rate-limited', until: expect.any(String) });
+    expect(primary.requests).toHaveLength(1);
+    expect(picture(await turnEnded(h, 'second'))).toContain('assistant:after the back-off');
+    expect((await view(h, 'second')).waiting).toBeUndefined();
   });
 
   it('fails the attempt at once when the provider asks to wait longer than the longest wait allowed, with its answer', async () => {
