@@ -53,7 +53,7 @@ export interface RootLifecycleDeps {
   /** Whether the agent's open turn waits on a person: a stop leaves it open, as a crash would. */
   waitsOnPerson: (agent: LiveAgent) => boolean;
   /** The tenants' count quotas (tenants/quotas.ts): QUOTA_EXCEEDED, or the root counted until the release. */
-  quotas?: { admitRoot(tenantId: string): () => void };
+  quotas?: { admitRoot(tenantId: string): () => void; admitLive(tenantId: string | undefined, root: boolean): void };
 }
 
 /** What a resume's idempotency record keeps: the view, never the token. */
@@ -139,9 +139,7 @@ export class RootLifecycle {
       await this.deps.children.noteContinuableChildren(id);
       releaseAccounts = await this.deps.budgets.hold(id);
       this.deps.gate.admitNewWork();
-      // Live from the next line on, in this span: no count to hold meanwhile.
-      const tenantId = summary.header.tenantId;
-      if (tenantId !== undefined) this.deps.quotas?.admitRoot(tenantId)();
+      this.deps.quotas?.admitLive(summary.header.tenantId, true);
       this.deps.log.open(id, summary.lastSeq, id);
       const agent = this.publishRoot(summary.header);
       // The turn it left open (the process stopped without closing it) goes on; then what the

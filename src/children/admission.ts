@@ -53,7 +53,7 @@ export class Admission {
   /** Room for one more live child of `parent` (a new one, or a stored one resumed): the parent's children, the process, its tenant's quota. */
   checkLiveRoom(parent: LiveAgent): void {
     this.deps.registry.checkRoom(parent.id);
-    this.deps.quotas?.admitChild(parent.header.tenantId);
+    this.deps.quotas?.admitLive(parent.header.tenantId, false);
   }
 
   /** The recipient's durable lineage names exactly this live parent. */

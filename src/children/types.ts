@@ -38,7 +38,7 @@ export interface ContinuationDeps {
   /** The tools a child is granted (tools/grants.ts). */
   grants: GrantPort;
   /** The tenants' count quotas (tenants/quotas.ts): QUOTA_EXCEEDED when one more live agent would pass one. */
-  quotas?: { admitChild(tenantId: string | undefined): void };
+  quotas?: { admitLive(tenantId: string | undefined, root: boolean): void };
   /**
    * Wakeup reports join a parent's queued wakeup turn (the inbox tail) instead of queueing a
    * turn each. Off by default: the HTTP contract gives each wakeup report its own later turn.

@@ -25,7 +25,8 @@ import type { StepProtocol } from '../steps/step-protocol.js';
 import type { Compactions } from '../steps/compactions.js';
 import { stepObject } from '../steps/rendered-step.js';
 import { readArguments } from '../steps/chat-output.js';
-import { HeldSteps, ProviderBackoff, providerOf } from './provider-backoff.js';
+import { HeldSteps } from '../agents/held-steps.js';
+import { ProviderBackoff, providerOf } from './provider-backoff.js';
 import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, ModelRequestCancelled, ModelRequestError, type AttemptOutcome, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
@@ -113,7 +114,7 @@ export class ModelDriver {
     // Every provider of its model in back-off: the step waits unclaimed, offered again when the first one ends.
     const until = this.backedOffUntil(permitted.model);
     if (until !== undefined) {
-      this.rateLimited.hold(agent, until);
+      this.rateLimited.hold(agent, { until });
       return false;
     }
     this.rateLimited.release(agent);
@@ -130,7 +131,7 @@ export class ModelDriver {
 
   /** What holds the agent's step (the agent view's `waiting`), if every provider of its model is in back-off. */
   waitingFor(agent: LiveAgent): { reason: 'rate-limited'; until: string } | undefined {
-    const until = this.rateLimited.until(agent);
+    const until = this.rateLimited.get(agent)?.until;
     return until === undefined ? undefined : { reason: 'rate-limited', until: new Date(until).toISOString() };
   }
 

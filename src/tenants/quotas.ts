@@ -22,6 +22,7 @@ import { ServiceError } from '../domain/errors.js';
 import type { BatchEntry } from '../sessions/session-store.js';
 import type { Clock } from '../domain/ports.js';
 import type { QuotaName, Quotas } from '../domain/tenants.js';
+import { HeldSteps } from '../agents/held-steps.js';
 import { UsageWindows, windowEnd, type Spent } from './usage-windows.js';
 
 /** What the quotas need of an agent: its tenant, and whether it may be offered a step. */
@@ -54,12 +55,12 @@ export class TenantQuotas<A extends QuotaAgent> {
   private readonly live = new Map<string, { agents: number; roots: number }>();
   /** Roots being made or resumed here, by tenant: counted as live until they are. */
   private readonly making = new Map<string, number>();
-  /** Agents whose step a time quota holds, with the quota and when its window ends. */
-  private readonly paused = new Map<A, { quota: QuotaName; until: number }>();
-  private timer: NodeJS.Timeout | undefined;
-  private timerAt = Infinity;
+  /** Agents whose step a time quota holds, with the quota and when its window ends; offered again then. */
+  private readonly paused: HeldSteps<A, { quota: QuotaName; until: number }>;
 
-  constructor(private readonly deps: QuotasDeps<A>) {}
+  constructor(private readonly deps: QuotasDeps<A>) {
+    this.paused = new HeldSteps((agent) => deps.onResumed(agent), () => deps.clock.now());
+  }
 
   /**
    * A root of `tenantId` is about to be made or resumed: throws QUOTA_EXCEEDED over a count
@@ -78,9 +79,17 @@ export class TenantQuotas<A extends QuotaAgent> {
     };
   }
 
-  /** A child of `tenantId` is about to become live, in the span that publishes it: QUOTA_EXCEEDED over maxLiveAgents. */
-  admitChild(tenantId: string | undefined): void {
-    if (tenantId !== undefined) this.checkRoom(tenantId, false);
+  /**
+   * An agent of `tenantId` (a root, or a child) is about to become live in the span that
+   * publishes it: QUOTA_EXCEEDED over a count quota. Nothing to count meanwhile: it is live next.
+   */
+  admitLive(tenantId: string | undefined, root: boolean): void {
+    if (tenantId !== undefined) this.checkRoom(tenantId, root);
+  }
+
+  /** Whether the tenant has agents live here, or roots being made here (a tenant is not deleted then). */
+  hasLiveHere(tenantId: string): boolean {
+    return this.live.has(tenantId) || this.making.has(tenantId);
   }
 
   agentAdded(agent: A): void {
@@ -93,7 +102,7 @@ export class TenantQuotas<A extends QuotaAgent> {
   }
 
   agentLeft(agent: A): void {
-    this.paused.delete(agent);
+    this.paused.release(agent);
     const tenantId = agent.header.tenantId;
     const live = tenantId === undefined ? undefined : this.live.get(tenantId);
     if (live === undefined) return;
@@ -119,7 +128,7 @@ export class TenantQuotas<A extends QuotaAgent> {
   admits(agent: A): boolean {
     const over = this.overTime(agent.header.tenantId);
     if (over === undefined) {
-      this.paused.delete(agent);
+      this.paused.release(agent);
       return true;
     }
     this.pause(agent, over.quota, over.until);
@@ -128,7 +137,7 @@ export class TenantQuotas<A extends QuotaAgent> {
 
   /** A live agent's turn ended: the step a quota held is gone with it (the next one is a hold of its own). */
   turnEnded(agent: A): void {
-    this.paused.delete(agent);
+    this.paused.release(agent);
   }
 
   /** A direct claim: QUOTA_EXCEEDED, with Retry-After, while a time quota stops the agent's step. */
@@ -149,7 +158,7 @@ export class TenantQuotas<A extends QuotaAgent> {
 
   /** The tenant's quotas changed (here or on another instance): what they held may be offered again. */
   changed(tenantId: string): void {
-    for (const agent of [...this.paused.keys()]) if (agent.header.tenantId === tenantId) this.resume(agent);
+    this.paused.offerNow((agent) => agent.header.tenantId === tenantId);
   }
 
   /** What a tenant's view shows: live agents and what was spent in the current windows, cluster-wide as known here. */
@@ -160,9 +169,12 @@ export class TenantQuotas<A extends QuotaAgent> {
   }
 
   stop(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
-    this.timerAt = Infinity;
+    this.paused.stop();
+  }
+
+  /** Offer again the held agents whose window ended (at the timer; a test with its own clock calls it). */
+  offerDue(): void {
+    this.paused.offerDue();
   }
 
   private checkRoom(tenantId: string, root: boolean): void {
@@ -198,33 +210,6 @@ export class TenantQuotas<A extends QuotaAgent> {
   }
 
   private pause(agent: A, quota: QuotaName, until: number): void {
-    const known = this.paused.get(agent);
-    this.paused.set(agent, { quota, until });
-    if (known === undefined) this.deps.onPaused(agent);
-    if (until < this.timerAt) this.wakeAt(until);
-  }
-
-  private resume(agent: A): void {
-    this.paused.delete(agent);
-    this.deps.onResumed(agent);
-  }
-
-  /** Offer again the held agents whose window ended (at the timer; a test with its own clock calls it). */
-  offerDue(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
-    this.timerAt = Infinity;
-    const now = this.deps.clock.now();
-    for (const [agent, { until }] of [...this.paused]) if (until <= now) this.resume(agent);
-    const next = Math.min(...[...this.paused.values()].map((p) => p.until));
-    if (Number.isFinite(next)) this.wakeAt(next);
-  }
-
-  /** At the earliest window end among the held agents, offer those whose window ended again. */
-  private wakeAt(at: number): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timerAt = at;
-    this.timer = setTimeout(() => this.offerDue(), Math.max(0, at - this.deps.clock.now()));
-    this.timer.unref();
+    if (!this.paused.hold(agent, { quota, until })) this.deps.onPaused(agent);
   }
 }
