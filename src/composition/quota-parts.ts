@@ -28,6 +28,8 @@ export interface QuotaPartsDeps {
   /** Several instances: this one's id (read once they run). */
   instanceId: () => string | undefined;
   shared: boolean;
+  /** Whether any tenant is defined (nothing to share otherwise). */
+  active: () => boolean;
   quotasOf: (tenantId: string) => Quotas | undefined;
   /** Built after the quotas (whose gate it takes): called only once construction is over. */
   dispatcher: () => StepDispatcher<LiveAgent, StepClaim>;
@@ -50,6 +52,7 @@ export function quotaParts(deps: QuotaPartsDeps): { quotas: TenantQuotas<LiveAge
     logger: deps.logger,
     instanceId: () => deps.instanceId() ?? PROCESS_ID,
     shared: deps.shared,
+    active: deps.active,
   });
   return { quotas, quotaSharing };
 }

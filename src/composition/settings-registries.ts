@@ -23,6 +23,8 @@ export interface SettingsRegistriesDeps {
   policy: ModelPolicy;
   metrics: Metrics;
   topology: Pick<Topology, 'list'>;
+  /** Whether a tenant has agents live, or roots being made, on this instance (tenants/quotas.ts). */
+  hasLiveHere: (tenantId: string) => boolean;
   /** A tenant's quotas or model keys changed, here or on another instance. */
   onTenantChange: (tenantId: string) => void;
   clock: Clock;
@@ -51,6 +53,7 @@ export function settingsRegistries(deps: SettingsRegistriesDeps, options: System
     logger,
     // The cluster's live list, asked of every instance with the caller's key.
     hasLiveAgents: async (tenantId, caller) => (await deps.topology.list({ limit: 1, tenantId }, caller)).items.length > 0,
+    hasLiveHere: deps.hasLiveHere,
     onChange: deps.onTenantChange,
   });
   return { toolServers, backendTools, tenants };

@@ -188,6 +188,7 @@ export function createSystem(options: SystemOptions): System {
     clock, logger, log, store, registry,
     instanceId: () => topology.peering?.instanceId,
     shared: options.cluster !== undefined,
+    active: () => tenants.any,
     quotasOf: (tenantId) => tenants.find(tenantId)?.quotas,
     dispatcher: () => dispatcher,
   });
@@ -385,7 +386,7 @@ export function createSystem(options: SystemOptions): System {
     ...(options.observers ?? []),
   ];
   const { toolServers, backendTools, tenants } = settingsRegistries(
-    { log, settings: store.settings, tools, policy: modelPolicy, metrics, topology, onTenantChange: (id) => quotas.changed(id), clock, logger },
+    { log, settings: store.settings, tools, policy: modelPolicy, metrics, topology, onTenantChange: (id) => quotas.changed(id), hasLiveHere: (id) => quotas.hasLiveHere(id), clock, logger },
     options.toolServers,
   );
 

@@ -23,11 +23,15 @@ export interface QuotaSharingDeps {
   instanceId: () => string;
   /** Several instances share the store: their live agents count here (else only their spending does). */
   shared: boolean;
+  /** Whether any tenant is defined: without one there is nothing to share, and no period reads the store. */
+  active: () => boolean;
 }
 
 export class QuotaSharing {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> = Promise.resolve();
+  /** The last publication failed: the next puts every row, not only the changed ones. */
+  private behind = false;
 
   constructor(
     private readonly quotas: { readonly usage: UsageWindows; liveHere(): ReadonlyMap<string, { agents: number; roots: number }> },
@@ -38,7 +42,7 @@ export class QuotaSharing {
   async start(): Promise<void> {
     await this.read();
     this.timer = setInterval(() => {
-      this.running = this.running.then(() => this.share());
+      if (this.deps.active()) this.running = this.running.then(() => this.share());
     }, this.shareMs);
     this.timer.unref();
   }
@@ -57,12 +61,14 @@ export class QuotaSharing {
   }
 
   private async publish(all: boolean): Promise<void> {
-    const rows = this.quotas.usage.rowsToPublish(this.deps.instanceId(), this.deps.clock.now(), this.quotas.liveHere(), all);
+    const rows = this.quotas.usage.rowsToPublish(this.deps.instanceId(), this.deps.clock.now(), this.quotas.liveHere(), all || this.behind);
     if (rows.length === 0) return;
     try {
       this.deps.log.putTenantUsage(rows);
       await this.deps.log.durable();
+      this.behind = false;
     } catch (error) {
+      this.behind = true;
       this.deps.logger.warn({ err: error }, 'could not publish the tenants\' usage; the next period tries again');
     }
   }

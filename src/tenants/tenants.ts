@@ -26,6 +26,8 @@ export interface TenantsDeps {
   logger: Logger;
   /** Whether the tenant has live agents (on any instance, asked with the caller's key): it may not be deleted then. */
   hasLiveAgents: (tenantId: string, caller: Caller | undefined) => Promise<boolean>;
+  /** The same, of this instance alone and at once (agents live here, roots being made here). */
+  hasLiveHere: (tenantId: string) => boolean;
   /** A tenant's quotas or model keys changed (here, or followed from another instance). */
   onChange?: (tenantId: string) => void;
 }
@@ -114,22 +116,27 @@ export class Tenants {
     });
   }
 
-  /** Delete a tenant and revoke its keys: TENANT_NOT_EMPTY while it has live agents. */
+  /**
+   * Delete a tenant and revoke its keys: TENANT_NOT_EMPTY while it has live agents. The
+   * cluster's list is asked first (it awaits); then, in the span that queues the deletion, this
+   * instance is asked again (a root made here meanwhile) and the keys are refused from there on,
+   * so no root of the tenant is made here after the check.
+   */
   delete(id: string, caller: Caller | undefined): Promise<void> {
+    const notEmpty = (): ServiceError => new ServiceError('TENANT_NOT_EMPTY', `tenant "${id}" has live agents; dispose of its roots first`);
     return this.follow.serially(async () => {
       this.require(id);
-      if (await this.deps.hasLiveAgents(id, caller)) {
-        throw new ServiceError('TENANT_NOT_EMPTY', `tenant "${id}" has live agents; dispose of its roots first`);
+      if (await this.deps.hasLiveAgents(id, caller)) throw notEmpty();
+      if (this.deps.hasLiveHere(id)) throw notEmpty();
+      const revoked = [...this.keys.values()].filter((key) => key.tenantId === id);
+      for (const key of revoked) {
+        this.keys.delete(key.digest);
+        this.deps.log.changeSettings({ op: 'delete', kind: 'tenant-key', name: key.keyId });
       }
-      for (const key of this.keys.values()) {
-        if (key.tenantId === id) this.deps.log.changeSettings({ op: 'delete', kind: 'tenant-key', name: key.keyId });
-      }
+      this.revocations.revoke(revoked.map((key) => key.keyId));
       this.deps.log.changeSettings({ op: 'delete', kind: 'tenant', name: id });
       await this.deps.log.durable();
       this.tenants.delete(id);
-      const revoked = [...this.keys.values()].filter((key) => key.tenantId === id);
-      for (const key of revoked) this.keys.delete(key.digest);
-      this.revocations.revoke(revoked.map((key) => key.keyId));
       this.deps.onChange?.(id);
     });
   }
