@@ -2,7 +2,7 @@
  * Webhook rows as both SQL stores read them back (SQLite's numbers, PostgreSQL's BIGINT text),
  * turned into the outbox's types.
  */
-import { eventsOfColumn, type Delivery, type DeliveryState, type WebhookEventType, type WebhookSubscription } from '../sessions/outbox.js';
+import { eventsOfColumn, type Delivery, type DeliveryState, type DueDelivery, type WebhookEventType, type WebhookSubscription } from '../sessions/outbox.js';
 
 export interface SubscriptionRow {
   id: string;
@@ -60,4 +60,11 @@ export function deliveryOf(row: DeliveryRow): Delivery {
     deliveredAt: row.delivered_at === null ? null : Number(row.delivered_at),
     seq: Number(row.seq),
   };
+}
+
+/** A delivery due, with what sending it needs of its subscription. */
+export type DueRow = DeliveryRow & { payload: string; url: string; secret: string; tenant_id: string | null };
+
+export function dueOf(row: DueRow): DueDelivery {
+  return { ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret, ...(row.tenant_id === null ? {} : { tenantId: row.tenant_id }) };
 }

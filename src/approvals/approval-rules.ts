@@ -74,7 +74,7 @@ export class ApprovalRules {
   put(id: string, body: ApprovalRuleBody, tenantId?: string): Promise<ApprovalRuleView> {
     return this.follow.serially(async () => {
       // In the span that queues the write: the id may have been taken since the route's check.
-      const owner = ownerAfterPut(id, tenantId, this.ownerOf(id), () => notFound(id));
+      const owner = ownerAfterPut(id, tenantId, this.ownerOf(id), () => approvalRuleNotFound(id));
       this.write(id, { ...ruleOf(id, body), ...ownedBy(owner) });
       await this.deps.log.durable();
       return this.view(id);
@@ -94,11 +94,11 @@ export class ApprovalRules {
 
   /** Remove a rule (`tenantId`: the caller's, undefined for an admin); durable before it resolves. */
   delete(id: string, tenantId?: string): Promise<void> {
-    if (!this.rules.has(id)) throw notFound(id);
+    if (!this.rules.has(id)) throw approvalRuleNotFound(id);
     return this.follow.serially(async () => {
       const current = this.ownerOf(id);
-      if (current === undefined) throw notFound(id);
-      mayChange(id, tenantId, current, () => notFound(id));
+      if (current === undefined) throw approvalRuleNotFound(id);
+      mayChange(id, tenantId, current, () => approvalRuleNotFound(id));
       this.deps.log.changeSettings({ op: 'delete', kind: 'approval-rule', name: id });
       this.rules.delete(id);
       await this.deps.log.durable();
@@ -130,7 +130,8 @@ export class ApprovalRules {
   }
 }
 
-function notFound(id: string): ServiceError {
+/** The answer to a name that does not exist (the same for one another tenant holds). */
+export function approvalRuleNotFound(id: string): ServiceError {
   return new ServiceError('APPROVAL_RULE_NOT_FOUND', `no approval rule has the id "${id}"`);
 }
 

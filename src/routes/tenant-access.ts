@@ -17,6 +17,9 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ServiceError } from '../domain/errors.js';
 import type { Principal } from '../domain/tenants.js';
+import { approvalRuleNotFound } from '../approvals/approval-rules.js';
+import { backendToolNotFound } from '../tools/backend/backend-tools.js';
+import { toolServerNotFound } from '../tools/mcp/tool-servers.js';
 
 export const RESOURCE_KINDS = ['agent', 'message', 'approval', 'webhook', 'toolServer', 'backendTool', 'approvalRule'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
@@ -110,11 +113,11 @@ function unknown(kind: ResourceKind, id: string, route: string): ServiceError {
     case 'webhook':
       return new ServiceError('WEBHOOK_NOT_FOUND', `webhook "${id}" does not exist`);
     case 'toolServer':
-      return new ServiceError('TOOL_SERVER_NOT_FOUND', `no tool server is registered as "${id}"`);
+      return toolServerNotFound(id);
     case 'backendTool':
-      return new ServiceError('BACKEND_TOOL_NOT_FOUND', `no backend tool is declared as "${id}"`);
+      return backendToolNotFound(id);
     case 'approvalRule':
-      return new ServiceError('APPROVAL_RULE_NOT_FOUND', `no approval rule has the id "${id}"`);
+      return approvalRuleNotFound(id);
   }
 }
 

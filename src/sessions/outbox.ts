@@ -75,6 +75,8 @@ export interface DueDelivery extends Delivery {
   url: string;
   secret: string;
   payload: string;
+  /** Its subscription's tenant (absent: an admin's, global). */
+  tenantId?: string;
 }
 
 /** A change to subscriptions or delivery states, committed in a log batch. */

@@ -133,7 +133,7 @@ export class MemoryWebhooks implements WebhookReads {
       .slice(0, limit)
       .map((row) => {
         const sub = this.subs.get(row.webhookId)!;
-        return { ...publicOf(row), payload: row.payload, url: sub.url, secret: sub.secret };
+        return { ...publicOf(row), payload: row.payload, url: sub.url, secret: sub.secret, ...(sub.tenantId === undefined ? {} : { tenantId: sub.tenantId }) };
       });
   }
 
@@ -141,7 +141,7 @@ export class MemoryWebhooks implements WebhookReads {
     const row = this.rows.find((r) => r.webhookId === webhookId && r.rootId === rootId && r.state === 'pending' && r.seq > afterSeq);
     const sub = this.subs.get(webhookId);
     if (row === undefined || sub === undefined || row.nextAt > now) return undefined;
-    return { ...publicOf(row), payload: row.payload, url: sub.url, secret: sub.secret };
+    return { ...publicOf(row), payload: row.payload, url: sub.url, secret: sub.secret, ...(sub.tenantId === undefined ? {} : { tenantId: sub.tenantId }) };
   }
 
   async backlog(): Promise<OutboxBacklog> {

@@ -13,7 +13,7 @@
 import type pg from 'pg';
 import { eventsColumn, type Delivery, type DeliveryQuery, type DueDelivery, type OutboxBacklog, type WebhookChange, type WebhookReads, type WebhookSubscription } from '../../sessions/outbox.js';
 import type { OutboxRow } from '../batch-rows.js';
-import { deliveryOf, subscriptionOf, type DeliveryRow, type SubscriptionRow } from '../webhook-rows.js';
+import { deliveryOf, dueOf, subscriptionOf, type DeliveryRow, type DueRow, type SubscriptionRow } from '../webhook-rows.js';
 
 export const POSTGRES_WEBHOOK_TABLES = `
   CREATE TABLE webhooks (
@@ -140,8 +140,8 @@ export class PostgresWebhooks implements WebhookReads {
   }
 
   async due(now: number, limit: number, instanceId?: string): Promise<DueDelivery[]> {
-    const { rows } = await this.pool.query<DeliveryRow & { payload: string; url: string; secret: string }>(
-      `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+    const { rows } = await this.pool.query<DueRow>(
+      `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret, w.tenant_id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
        WHERE d.state = 'pending' AND d.next_at <= $1
          AND d.seq = (SELECT min(h.seq) FROM webhook_deliveries h WHERE h.webhook_id = d.webhook_id AND h.root_id = d.root_id AND h.state = 'pending')
          AND ($3::text IS NULL OR NOT EXISTS (
@@ -149,17 +149,17 @@ export class PostgresWebhooks implements WebhookReads {
        ORDER BY d.next_at, d.seq LIMIT $2`,
       [now, limit, instanceId ?? null],
     );
-    return rows.map((row) => ({ ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret }));
+    return rows.map(dueOf);
   }
 
   async head(webhookId: string, rootId: string, afterSeq: number, now: number): Promise<DueDelivery | undefined> {
-    const { rows } = await this.pool.query<DeliveryRow & { payload: string; url: string; secret: string }>(
-      `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+    const { rows } = await this.pool.query<DueRow>(
+      `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret, w.tenant_id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
        WHERE d.webhook_id = $1 AND d.root_id = $2 AND d.state = 'pending' AND d.seq > $3 ORDER BY d.seq LIMIT 1`,
       [webhookId, rootId, afterSeq],
     );
     const row = rows[0];
-    return row === undefined || Number(row.next_at) > now ? undefined : { ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret };
+    return row === undefined || Number(row.next_at) > now ? undefined : dueOf(row);
   }
 
   async backlog(): Promise<OutboxBacklog> {

@@ -19,7 +19,7 @@ import {
   type WebhookSubscription,
 } from '../../sessions/outbox.js';
 import type { OutboxRow } from '../batch-rows.js';
-import { deliveryOf, subscriptionOf, type DeliveryRow, type SubscriptionRow } from '../webhook-rows.js';
+import { deliveryOf, dueOf, subscriptionOf, type DeliveryRow, type DueRow, type SubscriptionRow } from '../webhook-rows.js';
 
 export const WEBHOOK_TABLES = `
   CREATE TABLE webhooks (
@@ -127,15 +127,15 @@ export class SqliteWebhooks implements WebhookReads {
          ORDER BY d.seq DESC LIMIT @limit`,
       ),
       delivery: db.prepare<[string, string], DeliveryRow>(`SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE d.webhook_id = ? AND d.event_id = ?`),
-      due: db.prepare<{ now: number; limit: number }, DeliveryRow & { payload: string; url: string; secret: string }>(
-        `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret
+      due: db.prepare<{ now: number; limit: number }, DueRow>(
+        `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret, w.tenant_id
          FROM (SELECT min(seq) AS seq FROM webhook_deliveries WHERE state = 'pending' GROUP BY webhook_id, root_id) h
          JOIN webhook_deliveries d ON d.seq = h.seq JOIN webhooks w ON w.id = d.webhook_id
          WHERE d.next_at <= @now
          ORDER BY d.next_at, d.seq LIMIT @limit`,
       ),
-      head: db.prepare<{ webhookId: string; rootId: string; afterSeq: number }, DeliveryRow & { payload: string; url: string; secret: string }>(
-        `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+      head: db.prepare<{ webhookId: string; rootId: string; afterSeq: number }, DueRow>(
+        `SELECT ${DELIVERY_COLUMNS}, d.payload, w.url, w.secret, w.tenant_id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
          WHERE d.webhook_id = @webhookId AND d.root_id = @rootId AND d.state = 'pending' AND d.seq > @afterSeq ORDER BY d.seq LIMIT 1`,
       ),
       backlog: db.prepare<[], { pending: number; oldest: number | null }>(
@@ -165,12 +165,12 @@ export class SqliteWebhooks implements WebhookReads {
   }
 
   async due(now: number, limit: number): Promise<DueDelivery[]> {
-    return this.statements.due.all({ now, limit }).map((row) => ({ ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret }));
+    return this.statements.due.all({ now, limit }).map(dueOf);
   }
 
   async head(webhookId: string, rootId: string, afterSeq: number, now: number): Promise<DueDelivery | undefined> {
     const row = this.statements.head.get({ webhookId, rootId, afterSeq });
-    return row === undefined || row.next_at > now ? undefined : { ...deliveryOf(row), payload: row.payload, url: row.url, secret: row.secret };
+    return row === undefined || row.next_at > now ? undefined : dueOf(row);
   }
 
   async backlog(): Promise<OutboxBacklog> {

@@ -252,7 +252,8 @@ export class DeliveryWorker {
     } catch {
       return { kind: 'error', reason: 'network', message: 'the subscription secret is unusable' };
     }
-    const allowPrivate = await this.privateAllowed(delivery.webhookId);
+    // An admin's subscription by `allowPrivate`, a tenant's by `tenantPrivateAddresses`.
+    const allowPrivate = delivery.tenantId === undefined ? this.options.allowPrivate : this.options.tenantPrivateAddresses;
     const headers = signatureHeaders(key, delivery.eventId, Math.floor(now / 1000), delivery.payload);
     const send = this.deps.send ?? sendWebhook;
     return send({
@@ -263,20 +264,6 @@ export class DeliveryWorker {
       maxResponseBytes: this.options.maxResponseBytes,
       allowPrivate,
     });
-  }
-
-  /**
-   * Whether this subscription's deliveries may go to a private address: an admin's by
-   * `allowPrivate`, a tenant's by `tenantPrivateAddresses`. Only where the two differ (a
-   * deployment allowing private addresses) is the subscription read, for its owner.
-   */
-  private async privateAllowed(webhookId: string): Promise<boolean> {
-    const { allowPrivate, tenantPrivateAddresses } = this.options;
-    if (allowPrivate === tenantPrivateAddresses) return allowPrivate;
-    const sub = await this.deps.reads.subscription(webhookId);
-    // One gone meanwhile goes nowhere private.
-    if (sub === undefined) return false;
-    return sub.tenantId === undefined ? allowPrivate : tenantPrivateAddresses;
   }
 
   /** What an attempt's outcome makes of the delivery. */

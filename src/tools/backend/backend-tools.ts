@@ -71,7 +71,7 @@ export class BackendTools {
   }
 
   get(name: string): BackendToolView {
-    if (!this.declared.has(name)) throw notFound(name);
+    if (!this.declared.has(name)) throw backendToolNotFound(name);
     return this.view(name);
   }
 
@@ -84,7 +84,7 @@ export class BackendTools {
     if (name.startsWith(MCP_TOOL_PREFIX)) throw new ServiceError('VALIDATION', `"${name}" starts with ${MCP_TOOL_PREFIX}, which names the tools of MCP servers`);
     return this.follow.serially(async () => {
       // In the span that queues the write: the name may have been taken since the route's check.
-      const owner = ownerAfterPut(name, tenantId, this.ownerOf(name), () => notFound(name));
+      const owner = ownerAfterPut(name, tenantId, this.ownerOf(name), () => backendToolNotFound(name));
       const config: BackendToolConfig = { description: body.description, parameters: body.parameters, ...ownedBy(owner) };
       const updatedAt = this.deps.clock.iso();
       this.deps.log.changeSettings({ op: 'put', setting: { kind: 'backend-tool', name, value: config, updatedAt } });
@@ -99,8 +99,8 @@ export class BackendTools {
     this.get(name);
     return this.follow.serially(async () => {
       const current = this.ownerOf(name);
-      if (current === undefined) throw notFound(name);
-      mayChange(name, tenantId, current, () => notFound(name));
+      if (current === undefined) throw backendToolNotFound(name);
+      mayChange(name, tenantId, current, () => backendToolNotFound(name));
       this.deps.log.changeSettings({ op: 'delete', kind: 'backend-tool', name });
       this.uninstall(name);
       await this.deps.log.durable();
@@ -136,7 +136,8 @@ export class BackendTools {
   }
 }
 
-function notFound(name: string): ServiceError {
+/** The answer to a name that does not exist (the same for one another tenant holds). */
+export function backendToolNotFound(name: string): ServiceError {
   return new ServiceError('BACKEND_TOOL_NOT_FOUND', `no backend tool is declared as "${name}"`);
 }
 

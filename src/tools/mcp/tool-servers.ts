@@ -96,7 +96,7 @@ export class ToolServers {
    */
   async put(name: string, body: ToolServerBody, tenantId?: string): Promise<ToolServerView> {
     for (;;) {
-      const owner = ownerAfterPut(name, tenantId, this.ownerOf(name), () => notFound(name));
+      const owner = ownerAfterPut(name, tenantId, this.ownerOf(name), () => toolServerNotFound(name));
       const config = checkToolServer(body, this.deps, owner);
       if (owner !== undefined && config.url !== undefined && this.deps.tenantPrivateAddresses !== true) await checkPublicUrl(config.url);
       // Reached outside the queue: a slow server holds up no other change.
@@ -106,7 +106,7 @@ export class ToolServers {
         let now: string | undefined;
         try {
           // In the span that queues the write: the name may have been taken, or changed hands, meanwhile.
-          now = ownerAfterPut(name, tenantId, this.ownerOf(name), () => notFound(name));
+          now = ownerAfterPut(name, tenantId, this.ownerOf(name), () => toolServerNotFound(name));
           if (now === owner) {
             this.deps.log.changeSettings({ op: 'put', setting: { kind: 'tool-server', name, value: config, updatedAt: server.updatedAt } });
             await this.deps.log.durable();
@@ -135,7 +135,7 @@ export class ToolServers {
     this.require(name);
     return this.follow.serially(async () => {
       const server = this.require(name);
-      mayChange(name, tenantId, ownership(server.tenantId), () => notFound(name));
+      mayChange(name, tenantId, ownership(server.tenantId), () => toolServerNotFound(name));
       this.deps.log.changeSettings({ op: 'delete', kind: 'tool-server', name });
       await server.close();
       this.servers.delete(name);
@@ -191,11 +191,12 @@ export class ToolServers {
 
   private require(name: string): ToolServer {
     const server = this.servers.get(name);
-    if (server === undefined) throw notFound(name);
+    if (server === undefined) throw toolServerNotFound(name);
     return server;
   }
 }
 
-function notFound(name: string): ServiceError {
+/** The answer to a name that does not exist (the same for one another tenant holds). */
+export function toolServerNotFound(name: string): ServiceError {
   return new ServiceError('TOOL_SERVER_NOT_FOUND', `no tool server is registered as "${name}"`);
 }
