@@ -13,6 +13,7 @@ import { DEFAULT_APPROVAL_TIMEOUT_MS } from './approvals/approvals.js';
 import { DEFAULT_LEASE } from './steps/step-lease.js';
 import { DEFAULT_DRIVER_OPTIONS } from './driver/model-driver.js';
 import { parseBaseUrl } from './driver/model-policy.js';
+import { NO_LIMITS, parseModelLimits, type ModelLimits } from './driver/provider-limits.js';
 import { DEFAULT_STEP_CACHE_BYTES } from './steps/step-cache.js';
 import { DEFAULT_LIMITS, type Limits } from './agents/limits.js';
 import { redactUrl, SQLITE_SYNC_MODES } from './domain/store-settings.js';
@@ -65,6 +66,10 @@ export const EnvSchema = Type.Object({
     maximum: 86_400_000,
     description: "Built-in model driver: the longest a provider's Retry-After is waited for; a longer one fails the step's attempt at once, with the provider's answer.",
   }),
+  AGENTFOREST_MODEL_STREAM: Type.Union([Type.Literal('true'), Type.Literal('false')], {
+    default: 'true',
+    description: "Built-in model driver: `true` asks endpoints to stream answers (`stream: true`), published as they arrive as `delta` events; `false` for an endpoint that cannot stream (its answer then goes out as deltas all at once).",
+  }),
   AGENTFOREST_MODEL_RETRIES: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.retries, minimum: 0, maximum: 20, description: 'Built-in model driver: retries after a 429, a 5xx or a connection failure.' }),
   AGENTFOREST_MODEL_CONCURRENCY: Type.Integer({ default: DEFAULT_DRIVER_OPTIONS.concurrency, minimum: 1, description: 'Built-in model driver: model requests in flight at once, over all agents.' }),
   AGENTFOREST_MODEL_KEY_ENVS: Type.Optional(Type.String({ description: 'Comma-separated variables that `model.apiKeyEnv`, and a tool server\'s `{env}` header or variable, may name; unset, any name ending in `_API_KEY` except `AGENTFOREST_*`.' })),
@@ -74,6 +79,16 @@ export const EnvSchema = Type.Object({
       description:
         'Per-model prices that give usage its `costMicroUsd` (for `costMicroUsd` budgets): JSON `{"<model>": {"prompt": <n>, "completion": <n>}}`, ' +
         'each in micro-dollars per token (the same number as dollars per million tokens); the key `*` prices any other model. Unset: usage has a cost only when a backend posts one.',
+    }),
+  ),
+  AGENTFOREST_MODEL_LIMITS: Type.Optional(
+    Type.String({
+      description:
+        'Built-in model driver: requests and tokens per minute each provider may be sent, as JSON ' +
+        '`[{"baseUrl": "<url>", "model": "<model>", "requestsPerMinute": <n>, "tokensPerMinute": <n>}, ...]` (either limit may be left out, not both). ' +
+        'An entry without `model` holds for every model at that base URL, each counted on its own; one naming the model replaces it for that model. ' +
+        'Fixed UTC minutes; tokens are those of the answers (`totalTokens`). A model whose primary is at its limit asks a fallback with room; a step whose every provider is ' +
+        'at its limit waits for the minute to turn (the agent view says `waiting: {"reason": "rate-limited"}`). Several instances share the counts within about a second. Unset: no limits.',
     }),
   ),
   AGENTFOREST_SPAWN_BUDGETS: Type.Union(ON_OFF.map((v) => Type.Literal(v)), { default: 'off', description: '`on`: `spawn_subagent` takes a `budget` grant from the model (shown in its input schema); `off`: the model cannot grant.' }),
@@ -156,10 +171,13 @@ export interface Config {
     retries: Env['AGENTFOREST_MODEL_RETRIES'];
     maxProviderBackoffMs: Env['AGENTFOREST_MODEL_MAX_BACKOFF_MS'];
     concurrency: Env['AGENTFOREST_MODEL_CONCURRENCY'];
+    stream: boolean;
   };
   /** Which variables may serve as model API keys, which endpoints may be called (undefined: the defaults). */
   modelPolicy: { keyEnvs?: string[]; baseUrls?: string[] };
   modelPrices: ModelPrices;
+  /** AGENTFOREST_MODEL_LIMITS (NO_LIMITS when unset). */
+  modelLimits: ModelLimits;
   spawnBudgets: boolean;
   /** MCP tool servers: stdio commands allowed, calls in flight to one server. */
   toolServers: { commands: boolean; concurrency: number };
@@ -226,6 +244,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       modelPrices = parseModelPrices(raw.AGENTFOREST_MODEL_PRICES);
     } catch (error) {
       problems.push(`AGENTFOREST_MODEL_PRICES ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+  let modelLimits: ModelLimits = NO_LIMITS;
+  if (raw.AGENTFOREST_MODEL_LIMITS !== undefined) {
+    try {
+      modelLimits = parseModelLimits(raw.AGENTFOREST_MODEL_LIMITS);
+    } catch (error) {
+      problems.push(`AGENTFOREST_MODEL_LIMITS ${error instanceof Error ? error.message : String(error)}`);
     }
   }
   if (!refused.has('AGENTFOREST_HEADERS_TIMEOUT_MS') && !refused.has('AGENTFOREST_REQUEST_TIMEOUT_MS') && converted.AGENTFOREST_HEADERS_TIMEOUT_MS > converted.AGENTFOREST_REQUEST_TIMEOUT_MS) {
@@ -297,9 +323,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       retries: converted.AGENTFOREST_MODEL_RETRIES,
       maxProviderBackoffMs: converted.AGENTFOREST_MODEL_MAX_BACKOFF_MS,
       concurrency: converted.AGENTFOREST_MODEL_CONCURRENCY,
+      stream: converted.AGENTFOREST_MODEL_STREAM === 'true',
     },
     modelPolicy: { ...(keyEnvs === undefined ? {} : { keyEnvs }), ...(baseUrls === undefined ? {} : { baseUrls }) },
     modelPrices,
+    modelLimits,
     spawnBudgets: converted.AGENTFOREST_SPAWN_BUDGETS === 'on',
     toolServers: { commands: converted.AGENTFOREST_TOOL_SERVER_COMMANDS === 'on', concurrency: converted.AGENTFOREST_TOOL_SERVER_CONCURRENCY },
     approvalTimeoutMs: converted.AGENTFOREST_APPROVAL_TIMEOUT_MS,

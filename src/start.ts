@@ -61,6 +61,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     driver: config.driver,
     modelPolicy: config.modelPolicy,
     modelPrices: config.modelPrices,
+    modelLimits: config.modelLimits,
     spawnBudgets: config.spawnBudgets,
     toolServers: config.toolServers,
     approvalTimeoutMs: config.approvalTimeoutMs,
@@ -86,6 +87,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
   await system.approvalRules.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   await system.tenants.start(cluster === undefined ? undefined : TOOL_SERVER_FOLLOW_MS);
   await system.quotaSharing.start();
+  await system.providerSharing.start();
   // Expired idempotency keys are never replayed; this only reclaims their space.
   const expiry = setInterval(() => {
     system.idempotency.expire().catch((err: unknown) => logger.warn({ err }, 'expiring idempotency keys failed'));
@@ -129,6 +131,7 @@ export async function start({ onSignalsHandled = () => undefined, plugins = [] }
     system.tenants.stop();
     system.quotas.stop();
     await system.quotaSharing.stop();
+    await system.providerSharing.stop();
     system.approvals.stop();
     system.pool.stop();
     await system.topology.stop();

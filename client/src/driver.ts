@@ -41,11 +41,24 @@ export interface ModelReply {
   model?: string;
 }
 
+/** A piece of the answer being written: text, or a part of one tool call. */
+export interface AnswerDelta {
+  text?: string;
+  toolCall?: { index: number; id?: string; name?: string; argumentsDelta?: string };
+  /** The answer is being written again: what earlier deltas of this step built is void. */
+  reset?: true;
+}
+
 export interface StepContext {
   agentId: string;
   step: Step;
   /** The driver's signal, so a long model call can be cut short. */
   signal?: AbortSignal;
+  /**
+   * Publish pieces of the answer while the model writes it (`event: delta` on the event
+   * streams that ask for deltas); the reply is still what is recorded. Resolves once published.
+   */
+  publish(deltas: AnswerDelta | AnswerDelta[]): Promise<void>;
 }
 
 /**
@@ -196,6 +209,15 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
     return () => clearInterval(timer);
   };
 
+  const publish = async (step: Step, deltas: AnswerDelta | AnswerDelta[]): Promise<void> => {
+    const { error, response } = await client.POST('/v1/agents/{id}/steps/{stepId}/deltas', {
+      params: { path: { id: agentId, stepId: step.id } },
+      body: deltas,
+      headers: fenced(step),
+    });
+    if (!response.ok) throw fail(`POST ${base}/steps/${step.id}/deltas`, response.status, error);
+  };
+
   const postOutput = async (step: Step, reply: ModelReply): Promise<OutputResult> => {
     const toolCalls = reply.toolCalls ?? [];
     const { data, error, response } = await client.POST('/v1/agents/{id}/steps/{stepId}/output', {
@@ -247,7 +269,7 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
     try {
       let reply: ModelReply;
       try {
-        reply = await model(step.messages ?? [], [...step.tools, ...(options.toolSchemas ?? [])], { agentId, step, ...withSignal });
+        reply = await model(step.messages ?? [], [...step.tools, ...(options.toolSchemas ?? [])], { agentId, step, ...withSignal, publish: (deltas) => publish(step, deltas) });
       } catch (error) {
         if (aborted()) return { ...done, stoppedBy: 'aborted', abandonedStepId: step.id };
         throw error;

@@ -559,6 +559,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/steps/{stepId}/deltas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Publish pieces of the answer being written
+         * @description While the claim named by X-Step-Attempt (absent: 1) holds the step and before its output, publishes each piece as an `event: delta` on the agent's and the forest's event streams that ask for deltas (`?deltas=true`), with the step, the attempt and `seq` (from 1 per step attempt). Deltas are not written to the session and not replayed; the output posted afterwards is what is recorded. A driven agent's deltas are the built-in driver's own.
+         */
+        post: operations["postStepDeltas"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{id}/steps/{stepId}/heartbeat": {
         parameters: {
             query?: never;
@@ -648,7 +668,7 @@ export interface paths {
         };
         /**
          * Follow an agent's (or a forest's) events
-         * @description text/event-stream. `event: entry` carries `{agentId, entry}` with `id:` = the entry's seq (forest: its forest position); `event: status` carries `{agentId, status, resident, inbox, staged, claimable}` snapshots without an id (sent at connect and on change; `claimable` tells a parked driver to claim a step); `event: budget-exhausted` carries `{agentId, pausedBy: {agentId, budget}}` once when a budget pauses an agent (no id, not replayed). An approval entry is sent as `event: approval-requested` (pending) or `event: approval-decided` (approved, denied, expired, cancelled), the approval as its data, with its position as `id:` like an entry. Comments (`: ping`) are heartbeats. Resume with `Last-Event-ID` or `?after=`. A consumer that falls behind is disconnected with a final `: slow consumer` comment and resumes from its last id; the stream also ends when the service drains.
+         * @description text/event-stream. `event: entry` carries `{agentId, entry}` with `id:` = the entry's seq (forest: its forest position); `event: status` carries `{agentId, status, resident, inbox, staged, claimable}` snapshots without an id (sent at connect and on change; `claimable` tells a parked driver to claim a step); `event: budget-exhausted` carries `{agentId, pausedBy: {agentId, budget}}` once when a budget pauses an agent (no id, not replayed). An approval entry is sent as `event: approval-requested` (pending) or `event: approval-decided` (approved, denied, expired, cancelled), the approval as its data, with its position as `id:` like an entry. With `?deltas=true`, `event: delta` carries `{agentId, stepId, attempt, seq, text?, toolCall?: {index, id?, name?, argumentsDelta?}, reset?}` while an answer is being written (no id, never replayed; `seq` counts from 1 per step attempt; `reset: true`: drop what this step's earlier deltas built); a consumer that is behind has deltas dropped first and then gets `event: deltas-dropped` with `{count}` before its next event. Comments (`: ping`) are heartbeats. Resume with `Last-Event-ID` or `?after=`. A consumer that falls behind is disconnected with a final `: slow consumer` comment and resumes from its last id; the stream also ends when the service drains.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -1029,7 +1049,7 @@ export interface components {
                 reason: "rate-limited";
                 /**
                  * Format: date-time
-                 * @description When the first of its model's providers leaves its back-off, and the step is offered again.
+                 * @description When the first of its model's providers opens (its back-off ends, or the minute of its limit turns), and the step is offered again.
                  */
                 until: string;
             };
@@ -3733,6 +3753,86 @@ export interface operations {
             503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
         };
     };
+    postStepDeltas: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The lease's attempt from the claim (step.lease.attempt); absent means 1. */
+                "x-step-attempt"?: number;
+            };
+            path: {
+                /** @description An agent (and session) id. */
+                id: string;
+                stepId: string;
+            };
+            cookie?: never;
+        };
+        /** @description One piece of the answer being written, or several in order. */
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /** @description A piece of the answer's text. */
+                    text?: string;
+                    toolCall?: {
+                        /** @description Which call of the answer (0 is the first). */
+                        index: number;
+                        id?: string;
+                        name?: string;
+                        /** @description A piece of the call's arguments (JSON text). */
+                        argumentsDelta?: string;
+                    };
+                    /**
+                     * @description What this step's earlier deltas built is void (the answer is being written again).
+                     * @enum {boolean}
+                     */
+                    reset?: true;
+                } | {
+                    /** @description A piece of the answer's text. */
+                    text?: string;
+                    toolCall?: {
+                        /** @description Which call of the answer (0 is the first). */
+                        index: number;
+                        id?: string;
+                        name?: string;
+                        /** @description A piece of the call's arguments (JSON text). */
+                        argumentsDelta?: string;
+                    };
+                    /**
+                     * @description What this step's earlier deltas built is void (the answer is being written again).
+                     * @enum {boolean}
+                     */
+                    reset?: true;
+                }[];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The seq of the last delta published (counted from 1 per step attempt). */
+                        seq: number;
+                    };
+                };
+            };
+            400: components["responses"]["Validation"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Unauthorized"];
+            404: components["responses"]["AgentNotFoundOrStepNotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["StepConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            421: components["responses"]["Misdirected"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["ForestFailingOverOrOverloadedOrStoreUnavailable"];
+        };
+    };
     heartbeatStep: {
         parameters: {
             query?: never;
@@ -3949,6 +4049,8 @@ export interface operations {
                 forest?: boolean;
                 /** @description Resume after this event id (Last-Event-ID takes precedence). */
                 after?: number;
+                /** @description Also send `delta` events: the pieces of answers being written (never replayed). */
+                deltas?: boolean;
             };
             header?: {
                 /** @description The id of the last event received; the stream resumes after it. */

@@ -6,6 +6,7 @@ import type { WriteBatch } from '../sessions/session-store.js';
 import type { WebhookChange } from '../sessions/outbox.js';
 import type { SettingChange } from '../sessions/settings.js';
 import type { TenantUsageRow } from '../sessions/tenant-usage.js';
+import type { ProviderLimitRow } from '../sessions/provider-limit-rows.js';
 import { approvalRows, type ApprovalRow } from './approval-rows.js';
 
 export type SessionRow = [id: string, kind: string, parent: string | null, createdAt: string, header: string];
@@ -33,6 +34,8 @@ export interface BatchRows {
   approvals: ApprovalRow[];
   /** Plain objects of primitives already; the last row per (instance, tenant) wins. */
   tenantUsage: TenantUsageRow[];
+  /** Plain objects of primitives already, in the order put. */
+  providerLimits: ProviderLimitRow[];
 }
 
 export function encodeRows(batch: WriteBatch): BatchRows {
@@ -55,6 +58,7 @@ export function encodeRows(batch: WriteBatch): BatchRows {
     settings: settingRows(batch.settings ?? []),
     approvals: approvalRows(batch.entries),
     tenantUsage: batch.tenantUsage ?? [],
+    providerLimits: batch.providerLimits ?? [],
   };
 }
 

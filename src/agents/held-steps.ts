@@ -2,7 +2,7 @@
  * Steps held back for a time, not handed out: each agent with why and until when. At the
  * earliest end, the agents whose hold ended leave it and are offered again (`offer`); the timer
  * is then set for the next. Used by the gates that hold a step for a time: a tenant's time quota
- * (tenants/quotas.ts), a provider's back-off (driver/model-driver.ts).
+ * (tenants/quotas.ts), a provider's back-off or full window (driver/model-driver.ts).
  */
 export interface Hold {
   /** When the hold ends (ms since the epoch). */

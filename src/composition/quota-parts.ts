@@ -17,7 +17,7 @@ import { QuotaSharing } from '../tenants/quota-sharing.js';
 import { TenantQuotas } from '../tenants/quotas.js';
 
 /** This process in the usage rows when it is the only instance (several use their instance ids). */
-const PROCESS_ID = `process-${randomUUID()}`;
+export const PROCESS_ID = `process-${randomUUID()}`;
 
 export interface QuotaPartsDeps {
   clock: Clock;

@@ -11,6 +11,7 @@ import type { ClusterOptions } from '../cluster/cluster-topology.js';
 import type { RuntimeObserver } from '../observation/runtime-observer.js';
 import type { DriverOptions } from '../driver/model-driver.js';
 import type { ModelPolicy } from '../driver/model-policy.js';
+import type { ModelLimits } from '../driver/provider-limits.js';
 import type { SessionStore } from '../sessions/session-store.js';
 import type { LeaseOptions } from '../steps/step-lease.js';
 import type { TracingFactory } from '../observation/tracing/tracing.js';
@@ -45,6 +46,8 @@ export interface SystemOptions {
   modelPolicy?: Omit<Partial<ModelPolicy>, 'env'>;
   /** Prices that give usage its cost (default none). */
   modelPrices?: ModelPrices;
+  /** Requests and tokens per minute the driver may send each provider (AGENTFOREST_MODEL_LIMITS; default none). */
+  modelLimits?: ModelLimits;
   /** spawn_subagent's input takes a `budget` grant from the model (default off). */
   spawnBudgets?: boolean;
   /**

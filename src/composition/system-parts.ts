@@ -42,6 +42,8 @@ import type { Approvals } from '../approvals/approvals.js';
 import type { Tenants } from '../tenants/tenants.js';
 import type { TenantQuotas } from '../tenants/quotas.js';
 import type { QuotaSharing } from '../tenants/quota-sharing.js';
+import type { ProviderGate } from '../driver/provider-gate.js';
+import type { ProviderSharing } from '../driver/provider-sharing.js';
 
 export interface System {
   store: SessionStore;
@@ -101,6 +103,10 @@ export interface System {
   quotas: TenantQuotas<LiveAgent>;
   /** The quotas' figures to and from the store (started before serving, stopped at close). */
   quotaSharing: QuotaSharing;
+  /** What holds a model provider: its back-off, its full window of AGENTFOREST_MODEL_LIMITS. */
+  providers: ProviderGate;
+  /** The providers' back-offs and counts to and from the store (started before serving, stopped at close). */
+  providerSharing: ProviderSharing;
   pool: ToolPool;
   /** Webhook subscriptions, the outbox's events and their delivery (started before serving, stopped at close). */
   webhooks: Webhooks;

@@ -32,6 +32,7 @@ import { GrantChanges } from '../tools/grant-changes.js';
 import { ToolPool } from '../tools/backend/tool-pool.js';
 import { Budgets } from '../budgets/budgets.js';
 import { EventHub } from '../observation/event-hub.js';
+import { StepDeltas } from '../observation/step-deltas.js';
 import { timeOrderedIds } from '../sessions/ids.js';
 import { DEFAULT_LIMITS, WaiterGate, type Limits } from '../agents/limits.js';
 import { ClusterTopology } from '../cluster/cluster-topology.js';
@@ -72,11 +73,11 @@ import { approvalMetrics } from '../approvals/approval-metrics.js';
 import type { RuleDecision } from '../domain/approvals.js';
 import { settingsRegistries } from './settings-registries.js';
 import { quotaParts } from './quota-parts.js';
+import { providerParts } from './provider-parts.js';
 
 import type { System } from './system-parts.js';
 
 export type { System } from './system-parts.js';
-
 
 /** Forests no agent uses whose accounts one instance keeps for later reads (see ForestLedger). */
 const KEEP_UNUSED_FORESTS = 256;
@@ -346,6 +347,7 @@ export function createSystem(options: SystemOptions): System {
     onWaiting: () => topology.toolCallWaiting(),
   });
   const protocol = new StepProtocol({
+    deltas: new StepDeltas(hub),
     authority,
     gate,
     dispatcher,
@@ -364,8 +366,9 @@ export function createSystem(options: SystemOptions): System {
     approvals,
   });
   const reopenedCalls = new ReopenedCalls({ tools, calls: toolCalls, log, pool, rules: callRules, approvals });
+  const { providers, providerSharing } = providerParts({ clock, logger, log, store, limits: options.modelLimits, instanceId: () => topology.peering?.instanceId, database: options.cluster?.database, observe: (event) => observers.modelRequest(event) });
   const driver = new ModelDriver(
-    { protocol, compactions, dispatcher, log, logger, isDraining: () => gate.draining, observe: (event) => observers.modelRequest(event), checkModel: checkModelPolicy },
+    { protocol, compactions, dispatcher, log, logger, isDraining: () => gate.draining, observe: (event) => observers.modelRequest(event), checkModel: checkModelPolicy, providers },
     { ...DEFAULT_DRIVER_OPTIONS, ...options.driver, env },
   );
 
@@ -392,5 +395,5 @@ export function createSystem(options: SystemOptions): System {
 
   // Its workers wait on the dispatcher's driver lane from now on, and stop once draining.
   driver.start();
-  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool, approvals, approvalRules, tenants, quotas, quotaSharing };
+  return { store, log, registry, dispatcher, tools, setup, continuation, roots, deliveries, notRunning, authority, interrupts, protocol, toolCalls, compactions, packages, topology, idempotency, hub, streams, metrics, driver, gate, queries, notices, observers, budgets, budgetChanges, grantChanges, tracing, webhooks, toolServers, backendTools, pool, approvals, approvalRules, tenants, quotas, quotaSharing, providers, providerSharing };
 }

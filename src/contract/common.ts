@@ -185,9 +185,9 @@ export const AgentView = shared(
             Type.Object(
               {
                 reason: Type.Literal('rate-limited'),
-                until: Type.String({ format: 'date-time', description: "When the first of its model's providers leaves its back-off, and the step is offered again." }),
+                until: Type.String({ format: 'date-time', description: "When the first of its model's providers opens (its back-off ends, or the minute of its limit turns), and the step is offered again." }),
               },
-              { additionalProperties: false, description: "Every provider of its model (the primary and each fallback) asked to be left alone: a driven agent's next step waits." },
+              { additionalProperties: false, description: "Every provider of its model (the primary and each fallback) asked to be left alone or is at its limit (AGENTFOREST_MODEL_LIMITS): a driven agent's next step waits." },
             ),
           ],
           { description: 'What holds its next step, not handed out until `until`; absent when nothing does.' },

@@ -11,12 +11,19 @@
  * again (a retry is one more pass over them all). Each attempt then has its share of the step's
  * deadline (`timeoutMs` / endpoints), so a hanging endpoint leaves the others time. Any other
  * 4xx, a redirect, or an answer (whatever it says) ends the request on that endpoint.
+ *
+ * Streaming: a request may ask for `stream: true`; its answer's pieces are handed on as they
+ * arrive (chat-answer.ts assembles them into the answer a JSON completion would have been). A
+ * stream that breaks off or reports an error midway fails that attempt like a 5xx (the next
+ * endpoint, or a retry), whose first piece then says `reset`.
  */
-import { Buffer } from 'node:buffer';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChatTool } from '../domain/step-render.js';
-import type { TokenUsage } from '../domain/model.js';
-import { providerOf, type ProviderBackoff } from './provider-backoff.js';
+import { providerOf } from './provider-backoff.js';
+import type { ProviderRequests } from './provider-gate.js';
+import { errorText, isEventStream, ModelRequestError, parseCompletion, piecesOf, readLimited, readStream, StreamBroken, type AnswerPiece, type ParsedAnswer } from './chat-answer.js';
+
+export { MAX_ANSWER_BYTES, MAX_TOOL_CALLS, ModelRequestError, type AnswerPiece, type RawToolCall } from './chat-answer.js';
 
 export interface RetryPolicy {
   /** Retries after the first attempt, for 429, 5xx and connection failures. */
@@ -48,49 +55,30 @@ export interface ChatRequest {
   endpoints: ChatEndpoint[];
   /** Told how each attempt ended, and whether it fell over to the next endpoint. */
   onAttempt?: (endpoint: ChatEndpoint, outcome: AttemptOutcome, fellOver: boolean) => void;
-  /** The providers in back-off, shared by every request of the instance. */
-  backoff?: ProviderBackoff;
+  /** What holds a provider (its back-off, its full window), shared by every request of the instance. */
+  providers?: ProviderRequests;
   messages: ChatMessage[];
   tools: ChatTool[];
   temperature?: number;
+  /** Ask the endpoint to stream its answer (`stream: true`); one that answers JSON anyway is read as JSON. */
+  stream?: boolean;
+  /**
+   * Each piece of the answer as it arrives (an endpoint answering JSON: its text, then each
+   * call, at once). `reset` marks the first piece of an attempt after an earlier attempt of
+   * this request had sent pieces: what they built is void.
+   */
+  onDelta?: (piece: AnswerPiece & { reset?: true }) => void;
+  /** The first piece of an attempt arrived this long after its request was sent. */
+  onFirstDelta?: (endpoint: ChatEndpoint, seconds: number) => void;
 }
 
-export interface RawToolCall {
-  id: string | undefined;
-  name: string;
-  /** The JSON text the model wrote, not yet parsed. */
-  arguments: string;
-}
-
-export interface ChatAnswer {
-  content: string | null;
-  toolCalls: RawToolCall[];
-  usage?: TokenUsage;
+export interface ChatAnswer extends ParsedAnswer {
   attempts: number;
   /** The model that answered (a fallback's when the primary failed over). */
   model: string;
   /** Requests that failed over to the next endpoint before this answer. */
   fallovers: number;
 }
-
-export class ModelRequestError extends Error {
-  override readonly name = 'ModelRequestError';
-  constructor(
-    message: string,
-    /** Requests sent before giving up. */
-    readonly attempts = 1,
-    /** The HTTP status of the endpoint's last answer; absent when none came (a network failure, a timeout). */
-    readonly status?: number,
-  ) {
-    super(message);
-  }
-}
-
-/** As for a backend's output (POST .../output): tool calls in one answer. */
-export const MAX_TOOL_CALLS = 128;
-
-/** The largest answer read from an endpoint; anything bigger fails the step. */
-export const MAX_ANSWER_BYTES = 8 * 1024 * 1024;
 
 /** The step was cancelled (its agent was disposed or stopped): nothing is to be recorded. */
 export class ModelRequestCancelled extends Error {
@@ -129,6 +117,19 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
   if (cancel.aborted) step.abort();
   const timedOut = (url: string, attempts: number): ModelRequestError =>
     new ModelRequestError(`no answer from ${url} within ${policy.timeoutMs} ms (${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts);
+  // Pieces of an answer go on as they arrive; after an attempt that sent some, the next one's
+  // first piece says `reset`: what the earlier pieces built is void.
+  let sentPieces = false;
+  const piecesOfAttempt = (): ((piece: AnswerPiece) => void) | undefined => {
+    const onDelta = request.onDelta;
+    if (onDelta === undefined) return undefined;
+    let reset = sentPieces;
+    return (piece) => {
+      sentPieces = true;
+      onDelta(reset ? { ...piece, reset: true } : piece);
+      reset = false;
+    };
+  };
   try {
     let attempts = 0;
     let fallovers = 0;
@@ -141,16 +142,16 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
       let soonest: Failure | undefined;
       for (const [index, endpoint] of endpoints.entries()) {
         const url = completionsUrl(endpoint.baseUrl);
-        // A provider in back-off is not asked: the next endpoint is, as after its own 429.
-        const held = request.backoff?.of(providerOf(endpoint));
+        // A provider in back-off or at its limit is not asked: the next endpoint is, as after its own 429.
+        const held = request.providers?.send(providerOf(endpoint));
         if (held !== undefined) {
-          failure = { message: held.answer, outcome: '429', retryable: true, retryAfterMs: held.until - Date.now() };
+          failure = { message: held.answer, outcome: '429', retryable: true, retryAfterMs: held.waitMs };
           if (soonest === undefined || failure.retryAfterMs! < soonest.retryAfterMs!) soonest = failure;
           if (index < endpoints.length - 1) fallovers++;
           continue;
         }
         attempts++;
-        const outcome = await attempt({ endpoint, url, request, step: signal, attemptMs, fetchImpl, attempts, redact }).catch((error: unknown) => {
+        const outcome = await attempt({ endpoint, url, request, step: signal, attemptMs, fetchImpl, attempts, redact, onPiece: piecesOfAttempt() }).catch((error: unknown) => {
           if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
           request.onAttempt?.(endpoint, expired ? 'timeout' : 'invalid', false);
           if (expired) throw timedOut(url, attempts);
@@ -158,11 +159,12 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         });
         if ('answer' in outcome) {
           request.onAttempt?.(endpoint, 'ok', false);
+          request.providers?.spent(providerOf(endpoint), outcome.answer.usage?.totalTokens ?? 0);
           return { ...outcome.answer, attempts, model: endpoint.model, fallovers };
         }
         failure = { ...outcome.failure, message: redact(outcome.failure.message) };
         if (failure.retryAfterMs !== undefined && (failure.status === 429 || failure.status === 503)) {
-          request.backoff?.note(providerOf(endpoint), { until: Date.now() + failure.retryAfterMs, answer: failure.message });
+          request.providers?.note(providerOf(endpoint), failure.retryAfterMs, failure.message);
         }
         if (failure.retryAfterMs !== undefined && (soonest === undefined || failure.retryAfterMs < soonest.retryAfterMs!)) soonest = failure;
         const fellOver = failure.retryable && index < endpoints.length - 1;
@@ -224,15 +226,26 @@ async function attempt(a: {
   fetchImpl: Fetch;
   attempts: number;
   redact: (text: string) => string;
-}): Promise<{ answer: Omit<ChatAnswer, 'attempts' | 'model' | 'fallovers'> } | { failure: Failure }> {
-  const { endpoint, url, request, step, attemptMs, fetchImpl, attempts } = a;
+  /** Each piece of the answer as it arrives. */
+  onPiece: ((piece: AnswerPiece) => void) | undefined;
+}): Promise<{ answer: ParsedAnswer } | { failure: Failure }> {
+  const { endpoint, url, request, step, attemptMs, fetchImpl, attempts, redact } = a;
   const body: Record<string, unknown> = { model: endpoint.model, messages: request.messages };
   if (request.tools.length > 0) body.tools = request.tools;
   if (request.temperature !== undefined) body.temperature = request.temperature;
-  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
+  if (request.stream === true) Object.assign(body, { stream: true, stream_options: { include_usage: true } });
+  const accept = request.stream === true ? 'text/event-stream, application/json' : 'application/json';
+  const headers: Record<string, string> = { 'content-type': 'application/json', accept };
   if (endpoint.apiKey !== undefined) headers.authorization = `Bearer ${endpoint.apiKey}`;
   const own = attemptMs === undefined ? undefined : AbortSignal.timeout(attemptMs);
   const signal = own === undefined ? step : AbortSignal.any([step, own]);
+  const sent = performance.now();
+  let first = true;
+  const onPiece = (piece: AnswerPiece): void => {
+    if (first) request.onFirstDelta?.(endpoint, (performance.now() - sent) / 1000);
+    first = false;
+    a.onPiece?.(piece);
+  };
   try {
     // A redirect would re-send the conversation to a URL no policy checked: not followed.
     const response = await fetchImpl(url, { method: 'POST', headers, body: JSON.stringify(body), signal, redirect: 'manual' });
@@ -240,8 +253,14 @@ async function attempt(a: {
       await response.body?.cancel().catch(() => undefined);
       throw new ModelRequestError(`${url} answered ${response.status}, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`, attempts, response.status);
     }
-    const text = a.redact(await readLimited(response, url, attempts));
-    if (response.ok) return { answer: parseCompletion(url, text, attempts, response.status) };
+    if (response.ok && isEventStream(response)) return { answer: redactAnswer(await readStream(response, url, attempts, onPiece, redact), redact) };
+    const text = redact(await readLimited(response, url, attempts));
+    if (response.ok) {
+      // An endpoint that answered JSON (not asked to stream, or not able to): its pieces all at once.
+      const answer = parseCompletion(url, text, attempts, response.status);
+      if (a.onPiece !== undefined || request.onFirstDelta !== undefined) for (const piece of piecesOf(answer)) onPiece(piece);
+      return { answer };
+    }
     const outcome = response.status === 429 ? '429' : response.status >= 500 ? '5xx' : '4xx';
     const failure: Failure = { message: `${url} answered ${response.status}${errorText(text)}`, outcome, retryable: outcome !== '4xx', status: response.status };
     const retryAfter = retryAfterMs(response.headers.get('retry-after-ms'), response.headers.get('retry-after'));
@@ -250,91 +269,22 @@ async function attempt(a: {
   } catch (error) {
     if (step.aborted) throw error;
     if (own?.aborted === true) return { failure: { message: `no answer from ${url} within ${attemptMs} ms, its share of the step's timeout`, outcome: 'timeout', retryable: true } };
+    if (error instanceof StreamBroken) return { failure: { message: error.message, outcome: error.outcome, retryable: true } };
     if (error instanceof ModelRequestError) throw error;
     return { failure: { message: `could not reach ${url}: ${networkReason(error)}`, outcome: 'unreachable', retryable: true } };
   }
 }
 
-/** The body as text, refusing (without reading on) one larger than MAX_ANSWER_BYTES. */
-async function readLimited(response: Response, url: string, attempts: number): Promise<string> {
-  if (response.body === null) return '';
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  const reader = response.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > MAX_ANSWER_BYTES) {
-      await reader.cancel().catch(() => undefined);
-      throw new ModelRequestError(`the answer of ${url} is larger than ${MAX_ANSWER_BYTES} bytes`, attempts, response.status);
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-/** The first choice's message of a chat completion, or a ModelRequestError saying what is wrong with it. */
-function parseCompletion(url: string, text: string, attempts: number, status: number): Omit<ChatAnswer, 'attempts' | 'model' | 'fallovers'> {
-  const invalid = (why: string): ModelRequestError => new ModelRequestError(`the answer of ${url} is not a chat completion: ${why}`, attempts, status);
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    throw invalid(`not JSON (${excerpt(text)})`);
-  }
-  const choice = isRecord(parsed) && Array.isArray(parsed.choices) ? (parsed.choices[0] as unknown) : undefined;
-  if (!isRecord(choice) || !isRecord(choice.message)) throw invalid('it has no choices[0].message');
-  const message = choice.message;
-  const rawCalls = message.tool_calls ?? [];
-  if (!Array.isArray(rawCalls)) throw invalid('message.tool_calls is not a list');
-  if (rawCalls.length > MAX_TOOL_CALLS) throw invalid(`it has ${rawCalls.length} tool calls; at most ${MAX_TOOL_CALLS} are accepted in one answer`);
-  const toolCalls = rawCalls.map((call: unknown, i): RawToolCall => {
-    const fn = isRecord(call) ? call.function : undefined;
-    if (!isRecord(call) || !isRecord(fn) || typeof fn.name !== 'string') throw invalid(`tool_calls[${i}] has no function name`);
-    const args = fn.arguments;
-    return {
-      id: typeof call.id === 'string' && call.id !== '' ? call.id : undefined,
-      name: fn.name,
-      arguments: typeof args === 'string' ? args : args === undefined ? '' : JSON.stringify(args),
-    };
-  });
-  const answer: Omit<ChatAnswer, 'attempts' | 'model' | 'fallovers'> = { content: contentText(message.content), toolCalls };
-  const usage = isRecord(parsed) ? usageOf(parsed.usage) : undefined;
-  if (usage !== undefined) answer.usage = usage;
-  return answer;
-}
-
-/** Text content: a string, or (some servers) a list of parts whose text parts are joined. */
-function contentText(content: unknown): string | null {
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) {
-    const texts = content.filter(isRecord).map((part) => part.text).filter((t): t is string => typeof t === 'string');
-    return texts.length === 0 ? null : texts.join('');
-  }
-  return null;
-}
-
-function usageOf(usage: unknown): TokenUsage | undefined {
-  if (!isRecord(usage)) return undefined;
-  const n = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.round(v) : 0);
-  const promptTokens = n(usage.prompt_tokens);
-  const completionTokens = n(usage.completion_tokens);
-  const total = n(usage.total_tokens);
-  return { promptTokens, completionTokens, totalTokens: total > 0 ? total : promptTokens + completionTokens };
-}
-
-/** The endpoint's own error text: `error.message` of a JSON error body, else the start of the body. */
-function errorText(text: string): string {
-  if (text.trim() === '') return '';
-  try {
-    const parsed: unknown = JSON.parse(text);
-    if (isRecord(parsed) && isRecord(parsed.error) && typeof parsed.error.message === 'string') return `: ${excerpt(parsed.error.message)}`;
-    if (isRecord(parsed) && typeof parsed.error === 'string') return `: ${excerpt(parsed.error)}`;
-  } catch {
-    // not JSON: show the text itself
-  }
-  return `: ${excerpt(text)}`;
+/**
+ * A streamed answer with the key taken out of what it says, as from a JSON answer's text (the
+ * pieces already sent were not: a model is never sent the key, so it cannot write it).
+ */
+function redactAnswer(answer: ParsedAnswer, redact: (text: string) => string): ParsedAnswer {
+  return {
+    ...answer,
+    content: answer.content === null ? null : redact(answer.content),
+    toolCalls: answer.toolCalls.map((call) => ({ ...call, name: redact(call.name), arguments: redact(call.arguments) })),
+  };
 }
 
 function networkReason(error: unknown): string {
@@ -355,11 +305,6 @@ function retryAfterMs(millis: string | null, header: string | null): number | un
   const seconds = Number(header);
   const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(header) - Date.now();
   return Number.isFinite(ms) && ms >= 0 ? ms : undefined;
-}
-
-function excerpt(text: string): string {
-  const flat = text.replace(/\s+/g, ' ').trim();
-  return flat.length > 300 ? `${flat.slice(0, 300)}…` : flat;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

@@ -26,8 +26,9 @@ import type { Compactions } from '../steps/compactions.js';
 import { stepObject } from '../steps/rendered-step.js';
 import { readArguments } from '../steps/chat-output.js';
 import { HeldSteps } from '../agents/held-steps.js';
-import { ProviderBackoff, providerOf } from './provider-backoff.js';
-import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, ModelRequestCancelled, ModelRequestError, type AttemptOutcome, type ChatAnswer, type RetryPolicy } from './chat-completions.js';
+import { providerOf } from './provider-backoff.js';
+import type { ProviderGate } from './provider-gate.js';
+import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, ModelRequestCancelled, ModelRequestError, type AnswerPiece, type AttemptOutcome, type ChatAnswer, type ChatEndpoint, type ChatRequest, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
 export interface DriverOptions extends RetryPolicy {
@@ -35,6 +36,8 @@ export interface DriverOptions extends RetryPolicy {
   concurrency: number;
   /** Where `apiKeyEnv` names are looked up. */
   env: Readonly<Record<string, string | undefined>>;
+  /** Ask endpoints to stream their answers (default true). */
+  stream?: boolean;
   fetch?: typeof fetch;
 }
 
@@ -45,10 +48,11 @@ export const DEFAULT_DRIVER_OPTIONS: Omit<DriverOptions, 'env'> = {
   timeoutMs: 120_000,
   maxProviderBackoffMs: DEFAULT_MAX_PROVIDER_BACKOFF_MS,
   concurrency: 16,
+  stream: true,
 };
 
 export interface ModelDriverDeps {
-  protocol: Pick<StepProtocol, 'renderStep' | 'applyOutput' | 'applyToolResults' | 'runByBackend'>;
+  protocol: Pick<StepProtocol, 'renderStep' | 'applyOutput' | 'applyToolResults' | 'runByBackend' | 'publishDeltas'>;
   compactions: Pick<Compactions, 'compactLive'>;
   dispatcher: StepDispatcher<LiveAgent, StepClaim>;
   log: SessionLog;
@@ -62,13 +66,19 @@ export interface ModelDriverDeps {
    * with its URL normalised.
    */
   checkModel: (spec: ModelSpec, tenantId?: string) => ModelSpec;
+  /** What holds a provider (its back-off, its full window), for every agent of the instance and shared with the others. */
+  providers: ProviderGate;
 }
 
 export type DriverEvent =
   | { kind: 'request'; outcome: 'ok' | 'failed'; attempts: number; seconds: number }
   /** One attempt at one endpoint (`<baseUrl> <model>`), and whether it fell over to the next. */
   | { kind: 'attempt'; provider: string; outcome: AttemptOutcome; fellOver: boolean }
-  | { kind: 'tokens'; prompt: number; completion: number };
+  | { kind: 'tokens'; prompt: number; completion: number }
+  /** A provider (`<baseUrl> <model>`) asked to be left alone this long (a 429 or 503 with Retry-After). */
+  | { kind: 'backoff'; provider: string; seconds: number }
+  /** The first piece of a step's answer arrived this long after its request was sent. */
+  | { kind: 'first-delta'; provider: string; seconds: number };
 
 /** Whether the built-in driver runs this agent's steps: its session header names a model. */
 export function drivenByModel(agent: LiveAgent): boolean {
@@ -78,17 +88,20 @@ export function drivenByModel(agent: LiveAgent): boolean {
 export class ModelDriver {
   /** Agents whose step a worker holds now (a request in flight, or its answer being recorded). */
   private readonly busy = new Set<LiveAgent>();
-  /** Providers that asked to be left alone, for every agent of this instance. */
-  private readonly backoff = new ProviderBackoff();
-  /** Agents whose step waits, unclaimed, for a provider's back-off to end. */
-  private readonly rateLimited = new HeldSteps<LiveAgent>((agent) => {
-    if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.deps.dispatcher.offer(agent);
-  });
+  /** Agents whose step waits, unclaimed, for a provider's back-off to end or its window to turn. */
+  private readonly rateLimited: HeldSteps<LiveAgent>;
 
   constructor(
     private readonly deps: ModelDriverDeps,
     private readonly options: DriverOptions,
-  ) {}
+  ) {
+    this.rateLimited = new HeldSteps<LiveAgent>(
+      (agent) => {
+        if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.deps.dispatcher.offer(agent);
+      },
+      () => deps.providers.now(),
+    );
+  }
 
   /**
    * Start the workers, each of which takes a driven agent's step from the dispatcher, runs it
@@ -111,8 +124,10 @@ export class ModelDriver {
     if ('refusal' in permitted) return this.refuse(agent, permitted.refusal);
     const refusal = stepsRefusal(agent, permitted.model);
     if (refusal !== undefined) return this.refuse(agent, refusal);
-    // Every provider of its model in back-off: the step waits unclaimed, offered again when the first one ends.
-    const until = this.backedOffUntil(permitted.model);
+    // Every provider of its model held (in back-off, or its window full): the step waits
+    // unclaimed, offered again when the first one opens. Else a place in the window of the
+    // provider its request goes to is held for it: the last check, so admitted means placed.
+    const until = this.admitToProvider(permitted.model);
     if (until !== undefined) {
       this.rateLimited.hold(agent, { until });
       return false;
@@ -129,21 +144,23 @@ export class ModelDriver {
     return false;
   }
 
-  /** What holds the agent's step (the agent view's `waiting`), if every provider of its model is in back-off. */
+  /** What holds the agent's step (the agent view's `waiting`), if every provider of its model is in back-off or at its limit. */
   waitingFor(agent: LiveAgent): { reason: 'rate-limited'; until: string } | undefined {
     const until = this.rateLimited.get(agent)?.until;
     return until === undefined ? undefined : { reason: 'rate-limited', until: new Date(until).toISOString() };
   }
 
-  /** When the first back-off of the model's providers ends, if every one of them is in back-off. */
-  private backedOffUntil(model: ModelSpec): number | undefined {
-    let soonest: number | undefined;
-    for (const endpoint of endpointsOf(model)) {
-      const held = this.backoff.of(providerOf(endpoint));
-      if (held === undefined) return undefined;
-      soonest = Math.min(soonest ?? Infinity, held.until);
-    }
-    return soonest;
+  /** Offer again the agents whose provider opened (what the hold's timer does; a test with its own clock calls it). */
+  offerDue(): void {
+    this.rateLimited.offerDue();
+  }
+
+  /**
+   * When the first of the model's providers opens, if every one of them is held; otherwise
+   * undefined, a place then held for the step in the window of the first open one.
+   */
+  private admitToProvider(model: ModelSpec): number | undefined {
+    return this.deps.providers.admit(endpointsOf(model).map(providerOf));
   }
 
   /** The agent's model as the operator's policy allows it now, or why it no longer does. */
@@ -209,7 +226,11 @@ export class ModelDriver {
         step = await compactStep(this.deps, claim, step, limit, (messages) => this.ask(model, messages, [], signal), signal);
         failed = 'model request failed';
       }
-      answer = await this.ask(model, step.messages ?? [], step.tools, signal);
+      // The answer's pieces go out as deltas while it is written; the recorded output is the whole.
+      const onDelta = (piece: AnswerPiece & { reset?: true }): void => {
+        if (!signal.aborted) this.deps.protocol.publishDeltas(agent, claim.stepId, claim.lease.attempt, [piece]);
+      };
+      answer = await this.ask(model, step.messages ?? [], step.tools, signal, onDelta);
     } catch (error) {
       if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the turn ended meanwhile
       // completeChat redacts the key from everything the endpoint said; the request's headers are never logged.
@@ -226,7 +247,7 @@ export class ModelDriver {
   }
 
   /** One request to the agent's model, counted in the driver's metrics. */
-  private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal): Promise<ChatAnswer> {
+  private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal, onDelta?: ChatRequest['onDelta']): Promise<ChatAnswer> {
     const started = performance.now();
     const seconds = (): number => (performance.now() - started) / 1000;
     // checkModel found every variable set.
@@ -239,10 +260,12 @@ export class ModelDriver {
       answer = await completeChat(
         {
           endpoints,
-          backoff: this.backoff,
-          onAttempt: (e, outcome, fellOver) => this.deps.observe?.({ kind: 'attempt', provider: `${e.baseUrl} ${e.model}`, outcome, fellOver }),
+          providers: this.deps.providers,
+          onAttempt: (e, outcome, fellOver) => this.deps.observe?.({ kind: 'attempt', provider: providerOf(e), outcome, fellOver }),
           messages,
           tools,
+          stream: this.options.stream !== false,
+          ...(onDelta === undefined ? {} : { onDelta, onFirstDelta: (e: ChatEndpoint, seconds: number) => this.deps.observe?.({ kind: 'first-delta', provider: providerOf(e), seconds }) }),
           ...(model.temperature === undefined ? {} : { temperature: model.temperature }),
         },
         this.options,

@@ -118,6 +118,11 @@ function underPrefix(url: URL, prefix: URL): boolean {
   return path === base || path.startsWith(`${base}/`);
 }
 
+/** A base URL as requests use it (dot segments resolved, no trailing slash); throws VALIDATION naming `field`. */
+export function normalisedBaseUrl(text: string, field: string): string {
+  return normalised(parseBaseUrl(text, field));
+}
+
 function normalised(url: URL): string {
   return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
 }

@@ -5,7 +5,8 @@
  * position (the session `seq` for an agent stream, the `forestSeq` for a forest stream), which
  * is what makes streams resumable from the log. Status events are snapshots, sent when they
  * change; they carry no position, and they too wait for the writes of the change to commit
- * (they go out on the turn after the log's group commit).
+ * (they go out on the turn after the log's group commit). Deltas (step-deltas.ts) go only to
+ * listeners that asked for them, at once: they are no writes, and nothing waits for them.
  */
 import type { AgentStatus } from '../domain/agent.js';
 import type { PausedBy } from '../domain/budget.js';
@@ -15,6 +16,7 @@ import type { RuntimeObserver } from './runtime-observer.js';
 import type { LiveAgent } from '../agents/live-agent.js';
 import type { BatchEntry } from '../sessions/session-store.js';
 import type { AgentView } from '../contract/index.js';
+import type { Delta } from './step-deltas.js';
 
 export interface StatusEvent {
   agentId: string;
@@ -47,7 +49,8 @@ export interface BudgetExhaustedEvent {
 export type HubEvent =
   | { kind: 'entry'; agentId: string; rootId: string; seq: number; forestSeq: number; entry: SessionEntry }
   | { kind: 'status'; rootId: string; status: StatusEvent }
-  | { kind: 'budget-exhausted'; rootId: string; event: BudgetExhaustedEvent };
+  | { kind: 'budget-exhausted'; rootId: string; event: BudgetExhaustedEvent }
+  | { kind: 'delta'; rootId: string; delta: Delta };
 
 export type HubListener = (event: HubEvent) => void;
 
@@ -59,6 +62,9 @@ export interface EventHubDeps {
 export class EventHub {
   private readonly byAgent = new Map<string, Set<HubListener>>();
   private readonly byForest = new Map<string, Set<HubListener>>();
+  /** The listeners of each kind that also take deltas. */
+  private readonly deltasByAgent = new Map<string, Set<HubListener>>();
+  private readonly deltasByForest = new Map<string, Set<HubListener>>();
   /** The last status sent per agent, so unchanged snapshots are not repeated. */
   private readonly lastStatus = new Map<string, string>();
   private readonly closers = new Set<() => void>();
@@ -80,16 +86,38 @@ export class EventHub {
     draining: () => this.closeAll(),
   };
 
-  /** Listen to one agent's events, or (forest) to every agent of one root. Returns the unsubscribe. */
-  subscribe(target: { agentId: string } | { rootId: string }, listener: HubListener): () => void {
-    const [map, key] = 'agentId' in target ? [this.byAgent, target.agentId] : [this.byForest, target.rootId];
-    let set = map.get(key);
-    if (set === undefined) map.set(key, (set = new Set()));
-    set.add(listener);
+  /**
+   * Listen to one agent's events, or (forest) to every agent of one root, deltas included when
+   * asked. Returns the unsubscribe.
+   */
+  subscribe(target: { agentId: string } | { rootId: string }, listener: HubListener, options: { deltas?: boolean } = {}): () => void {
+    const key = 'agentId' in target ? target.agentId : target.rootId;
+    const maps = 'agentId' in target ? [this.byAgent] : [this.byForest];
+    if (options.deltas === true) maps.push('agentId' in target ? this.deltasByAgent : this.deltasByForest);
+    const leaves = maps.map((map) => {
+      let set = map.get(key);
+      if (set === undefined) map.set(key, (set = new Set()));
+      set.add(listener);
+      return () => {
+        set.delete(listener);
+        if (set.size === 0) map.delete(key);
+      };
+    });
     return () => {
-      set.delete(listener);
-      if (set.size === 0) map.delete(key);
+      for (const leave of leaves) leave();
     };
+  }
+
+  /** Whether anyone takes the deltas of this agent. */
+  listensForDeltas(agentId: string, rootId: string): boolean {
+    return this.deltasByAgent.has(agentId) || this.deltasByForest.has(rootId);
+  }
+
+  /** Hand a delta to the listeners that take deltas, at once. */
+  publishDelta(agentId: string, rootId: string, delta: Delta): void {
+    const event: HubEvent = { kind: 'delta', rootId, delta };
+    for (const listener of this.deltasByAgent.get(agentId) ?? []) listener(event);
+    for (const listener of this.deltasByForest.get(rootId) ?? []) listener(event);
   }
 
   /** Register how to end a stream when the service drains; returns the unregister. */

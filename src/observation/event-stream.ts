@@ -5,6 +5,11 @@
  * is filtered by its durable position. A consumer that cannot keep up is cut off (its sink
  * reports overflow) and resumes from its last event id; a replay that falls behind its own
  * queue drops the queue and reads the log again, so memory stays bounded either way.
+ *
+ * A stream that asks for deltas gets them once it is live (none are replayed: they were never
+ * written). A consumer that is behind loses deltas before anything else: they are dropped while
+ * its backlog is over the sink's delta bound, and the next event it gets is preceded by
+ * `deltas-dropped` with how many it missed.
  */
 import { ServiceError } from '../domain/errors.js';
 import type { SessionEntry, SessionHeader } from '../domain/session.js';
@@ -17,13 +22,15 @@ import type { AgentView } from '../contract/index.js';
 export interface StreamEvent {
   /** The durable position (seq, or forestSeq for a forest stream); absent for status snapshots. */
   id?: number;
-  event: 'entry' | 'status' | 'budget-exhausted' | 'approval-requested' | 'approval-decided';
+  event: 'entry' | 'status' | 'budget-exhausted' | 'approval-requested' | 'approval-decided' | 'delta' | 'deltas-dropped';
   data: unknown;
 }
 
 export interface StreamSink {
   /** Write one event, or return false without writing it when the consumer is too far behind. */
   send(event: StreamEvent): boolean;
+  /** Whether the consumer takes a delta now: false while its backlog is over the delta bound. */
+  takesDeltas(): boolean;
   /** Resolves when the consumer has taken what was written (replay waits on it instead of cutting off). */
   drained(): Promise<void>;
 }
@@ -31,6 +38,8 @@ export interface StreamSink {
 export interface StreamTarget {
   id: string;
   forest: boolean;
+  /** The stream takes deltas too (`?deltas=true`). */
+  deltas?: boolean;
 }
 
 export interface EventStreamDeps {
@@ -91,11 +100,28 @@ export class EventStreams {
     let overflowed = false;
     let cut = false;
     const queue: HubEvent[] = [];
+    /** Deltas this consumer missed since it was last told. */
+    let dropped = 0;
+    /** Tell the consumer how many deltas it missed, before the next event it gets. */
+    const tellDropped = (): void => {
+      if (dropped > 0 && sink.send({ event: 'deltas-dropped', data: { count: dropped } })) dropped = 0;
+    };
+    const sendDelta = (event: StreamEvent): true => {
+      if (!sink.takesDeltas()) {
+        dropped++;
+        return true;
+      }
+      tellDropped();
+      sink.send(event);
+      return true;
+    };
     /** Write one event; false only while replaying and the consumer is behind (retry after it drains). */
     const deliver = (event: HubEvent): boolean => {
       if (cut) return true;
+      if (event.kind === 'delta') return live ? sendDelta({ event: 'delta', data: event.delta }) : true;
       const position = event.kind === 'entry' ? (target.forest ? event.forestSeq : event.seq) : undefined;
       if (position !== undefined && position <= last) return true;
+      tellDropped();
       const ok = event.kind === 'entry'
         ? sink.send(entryEvent(position!, event.agentId, event.entry))
         : event.kind === 'status'
@@ -118,9 +144,10 @@ export class EventStreams {
         deliver(event);
         return;
       }
+      if (event.kind === 'delta') return; // ephemeral: a stream still replaying was not there for it
       if (queue.length < MAX_QUEUE) queue.push(event);
       else overflowed = true;
-    });
+    }, { deltas: target.deltas === true });
     try {
       for (const status of await this.snapshot(target)) await replay({ kind: 'status', rootId: target.id, status });
       for (;;) {

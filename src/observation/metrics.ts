@@ -70,8 +70,10 @@ export class Metrics {
   private readonly modelRequests: client.Counter<'outcome'>;
   private readonly providerRequests: client.Counter<'provider' | 'outcome'>;
   private readonly fallbacks: client.Counter<'provider'>;
+  private readonly backoffs: client.Histogram<'provider'>;
   private readonly modelRetries: client.Counter;
   private readonly modelDuration: client.Histogram<'outcome'>;
+  private readonly firstDelta: client.Histogram<'provider'>;
   private readonly modelTokens: client.Counter<'kind'>;
   private readonly interrupts: client.Counter<'origin'>;
   private readonly leaseEvents: client.Counter<'event'>;
@@ -135,6 +137,20 @@ export class Metrics {
       name: 'agentforest_model_fallbacks_total',
       help: "Attempts at a provider that failed over to the model's next fallback.",
       labelNames: ['provider'],
+      registers,
+    });
+    this.firstDelta = new client.Histogram({
+      name: 'agentforest_model_first_delta_seconds',
+      help: "Built-in driver: time from sending a step's request to a provider (`<baseUrl> <model>`) to the first piece of its answer.",
+      labelNames: ['provider'],
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    this.backoffs = new client.Histogram({
+      name: 'agentforest_model_backoff_seconds',
+      help: 'How long a provider (`<baseUrl> <model>`) asked to be left alone, each time it did (a 429 or 503 with Retry-After or retry-after-ms).',
+      labelNames: ['provider'],
+      buckets: [0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 3600, 86400],
       registers,
     });
     this.modelRetries = new client.Counter({ name: 'agentforest_model_retries_total', help: 'Model requests the built-in driver repeated after a 429, 5xx or connection failure.', registers });
@@ -278,6 +294,14 @@ export class Metrics {
     if (event.kind === 'attempt') {
       this.providerRequests.inc({ provider: event.provider, outcome: event.outcome });
       if (event.fellOver) this.fallbacks.inc({ provider: event.provider });
+      return;
+    }
+    if (event.kind === 'first-delta') {
+      this.firstDelta.observe({ provider: event.provider }, event.seconds);
+      return;
+    }
+    if (event.kind === 'backoff') {
+      this.backoffs.observe({ provider: event.provider }, event.seconds);
       return;
     }
     if (event.kind === 'tokens') {

@@ -55,6 +55,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /v1/agents/:id/events': agent(),
   'POST /v1/agents/:id/steps/next': agent(),
   'POST /v1/agents/:id/steps/:stepId/output': agent(),
+  'POST /v1/agents/:id/steps/:stepId/deltas': agent(),
   'POST /v1/agents/:id/steps/:stepId/heartbeat': agent(),
   'POST /v1/agents/:id/steps/:stepId/tool-results': agent(),
   'POST /v1/agents/:id/compactions': agent(),

@@ -72,5 +72,6 @@ export function withoutForests(batch: WriteBatch, gone: ReadonlySet<string>, roo
   }
   if (batch.settings !== undefined) kept.settings = batch.settings;
   if (batch.tenantUsage !== undefined) kept.tenantUsage = batch.tenantUsage;
+  if (batch.providerLimits !== undefined) kept.providerLimits = batch.providerLimits;
   return kept;
 }

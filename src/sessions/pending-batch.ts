@@ -67,5 +67,6 @@ export function mergeBatches(first: WriteBatch, second: WriteBatch): WriteBatch 
     webhooks: [...(first.webhooks ?? []), ...(second.webhooks ?? [])],
     settings: [...(first.settings ?? []), ...(second.settings ?? [])],
     tenantUsage: [...(first.tenantUsage ?? []), ...(second.tenantUsage ?? [])],
+    providerLimits: [...(first.providerLimits ?? []), ...(second.providerLimits ?? [])],
   };
 }

@@ -25,6 +25,7 @@ import { COMMITTED, emptyBatch, fencedWrite, mergeBatches, refusedWaiter, storeU
 import type { OutboxEvent, WebhookChange } from './outbox.js';
 import type { SettingChange } from './settings.js';
 import type { TenantUsageRow } from './tenant-usage.js';
+import type { ProviderLimitRow } from './provider-limit-rows.js';
 import { batchIsEmpty, type BatchEntry, type CompactionEntry, type IdempotencyRecord, type PendingOp, type SessionStore, type SessionSummary, type WriteBatch } from './session-store.js';
 
 
@@ -207,6 +208,12 @@ export class SessionLog {
     this.schedule();
   }
 
+  /** Put providers' back-offs and this instance's request windows in the next batch (provider-limit-rows.ts). */
+  putProviderLimits(rows: readonly ProviderLimitRow[]): void {
+    (this.pending.providerLimits ??= []).push(...rows);
+    this.schedule();
+  }
+
   /**
    * Resolves when every write queued before this call is committed, for a caller that wrote to
    * forest `root`: it rejects when the store failed, or with MISDIRECTED when the store refused
@@ -383,5 +390,6 @@ function writesOf(batch: WriteBatch): WriteBatch {
   if (batch.webhooks !== undefined) writes.webhooks = batch.webhooks;
   if (batch.settings !== undefined) writes.settings = batch.settings;
   if (batch.tenantUsage !== undefined) writes.tenantUsage = batch.tenantUsage;
+  if (batch.providerLimits !== undefined) writes.providerLimits = batch.providerLimits;
   return writes;
 }

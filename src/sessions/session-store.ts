@@ -10,6 +10,7 @@ import type { CompactionEntry, SessionEntry, SessionHeader } from '../domain/ses
 import type { OutboxEvent, WebhookChange, WebhookReads } from './outbox.js';
 import type { SettingChange, SettingReads } from './settings.js';
 import type { TenantUsageReads, TenantUsageRow } from './tenant-usage.js';
+import type { ProviderLimitReads, ProviderLimitRow } from './provider-limit-rows.js';
 import type { ApprovalReads } from './approvals.js';
 
 export type { CompactionEntry } from '../domain/session.js';
@@ -65,6 +66,8 @@ export interface WriteBatch {
   settings?: SettingChange[];
   /** This instance's tenant usage rows, put whole (tenant-usage.ts); they belong to no forest. */
   tenantUsage?: TenantUsageRow[];
+  /** Providers' back-offs and this instance's request windows (provider-limit-rows.ts); they belong to no forest. */
+  providerLimits?: ProviderLimitRow[];
 }
 
 /** Where a message is, from durable state. */
@@ -167,6 +170,8 @@ export interface SessionStore {
   readonly settings: SettingReads;
   /** What each instance spent for each tenant in the current windows. */
   readonly tenantUsage: TenantUsageReads;
+  /** The providers' back-offs and each instance's request windows. */
+  readonly providerLimits: ProviderLimitReads;
   /** The approvals index: every approval's last entry, across forests (approvals.ts). */
   readonly approvals: ApprovalReads;
   /**
@@ -192,7 +197,8 @@ export function batchIsEmpty(batch: WriteBatch): boolean {
     (batch.outbox?.length ?? 0) === 0 &&
     (batch.webhooks?.length ?? 0) === 0 &&
     (batch.settings?.length ?? 0) === 0 &&
-    (batch.tenantUsage?.length ?? 0) === 0
+    (batch.tenantUsage?.length ?? 0) === 0 &&
+    (batch.providerLimits?.length ?? 0) === 0
   );
 }
 

@@ -116,6 +116,12 @@ export class AgentSteps {
     return this.lease.renew(stepId, attempt);
   }
 
+  /** The claim `attempt` holds `stepId` and has not answered it yet: it may publish pieces of its answer. Changes nothing. */
+  checkWriting(stepId: string, attempt: number): void {
+    this.checkFence(stepId, attempt);
+    if (heldStep(this.host.state())?.id !== stepId) throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not held by a claim: its answer is in, or it has ended`);
+  }
+
   /** The caller of a claim went away before receiving the step: make it claimable again. */
   release(stepId: string): void {
     this.host.apply(releaseStep(this.host.state(), stepId));

@@ -8,6 +8,7 @@
  * results is validated whole before any of it is written; every write is durable before the
  * call resolves.
  */
+import type { DeltaPiece, StepDeltas } from '../observation/step-deltas.js';
 import type { StepScope } from '../topology/topology.js';
 import type { AgentCredential, ModelOutput, OutputResult, PostedOutput, ToolResultInput } from '../contract/index.js';
 import { ServiceError } from '../domain/errors.js';
@@ -64,6 +65,8 @@ export interface StepProtocolDeps {
   rules: Pick<CallRules, 'ruleFor'>;
   /** Where a call the rules ask about waits for a person. */
   approvals: Pick<Approvals, 'ask' | 'pendingFor'>;
+  /** Where the pieces of an answer being written are published (event streams that ask for deltas). */
+  deltas: Pick<StepDeltas, 'publish'>;
 }
 
 /** The built-in model driver alone claims and answers the steps of an agent that has a model. */
@@ -142,6 +145,22 @@ export class StepProtocol {
     // Read only for the caller that holds the step, in the same synchronous span as the write.
     const { output, refused } = readOutput(posted);
     return this.applyOutput(agent, stepId, output, attempt, refused);
+  }
+
+  /**
+   * Pieces of the answer the claim `attempt` is writing for a step, published as deltas: only
+   * the claim holding the step, before its output. Returns the last delta's seq.
+   */
+  async postDeltas(id: string, token: string | undefined, stepId: string, pieces: readonly DeltaPiece[], attempt = 1): Promise<{ seq: number }> {
+    const agent = this.deps.authority.liveWithToken(id, token) ?? (await this.rejectStepCaller(id, stepId, token));
+    refuseDriven(agent);
+    agent.steps.checkWriting(stepId, attempt);
+    return { seq: this.publishDeltas(agent, stepId, attempt, pieces) };
+  }
+
+  /** Publish pieces of a step's answer (the built-in driver's, as they arrive); returns the last seq. */
+  publishDeltas(agent: LiveAgent, stepId: string, attempt: number, pieces: readonly DeltaPiece[]): number {
+    return this.deps.deltas.publish(agent, stepId, attempt, pieces);
   }
 
   /** Renew the lease of the claim `attempt` on a step: 200 `{lease}`. */

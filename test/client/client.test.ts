@@ -25,6 +25,7 @@ import {
   type SessionEntry,
 } from '../../client/src/index.js';
 import { startHarness, until, type Harness } from '../fixtures/harness.js';
+import { closeStreams, SseStream } from '../fixtures/sse.js';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -77,6 +78,28 @@ function shape(entries: readonly SessionEntry[]): string[] {
 }
 
 describe('the typed client and its driver against the real server', () => {
+  it('publishes the pieces a model writes as deltas under the claim\'s attempt, and records the reply', async () => {
+    const { baseUrl } = await serve();
+    const client = createAgentforestClient({ baseUrl });
+    const root = await createRoot(client, 'You write.');
+    const stream = await SseStream.open(`${baseUrl}/v1/agents/${root.id}/events?deltas=true`);
+    await stream.waitFor(() => stream.statuses().length > 0, 'the stream is live');
+    await followup(client, root.id, 'Say hello.');
+    const model: ModelFn = async (_messages, _tools, { publish }) => {
+      await publish({ text: 'Hel' });
+      await publish([{ text: 'lo' }, { text: '.' }]);
+      return { content: 'Hello.' };
+    };
+    await runAgent({ client, agentId: root.id, agentToken: root.token, model, waitMs: 5000, maxTurns: 1 });
+    const entries = await readSession(client, root.id);
+    await stream.waitFor(() => stream.lastId() === entries.at(-1)?.seq, 'every entry streamed');
+    const deltas = stream.items.flatMap((item) => (item.kind === 'event' && item.event === 'delta' ? [item.data as { seq: number; text: string; attempt: number; stepId: string }] : []));
+    const stepId = entries.find((e) => e.type === 'step-start')?.stepId;
+    expect(deltas).toEqual([1, 2, 3].map((seq, i) => ({ agentId: root.id, stepId, attempt: 1, seq, text: ['Hel', 'lo', '.'][i] })));
+    expect(shape(entries).slice(-2)).toEqual(['assistant:Hello.', 'turn-end:completed']);
+    closeStreams();
+  });
+
   it('drives a root through a backend tool call to an answer, and the session records every step', async () => {
     const { baseUrl } = await serve();
     const client = createAgentforestClient({ baseUrl });

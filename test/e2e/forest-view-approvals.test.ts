@@ -158,7 +158,7 @@ describe('approvals in the forest view', () => {
     // This page's forest stream never connects: it knows the approval from the inbox alone, and
     // hears nothing of the decision taken below.
     const opened = await openPage(browser, 'about:blank');
-    await opened.page.route('**/events?forest=true', (route) => route.abort());
+    await opened.page.route('**/events?forest=true*', (route) => route.abort());
     await opened.context.addInitScript(`sessionStorage.setItem(${JSON.stringify(KEY_STORAGE_NAME)}, ${JSON.stringify(KEY)})`);
     await opened.page.goto(`${server.url}/ui/forests/${root.id}`);
     const { page, errors } = opened;

@@ -102,6 +102,7 @@ const COVERAGE: Record<string, Coverage> = {
   'GET /v1/agents/{id}/events': onAgents(() => ({}), { stream: true }),
   'POST /v1/agents/{id}/steps/next': onAgents((agent) => ({ token: agent, body: { waitMs: 0 } })),
   'POST /v1/agents/{id}/steps/{stepId}/output': onSteps({ content: FROM_B }),
+  'POST /v1/agents/{id}/steps/{stepId}/deltas': onSteps({ text: 'a piece' }),
   'POST /v1/agents/{id}/steps/{stepId}/heartbeat': onSteps({}),
   'POST /v1/agents/{id}/steps/{stepId}/tool-results': onSteps({ results: [{ toolCallId: 'c1', content: FROM_B }] }),
   'POST /v1/agents/{id}/compactions': onAgents((agent) => ({ token: agent, body: { summary: FROM_B } })),

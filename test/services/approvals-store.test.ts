@@ -362,7 +362,7 @@ describe('the approvals index (postgres only)', () => {
 
     expect(again).toEqual({ refused: ['lost'] });
     expect(await store.approvals.list({ limit: 10, now: NOW })).toEqual([decided]);
-    expect(POSTGRES_LATEST_VERSION).toBe(10);
+    expect(POSTGRES_LATEST_VERSION).toBe(11);
   });
 });
 
@@ -386,10 +386,10 @@ describe('the approvals index (sqlite only)', () => {
 
     const raw = new Database(path, { readonly: true });
     try {
-      expect(LATEST_SCHEMA_VERSION).toBe(10);
-      expect(schemaVersionOf(raw)).toBe(10);
+      expect(LATEST_SCHEMA_VERSION).toBe(11);
+      expect(schemaVersionOf(raw)).toBe(11);
       const applied = raw.prepare<[], { version: number; description: string }>('SELECT version, description FROM schema_migrations ORDER BY version').all();
-      expect(applied.map((m) => m.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      expect(applied.map((m) => m.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
       expect(applied.find((m) => m.version === 8)?.description).toBe("the approvals index: every approval's last entry, for the inbox across forests");
       expect(raw.prepare<[], { n: number }>('SELECT count(*) AS n FROM approvals').get()?.n).toBe(1);
     } finally {

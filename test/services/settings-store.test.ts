@@ -322,8 +322,8 @@ describe('operator settings (postgres only)', () => {
     const store = await PostgresSessionStore.open({ url: db.url });
     closeWithTest(once(() => store.close()));
 
-    expect(POSTGRES_LATEST_VERSION).toBe(10);
-    expect((await raw.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version')).rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect(POSTGRES_LATEST_VERSION).toBe(11);
+    expect((await raw.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version')).rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     expect(await store.header('r1')).toEqual({ header: root('r1'), lastSeq: 0 });
     await store.write(only({ settings: [put(setting('tool-server', 'search', TOOL_SERVER))] }));
     expect(await store.settings.list('tool-server')).toEqual([setting('tool-server', 'search', TOOL_SERVER)]);

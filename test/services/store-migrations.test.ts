@@ -135,11 +135,11 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
 
       openStore(path);
 
-      expect(LATEST_SCHEMA_VERSION).toBe(10);
-      expect(appliedVersions(path)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      expect(LATEST_SCHEMA_VERSION).toBe(11);
+      expect(appliedVersions(path)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
       expect(appliedVersions(path)).toEqual(MIGRATIONS.map((m) => m.version));
       expect(schemaVersionOf(openRaw(path, { readonly: true }))).toBe(LATEST_SCHEMA_VERSION);
-      expect(tableNames(path)).toEqual(['approvals', 'entry_marks', 'entry_messages', 'forest_pages', 'idempotency', 'pending', 'schema_migrations', 'session_chunks', 'sessions', 'settings', 'sqlite_sequence', 'tenant_usage', 'webhook_deliveries', 'webhooks']);
+      expect(tableNames(path)).toEqual(['approvals', 'entry_marks', 'entry_messages', 'forest_pages', 'idempotency', 'pending', 'provider_backoff', 'provider_usage', 'schema_migrations', 'session_chunks', 'sessions', 'settings', 'sqlite_sequence', 'tenant_usage', 'webhook_deliveries', 'webhooks']);
     });
 
     it('keeps every header and every entry through the migration', async () => {
@@ -351,7 +351,7 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
 
       const store = openStore(path);
 
-      expect(appliedVersions(path)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      expect(appliedVersions(path)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
       expect(tableNames(path)).not.toContain('entries');
       expect(await store.read('r', 0)).toEqual(expected.get('r'));
       expect(await store.read('c', 0)).toEqual(expected.get('c'));
@@ -497,7 +497,7 @@ describe('opening SQLite files of earlier versions and of unusable content', () 
       expect(existsSync(path)).toBe(true);
       expect(appliedVersions(path)).toEqual(MIGRATIONS.map((m) => m.version));
       expect(schemaVersionOf(openRaw(path, { readonly: true }))).toBe(LATEST_SCHEMA_VERSION);
-      expect(tableNames(path)).toEqual(['approvals', 'entry_marks', 'entry_messages', 'forest_pages', 'idempotency', 'pending', 'schema_migrations', 'session_chunks', 'sessions', 'settings', 'sqlite_sequence', 'tenant_usage', 'webhook_deliveries', 'webhooks']);
+      expect(tableNames(path)).toEqual(['approvals', 'entry_marks', 'entry_messages', 'forest_pages', 'idempotency', 'pending', 'provider_backoff', 'provider_usage', 'schema_migrations', 'session_chunks', 'sessions', 'settings', 'sqlite_sequence', 'tenant_usage', 'webhook_deliveries', 'webhooks']);
       expect(await store.header('s1')).toMatchObject({ lastSeq: 1 });
       expect(await store.lastTurnBoundary('s1')).toEqual({ type: 'turn-start', turnId: 't1', seq: 1 });
     });

@@ -31,6 +31,7 @@ import { settingRows } from '../batch-rows.js';
 import { MemoryApprovals } from './memory-approvals.js';
 import { MemorySettings } from './memory-settings.js';
 import { MemoryTenantUsage } from './memory-tenant-usage.js';
+import { MemoryProviderLimits } from './memory-provider-limits.js';
 import { MemoryWebhooks } from './memory-webhooks.js';
 
 /** One committed entry: its JSON text, and what lookups read without parsing it. */
@@ -86,6 +87,7 @@ export class MemorySessionStore implements SessionStore {
   readonly settings = new MemorySettings();
   readonly approvals = new MemoryApprovals();
   readonly tenantUsage = new MemoryTenantUsage();
+  readonly providerLimits = new MemoryProviderLimits();
 
   async write(batch: WriteBatch): Promise<void> {
     planSeqs(batch, (id) => this.sessions.get(id)?.entries.length);
@@ -125,6 +127,7 @@ export class MemorySessionStore implements SessionStore {
     this.webhooks.apply(batch.outbox ?? [], batch.webhooks ?? []);
     this.settings.apply(settings);
     this.tenantUsage.apply(batch.tenantUsage ?? []);
+    this.providerLimits.apply(batch.providerLimits ?? []);
   }
 
   async header(id: string): Promise<SessionSummary | undefined> {

@@ -6,7 +6,7 @@
  */
 import type { Migration } from '../migration.js';
 import { POSTGRES_APPROVAL_TABLES } from './postgres-approvals.js';
-import { POSTGRES_TENANT_USAGE_TABLES } from './postgres-tenant-usage.js';
+import { POSTGRES_PROVIDER_LIMIT_TABLES, POSTGRES_TENANT_USAGE_TABLES } from './postgres-usage.js';
 import { POSTGRES_SETTING_TABLES } from './postgres-settings.js';
 import { POSTGRES_WEBHOOK_TABLES, POSTGRES_WEBHOOK_TENANTS } from './postgres-webhooks.js';
 
@@ -135,6 +135,11 @@ export const POSTGRES_MIGRATIONS: readonly Migration[] = [
     version: 10,
     description: "a webhook subscription's tenant: only its tenant's forests' events match it",
     sql: POSTGRES_WEBHOOK_TENANTS,
+  },
+  {
+    version: 11,
+    description: "model providers' back-offs and each instance's requests and tokens per provider in the current minute",
+    sql: POSTGRES_PROVIDER_LIMIT_TABLES,
   },
 ];
 

@@ -45,7 +45,7 @@ import { inTransaction } from './postgres-transactions.js';
 import { writeRows } from './postgres-writes.js';
 import { PostgresApprovals } from './postgres-approvals.js';
 import { PostgresSettings } from './postgres-settings.js';
-import { PostgresTenantUsage } from './postgres-tenant-usage.js';
+import { PostgresProviderLimits, PostgresTenantUsage } from './postgres-usage.js';
 import { PostgresWebhooks } from './postgres-webhooks.js';
 import { storedRootOf, type RootRow } from '../root-rows.js';
 
@@ -81,6 +81,7 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
   readonly webhooks: PostgresWebhooks;
   readonly settings: PostgresSettings;
   readonly tenantUsage: PostgresTenantUsage;
+  readonly providerLimits: PostgresProviderLimits;
   readonly approvals: PostgresApprovals;
 
   /** `url` is kept for connections of their own (a LISTEN). */
@@ -89,6 +90,7 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
     this.webhooks = new PostgresWebhooks(pool);
     this.settings = new PostgresSettings(pool);
     this.tenantUsage = new PostgresTenantUsage(pool);
+    this.providerLimits = new PostgresProviderLimits(pool);
     this.approvals = new PostgresApprovals(pool);
     this.packages = new PostgresPackages(pool, fences?.packages);
   }

@@ -3,13 +3,14 @@
  * sessions, entries (advancing each session's `last_seq` by compare-and-set, so a gap or a
  * duplicate seq aborts the transaction), pending changes in order, idempotency records, the
  * webhook outbox and changes (postgres-webhooks.ts), operator settings (postgres-settings.ts),
- * and the approvals index rows the entries put (postgres-approvals.ts).
+ * the approvals index rows the entries put (postgres-approvals.ts), and what the instances
+ * publish for each other's limits (postgres-usage.ts).
  */
 import type pg from 'pg';
 import { seqAdvances, type BatchRows } from '../batch-rows.js';
 import { writeApprovalRows } from './postgres-approvals.js';
 import { writeSettingRows } from './postgres-settings.js';
-import { writeTenantUsageRows } from './postgres-tenant-usage.js';
+import { writeProviderLimitRows, writeTenantUsageRows } from './postgres-usage.js';
 import { writeWebhookRows } from './postgres-webhooks.js';
 
 export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise<void> {
@@ -62,6 +63,7 @@ export async function writeRows(client: pg.PoolClient, rows: BatchRows): Promise
   if (rows.outbox.length > 0 || rows.webhooks.length > 0) await writeWebhookRows(client, rows.outbox, rows.webhooks);
   if (rows.settings.length > 0) await writeSettingRows(client, rows.settings);
   if (rows.tenantUsage.length > 0) await writeTenantUsageRows(client, rows.tenantUsage);
+  if (rows.providerLimits.length > 0) await writeProviderLimitRows(client, rows.providerLimits);
 }
 
 /** Rows of tuples as one array per column, for `unnest`. */

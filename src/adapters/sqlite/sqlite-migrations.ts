@@ -8,6 +8,7 @@ import type { EntryRow } from '../batch-rows.js';
 import { encodeEntries, entryInserter, PAGE_ENTRIES } from './sqlite-writes.js';
 import { APPROVAL_TABLES } from './sqlite-approvals.js';
 import { TENANT_USAGE_TABLES } from './sqlite-tenant-usage.js';
+import { PROVIDER_LIMIT_TABLES } from './sqlite-provider-limits.js';
 import { SETTING_TABLES } from './sqlite-settings.js';
 import { WEBHOOK_TABLES, WEBHOOK_TENANTS } from './sqlite-webhooks.js';
 
@@ -170,6 +171,11 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 10,
     description: "a webhook subscription's tenant: only its tenant's forests' events match it",
     sql: WEBHOOK_TENANTS,
+  },
+  {
+    version: 11,
+    description: "model providers' back-offs and each instance's requests and tokens per provider in the current minute",
+    sql: PROVIDER_LIMIT_TABLES,
   },
 ];
 

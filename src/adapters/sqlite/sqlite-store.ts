@@ -32,6 +32,7 @@ import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './sqlite-migrations.js';
 import { SqliteApprovals } from './sqlite-approvals.js';
 import { SqliteSettings } from './sqlite-settings.js';
 import { SqliteTenantUsage } from './sqlite-tenant-usage.js';
+import { SqliteProviderLimits } from './sqlite-provider-limits.js';
 import { SqliteWebhooks } from './sqlite-webhooks.js';
 import { InlineWriter, ThreadWriter, type SqliteWriter } from './sqlite-writer.js';
 import { sqliteUnavailable } from './sqlite-outages.js';
@@ -53,6 +54,7 @@ export class SqliteSessionStore implements SessionStore {
   readonly webhooks: SqliteWebhooks;
   readonly settings: SqliteSettings;
   readonly tenantUsage: SqliteTenantUsage;
+  readonly providerLimits: SqliteProviderLimits;
   readonly approvals: SqliteApprovals;
 
   constructor(options: SqliteStoreOptions) {
@@ -72,6 +74,7 @@ export class SqliteSessionStore implements SessionStore {
     this.settings = new SqliteSettings(db);
     this.approvals = new SqliteApprovals(db);
     this.tenantUsage = new SqliteTenantUsage(db);
+    this.providerLimits = new SqliteProviderLimits(db);
     this.statements = {
       // Pages tile a forest's positions in order, and chunks a session's seqs: the page or chunk
       // holding position `after + 1` is the one with the greatest start not past it.

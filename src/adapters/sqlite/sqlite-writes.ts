@@ -18,6 +18,7 @@ import type { WriteBatch } from '../../sessions/session-store.js';
 import { approvalWriter } from './sqlite-approvals.js';
 import { settingWriter } from './sqlite-settings.js';
 import { tenantUsageWriter } from './sqlite-tenant-usage.js';
+import { providerLimitWriter } from './sqlite-provider-limits.js';
 import { webhookWriter } from './sqlite-webhooks.js';
 import { encodeRows, seqAdvances, type BatchRows, type EntryRow, type IdempotencyRow, type SessionRow } from '../batch-rows.js';
 
@@ -122,6 +123,7 @@ export function encodeBatch(batch: WriteBatch): EncodedBatch {
     webhooks: rows.webhooks,
     settings: rows.settings,
     tenantUsage: rows.tenantUsage,
+    providerLimits: rows.providerLimits,
     approvals: rows.approvals,
   };
 }
@@ -253,6 +255,7 @@ export class SqliteWrites {
     const writeWebhooks = webhookWriter(db);
     const writeSettings = settingWriter(db);
     const writeTenantUsage = tenantUsageWriter(db);
+    const writeProviderLimits = providerLimitWriter(db);
     const writeApprovals = approvalWriter(db);
     // Any throw inside rolls the whole batch back.
     this.apply = db.transaction((batch: EncodedBatch) => {
@@ -274,6 +277,7 @@ export class SqliteWrites {
       if (batch.outbox.length > 0 || batch.webhooks.length > 0) writeWebhooks(batch.outbox, batch.webhooks);
       if (batch.settings.length > 0) writeSettings(batch.settings);
       if (batch.tenantUsage.length > 0) writeTenantUsage(batch.tenantUsage);
+      if (batch.providerLimits.length > 0) writeProviderLimits(batch.providerLimits);
     });
   }
 

@@ -21,10 +21,16 @@ export interface EventRoutesOptions {
   maxBufferedBytes: number;
 }
 
+/** Bytes of backlog over which a consumer's deltas are dropped (its entries still go out). */
+export function deltaBoundOf(maxBufferedBytes: number): number {
+  return Math.min(65_536, Math.floor(maxBufferedBytes / 4));
+}
+
 const EventsQuery = Type.Object(
   {
     forest: Type.Optional(Type.Boolean({ default: false, description: "Stream the whole forest of this root (ids are the forest's positions)." })),
     after: Type.Optional(exactInteger({ minimum: 0, description: 'Resume after this event id (Last-Event-ID takes precedence).' })),
+    deltas: Type.Optional(Type.Boolean({ default: false, description: 'Also send `delta` events: the pieces of answers being written (never replayed).' })),
   },
   { additionalProperties: false },
 );
@@ -51,7 +57,10 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
         '(sent at connect and on change; `claimable` tells a parked driver to claim a step); `event: budget-exhausted` carries ' +
         '`{agentId, pausedBy: {agentId, budget}}` once when a budget pauses an agent (no id, not replayed). An approval entry is sent as ' +
         '`event: approval-requested` (pending) or `event: approval-decided` (approved, denied, expired, cancelled), the approval as its data, ' +
-        'with its position as `id:` like an entry. Comments (`: ping`) are ' +
+        'with its position as `id:` like an entry. With `?deltas=true`, `event: delta` carries ' +
+        '`{agentId, stepId, attempt, seq, text?, toolCall?: {index, id?, name?, argumentsDelta?}, reset?}` while an answer is being ' +
+        'written (no id, never replayed; `seq` counts from 1 per step attempt; `reset: true`: drop what this step\'s earlier deltas built); a ' +
+        'consumer that is behind has deltas dropped first and then gets `event: deltas-dropped` with `{count}` before its next event. Comments (`: ping`) are ' +
         'heartbeats. Resume with `Last-Event-ID` or `?after=`. A consumer that falls behind is disconnected with a final ' +
         '`: slow consumer` comment and resumes from its last id; the stream also ends when the service drains.',
       security: OPERATOR_SECURITY,
@@ -65,7 +74,8 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
     },
   }, async (request, reply) => {
     if (hub.closed) throw new ServiceError('DRAINING', MESSAGES.serviceDraining);
-    const target = { id: request.params.id, forest: request.query.forest ?? false };
+    const target = { id: request.params.id, forest: request.query.forest ?? false, deltas: request.query.deltas ?? false };
+    const deltaBound = deltaBoundOf(options.maxBufferedBytes);
     await streams.resolve(target);
     const header = request.headers['last-event-id'];
     const after = typeof header === 'string' ? Number(header) : (request.query.after ?? 0);
@@ -126,6 +136,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
         res.write(formatEvent(event), flushed);
         return true;
       },
+      takesDeltas: (): boolean => res.writableLength <= deltaBound,
       drained: (): Promise<void> =>
         ended || res.writableLength <= options.maxBufferedBytes ? Promise.resolve() : new Promise<void>((resolve) => {
           waiting = resolve;

@@ -19,6 +19,8 @@ import {
   ClaimResult,
   CompactionBody,
   CompactionEntry,
+  DeltasBody,
+  DeltasResult,
   HeartbeatResult,
   OutputBody,
   OutputResult,
@@ -31,7 +33,7 @@ import {
 } from './schemas.js';
 
 export interface StepRoutesOptions {
-  protocol: Pick<StepProtocol, 'claimStep' | 'postOutput' | 'heartbeat' | 'postToolResults'>;
+  protocol: Pick<StepProtocol, 'claimStep' | 'postOutput' | 'postDeltas' | 'heartbeat' | 'postToolResults'>;
   compactions: Pick<Compactions, 'post'>;
   /** The worker pool: this instance's, or with several instances every instance's. */
   topology: Pick<Topology, 'claimFromPool'>;
@@ -115,6 +117,27 @@ export const stepRoutes: FastifyPluginAsyncTypebox<StepRoutesOptions> = async (a
       response: { 200: OutputResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
     },
   }, async (request) => protocol.postOutput(request.params.id, agentToken(request), request.params.stepId, request.body, request.headers['x-step-attempt']));
+
+  app.post('/v1/agents/:id/steps/:stepId/deltas', {
+    schema: {
+      tags: ['steps'],
+      operationId: 'postStepDeltas',
+      summary: 'Publish pieces of the answer being written',
+      description:
+        'While the claim named by X-Step-Attempt (absent: 1) holds the step and before its output, publishes each piece as an ' +
+        '`event: delta` on the agent\'s and the forest\'s event streams that ask for deltas (`?deltas=true`), with the step, the ' +
+        'attempt and `seq` (from 1 per step attempt). Deltas are not written to the session and not replayed; the output posted ' +
+        'afterwards is what is recorded. A driven agent\'s deltas are the built-in driver\'s own.',
+      security: AGENT_SECURITY,
+      params: StepParams,
+      headers: StepAttemptHeaders,
+      body: DeltasBody,
+      response: { 200: DeltasResult, ...errorResponses(['UNAUTHORIZED', 'AGENT_NOT_FOUND', 'STEP_NOT_FOUND', 'STEP_CONFLICT']) },
+    },
+  }, async (request) => {
+    const pieces = Array.isArray(request.body) ? request.body : [request.body];
+    return protocol.postDeltas(request.params.id, agentToken(request), request.params.stepId, pieces, request.headers['x-step-attempt']);
+  });
 
   app.post('/v1/agents/:id/steps/:stepId/heartbeat', {
     schema: {

@@ -65,3 +65,31 @@ export const CompactionBody = Type.Object(
   },
   { additionalProperties: false },
 );
+
+const DeltaPieceBody = Type.Object(
+  {
+    text: Type.Optional(Type.String({ minLength: 1, maxLength: 65_536, description: 'A piece of the answer\'s text.' })),
+    toolCall: Type.Optional(
+      Type.Object(
+        {
+          index: Type.Integer({ minimum: 0, maximum: 127, description: 'Which call of the answer (0 is the first).' }),
+          id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+          name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+          argumentsDelta: Type.Optional(Type.String({ minLength: 1, maxLength: 65_536, description: "A piece of the call's arguments (JSON text)." })),
+        },
+        { additionalProperties: false, minProperties: 2 },
+      ),
+    ),
+    reset: Type.Optional(Type.Literal(true, { description: "What this step's earlier deltas built is void (the answer is being written again)." })),
+  },
+  { additionalProperties: false, minProperties: 1 },
+);
+
+export const DeltasBody = Type.Union([DeltaPieceBody, Type.Array(DeltaPieceBody, { minItems: 1, maxItems: 256 })], {
+  description: 'One piece of the answer being written, or several in order.',
+});
+
+export const DeltasResult = Type.Object(
+  { seq: Type.Integer({ minimum: 1, description: 'The seq of the last delta published (counted from 1 per step attempt).' }) },
+  { additionalProperties: false },
+);

@@ -1,7 +1,8 @@
 /**
- * One agent in the tree: its row (status, name, kind and mode, inbox and staged counts, usage),
- * the reports it received, and the list its children go in. Built once per agent; `update`
- * rewrites only the fields whose text changed.
+ * One agent in the tree: its row (status, name, kind and mode, inbox and staged counts, usage,
+ * what it waits on, and "writing…" while its model's answer streams in), the reports it
+ * received, and the list its children go in. Built once per agent; `update` rewrites only the
+ * fields whose text changed.
  */
 import { el, setText } from './dom.js';
 import { clock, usageText } from './format.js';
@@ -12,7 +13,11 @@ const RECENT_REPORTS = 3;
 export class AgentNode {
   /**
    * @param {import('./forest-model.js').AgentRecord} agent
-   * @param {{ onSelect: (id: string) => void, nameOf: (id: string) => string }} hooks
+   * @param {{
+   *   onSelect: (id: string) => void,
+   *   nameOf: (id: string) => string,
+   *   draftOf: (id: string) => import('./deltas.js').Draft | undefined,
+   * }} hooks
    */
   constructor(agent, hooks) {
     this.id = agent.id;
@@ -26,7 +31,8 @@ export class AgentNode {
     this.usage = el('span', { class: 'usage' });
     this.paused = el('span', { class: 'paused' });
     this.tools = el('span', { class: 'tool-wait' });
-    this.row = el('div', { class: 'row' }, this.toggle, this.status, this.name, this.idText, this.kind, this.counts, this.usage, this.paused, this.tools);
+    this.writing = el('span', { class: 'writing' });
+    this.row = el('div', { class: 'row' }, this.toggle, this.status, this.name, this.idText, this.kind, this.counts, this.usage, this.paused, this.tools, this.writing);
     this.earlier = el('button', { class: 'earlier', type: 'button', hidden: true, onclick: () => this.li.classList.toggle('all-reports') });
     this.reports = el('ol', { class: 'reports' });
     this.childList = el('ul', { class: 'children' });
@@ -51,6 +57,7 @@ export class AgentNode {
     setText(this.paused, agent.pausedBy === undefined ? '' : `paused by ${this.hooks.nameOf(agent.pausedBy.agentId)}'s ${agent.pausedBy.budget} budget`);
     const waits = [...new Set(agent.toolCalls.values())];
     setText(this.tools, waits.length === 0 ? '' : `waiting on ${waits.join(', ')}`);
+    setText(this.writing, writingText(this.hooks.draftOf(agent.id)));
     const children = agent.children.length;
     this.toggle.hidden = children === 0;
     setText(this.toggle, children === 0 ? '' : `${this.collapsed ? '▸' : '▾'} ${children}`);
@@ -94,6 +101,13 @@ export class AgentNode {
     this.earlier.hidden = this.reportCount <= RECENT_REPORTS;
     setText(this.earlier, `${this.reportCount - RECENT_REPORTS} earlier report${this.reportCount - RECENT_REPORTS === 1 ? '' : 's'}`);
   }
+}
+
+/** "writing…" while a draft is open; "writing a call to X…" once its latest part is a tool call. */
+function writingText(draft) {
+  if (draft === undefined) return '';
+  const call = draft.calls.at(-1);
+  return call === undefined || call.name === '' ? 'writing…' : `writing a call to ${call.name}…`;
 }
 
 function kindText(agent) {

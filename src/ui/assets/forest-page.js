@@ -1,11 +1,13 @@
 /**
  * One forest's page: the tree (tree-view.js) fed by the model (forest-model.js), which the
- * first load and the forest's event stream fill, the session reader beside it, and above them
+ * first load and the forest's event stream fill, the session reader beside it, what driven
+ * agents are writing (deltas.js, from the same stream's live deltas), and above them
  * the approvals waiting for a person (approvals-panel.js). This file only wires them together
  * and shows the toolbar: agents by status and the stream's state.
  */
 import { ApprovalsPanel } from './approvals-panel.js';
 import { setCrumbs, showMessage } from './chrome.js';
+import { Drafts } from './deltas.js';
 import { el, replaceChildren, setText } from './dom.js';
 import { followEvents } from './event-stream.js';
 import { createForestLoader } from './forest-loader.js';
@@ -37,7 +39,9 @@ export function showForestPage(main, rootId) {
     tree.select(id);
     panel.open(id, model.agents.get(id));
   };
-  const panel = new SessionPanel({ nameOf: (id) => model.agents.get(id)?.label ?? id, onSelect: select, onClose: () => tree.select(undefined) });
+  const drafts = new Drafts();
+  const draftOf = (id) => drafts.get(id);
+  const panel = new SessionPanel({ nameOf: (id) => model.agents.get(id)?.label ?? id, onSelect: select, onClose: () => tree.select(undefined), draftOf });
   const approvals = new ApprovalsPanel(rootId, { onSelect: select });
   replaceChildren(main, approvals.element, el('div', { class: 'forest-layout' }, el('section', { class: 'forest' }, toolbar, list), panel.element));
 
@@ -49,6 +53,7 @@ export function showForestPage(main, rootId) {
   const loader = createForestLoader({ model });
   const tree = new TreeView(list, model, {
     onSelect: select,
+    draftOf,
     onFlushed: () => {
       const counts = Object.entries(model.counts()).map(([status, n]) => `${n} ${status}`).join(' · ');
       setText(summary, `${model.agents.size} agent${model.agents.size === 1 ? '' : 's'}${counts === '' ? '' : ` — ${counts}`}`);
@@ -57,8 +62,14 @@ export function showForestPage(main, rootId) {
   });
 
   const stream = followEvents({
-    path: `/v1/agents/${encodeURIComponent(rootId)}/events?forest=true`,
+    path: `/v1/agents/${encodeURIComponent(rootId)}/events?forest=true&deltas=true`,
     onEvent: (event) => {
+      // A delta grows a draft; an entry may end one (the panel shows the recorded message instead).
+      const drafting = drafts.apply(event);
+      if (drafting !== undefined) {
+        tree.note('changed', drafting);
+        panel.draftChanged(drafting);
+      }
       model.apply(event);
       panel.onEvent(event);
       approvals.onEvent(event);

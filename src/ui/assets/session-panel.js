@@ -6,26 +6,39 @@
  * page loads wait for it, and a gap (entries not read yet) is left for "Load more". An approval
  * of the agent is an entry of its session too, but its stream event does not carry the entry's
  * seq: it makes the panel read the session on from the last entry shown.
+ *
+ * Below the transcript, once it reaches the present, the agent's draft (deltas.js): what its
+ * model is writing of the open step, growing as deltas arrive, until the committed assistant
+ * message takes its place.
  */
 import { getJson } from './api.js';
 import { el, replaceChildren, setText } from './dom.js';
+import { DraftBubble } from './draft-bubble.js';
 import { renderEntry } from './transcript.js';
 
 const PAGE = 200;
 
 export class SessionPanel {
   /**
-   * @param {{ nameOf: (id: string) => string, onSelect: (id: string) => void, onClose: () => void }} hooks
+   * @param {{
+   *   nameOf: (id: string) => string,
+   *   onSelect: (id: string) => void,
+   *   onClose: () => void,
+   *   draftOf: (id: string) => import('./deltas.js').Draft | undefined,
+   * }} hooks
    */
   constructor(hooks) {
     this.hooks = hooks;
     this.title = el('h2', { class: 'panel-title' });
     this.meta = el('div', { class: 'panel-meta' });
     this.entries = el('ol', { class: 'transcript' });
+    this.drafting = el('ol', { class: 'drafting', 'aria-label': 'Being written' });
+    /** @type {DraftBubble | undefined} */
+    this.bubble = undefined;
     this.more = el('button', { type: 'button', class: 'more', text: 'Load more', hidden: true, onclick: () => void this.loadPage() });
     this.state = el('p', { class: 'panel-state' });
     const close = el('button', { type: 'button', class: 'close', title: 'Close', 'aria-label': 'Close the session', text: '×', onclick: () => this.close() });
-    this.element = el('aside', { class: 'session-panel', hidden: true, 'aria-label': 'Session' }, el('div', { class: 'panel-head' }, this.title, close), this.meta, this.entries, this.state, this.more);
+    this.element = el('aside', { class: 'session-panel', hidden: true, 'aria-label': 'Session' }, el('div', { class: 'panel-head' }, this.title, close), this.meta, this.entries, this.drafting, this.state, this.more);
     /** @type {string | undefined} */
     this.agentId = undefined;
     this.generation = 0;
@@ -49,6 +62,7 @@ export class SessionPanel {
     this.element.hidden = false;
     this.element.dataset.agentId = id;
     replaceChildren(this.entries);
+    this.showDraft();
     this.refreshHeader(agent);
     void this.loadPage();
   }
@@ -66,6 +80,11 @@ export class SessionPanel {
     setText(this.title, agent?.label ?? this.agentId);
     const facts = agent === undefined ? [] : [agent.label === undefined ? null : agent.id, agent.kind === 'root' ? 'root' : agent.mode, agent.status];
     setText(this.meta, facts.filter(Boolean).join(' · '));
+  }
+
+  /** The agent's draft changed (deltas.js): shown at once if the agent is the open one. */
+  draftChanged(id) {
+    if (id === this.agentId) this.showDraft();
   }
 
   /** An event of the forest stream: the open agent's new entries join the transcript. */
@@ -126,8 +145,23 @@ export class SessionPanel {
     this.lastSeq = entry.seq;
   }
 
+  /** @private The open agent's draft, under a transcript that reaches the present; else none. */
+  showDraft() {
+    const draft = this.atEnd && this.agentId !== undefined ? this.hooks.draftOf(this.agentId) : undefined;
+    if (draft === undefined) {
+      this.bubble = undefined;
+      replaceChildren(this.drafting);
+    } else if (this.bubble?.key === draft.key) {
+      this.bubble.update(draft);
+    } else {
+      this.bubble = new DraftBubble(draft);
+      replaceChildren(this.drafting, this.bubble.element);
+    }
+  }
+
   /** @private */
   settle() {
+    this.showDraft();
     this.more.hidden = this.atEnd;
     setText(this.state, this.lastSeq === 0 && this.atEnd ? 'No entries yet.' : this.atEnd ? '' : 'There is more.');
   }

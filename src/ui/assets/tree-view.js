@@ -9,7 +9,11 @@ export class TreeView {
   /**
    * @param {HTMLElement} list the <ul> the root goes in
    * @param {import('./forest-model.js').ForestModel} model
-   * @param {{ onSelect: (id: string) => void, onFlushed: () => void }} hooks
+   * @param {{
+   *   onSelect: (id: string) => void,
+   *   onFlushed: () => void,
+   *   draftOf: (id: string) => import('./deltas.js').Draft | undefined,
+   * }} hooks
    */
   constructor(list, model, hooks) {
     this.list = list;
@@ -66,7 +70,7 @@ export class TreeView {
   /** @private */
   insert(agent) {
     if (this.nodes.has(agent.id)) return;
-    const node = new AgentNode(agent, { onSelect: this.hooks.onSelect, nameOf: this.nameOf });
+    const node = new AgentNode(agent, { onSelect: this.hooks.onSelect, nameOf: this.nameOf, draftOf: this.hooks.draftOf });
     this.nodes.set(agent.id, node);
     if (agent.id === this.selected) node.li.classList.add('selected');
     const parent = agent.parentId === null ? undefined : this.model.agents.get(agent.parentId);

@@ -43,8 +43,11 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       expect(await h.system.metrics.text()).toMatch(/^agentforest_model_requests_total\{outcome="failed"\} 1$/m);
     });
 
-    it('accepts 128 tool calls in one answer and fails the step on 129', async () => {
-      const h = await start({ driver: { retries: 2 } });
+    it.each([
+      { stream: true, refusal: 'the stream of URL is not chat-completion chunks: it has more than 128 tool calls' },
+      { stream: false, refusal: 'the answer of URL is not a chat completion: it has 129 tool calls' },
+    ])('accepts 128 tool calls in one answer and fails the step on 129 (stream: $stream)', async ({ stream, refusal }) => {
+      const h = await start({ driver: { retries: 2, stream } });
       const calls = (n: number) => Array.from({ length: n }, (_, i) => call('probe', { i }, `p${i}`));
       const model = await startModelServer((req) => {
         const last = lastMessage(req)!;
@@ -65,7 +68,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       const turn = after.slice(after.findIndex((e) => e.type === 'message' && text(e) === 'too many') - 1);
       expect(picture(turn)).toEqual(['turn-start', 'user:too many', 'step-start:0', 'turn-end:failed']);
       expect(turn[3]!.error).toBe(
-        `model request failed: the answer of ${model.url}/chat/completions is not a chat completion: it has 129 tool calls; at most 128 are accepted in one answer`,
+        `model request failed: ${refusal.replace('URL', `${model.url}/chat/completions`)}; at most 128 are accepted in one answer`,
       );
       expect(model.requests).toHaveLength(3);
     });

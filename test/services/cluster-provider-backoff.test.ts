@@ -1,0 +1,90 @@
+/**
+ * Provider limits with several instances: two instances (two Systems with their own stores and
+ * instance ids) on one fresh PostgreSQL database. A provider's back-off noted on one holds on
+ * the other at once: the other has no limits and never heard of a back-off, so it reads the
+ * store only at its start and on the database's notification, and only the notification can
+ * bring it. A fresh instance reads the back-offs in force at its start. A provider's
+ * requestsPerMinute counts what every instance sent, within the sharing bound.
+ */
+import { beforeEach, describe, expect, it } from 'vitest';
+import { openClusterStore } from '../../src/composition/open-store.js';
+import { clockOf, type Clock } from '../../src/domain/ports.js';
+import { parseModelLimits, type ModelLimits } from '../../src/driver/provider-limits.js';
+import { closeWithTest } from '../fixtures/cleanup.js';
+import { accepted, answer, FAST_DRIVER, followup, picture, spec, turnEnded, view } from '../fixtures/driver.js';
+import { createRoot, startHarness, until, type Harness } from '../fixtures/harness.js';
+import { startModelServer } from '../fixtures/model-server.js';
+import { freshDatabase, type TestDatabase } from '../fixtures/postgres.js';
+
+let db: TestDatabase;
+
+beforeEach(async () => {
+  db = await freshDatabase();
+  closeWithTest(() => db.dispose());
+});
+
+/** Within the bound and a margin for a loaded machine. */
+const BOUND = { timeoutMs: 10_000 };
+
+async function instance(id: string, options: { limits?: ModelLimits; clock?: Clock } = {}): Promise<Harness> {
+  const { store, cluster } = await openClusterStore(db.url, { instanceId: id, leaseMs: 60_000, confirmMs: 5_000 });
+  return startHarness({
+    store,
+    cluster,
+    url: `http://${id.toLowerCase()}`,
+    // A back-off longer than a second fails the step's attempt at once, rather than waiting it out.
+    driver: { ...FAST_DRIVER, env: {}, retries: 0, maxProviderBackoffMs: 1_000 },
+    ...(options.limits === undefined ? {} : { modelLimits: options.limits }),
+    ...(options.clock === undefined ? {} : { clock: options.clock }),
+  });
+}
+
+describe('provider limits with several instances', { timeout: 30_000 }, () => {
+  it('a back-off noted on one instance holds on the other within the bound, and a fresh instance reads it at its start', async () => {
+    const primary = await startModelServer((_req, n) => (n === 1 ? { status: 429, headers: { 'retry-after-ms': '600000' }, body: '{"error":{"message":"slow down"}}' } : answer('primary')));
+    const fallback = await startModelServer(() => answer('fallback'));
+    const provider = `${primary.url} scripted-1`;
+    const a = await instance('A');
+    const b = await instance('B');
+    await createRoot(a.app, { id: 'a1', model: spec(primary) });
+    accepted(await followup(a, 'a1', 'hi'));
+    expect((await turnEnded(a, 'a1')).at(-1)).toMatchObject({ reason: 'failed' });
+    expect(a.system.providers.heldBy(provider)?.answer).toContain('slow down');
+
+    await until(() => b.system.providers.heldBy(provider) !== undefined, "instance B to hold A's back-off", BOUND);
+    expect(b.system.providers.heldBy(provider)).toEqual(a.system.providers.heldBy(provider));
+    // On B, a model with a fallback goes straight to it; one without waits, unclaimed.
+    await createRoot(b.app, { id: 'b1', model: { ...spec(primary), fallbacks: [{ baseUrl: fallback.url, model: 'backup' }] } });
+    accepted(await followup(b, 'b1', 'hi'));
+    expect(picture(await turnEnded(b, 'b1'))).toContain('assistant:fallback');
+    await createRoot(b.app, { id: 'b2', model: spec(primary) });
+    accepted(await followup(b, 'b2', 'hi'));
+    await until(async () => (await view(b, 'b2')).waiting !== undefined, 'b2 to wait', BOUND);
+    expect((await view(b, 'b2')).waiting).toEqual({ reason: 'rate-limited', until: new Date(a.system.providers.heldBy(provider)!.until).toISOString() });
+    expect(primary.requests).toHaveLength(1);
+
+    const c = await instance('C');
+    expect(c.system.providers.heldBy(provider)).toEqual(a.system.providers.heldBy(provider));
+  });
+
+  it("a provider's requestsPerMinute counts what every instance sent: what one sent holds the other's next step", async () => {
+    // 12:00:30 UTC for both: the minute does not turn during the test.
+    const clock = clockOf(() => Date.UTC(2026, 11, 6, 12, 0, 30));
+    const model = await startModelServer(() => answer('done'));
+    const provider = `${model.url} scripted-1`;
+    const limits = parseModelLimits(JSON.stringify([{ baseUrl: model.url, requestsPerMinute: 1 }]));
+    const a = await instance('A', { limits, clock });
+    const b = await instance('B', { limits, clock });
+    await createRoot(a.app, { id: 'a1', model: spec(model) });
+    accepted(await followup(a, 'a1', 'hi'));
+    expect(picture(await turnEnded(a, 'a1'))).toContain('assistant:done');
+    expect(b.system.providers.heldBy(provider)).toBeUndefined();
+
+    await until(() => b.system.providers.heldBy(provider) !== undefined, "instance B to count A's request", BOUND);
+    await createRoot(b.app, { id: 'b1', model: spec(model) });
+    accepted(await followup(b, 'b1', 'hi'));
+    await until(async () => (await view(b, 'b1')).waiting !== undefined, 'b1 to wait', BOUND);
+    expect((await view(b, 'b1')).waiting).toEqual({ reason: 'rate-limited', until: '2026-12-06T12:01:00.000Z' });
+    expect(model.requests).toHaveLength(1);
+  });
+});
