@@ -6,7 +6,10 @@
  * bring it. A fresh instance reads the back-offs in force at its start. A provider's
  * requestsPerMinute counts what every instance sent, within the sharing bound.
  */
+import pg from 'pg';
 import { beforeEach, describe, expect, it } from 'vitest';
+import { writeProviderLimitRows } from '../../src/adapters/postgres/postgres-usage.js';
+import type { ProviderBackoffRow } from '../../src/sessions/provider-limit-rows.js';
 import { openClusterStore } from '../../src/composition/open-store.js';
 import { clockOf, type Clock } from '../../src/domain/ports.js';
 import { parseModelLimits, type ModelLimits } from '../../src/driver/provider-limits.js';
@@ -86,5 +89,51 @@ describe('provider limits with several instances', { timeout: 30_000 }, () => {
     await until(async () => (await view(b, 'b1')).waiting !== undefined, 'b1 to wait', BOUND);
     expect((await view(b, 'b1')).waiting).toEqual({ reason: 'rate-limited', until: '2026-12-06T12:01:00.000Z' });
     expect(model.requests).toHaveLength(1);
+  });
+});
+
+describe('back-off rows written by two instances at once', () => {
+  it('both commit: each drops the ended rows the other does not hold (waiting on each other was a deadlock that failed a batch)', async () => {
+    const { store } = await openClusterStore(db.url, { instanceId: 'M', leaseMs: 60_000, confirmMs: 5_000 });
+    closeWithTest(() => store.close());
+    const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+    closeWithTest(() => pool.end());
+    const now = Date.now();
+    const row = (provider: string, until: number): ProviderBackoffRow => ({ kind: 'backoff', provider, until, answer: 'slow down', notedAt: now });
+    // Both providers were in back-off once; it ended (rows the next batch's delete would take).
+    await pool.query("INSERT INTO provider_backoff (provider, until, answer, noted_at) VALUES ('a', $1, 'old', $1), ('b', $1, 'old', $1)", [now - 1_000]);
+
+    // Each transaction upserts its provider, then waits at its delete until both have upserted.
+    let upserts = 0;
+    let bothUpserted!: () => void;
+    const upserted = new Promise<void>((resolve) => (bothUpserted = resolve));
+    const held = (client: pg.PoolClient): pg.PoolClient =>
+      new Proxy(client, {
+        get: (target, key) =>
+          key !== 'query'
+            ? Reflect.get(target, key, target)
+            : async (text: string, values?: unknown[]) => {
+                if (text.startsWith('DELETE FROM provider_backoff')) await upserted;
+                const result = await target.query(text, values);
+                if (text.startsWith('INSERT INTO provider_backoff') && ++upserts === 2) bothUpserted();
+                return result;
+              },
+      });
+    const write = async (provider: string): Promise<void> => {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await writeProviderLimitRows(held(client), [row(provider, now + 60_000)]);
+        await client.query('COMMIT');
+      } catch (error) {
+        await client.query('ROLLBACK');
+        throw error;
+      } finally {
+        client.release();
+      }
+    };
+    await Promise.all([write('a'), write('b')]);
+    const { rows } = await pool.query<{ provider: string }>('SELECT provider FROM provider_backoff ORDER BY provider');
+    expect(rows.map((r) => r.provider)).toEqual(['a', 'b']);
   });
 });

@@ -71,7 +71,7 @@ export async function writeTenantUsageRows(client: pg.PoolClient, rows: readonly
       usageValues(row),
     );
   }
-  await client.query('DELETE FROM tenant_usage WHERE updated_at < $1', [rows[0]!.updatedAt - USAGE_ROWS_KEPT_MS]);
+  await dropUnlocked(client, 'tenant_usage', 'updated_at < $1', rows[0]!.updatedAt - USAGE_ROWS_KEPT_MS);
 }
 
 /**
@@ -90,7 +90,7 @@ export async function writeProviderLimitRows(client: pg.PoolClient, rows: readon
     );
   }
   if (backoffs.length > 0) {
-    await client.query('DELETE FROM provider_backoff WHERE until <= $1', [backoffs[0]!.notedAt]);
+    await dropUnlocked(client, 'provider_backoff', 'until <= $1', backoffs[0]!.notedAt);
     await client.query('SELECT pg_notify($1, $2)', [PROVIDER_BACKOFF_NOTED, String(backoffs.length)]);
   }
   for (const row of usage) {
@@ -101,7 +101,16 @@ export async function writeProviderLimitRows(client: pg.PoolClient, rows: readon
       providerUsageValues(row),
     );
   }
-  if (usage.length > 0) await client.query('DELETE FROM provider_usage WHERE updated_at < $1', [usage[0]!.updatedAt - PROVIDER_USAGE_KEPT_MS]);
+  if (usage.length > 0) await dropUnlocked(client, 'provider_usage', 'updated_at < $1', usage[0]!.updatedAt - PROVIDER_USAGE_KEPT_MS);
+}
+
+/**
+ * Delete the rows that ended, leaving any another transaction holds: two instances each
+ * upserting one row and then deleting what ended would otherwise wait on each other's row, a
+ * deadlock that fails one whole batch. A row left now goes with a later batch.
+ */
+async function dropUnlocked(client: pg.PoolClient, table: string, ended: string, bound: number): Promise<void> {
+  await client.query(`DELETE FROM ${table} WHERE ctid IN (SELECT ctid FROM ${table} WHERE ${ended} FOR UPDATE SKIP LOCKED)`, [bound]);
 }
 
 export class PostgresTenantUsage implements TenantUsageReads {
