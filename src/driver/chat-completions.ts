@@ -140,6 +140,8 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
       let failure: Failure | undefined;
       /** The failure of this pass that asked for the shortest wait, if any did. */
       let soonest: Failure | undefined;
+      /** An endpoint of this pass failed without asking for a wait: it may be asked again after the usual backoff. */
+      let anyUnheld = false;
       for (const [index, endpoint] of endpoints.entries()) {
         const url = completionsUrl(endpoint.baseUrl);
         // A provider in back-off or at its limit is not asked: the next endpoint is, as after its own 429.
@@ -166,17 +168,20 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         if (failure.retryAfterMs !== undefined && (failure.status === 429 || failure.status === 503)) {
           request.providers?.note(providerOf(endpoint), failure.retryAfterMs, failure.message);
         }
-        if (failure.retryAfterMs !== undefined && (soonest === undefined || failure.retryAfterMs < soonest.retryAfterMs!)) soonest = failure;
+        if (failure.retryAfterMs === undefined) anyUnheld = true;
+        else if (soonest === undefined || failure.retryAfterMs < soonest.retryAfterMs!) soonest = failure;
         const fellOver = failure.retryable && index < endpoints.length - 1;
         request.onAttempt?.(endpoint, failure.outcome, fellOver);
         if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
         if (fellOver) fallovers++;
       }
       failure = failure!;
-      // Every endpoint failed. The soonest any of them asked to be asked again is the wait, unless
-      // that is longer than the longest wait allowed: then no sleep that long, the attempt fails.
+      // Every endpoint failed. One that asked for no wait is asked again after the usual backoff
+      // (or sooner, when a held one opens first). When every one asked to wait, the soonest is
+      // the wait, unless that is longer than the longest wait allowed: then no sleep that long,
+      // the attempt fails.
       const maxWait = policy.maxProviderBackoffMs ?? DEFAULT_MAX_PROVIDER_BACKOFF_MS;
-      if (soonest !== undefined && soonest.retryAfterMs! > maxWait) {
+      if (!anyUnheld && soonest !== undefined && soonest.retryAfterMs! > maxWait) {
         throw new ModelRequestError(
           `${soonest.message}; it asked to wait ${Math.ceil(soonest.retryAfterMs! / 1000)} s, more than the ${maxWait} ms allowed (AGENTFOREST_MODEL_MAX_BACKOFF_MS)`,
           attempts,
@@ -187,7 +192,8 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts, failure.status);
       }
       const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** Math.max(0, round - 1));
-      const wait = soonest?.retryAfterMs ?? backoff * (0.5 + Math.random() * 0.5);
+      const usual = backoff * (0.5 + Math.random() * 0.5);
+      const wait = anyUnheld ? Math.min(usual, soonest?.retryAfterMs ?? Infinity) : soonest!.retryAfterMs!;
       try {
         await sleep(wait, undefined, { signal });
       } catch {

@@ -129,6 +129,8 @@ export class ModelDriver {
     // provider its request goes to is held for it: the last check, so admitted means placed.
     const until = this.admitToProvider(permitted.model);
     if (until !== undefined) {
+      const tooLong = this.waitRefusal(permitted.model, until);
+      if (tooLong !== undefined) return this.refuse(agent, tooLong);
       this.rateLimited.hold(agent, { until });
       return false;
     }
@@ -148,6 +150,19 @@ export class ModelDriver {
   waitingFor(agent: LiveAgent): { reason: 'rate-limited'; until: string } | undefined {
     const until = this.rateLimited.get(agent)?.until;
     return until === undefined ? undefined : { reason: 'rate-limited', until: new Date(until).toISOString() };
+  }
+
+  /**
+   * Why a step whose every provider is held until `until` is not held that long: the wait is
+   * longer than the longest allowed (as a request that met it would fail), with what the
+   * provider answered.
+   */
+  private waitRefusal(model: ModelSpec, until: number): string | undefined {
+    const maxWait = this.options.maxProviderBackoffMs ?? DEFAULT_MAX_PROVIDER_BACKOFF_MS;
+    const waitMs = until - this.deps.providers.now();
+    if (waitMs <= maxWait) return undefined;
+    const held = endpointsOf(model).map((e) => this.deps.providers.heldBy(providerOf(e))).find((b) => b?.until === until);
+    return `model request failed: ${held?.answer ?? 'every provider of the model is held'}; it asked to wait ${Math.ceil(waitMs / 1000)} s, more than the ${maxWait} ms allowed (AGENTFOREST_MODEL_MAX_BACKOFF_MS)`;
   }
 
   /** Offer again the agents whose provider opened (what the hold's timer does; a test with its own clock calls it). */

@@ -172,6 +172,32 @@ describe('fallback models', { timeout: 20_000 }, () => {
     expect((await view(h, 'second')).waiting).toBeUndefined();
   });
 
+  it('asks a fallback that failed without asking for a wait again after the usual backoff, while the primary is held longer than any wait allowed', async () => {
+    const h = await start({ driver: { retries: 2, timeoutMs: 5_000, maxProviderBackoffMs: 1_000 } });
+    const primary = await startModelServer(() => ({ status: 429, headers: { 'retry-after': '3600' }, body: '{"error":{"message":"come back in an hour"}}' }));
+    const fallback = await startModelServer((_req, n) => (n === 1 ? { status: 500, body: '{"error":{"message":"boom"}}' } : answer('from the fallback')));
+    const root = await createRoot(h.app, { model: { ...spec(primary), fallbacks: [{ baseUrl: fallback.url, model: 'backup-1' }] } });
+    accepted(await followup(h, root.id, 'hi'));
+    expect(picture(await turnEnded(h, root.id))).toContain('assistant:from the fallback');
+    expect(primary.requests).toHaveLength(1);
+    expect(fallback.requests).toHaveLength(2);
+  });
+
+  it("fails a step at once, before claiming it, when its model's every provider is held longer than any wait allowed", async () => {
+    const h = await start({ driver: { retries: 0, maxProviderBackoffMs: 1_000 } });
+    const primary = await startModelServer(() => ({ status: 429, headers: { 'retry-after': '3600' }, body: '{"error":{"message":"come back in an hour"}}' }));
+    await createRoot(h.app, { id: 'first', model: spec(primary) });
+    accepted(await followup(h, 'first', 'hi'));
+    expect((await turnEnded(h, 'first')).at(-1)).toMatchObject({ reason: 'failed' });
+    await createRoot(h.app, { id: 'second', model: spec(primary) });
+    accepted(await followup(h, 'second', 'hi'));
+    const log = await turnEnded(h, 'second');
+    expect(picture(log)).toEqual(['turn-start', 'user:hi', 'turn-end:failed']);
+    expect(log.at(-1)!.error).toMatch(new RegExp(`^model request failed: ${primary.url.replace(/[.]/g, '\\.')}/chat/completions answered 429: come back in an hour; it asked to wait 3\\d{3} s, more than the 1000 ms allowed`));
+    expect((await view(h, 'second')).waiting).toBeUndefined();
+    expect(primary.requests).toHaveLength(1);
+  });
+
   it('fails the attempt at once when the provider asks to wait longer than the longest wait allowed, with its answer', async () => {
     const h = await start({ driver: { retries: 3, maxProviderBackoffMs: 1_000 } });
     const primary = await startModelServer(() => ({ status: 429, headers: { 'retry-after': '259200' }, body: '{"error":{"message":"come back in three days"}}' }));
