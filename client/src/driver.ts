@@ -210,6 +210,7 @@ export async function runAgent(options: RunAgentOptions): Promise<RunSummary> {
   };
 
   const publish = async (step: Step, deltas: AnswerDelta | AnswerDelta[]): Promise<void> => {
+    if (Array.isArray(deltas) && deltas.length === 0) return;
     const { error, response } = await client.POST('/v1/agents/{id}/steps/{stepId}/deltas', {
       params: { path: { id: agentId, stepId: step.id } },
       body: deltas,

@@ -119,7 +119,7 @@ export async function readStream(response: Response, url: string, attempts: numb
       throw invalid(`a chunk is not JSON (${excerpt(payload)})`);
     }
     if (!isRecord(chunk)) throw invalid('a chunk is not an object');
-    if (chunk.error !== undefined) throw new StreamBroken(`${url} reported an error in its stream${redact(errorOf(chunk.error))}`, '5xx');
+    if (chunk.error !== undefined && chunk.error !== null) throw new StreamBroken(`${url} reported an error in its stream${redact(errorOf(chunk.error))}`, '5xx');
     assembly.add(chunk, onPiece, invalid);
   };
   for await (const bytes of limitedChunks(response, url, attempts)) {
@@ -130,17 +130,23 @@ export async function readStream(response: Response, url: string, attempts: numb
       const line = pending.slice(0, newline);
       pending = pending.slice(newline + (pending.startsWith('\r\n', newline) ? 2 : 1));
       if (line === '') dispatch();
-      else if (line.startsWith('data:')) data.push(line.slice(line.startsWith('data: ') ? 6 : 5));
+      else if (line.startsWith('data:')) data.push(dataOf(line));
       // comments (`:`), `event:`, `id:` and `retry:` lines carry nothing of the answer
     }
     if (done) break;
   }
   if (!done) {
-    if (pending.startsWith('data:')) data.push(pending.slice(pending.startsWith('data: ') ? 6 : 5));
+    pending += decoder.decode();
+    if (pending.startsWith('data:')) data.push(dataOf(pending));
     dispatch();
   }
   if (!done && !assembly.finished) throw new StreamBroken(`the stream of ${url} ended before its answer was complete`, 'unreachable');
   return assembly.answer();
+}
+
+/** The value of a `data:` line (one space after the colon is not part of it). */
+function dataOf(line: string): string {
+  return line.slice(line.startsWith('data: ') ? 6 : 5);
 }
 
 /** The answer being put together from chunks. */
@@ -159,9 +165,10 @@ class Assembly {
     if (typeof choice.finish_reason === 'string') this.finished = true;
     const delta = choice.delta;
     if (!isRecord(delta)) return;
-    if (typeof delta.content === 'string') {
-      this.content = (this.content ?? '') + delta.content;
-      if (delta.content !== '') onPiece({ text: delta.content });
+    const text = contentText(delta.content);
+    if (text !== null) {
+      this.content = (this.content ?? '') + text;
+      if (text !== '') onPiece({ text });
     }
     if (delta.tool_calls === undefined || delta.tool_calls === null) return;
     if (!Array.isArray(delta.tool_calls)) throw invalid('delta.tool_calls is not a list');
@@ -170,8 +177,7 @@ class Assembly {
 
   private addCall(part: unknown, onPiece: (piece: AnswerPiece) => void, invalid: (why: string) => ModelRequestError): void {
     if (!isRecord(part)) throw invalid('a tool call part is not an object');
-    const index = typeof part.index === 'number' && Number.isInteger(part.index) && part.index >= 0 ? part.index : this.calls.size === 0 ? 0 : undefined;
-    if (index === undefined) throw invalid('a tool call part has no index');
+    const index = typeof part.index === 'number' && Number.isInteger(part.index) && part.index >= 0 ? part.index : this.unindexed(part);
     const known = this.calls.get(index);
     if (known === undefined && this.calls.size >= MAX_TOOL_CALLS) throw invalid(`it has more than ${MAX_TOOL_CALLS} tool calls; at most ${MAX_TOOL_CALLS} are accepted in one answer`);
     const fn = isRecord(part.function) ? part.function : {};
@@ -182,6 +188,19 @@ class Assembly {
     this.calls.set(index, { id: id ?? call.id, name: name ?? call.name, arguments: call.arguments + args });
     if (id === undefined && name === undefined && args === '') return;
     onPiece({ toolCall: { index, ...(id === undefined ? {} : { id }), ...(name === undefined ? {} : { name }), ...(args === '' ? {} : { argumentsDelta: args }) } });
+  }
+
+  /**
+   * Where a part without `index` goes (some providers leave it out): a part that names a call
+   * of its own (an id or a name the last call does not have) starts the next call; any other
+   * goes on with the last one.
+   */
+  private unindexed(part: Record<string, unknown>): number {
+    const last = Math.max(-1, ...this.calls.keys());
+    const call = this.calls.get(last);
+    const fn = isRecord(part.function) ? part.function : {};
+    const names = (typeof part.id === 'string' && part.id !== '' && call?.id !== undefined && call.id !== part.id) || (typeof fn.name === 'string' && fn.name !== '' && call?.name !== '' && call !== undefined);
+    return call === undefined ? 0 : names ? last + 1 : last;
   }
 
   answer(): ParsedAnswer {
@@ -279,6 +298,6 @@ export function excerpt(text: string): string {
   return flat.length > 300 ? `${flat.slice(0, 300)}…` : flat;
 }
 
-function isRecord(value: unknown): value is Record<string, unknown> {
+export function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

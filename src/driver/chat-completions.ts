@@ -21,7 +21,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChatTool } from '../domain/step-render.js';
 import { providerOf } from './provider-backoff.js';
 import type { ProviderRequests } from './provider-gate.js';
-import { errorText, isEventStream, ModelRequestError, parseCompletion, piecesOf, readLimited, readStream, StreamBroken, type AnswerPiece, type ParsedAnswer } from './chat-answer.js';
+import { errorText, isEventStream, isRecord, ModelRequestError, parseCompletion, piecesOf, readLimited, readStream, StreamBroken, type AnswerPiece, type ParsedAnswer } from './chat-answer.js';
 
 export { MAX_ANSWER_BYTES, MAX_TOOL_CALLS, ModelRequestError, type AnswerPiece, type RawToolCall } from './chat-answer.js';
 
@@ -311,8 +311,4 @@ function retryAfterMs(millis: string | null, header: string | null): number | un
   const seconds = Number(header);
   const ms = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(header) - Date.now();
   return Number.isFinite(ms) && ms >= 0 ? ms : undefined;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

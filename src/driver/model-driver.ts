@@ -243,7 +243,13 @@ export class ModelDriver {
       }
       // The answer's pieces go out as deltas while it is written; the recorded output is the whole.
       const onDelta = (piece: AnswerPiece & { reset?: true }): void => {
-        if (!signal.aborted) this.deps.protocol.publishDeltas(agent, claim.stepId, claim.lease.attempt, [piece]);
+        if (signal.aborted) return;
+        try {
+          this.deps.protocol.publishDeltas(agent, claim.stepId, claim.lease.attempt, [piece]);
+        } catch (error) {
+          // Watching never fails the request being watched.
+          this.deps.logger.error({ err: error, agentId: agent.id }, 'publishing a delta failed');
+        }
       };
       answer = await this.ask(model, step.messages ?? [], step.tools, signal, onDelta);
     } catch (error) {
@@ -315,7 +321,8 @@ export class ModelDriver {
     const output = {
       // Which model answered (a fallback's, when the primary failed over): the step is priced by it.
       model: answer.model,
-      ...(answer.content === null ? {} : { content: answer.content }),
+      // Empty text is no text (a streamed answer of tool calls only starts with empty content).
+      ...(answer.content === null || answer.content === '' ? {} : { content: answer.content }),
       ...(calls.length === 0 ? {} : { toolCalls: calls }),
       ...(answer.usage === undefined ? {} : { usage: answer.usage }),
     };

@@ -92,6 +92,30 @@ describe('a streamed chat completion', () => {
     await expect(failed).rejects.toMatchObject({ name: 'StreamBroken', outcome: '5xx', message: `${URL_} reported an error in its stream: overloaded` });
   });
 
+  it('puts tool call parts without an index where they belong: on the last call, or a new one when they name another', async () => {
+    const { answer } = await read([
+      chunk({ tool_calls: [{ id: 'c1', function: { name: 'first', arguments: '{"a":' } }] }),
+      chunk({ tool_calls: [{ function: { arguments: '1}' } }] }),
+      chunk({ tool_calls: [{ id: 'c2', function: { name: 'second', arguments: '{}' } }] }),
+      chunk({ tool_calls: [{ function: { name: 'third', arguments: '{"b":2}' } }] }),
+      chunk({}, 'tool_calls'),
+    ]);
+    expect(answer.toolCalls).toEqual([
+      { id: 'c1', name: 'first', arguments: '{"a":1}' },
+      { id: 'c2', name: 'second', arguments: '{}' },
+      { id: undefined, name: 'third', arguments: '{"b":2}' },
+    ]);
+  });
+
+  it('reads content given as a list of parts, and takes `error: null` for no error', async () => {
+    const { answer, seen } = await read([
+      `data: ${JSON.stringify({ error: null, choices: [{ index: 0, delta: { content: [{ type: 'text', text: 'in ' }, { type: 'text', text: 'parts' }] }, finish_reason: null }] })}\n\n`,
+      chunk({}, 'stop'),
+    ]);
+    expect(answer.content).toBe('in parts');
+    expect(seen).toEqual([{ text: 'in parts' }]);
+  });
+
   it('is refused when a chunk is not JSON or a tool call has no name', async () => {
     await expect(read(['data: {not json\n\n'])).rejects.toBeInstanceOf(ModelRequestError);
     await expect(read(['data: {not json\n\n'])).rejects.toThrow(`the stream of ${URL_} is not chat-completion chunks: a chunk is not JSON ({not json)`);

@@ -53,4 +53,32 @@ describe('streamed answers', () => {
     const { stream: _s, stream_options: _o, ...rest } = streamed!.requests[1]!;
     expect(rest).toEqual(unstreamed!.requests[1]);
   });
+
+  it('record an answer of tool calls only the same when the stream starts with empty content, as many servers send it', async () => {
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null): string => JSON.stringify({ object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] });
+    const toolsOnly: Script = (request) => {
+      if (request.messages[request.messages.length - 1]!.role === 'tool') return { answer: { content: 'done' } };
+      if (request.stream !== true) return { answer: { content: null, toolCalls: [call('lookup', { q: 1 }, 'call_1')] } };
+      return {
+        events: [
+          chunk({ role: 'assistant', content: '' }),
+          chunk({ tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'lookup', arguments: '{"q":1}' } }] }),
+          chunk({}, 'tool_calls'),
+          '[DONE]',
+        ],
+      };
+    };
+    const calls = [];
+    for (const stream of [true, false]) {
+      const h = await start({ driver: { stream } });
+      const model = await startModelServer(toolsOnly);
+      const root = await createRoot(h.app, { id: 'tools-only', model: spec(model) });
+      accepted(await followup(h, root.id, 'look it up'));
+      calls.push((await turnEnded(h, root.id)).find((e) => e.type === 'message' && e.role === 'assistant'));
+    }
+    expect(calls[0]!.content).toEqual([]);
+    // The stream here sends no usage chunk: the rest is the same.
+    const { usage: _usage, ...unstreamed } = calls[1]!;
+    expect(normalised([calls[0]!])).toEqual(normalised([unstreamed as Entry]));
+  });
 });
