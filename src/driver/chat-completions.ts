@@ -20,7 +20,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChatMessage, ChatTool } from '../domain/step-render.js';
 import { providerOf } from './provider-backoff.js';
-import type { ProviderRequests } from './provider-gate.js';
+import type { ProviderPlace, ProviderRequests } from './provider-gate.js';
 import { errorText, isEventStream, isRecord, ModelRequestError, parseCompletion, piecesOf, readLimited, readStream, StreamBroken, type AnswerPiece, type ParsedAnswer } from './chat-answer.js';
 
 export { MAX_ANSWER_BYTES, MAX_TOOL_CALLS, ModelRequestError, type AnswerPiece, type RawToolCall } from './chat-answer.js';
@@ -57,6 +57,8 @@ export interface ChatRequest {
   onAttempt?: (endpoint: ChatEndpoint, outcome: AttemptOutcome, fellOver: boolean) => void;
   /** What holds a provider (its back-off, its full window), shared by every request of the instance. */
   providers?: ProviderRequests;
+  /** The place the driver lane held for this request's step in a provider's window, if any. */
+  place?: ProviderPlace;
   messages: ChatMessage[];
   tools: ChatTool[];
   temperature?: number;
@@ -145,7 +147,7 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
       for (const [index, endpoint] of endpoints.entries()) {
         const url = completionsUrl(endpoint.baseUrl);
         // A provider in back-off or at its limit is not asked: the next endpoint is, as after its own 429.
-        const held = request.providers?.send(providerOf(endpoint));
+        const held = request.providers?.send(providerOf(endpoint), request.place);
         if (held !== undefined) {
           failure = { message: held.answer, outcome: '429', retryable: true, retryAfterMs: held.waitMs };
           if (soonest === undefined || failure.retryAfterMs! < soonest.retryAfterMs!) soonest = failure;

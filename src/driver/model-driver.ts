@@ -27,7 +27,7 @@ import { stepObject } from '../steps/rendered-step.js';
 import { readArguments } from '../steps/chat-output.js';
 import { HeldSteps } from '../agents/held-steps.js';
 import { providerOf } from './provider-backoff.js';
-import type { ProviderGate } from './provider-gate.js';
+import type { ProviderGate, ProviderPlace } from './provider-gate.js';
 import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, ModelRequestCancelled, ModelRequestError, type AnswerPiece, type AttemptOutcome, type ChatAnswer, type ChatEndpoint, type ChatRequest, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
@@ -86,8 +86,11 @@ export function drivenByModel(agent: LiveAgent): boolean {
 }
 
 export class ModelDriver {
-  /** Agents whose step a worker holds now (a request in flight, or its answer being recorded). */
-  private readonly busy = new Set<LiveAgent>();
+  /**
+   * Agents whose step a worker holds now (a request in flight, or its answer being recorded),
+   * with the place held for it in its provider's window, if that has a request limit.
+   */
+  private readonly busy = new Map<LiveAgent, ProviderPlace | undefined>();
   /** Agents whose step waits, unclaimed, for a provider's back-off to end or its window to turn. */
   private readonly rateLimited: HeldSteps<LiveAgent>;
 
@@ -127,16 +130,16 @@ export class ModelDriver {
     // Every provider of its model held (in back-off, or its window full): the step waits
     // unclaimed, offered again when the first one opens. Else a place in the window of the
     // provider its request goes to is held for it: the last check, so admitted means placed.
-    const until = this.admitToProvider(permitted.model);
-    if (until !== undefined) {
-      const tooLong = this.waitRefusal(permitted.model, until);
+    const admitted = this.deps.providers.admit(endpointsOf(permitted.model).map(providerOf));
+    if ('until' in admitted) {
+      const tooLong = this.waitRefusal(permitted.model, admitted.until);
       if (tooLong !== undefined) return this.refuse(agent, tooLong);
-      this.rateLimited.hold(agent, { until });
+      this.rateLimited.hold(agent, { until: admitted.until });
       return false;
     }
     this.rateLimited.release(agent);
     // Admitted means claimed in this same span: the agent is this driver's until its worker is done.
-    this.busy.add(agent);
+    this.busy.set(agent, admitted.place);
     return true;
   }
 
@@ -153,29 +156,23 @@ export class ModelDriver {
   }
 
   /**
-   * Why a step whose every provider is held until `until` is not held that long: the wait is
-   * longer than the longest allowed (as a request that met it would fail), with what the
-   * provider answered.
+   * Why a step whose every provider is held until `until` is not held that long: every one is
+   * in a back-off longer than the longest wait allowed (as a request that met it would fail),
+   * with what the provider answered. A full window is waited for (it turns within a minute).
    */
   private waitRefusal(model: ModelSpec, until: number): string | undefined {
     const maxWait = this.options.maxProviderBackoffMs ?? DEFAULT_MAX_PROVIDER_BACKOFF_MS;
     const waitMs = until - this.deps.providers.now();
     if (waitMs <= maxWait) return undefined;
-    const held = endpointsOf(model).map((e) => this.deps.providers.heldBy(providerOf(e))).find((b) => b?.until === until);
+    const backoffs = endpointsOf(model).map((e) => this.deps.providers.backoffOf(providerOf(e)));
+    if (backoffs.some((b) => b === undefined)) return undefined;
+    const held = backoffs.find((b) => b?.until === until);
     return `model request failed: ${held?.answer ?? 'every provider of the model is held'}; it asked to wait ${Math.ceil(waitMs / 1000)} s, more than the ${maxWait} ms allowed (AGENTFOREST_MODEL_MAX_BACKOFF_MS)`;
   }
 
   /** Offer again the agents whose provider opened (what the hold's timer does; a test with its own clock calls it). */
   offerDue(): void {
     this.rateLimited.offerDue();
-  }
-
-  /**
-   * When the first of the model's providers opens, if every one of them is held; otherwise
-   * undefined, a place then held for the step in the window of the first open one.
-   */
-  private admitToProvider(model: ModelSpec): number | undefined {
-    return this.deps.providers.admit(endpointsOf(model).map(providerOf));
   }
 
   /** The agent's model as the operator's policy allows it now, or why it no longer does. */
@@ -202,7 +199,10 @@ export class ModelDriver {
       } catch (error) {
         this.deps.logger.error({ err: error, agentId: agent.id }, 'the model driver failed a step on an unexpected error');
       } finally {
+        // A place its requests did not take is free again for another step.
+        const place = this.busy.get(agent);
         this.busy.delete(agent);
+        if (place !== undefined) this.deps.providers.release(place);
       }
       // A step that became claimable meanwhile (the turn's next, or a queued turn's first) was
       // held while this one was recorded: through the dispatcher, whose gates may stop it.
@@ -220,6 +220,7 @@ export class ModelDriver {
     const checked = this.permittedModel(agent);
     if ('refusal' in checked) return this.fail(agent, checked.refusal);
     const { model } = checked;
+    const place = this.busy.get(agent);
     let answer: ChatAnswer;
     // The service itself holds this claim: its lease is renewed while the requests run (each
     // request's own timeout bounds it), the summarising one included.
@@ -238,7 +239,7 @@ export class ModelDriver {
       const limit = model.maxContextTokens;
       if (limit !== undefined && step.estimatedTokens > limit) {
         failed = 'compaction request failed';
-        step = await compactStep(this.deps, claim, step, limit, (messages) => this.ask(model, messages, [], signal), signal);
+        step = await compactStep(this.deps, claim, step, limit, (messages) => this.ask(model, messages, [], signal, { place }), signal);
         failed = 'model request failed';
       }
       // The answer's pieces go out as deltas while it is written; the recorded output is the whole.
@@ -251,7 +252,7 @@ export class ModelDriver {
           this.deps.logger.error({ err: error, agentId: agent.id }, 'publishing a delta failed');
         }
       };
-      answer = await this.ask(model, step.messages ?? [], step.tools, signal, onDelta);
+      answer = await this.ask(model, step.messages ?? [], step.tools, signal, { onDelta, place });
     } catch (error) {
       if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the turn ended meanwhile
       // completeChat redacts the key from everything the endpoint said; the request's headers are never logged.
@@ -268,7 +269,9 @@ export class ModelDriver {
   }
 
   /** One request to the agent's model, counted in the driver's metrics. */
-  private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal, onDelta?: ChatRequest['onDelta']): Promise<ChatAnswer> {
+  /** `place`: held for the step in its provider's window, taken by its first request there. */
+  private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal, extra: { onDelta?: ChatRequest['onDelta']; place: ProviderPlace | undefined }): Promise<ChatAnswer> {
+    const { onDelta, place } = extra;
     const started = performance.now();
     const seconds = (): number => (performance.now() - started) / 1000;
     // checkModel found every variable set.
@@ -286,6 +289,7 @@ export class ModelDriver {
           messages,
           tools,
           stream: this.options.stream !== false,
+          ...(place === undefined ? {} : { place }),
           ...(onDelta === undefined ? {} : { onDelta, onFirstDelta: (e: ChatEndpoint, seconds: number) => this.deps.observe?.({ kind: 'first-delta', provider: providerOf(e), seconds }) }),
           ...(model.temperature === undefined ? {} : { temperature: model.temperature }),
         },

@@ -5,23 +5,50 @@
  * answer's usage, in fixed UTC minutes). Two places ask it, each in the synchronous span that acts:
  * - the driver lane's gate (`admit`), before it hands a driven agent its step: the step is
  *   admitted when one of its model's providers is open, and a place in that provider's window
- *   is held for it until its request is sent (or the minute ends); with every provider held,
- *   the step waits unclaimed until the first one opens.
+ *   is held for it until its request is sent, the step ends without one, or the minute ends;
+ *   with every provider held, the step waits unclaimed until the first one opens.
  * - chat-completions (`send`), just before each request: a provider that is held is skipped as
  *   one in back-off is (the next fallback is asked, or the soonest end waited for); an open one
  *   counts the request as sent.
  * The other instances learn of it through the store (provider-sharing.ts), and it of theirs.
  */
 import type { ProviderBackoffRow, ProviderLimitRow, ProviderUsageRow } from '../sessions/provider-limit-rows.js';
-import { windowEnd } from '../tenants/usage-windows.js';
+import { minuteOf, windowEnd } from '../tenants/usage-windows.js';
 import { ProviderBackoff, type Backoff } from './provider-backoff.js';
 import type { ModelLimits } from './provider-limits.js';
 import { ProviderWindows } from './provider-windows.js';
 
-/** What chat-completions asks of the providers of a request (ChatRequest.backoff). */
+/**
+ * A place held in a provider's window of the current minute for one admitted step: its first
+ * request to that provider takes it, or the step gives it back when it ends without one.
+ */
+/** How soon a step held for the other instances' counts is offered again (they are read every half second). */
+const HEARING_MS = 250;
+
+export class ProviderPlace {
+  private open = true;
+
+  constructor(
+    readonly provider: string,
+    /** The minute it was held in (ms since the epoch of the minute's start); it lapses with it. */
+    private readonly minute: number,
+  ) {}
+
+  /** Close the place if it is still open in `minute`; answers whether it was. */
+  close(minute: number): boolean {
+    const was = this.open && minute === this.minute;
+    this.open = false;
+    return was;
+  }
+}
+
+/** What chat-completions asks of the providers of a request (ChatRequest.providers). */
 export interface ProviderRequests {
-  /** Just before a request to `provider`: undefined when it may go (it is counted as sent), else what holds it and for how long. */
-  send(provider: string): { answer: string; waitMs: number } | undefined;
+  /**
+   * Just before a request to `provider`: undefined when it may go (it is counted as sent,
+   * taking `place` when that was held for this provider), else what holds it and for how long.
+   */
+  send(provider: string, place?: ProviderPlace): { answer: string; waitMs: number } | undefined;
   /** The provider asked to be left alone for `waitMs` (a 429 or 503 with Retry-After), answering `answer`. */
   note(provider: string, waitMs: number, answer: string): void;
   /** The provider answered, spending `tokens` (its usage's totalTokens). */
@@ -49,6 +76,11 @@ export class ProviderGate implements ProviderRequests {
     return this.deps.now();
   }
 
+  /** The provider's back-off, while it lasts (what it asked; not its window). */
+  backoffOf(provider: string): Backoff | undefined {
+    return this.backoff.of(provider);
+  }
+
   /** What holds the provider now (its back-off, or its full window) and until when; undefined when it is open. */
   heldBy(provider: string): Backoff | undefined {
     return this.hold(provider, this.deps.now(), false);
@@ -56,35 +88,48 @@ export class ProviderGate implements ProviderRequests {
 
   /**
    * The driver lane's gate for a step of a model with these providers (the primary, then the
-   * fallbacks): undefined when one is open, a place in its window then held for the step; else
-   * when the first of them opens (ms since the epoch).
+   * fallbacks): when one is open, a place in its window held for the step (none where it has no
+   * request limit); else when the first of them opens (ms since the epoch).
    */
-  admit(providers: readonly string[]): number | undefined {
+  admit(providers: readonly string[]): { place: ProviderPlace | undefined } | { until: number } {
     const now = this.deps.now();
-    let soonest: number | undefined;
+    let soonest = Infinity;
     for (const provider of providers) {
       const held = this.hold(provider, now, false);
       if (held === undefined) {
-        if (this.deps.limits.of(provider)?.requestsPerMinute !== undefined) this.windows.hold(provider, now);
-        return undefined;
+        if (this.deps.limits.of(provider)?.requestsPerMinute === undefined) return { place: undefined };
+        this.windows.hold(provider, now);
+        return { place: new ProviderPlace(provider, minuteOf(now)) };
       }
-      soonest = Math.min(soonest ?? Infinity, held.until);
+      soonest = Math.min(soonest, held.until);
     }
-    return soonest;
+    return { until: soonest };
   }
 
-  send(provider: string): { answer: string; waitMs: number } | undefined {
+  send(provider: string, place?: ProviderPlace): { answer: string; waitMs: number } | undefined {
     const now = this.deps.now();
-    const held = this.hold(provider, now, this.windows.hasPlace(provider, now));
-    if (held !== undefined) return { answer: held.answer, waitMs: held.until - now };
-    if (this.deps.limits.of(provider) !== undefined) this.windows.sent(provider, now);
+    const placed = place?.provider === provider && place.close(minuteOf(now));
+    const held = this.hold(provider, now, placed);
+    if (held !== undefined) {
+      if (placed) this.windows.unhold(provider, now);
+      return { answer: held.answer, waitMs: held.until - now };
+    }
+    if (this.deps.limits.of(provider) !== undefined) this.windows.sent(provider, now, placed);
     return undefined;
+  }
+
+  /** The step the place was held for ended: a place its request did not take is free again. */
+  release(place: ProviderPlace): void {
+    const now = this.deps.now();
+    if (place.close(minuteOf(now))) this.windows.unhold(place.provider, now);
   }
 
   note(provider: string, waitMs: number, answer: string): void {
     const now = this.deps.now();
     const backoff = { until: now + waitMs, answer };
-    if (this.backoff.note(provider, backoff)) this.unpublished.set(provider, { kind: 'backoff', provider, ...backoff, notedAt: now });
+    // Only a back-off that stands (none longer was in force) is published and counted.
+    if (!this.backoff.note(provider, backoff)) return;
+    this.unpublished.set(provider, { kind: 'backoff', provider, ...backoff, notedAt: now });
     this.deps.noted?.(provider, backoff, waitMs);
   }
 
@@ -131,6 +176,11 @@ export class ProviderGate implements ProviderRequests {
     }
     if (requests !== undefined && !placed && used.requests >= requests) {
       return { until: windowEnd('minute', now), answer: `${provider} was sent its ${requests} requests per minute (AGENTFOREST_MODEL_LIMITS)` };
+    }
+    // Not yet heard what the other instances sent this minute: only this instance's share of it.
+    const sharedBy = this.windows.sharedBy(provider, now);
+    if (requests !== undefined && !placed && sharedBy > 1 && used.requests >= Math.floor(requests / sharedBy)) {
+      return { until: now + HEARING_MS, answer: `${provider} was sent this instance's share of its ${requests} requests per minute until it hears the other instances' counts (AGENTFOREST_MODEL_LIMITS)` };
     }
     return undefined;
   }

@@ -112,7 +112,8 @@ export class ProviderSharing {
   private async read(start = false): Promise<void> {
     await this.readBackoffs();
     try {
-      this.gate.absorbUsage(await this.deps.reads.usage(minuteOf(this.gate.now())), this.deps.instanceId(), start);
+      // The last minute's rows too: who else sent the providers requests lately (provider-windows.ts).
+      this.gate.absorbUsage(await this.deps.reads.usage(minuteOf(this.gate.now()) - 1), this.deps.instanceId(), start);
     } catch (error) {
       this.deps.logger.warn({ err: error }, "could not read the model providers' counts; the next period tries again");
     }

@@ -33,6 +33,10 @@ export class ProviderWindows {
   private others = new Map<string, Window>();
   /** Providers whose counts changed since the last publication. */
   private readonly changed = new Set<string>();
+  /** The other instances that sent each provider requests in this minute or the last (as last read). */
+  private peers = new Map<string, number>();
+  /** The minute of the last read of the others' rows. */
+  private heard = -1;
 
   /** Requests (places held included) and tokens of the provider in the current minute, every instance's. */
   used(provider: string, nowMs: number): Used {
@@ -42,23 +46,34 @@ export class ProviderWindows {
     return { requests: mine.requests + theirs.requests + this.placesOf(provider, minute), tokens: mine.tokens + theirs.tokens };
   }
 
-  /** Hold a place in the current minute for a step the driver lane admitted. */
+  /**
+   * How many instances share the provider's requests until this one has read the others' rows
+   * of the current minute: 1 once it has (their counts are in `used`), else itself and the
+   * others that sent the provider requests lately. At a minute's turn each instance then takes
+   * only its share of the new window until it hears what the others sent, instead of every
+   * instance taking all of it at once.
+   */
+  sharedBy(provider: string, nowMs: number): number {
+    return this.heard === minuteOf(nowMs) ? 1 : 1 + (this.peers.get(provider) ?? 0);
+  }
+
+  /** Hold a place in the current minute for a step the driver lane admitted (until sent or unheld; it lapses with the minute). */
   hold(provider: string, nowMs: number): void {
     const minute = minuteOf(nowMs);
     this.places.set(provider, { minute, count: this.placesOf(provider, minute) + 1 });
   }
 
-  /** Whether a place is held for the provider in the current minute. */
-  hasPlace(provider: string, nowMs: number): boolean {
-    return this.placesOf(provider, minuteOf(nowMs)) > 0;
-  }
-
-  /** Count a request sent now; it takes a place held for an admitted step, if one is. */
-  sent(provider: string, nowMs: number): void {
+  /** A place held in the current minute is not needed any more (its step ended without a request). */
+  unhold(provider: string, nowMs: number): void {
     const minute = minuteOf(nowMs);
     const places = this.placesOf(provider, minute);
     if (places > 0) this.places.set(provider, { minute, count: places - 1 });
-    this.add(provider, minute, 1, 0);
+  }
+
+  /** Count a request sent now; `placed`: it takes the place held for its step. */
+  sent(provider: string, nowMs: number, placed: boolean): void {
+    if (placed) this.unhold(provider, nowMs);
+    this.add(provider, minuteOf(nowMs), 1, 0);
   }
 
   /** Count the tokens of an answer. */
@@ -84,22 +99,27 @@ export class ProviderWindows {
 
   /**
    * Take the other instances' rows of the current minute as they are now (every row not
-   * `instanceId`'s). With `own` (at the start), this instance's rows are its predecessor's under
+   * `instanceId`'s), and which of them sent requests in this minute or the last. With `own` (at the start), this instance's rows are its predecessor's under
    * the same id: their counts are taken as its own.
    */
   absorb(rows: readonly ProviderUsageRow[], instanceId: string, nowMs: number, own = false): void {
     const minute = minuteOf(nowMs);
     const others = new Map<string, Window>();
+    const peers = new Map<string, number>();
     for (const row of rows) {
-      if (row.minute !== minute) continue;
+      if (row.minute < minute - 1) continue;
       if (row.instanceId === instanceId) {
-        if (own) this.add(row.provider, minute, row.requests, row.tokens);
+        if (own && row.minute === minute) this.add(row.provider, minute, row.requests, row.tokens);
         continue;
       }
+      peers.set(row.provider, (peers.get(row.provider) ?? 0) + 1);
+      if (row.minute !== minute) continue;
       const sum = inMinute(others.get(row.provider), minute);
       others.set(row.provider, { minute, requests: sum.requests + row.requests, tokens: sum.tokens + row.tokens });
     }
     this.others = others;
+    this.peers = peers;
+    this.heard = minute;
   }
 
   private placesOf(provider: string, minute: number): number {

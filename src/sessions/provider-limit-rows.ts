@@ -45,7 +45,7 @@ export const PROVIDER_USAGE_KEPT_MS = 3_600_000;
 export interface ProviderLimitReads {
   /** The back-offs that end after `nowMs`. */
   backoffs(nowMs: number): Promise<ProviderBackoffRow[]>;
-  /** Every instance's usage rows of this minute. */
+  /** Every instance's usage rows of this minute or later (its latest minute per instance). */
   usage(minute: number): Promise<ProviderUsageRow[]>;
 }
 

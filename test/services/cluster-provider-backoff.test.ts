@@ -29,14 +29,14 @@ beforeEach(async () => {
 /** Within the bound and a margin for a loaded machine. */
 const BOUND = { timeoutMs: 10_000 };
 
-async function instance(id: string, options: { limits?: ModelLimits; clock?: Clock } = {}): Promise<Harness> {
+async function instance(id: string, options: { limits?: ModelLimits; clock?: Clock; maxBackoffMs?: number } = {}): Promise<Harness> {
   const { store, cluster } = await openClusterStore(db.url, { instanceId: id, leaseMs: 60_000, confirmMs: 5_000 });
   return startHarness({
     store,
     cluster,
     url: `http://${id.toLowerCase()}`,
     // A back-off longer than a second fails the step's attempt at once, rather than waiting it out.
-    driver: { ...FAST_DRIVER, env: {}, retries: 0, maxProviderBackoffMs: 1_000 },
+    driver: { ...FAST_DRIVER, env: {}, retries: 0, maxProviderBackoffMs: options.maxBackoffMs ?? 1_000 },
     ...(options.limits === undefined ? {} : { modelLimits: options.limits }),
     ...(options.clock === undefined ? {} : { clock: options.clock }),
   });
@@ -60,14 +60,20 @@ describe('provider limits with several instances', { timeout: 30_000 }, () => {
     await createRoot(b.app, { id: 'b1', model: { ...spec(primary), fallbacks: [{ baseUrl: fallback.url, model: 'backup' }] } });
     accepted(await followup(b, 'b1', 'hi'));
     expect(picture(await turnEnded(b, 'b1'))).toContain('assistant:fallback');
+    // One without fails at once: the back-off is longer than any wait allowed (a second here).
     await createRoot(b.app, { id: 'b2', model: spec(primary) });
     accepted(await followup(b, 'b2', 'hi'));
-    await until(async () => (await view(b, 'b2')).waiting !== undefined, 'b2 to wait', BOUND);
-    expect((await view(b, 'b2')).waiting).toEqual({ reason: 'rate-limited', until: new Date(a.system.providers.heldBy(provider)!.until).toISOString() });
+    expect((await turnEnded(b, 'b2')).at(-1)!.error).toMatch(/^model request failed: .* answered 429: slow down; it asked to wait \d+ s, more than the 1000 ms allowed/);
     expect(primary.requests).toHaveLength(1);
 
-    const c = await instance('C');
+    // A fresh instance that waits out back-offs this long holds the agent, unclaimed, until A's ends.
+    const c = await instance('C', { maxBackoffMs: 900_000 });
     expect(c.system.providers.heldBy(provider)).toEqual(a.system.providers.heldBy(provider));
+    await createRoot(c.app, { id: 'c1', model: spec(primary) });
+    accepted(await followup(c, 'c1', 'hi'));
+    await until(async () => (await view(c, 'c1')).waiting !== undefined, 'c1 to wait', BOUND);
+    expect((await view(c, 'c1')).waiting).toEqual({ reason: 'rate-limited', until: new Date(a.system.providers.heldBy(provider)!.until).toISOString() });
+    expect(primary.requests).toHaveLength(1);
   });
 
   it("a provider's requestsPerMinute counts what every instance sent: what one sent holds the other's next step", async () => {

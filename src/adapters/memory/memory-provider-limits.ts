@@ -32,6 +32,6 @@ export class MemoryProviderLimits implements ProviderLimitReads {
   }
 
   async usage(minute: number): Promise<ProviderUsageRow[]> {
-    return [...this.usageRows.values()].filter((row) => row.minute === minute).map((row) => ({ ...row }));
+    return [...this.usageRows.values()].filter((row) => row.minute >= minute).map((row) => ({ ...row }));
   }
 }

@@ -131,7 +131,7 @@ export class PostgresProviderLimits implements ProviderLimitReads {
   }
 
   async usage(minute: number): Promise<ProviderUsageRow[]> {
-    const { rows } = await this.pool.query<ProviderUsageDbRow>(`SELECT ${PROVIDER_USAGE_COLUMNS} FROM provider_usage WHERE minute = $1`, [minute]);
+    const { rows } = await this.pool.query<ProviderUsageDbRow>(`SELECT ${PROVIDER_USAGE_COLUMNS} FROM provider_usage WHERE minute >= $1`, [minute]);
     return rows.map(providerUsageRowOf);
   }
 }

@@ -72,7 +72,7 @@ export class SqliteProviderLimits implements ProviderLimitReads {
 
   constructor(db: Database.Database) {
     this.backoffs_ = db.prepare<[number], ProviderBackoffDbRow>(`SELECT ${PROVIDER_BACKOFF_COLUMNS} FROM provider_backoff WHERE until > ?`);
-    this.usage_ = db.prepare<[number], ProviderUsageDbRow>(`SELECT ${PROVIDER_USAGE_COLUMNS} FROM provider_usage WHERE minute = ?`);
+    this.usage_ = db.prepare<[number], ProviderUsageDbRow>(`SELECT ${PROVIDER_USAGE_COLUMNS} FROM provider_usage WHERE minute >= ?`);
   }
 
   async backoffs(nowMs: number): Promise<ProviderBackoffRow[]> {

@@ -11,7 +11,8 @@ import { describe, expect, it } from 'vitest';
 import { SqliteSessionStore } from '../../../src/adapters/sqlite/sqlite-store.js';
 import { clockOf } from '../../../src/domain/ports.js';
 import { parseModelLimits } from '../../../src/driver/provider-limits.js';
-import { ProviderGate } from '../../../src/driver/provider-gate.js';
+import { ProviderGate, ProviderPlace } from '../../../src/driver/provider-gate.js';
+import type { ProviderUsageRow } from '../../../src/sessions/provider-limit-rows.js';
 import { accepted, answer, DRIVER_WAIT, followup, picture, spec, start, turnEnded, view, type AgentView } from '../../fixtures/driver.js';
 import { tempDir } from '../../fixtures/cleanup.js';
 import { createRoot, until, type Harness } from '../../fixtures/harness.js';
@@ -61,14 +62,74 @@ describe('provider limits', { timeout: 20_000 }, () => {
     let now = NOON;
     const provider = 'https://api.example.com/v1 m';
     const gate = new ProviderGate({ now: () => now, limits: parseModelLimits('[{"baseUrl": "https://api.example.com/v1", "requestsPerMinute": 2}]') });
-    expect([gate.admit([provider]), gate.admit([provider]), gate.admit([provider])]).toEqual([undefined, undefined, Date.parse(NEXT_MINUTE)]);
+    const [first, second, third] = [gate.admit([provider]), gate.admit([provider]), gate.admit([provider])];
+    expect(third).toEqual({ until: Date.parse(NEXT_MINUTE) });
+    const placeOf = (admitted: typeof first): ProviderPlace => ('place' in admitted && admitted.place !== undefined ? admitted.place : expect.fail('no place'));
     // The two admitted requests go; a third (a retry, a compaction request) finds the window full.
-    expect([gate.send(provider), gate.send(provider)]).toEqual([undefined, undefined]);
+    expect([gate.send(provider, placeOf(first)), gate.send(provider, placeOf(second))]).toEqual([undefined, undefined]);
     expect(gate.send(provider)).toEqual({ answer: `${provider} was sent its 2 requests per minute (AGENTFOREST_MODEL_LIMITS)`, waitMs: 30_000 });
+    // A place serves one request only: the step's retry is counted like any other.
+    expect(gate.send(provider, placeOf(first))).toEqual({ answer: `${provider} was sent its 2 requests per minute (AGENTFOREST_MODEL_LIMITS)`, waitMs: 30_000 });
     // Another model at the base URL counts on its own.
-    expect(gate.admit(['https://api.example.com/v1 other'])).toBeUndefined();
+    expect(gate.admit(['https://api.example.com/v1 other'])).toEqual({ place: expect.any(ProviderPlace) });
     now += 30_000;
-    expect(gate.admit([provider])).toBeUndefined();
+    expect(gate.admit([provider])).toEqual({ place: expect.any(ProviderPlace) });
+  });
+
+  it("at a minute's turn an instance takes only its share of the window until it has read what the others sent in the new minute", () => {
+    let now = NOON;
+    const provider = 'https://api.example.com/v1 m';
+    const gate = new ProviderGate({ now: () => now, limits: parseModelLimits('[{"baseUrl": "https://api.example.com/v1", "requestsPerMinute": 10}]') });
+    const row = (instanceId: string, minute: number, requests: number): ProviderUsageRow => ({ kind: 'usage', instanceId, provider, minute, requests, tokens: 0, updatedAt: now });
+    const minute = Math.floor(NOON / 60_000);
+    // Instance B sent the whole window this minute.
+    gate.absorbUsage([row('B', minute, 10)], 'A');
+    expect(gate.admit([provider])).toEqual({ until: Date.parse(NEXT_MINUTE) });
+    // The minute turns: A has not heard B's new counts, so it takes half the window.
+    now = Date.parse(NEXT_MINUTE) + 10;
+    const admitted = Array.from({ length: 6 }, () => gate.admit([provider]));
+    expect(admitted.slice(0, 5).every((a) => 'place' in a)).toBe(true);
+    expect(admitted[5]).toEqual({ until: now + 250 });
+    // It reads: B sent 3 in the new minute, so 2 more go, and then the window is full.
+    gate.absorbUsage([row('B', minute, 10), row('B', minute + 1, 3)], 'A');
+    expect([gate.admit([provider]), gate.admit([provider])].every((a) => 'place' in a)).toBe(true);
+    expect(gate.admit([provider])).toEqual({ until: Date.parse('2026-12-06T12:02:00.000Z') });
+  });
+
+  it('counts and publishes a back-off once: not again while a longer one stands, nor one of no length', () => {
+    const now = NOON;
+    const noted: number[] = [];
+    const gate = new ProviderGate({ now: () => now, limits: parseModelLimits('[]'), noted: (_p, _b, waitMs) => noted.push(waitMs) });
+    gate.note('p', 60_000, 'slow down');
+    gate.note('p', 60_000, 'slow down');
+    gate.note('p', 30_000, 'slow down');
+    gate.note('q', 0, 'now');
+    gate.note('p', 90_000, 'slower');
+    expect(noted).toEqual([60_000, 90_000]);
+    expect(gate.rowsToPublish('A').map((r) => (r.kind === 'backoff' ? [r.provider, r.until - now] : r.kind))).toEqual([['p', 90_000]]);
+  });
+
+  it('a place a step gives back unused (it ended before its request) is free for another step at once; one used or of an earlier minute is not given twice', () => {
+    let now = NOON;
+    const provider = 'https://api.example.com/v1 m';
+    const gate = new ProviderGate({ now: () => now, limits: parseModelLimits('[{"baseUrl": "https://api.example.com/v1", "requestsPerMinute": 1}]') });
+    const first = gate.admit([provider]);
+    expect(gate.admit([provider])).toEqual({ until: Date.parse(NEXT_MINUTE) });
+    gate.release((first as { place: ProviderPlace }).place);
+    gate.release((first as { place: ProviderPlace }).place);
+    const second = gate.admit([provider]) as { place: ProviderPlace };
+    expect(second.place).toBeInstanceOf(ProviderPlace);
+    expect(gate.send(provider, second.place)).toBeUndefined();
+    gate.release(second.place);
+    expect(gate.admit([provider])).toEqual({ until: Date.parse(NEXT_MINUTE) });
+    // A place held in one minute and given back in the next frees nothing of the new minute.
+    now = Date.parse('2026-12-06T12:01:05.000Z');
+    const third = gate.admit([provider]) as { place: ProviderPlace };
+    expect(third.place).toBeInstanceOf(ProviderPlace);
+    now = Date.parse('2026-12-06T12:02:10.000Z');
+    expect(gate.send(provider)).toBeUndefined();
+    gate.release(third.place);
+    expect(gate.admit([provider])).toEqual({ until: Date.parse('2026-12-06T12:03:00.000Z') });
   });
 
   it("a model whose primary is at its limit is admitted and asks a fallback with room; with none left it waits", async () => {
