@@ -9,7 +9,8 @@
  * With fallbacks (several endpoints): a request that answers 429 or 5xx, times out or cannot
  * connect goes on to the next endpoint at once; after the last, the backoff, then the primary
  * again (a retry is one more pass over them all). Each attempt then has its share of the step's
- * deadline (`timeoutMs` / endpoints), so a hanging endpoint leaves the others time. Any other
+ * deadline (`timeoutMs` / endpoints) to answer (a stream: to send its first piece), so a
+ * hanging endpoint leaves the others time. Any other
  * 4xx, a redirect, or an answer (whatever it says) ends the request on that endpoint.
  *
  * Streaming: a request may ask for `stream: true`; its answer's pieces are handed on as they
@@ -245,12 +246,18 @@ async function attempt(a: {
   const accept = request.stream === true ? 'text/event-stream, application/json' : 'application/json';
   const headers: Record<string, string> = { 'content-type': 'application/json', accept };
   if (endpoint.apiKey !== undefined) headers.authorization = `Bearer ${endpoint.apiKey}`;
-  const own = attemptMs === undefined ? undefined : AbortSignal.timeout(attemptMs);
-  const signal = own === undefined ? step : AbortSignal.any([step, own]);
+  // With fallbacks, the attempt's share bounds its wait for an answer: a whole JSON answer, or a
+  // stream's first piece (a stream that has begun may take the rest of the step's time).
+  const own = attemptMs === undefined ? undefined : new AbortController();
+  const ownTimer = own === undefined ? undefined : setTimeout(() => own.abort(), attemptMs);
+  const signal = own === undefined ? step : AbortSignal.any([step, own.signal]);
   const sent = performance.now();
   let first = true;
   const onPiece = (piece: AnswerPiece): void => {
-    if (first) request.onFirstDelta?.(endpoint, (performance.now() - sent) / 1000);
+    if (first) {
+      clearTimeout(ownTimer);
+      request.onFirstDelta?.(endpoint, (performance.now() - sent) / 1000);
+    }
     first = false;
     a.onPiece?.(piece);
   };
@@ -276,10 +283,12 @@ async function attempt(a: {
     return { failure };
   } catch (error) {
     if (step.aborted) throw error;
-    if (own?.aborted === true) return { failure: { message: `no answer from ${url} within ${attemptMs} ms, its share of the step's timeout`, outcome: 'timeout', retryable: true } };
+    if (own?.signal.aborted === true) return { failure: { message: `no answer from ${url} within ${attemptMs} ms, its share of the step's timeout`, outcome: 'timeout', retryable: true } };
     if (error instanceof StreamBroken) return { failure: { message: error.message, outcome: error.outcome, retryable: true } };
     if (error instanceof ModelRequestError) throw error;
     return { failure: { message: `could not reach ${url}: ${networkReason(error)}`, outcome: 'unreachable', retryable: true } };
+  } finally {
+    clearTimeout(ownTimer);
   }
 }
 

@@ -63,6 +63,19 @@ describe('fallback models', { timeout: 20_000 }, () => {
     expect(hanging.requests).toHaveLength(1);
   });
 
+  it("lets a stream that has begun take the rest of the step's deadline, past its attempt's share", async () => {
+    const h = await start({ driver: { retries: 0, timeoutMs: 2_000 } });
+    // 23 pieces, 60 ms apart: 1.4 s in all, more than the attempt's share (1 s of 2 s, two models).
+    const text = 'pieces of the answer, each sixty ms later..';
+    const pacing = { pieceChars: 2, beforeChunk: (i: number) => (i < 2 ? undefined : new Promise<void>((resolve) => setTimeout(resolve, 60))) };
+    const primary = await startModelServer(() => ({ answer: { content: text }, pacing }));
+    const fallback = await startModelServer(() => answer('from the fallback'));
+    const root = await createRoot(h.app, { model: { ...spec(primary), fallbacks: [{ baseUrl: fallback.url, model: 'backup' }] } });
+    accepted(await followup(h, root.id, 'hi'));
+    expect(picture(await turnEnded(h, root.id))).toContain(`assistant:${text}`);
+    expect(fallback.requests).toHaveLength(0);
+  });
+
   it('does not fall over on another 4xx: the turn fails with the primary\u2019s answer', async () => {
     const h = await start({ driver: { retries: 2 } });
     const primary = await startModelServer(() => ({ status: 400, body: JSON.stringify({ error: { message: 'bad request' } }) }));
