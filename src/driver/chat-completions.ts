@@ -47,8 +47,11 @@ export interface ChatEndpoint {
   model: string;
 }
 
-/** How one attempt ended, as the metrics count it per endpoint. */
-export const ATTEMPT_OUTCOMES = ['ok', '429', '5xx', '4xx', 'timeout', 'unreachable', 'invalid'] as const;
+/**
+ * How one attempt ended, as the metrics count it per endpoint; `fallback`: the request was not
+ * sent to this provider (in back-off, or at its limit) and went on to the next model.
+ */
+export const ATTEMPT_OUTCOMES = ['ok', '429', '5xx', '4xx', 'timeout', 'unreachable', 'invalid', 'fallback'] as const;
 export type AttemptOutcome = (typeof ATTEMPT_OUTCOMES)[number];
 
 export interface ChatRequest {
@@ -152,7 +155,10 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         if (held !== undefined) {
           failure = { message: held.answer, outcome: '429', retryable: true, retryAfterMs: held.waitMs };
           if (soonest === undefined || failure.retryAfterMs! < soonest.retryAfterMs!) soonest = failure;
-          if (index < endpoints.length - 1) fallovers++;
+          if (index < endpoints.length - 1) {
+            fallovers++;
+            request.onAttempt?.(endpoint, 'fallback', true);
+          }
           continue;
         }
         attempts++;
@@ -213,7 +219,7 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
 /** Why an attempt failed; `retryable`: 429, 5xx, no connection or an attempt's timeout (the next endpoint, or a retry). */
 interface Failure {
   message: string;
-  outcome: Exclude<AttemptOutcome, 'ok' | 'invalid'>;
+  outcome: Exclude<AttemptOutcome, 'ok' | 'invalid' | 'fallback'>;
   retryable: boolean;
   retryAfterMs?: number;
   status?: number;

@@ -129,7 +129,7 @@ export class Metrics {
     this.modelRequests = new client.Counter({ name: 'agentforest_model_requests_total', help: 'Requests the built-in model driver made to a model (steps and compaction summaries), by outcome (ok or failed).', labelNames: ['outcome'], registers });
     this.providerRequests = new client.Counter({
       name: 'agentforest_model_provider_requests_total',
-      help: 'Requests the built-in driver sent to each provider (`<baseUrl> <model>`), one per attempt, by outcome: ok, 429, 5xx, 4xx, timeout, unreachable, invalid.',
+      help: 'Requests the built-in driver had for each provider (`<baseUrl> <model>`), one per attempt, by outcome: ok, 429, 5xx, 4xx, timeout, unreachable, invalid, or fallback (not sent: the provider was in back-off or at its limit, and the next model was asked).',
       labelNames: ['provider', 'outcome'],
       registers,
     });

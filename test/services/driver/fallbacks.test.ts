@@ -136,6 +136,11 @@ describe('fallback models', { timeout: 20_000 }, () => {
     }
     expect(primary.requests).toHaveLength(1);
     expect(fallback.requests).toHaveLength(2);
+    // The second agent's request was not sent to the primary: counted as a fallback, not a 429.
+    const metrics = await h.system.metrics.text();
+    expect(metrics).toContain(`agentforest_model_provider_requests_total{provider="${primary.url} scripted-1",outcome="429"} 1`);
+    expect(metrics).toContain(`agentforest_model_provider_requests_total{provider="${primary.url} scripted-1",outcome="fallback"} 1`);
+    expect(metrics).toContain(`agentforest_model_fallbacks_total{provider="${primary.url} scripted-1"} 2`);
   });
 
   for (const [form, headers] of [
@@ -194,6 +199,11 @@ describe('fallback models', { timeout: 20_000 }, () => {
     expect(picture(await turnEnded(h, root.id))).toContain('assistant:from the fallback');
     expect(primary.requests).toHaveLength(1);
     expect(fallback.requests).toHaveLength(2);
+    // The second agent's request was not sent to the primary: counted as a fallback, not a 429.
+    const metrics = await h.system.metrics.text();
+    expect(metrics).toContain(`agentforest_model_provider_requests_total{provider="${primary.url} scripted-1",outcome="429"} 1`);
+    expect(metrics).toContain(`agentforest_model_provider_requests_total{provider="${primary.url} scripted-1",outcome="fallback"} 1`);
+    expect(metrics).toContain(`agentforest_model_fallbacks_total{provider="${primary.url} scripted-1"} 2`);
   });
 
   it("fails a step at once, before claiming it, when its model's every provider is held longer than any wait allowed", async () => {
