@@ -98,6 +98,20 @@ describe('provider limits with several instances', { timeout: 30_000 }, () => {
   });
 });
 
+describe('listening', () => {
+  it('an instance listens for every channel (the cluster, packages, settings, provider back-offs) on one connection', async () => {
+    await instance('A');
+    await instance('B');
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    closeWithTest(() => admin.end());
+    const listening = async (): Promise<number> =>
+      Number((await admin.query<{ n: string }>(`SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`)).rows[0]!.n);
+    await until(async () => (await listening()) === 2, 'one LISTEN connection per instance', BOUND);
+    expect(await listening()).toBe(2);
+  });
+});
+
 describe('back-off rows written by two instances at once', () => {
   it('both commit: each drops the ended rows the other does not hold (waiting on each other was a deadlock that failed a batch)', async () => {
     const { store } = await openClusterStore(db.url, { instanceId: 'M', leaseMs: 60_000, confirmMs: 5_000 });

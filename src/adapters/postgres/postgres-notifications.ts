@@ -1,45 +1,82 @@
 /**
- * A dedicated PostgreSQL connection that LISTENs on a few channels and hands each NOTIFY to a
- * callback. A pooled connection cannot listen (it is handed to other queries), so this one is
- * its own client. When the connection drops, it reconnects with a growing delay (up to a few
- * seconds) and says so through `onConnected`, since notifications sent meanwhile are lost: the
- * listener then re-reads what it watches.
+ * One dedicated PostgreSQL connection per store that LISTENs on the channels of every listener
+ * (the cluster's, the packages', the model providers' sharing) and hands each NOTIFY to the
+ * listeners of its channel. A pooled connection cannot listen (it is handed to other queries),
+ * so this one is its own client, opened when the first listener starts and closed when the last
+ * stops. When it drops, it reconnects with a growing delay (up to a few seconds) and tells every
+ * listener through `onConnected`, since notifications sent meanwhile are lost: each re-reads
+ * what it watches. A listener that starts while the connection is up is told the same once its
+ * channels are listened on.
  */
 import pg from 'pg';
 import type { Listener, ListenOptions } from '../../cluster/cluster-database.js';
 
-export interface NotificationOptions extends ListenOptions {
-  url: string;
-}
-
 const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 5_000;
 
-export class NotificationListener implements Listener {
+export class Notifications {
+  private readonly listeners = new Set<ListenOptions>();
   private client: pg.Client | undefined;
-  private stopped = false;
+  /** The channels the open connection LISTENs on. */
+  private listening = new Set<string>();
   private retryMs = FIRST_RETRY_MS;
   private timer: NodeJS.Timeout | undefined;
+  /** The connection being opened, if one is. */
+  private connecting: Promise<void> | undefined;
 
-  constructor(private readonly options: NotificationOptions) {}
+  constructor(private readonly url: string) {}
 
-  /** Connect and LISTEN; resolves once listening (or after the first failure, retrying in the background). */
-  async start(): Promise<void> {
-    await this.connect();
+  /** A listener on this store's one LISTEN connection. */
+  listen(options: ListenOptions): Listener {
+    return {
+      start: () => this.add(options),
+      stop: () => this.remove(options),
+    };
   }
 
-  /** Stop listening for good and close the connection. */
-  async stop(): Promise<void> {
-    this.stopped = true;
+  /** Resolves once the listener's channels are listened on (or after a failed connection, retried in the background). */
+  private async add(options: ListenOptions): Promise<void> {
+    this.listeners.add(options);
+    if (this.connecting !== undefined) await this.connecting;
+    if (this.client === undefined) {
+      if (this.timer === undefined) await this.connect();
+      return; // the connection's onConnected tells this listener too
+    }
+    const client = this.client;
+    try {
+      for (const channel of options.channels) await this.listenOn(client, channel);
+    } catch {
+      return; // the connection dropped: its reconnection listens on every channel and tells everyone
+    }
+    if (this.client === client && this.listeners.has(options)) options.onConnected();
+  }
+
+  private async remove(options: ListenOptions): Promise<void> {
+    if (!this.listeners.delete(options) || this.listeners.size > 0) return;
     if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.connecting;
     const client = this.client;
     this.client = undefined;
     await client?.end().catch(() => undefined);
   }
 
-  private async connect(): Promise<void> {
-    if (this.stopped) return;
-    const client = new pg.Client({ connectionString: this.options.url });
+  private async listenOn(client: pg.Client, channel: string): Promise<void> {
+    if (this.listening.has(channel)) return;
+    await client.query(`LISTEN "${channel}"`);
+    this.listening.add(channel);
+  }
+
+  private connect(): Promise<void> {
+    this.connecting = this.open().finally(() => {
+      this.connecting = undefined;
+    });
+    return this.connecting;
+  }
+
+  private async open(): Promise<void> {
+    if (this.listeners.size === 0) return;
+    const client = new pg.Client({ connectionString: this.url });
     // A dropped connection is an 'error' and/or an 'end'; either schedules one reconnection.
     let dropped = false;
     const drop = (err?: unknown): void => {
@@ -47,27 +84,38 @@ export class NotificationListener implements Listener {
       dropped = true;
       if (this.client === client) this.client = undefined;
       client.end().catch(() => undefined);
-      if (this.stopped) return;
-      this.options.logger?.warn({ err, channels: this.options.channels }, 'a LISTEN connection to the database dropped; reconnecting');
+      if (this.listeners.size === 0) return;
+      this.loggerOf()?.warn({ err, channels: [...this.channelsWanted()] }, 'a LISTEN connection to the database dropped; reconnecting');
       this.retryLater();
     };
     client.on('error', drop);
     client.on('end', () => drop());
-    client.on('notification', (msg) => this.options.onNotify(msg.channel, msg.payload));
+    client.on('notification', (msg) => {
+      for (const listener of [...this.listeners]) if (listener.channels.includes(msg.channel)) listener.onNotify(msg.channel, msg.payload);
+    });
+    this.listening = new Set();
     try {
       await client.connect();
-      for (const channel of this.options.channels) await client.query(`LISTEN "${channel}"`);
+      for (const channel of this.channelsWanted()) await this.listenOn(client, channel);
     } catch (err) {
       drop(err);
       return;
     }
-    if (this.stopped) {
+    if (this.listeners.size === 0) {
       await client.end().catch(() => undefined);
       return;
     }
     this.client = client;
     this.retryMs = FIRST_RETRY_MS;
-    this.options.onConnected();
+    for (const listener of [...this.listeners]) listener.onConnected();
+  }
+
+  private channelsWanted(): Set<string> {
+    return new Set([...this.listeners].flatMap((l) => l.channels));
+  }
+
+  private loggerOf(): ListenOptions['logger'] {
+    return [...this.listeners].find((l) => l.logger !== undefined)?.logger;
   }
 
   private retryLater(): void {

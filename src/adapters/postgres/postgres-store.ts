@@ -38,7 +38,7 @@ import { encodeRows } from '../batch-rows.js';
 import { ForestLeases } from './postgres-leases.js';
 import { POSTGRES_LATEST_VERSION, POSTGRES_MIGRATIONS } from './postgres-migrations.js';
 import { PostgresPackages } from './postgres-packages.js';
-import { NotificationListener } from './postgres-notifications.js';
+import { Notifications } from './postgres-notifications.js';
 import type { ClusterDatabase, ClusterFences, Listener, ListenOptions } from '../../cluster/cluster-database.js';
 import { postgresUnavailable } from './postgres-outages.js';
 import { inTransaction } from './postgres-transactions.js';
@@ -83,9 +83,12 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
   readonly tenantUsage: PostgresTenantUsage;
   readonly providerLimits: PostgresProviderLimits;
   readonly approvals: PostgresApprovals;
+  /** The one LISTEN connection every listener of this store shares. */
+  private readonly notifications: Notifications;
 
-  /** `url` is kept for connections of their own (a LISTEN). */
-  private constructor(private readonly pool: pg.Pool, private readonly url: string, fences: ClusterFences | undefined) {
+  /** `url` is kept for the connection of its own that LISTENs. */
+  private constructor(private readonly pool: pg.Pool, url: string, fences: ClusterFences | undefined) {
+    this.notifications = new Notifications(url);
     this.leases = new ForestLeases(pool, fences?.leases);
     this.webhooks = new PostgresWebhooks(pool);
     this.settings = new PostgresSettings(pool);
@@ -111,9 +114,9 @@ export class PostgresSessionStore implements SessionStore, ClusterDatabase {
     return new PostgresSessionStore(pool, options.url, options.fences);
   }
 
-  /** A LISTEN on a connection of its own. */
+  /** A LISTEN on the store's one LISTEN connection (opened while any listener runs). */
   listen(options: ListenOptions): Listener {
-    return new NotificationListener({ ...options, url: this.url });
+    return this.notifications.listen(options);
   }
 
   /** NOTIFY `channel` (the LISTENing connections of every instance hear it). */
