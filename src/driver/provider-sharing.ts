@@ -15,10 +15,10 @@
  */
 import type { Logger } from 'pino';
 import type { Listener, ListenOptions } from '../cluster/cluster-database.js';
-import { PROVIDER_BACKOFF_NOTED, type ProviderLimitReads } from '../sessions/provider-limit-rows.js';
+import { DEFAULT_SHARE_MS, PeriodicShare } from '../cluster/periodic-share.js';
+import { PROVIDER_BACKOFF_NOTED, type ProviderLimitReads, type ProviderLimitRow } from '../sessions/provider-limit-rows.js';
 import type { SessionLog } from '../sessions/session-log.js';
 import { minuteOf } from '../tenants/usage-windows.js';
-import { DEFAULT_SHARE_MS } from '../tenants/quota-sharing.js';
 import type { ProviderGate } from './provider-gate.js';
 
 export interface ProviderSharingDeps {
@@ -29,15 +29,12 @@ export interface ProviderSharingDeps {
   instanceId: () => string;
   /** Several instances share the store: the periodic work reads the others' figures too. */
   shared: boolean;
-  /** With several instances: a LISTEN connection of its own, for PROVIDER_BACKOFF_NOTED. */
+  /** With several instances: a listener for PROVIDER_BACKOFF_NOTED. */
   listen?: ((options: ListenOptions) => Listener) | undefined;
 }
 
 export class ProviderSharing {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> = Promise.resolve();
-  /** The last publication failed: the next puts every back-off and count, not only what changed. */
-  private behind = false;
+  private readonly periodic: PeriodicShare<ProviderLimitRow>;
   /** A read of the back-offs is queued and has not started: a notification meanwhile needs no other. */
   private readQueued = false;
   private readonly listener: Listener | undefined;
@@ -45,8 +42,20 @@ export class ProviderSharing {
   constructor(
     private readonly gate: ProviderGate,
     private readonly deps: ProviderSharingDeps,
-    private readonly shareMs = DEFAULT_SHARE_MS,
+    shareMs = DEFAULT_SHARE_MS,
   ) {
+    this.periodic = new PeriodicShare<ProviderLimitRow>(
+      {
+        what: "the model providers' back-offs and counts",
+        shared: deps.shared,
+        active: () => gate.active,
+        rows: (all) => gate.rowsToPublish(deps.instanceId(), all),
+        put: (rows) => deps.log.putProviderLimits(rows),
+        read: (start) => this.read(start),
+      },
+      deps,
+      shareMs,
+    );
     this.listener = deps.listen?.({
       channels: [PROVIDER_BACKOFF_NOTED],
       onNotify: () => this.heard(),
@@ -57,59 +66,38 @@ export class ProviderSharing {
   }
 
   async start(): Promise<void> {
-    await this.read(true);
+    await this.periodic.start();
     await this.listener?.start();
-    this.timer = setInterval(() => {
-      if (this.gate.active) this.running = this.running.then(() => this.share());
-    }, this.shareMs);
-    this.timer.unref();
   }
 
   /** A back-off was noted here: put it in the next batch at once. */
   announce(): void {
-    this.running = this.running.then(() => this.publish());
+    this.periodic.queue(() => this.periodic.publish());
   }
 
   /** Another instance noted a back-off (or the LISTEN connection is back): read the back-offs. */
   heard(): void {
     if (this.readQueued) return;
     this.readQueued = true;
-    this.running = this.running.then(() => {
+    this.periodic.queue(() => {
       this.readQueued = false;
       return this.readBackoffs();
     });
   }
 
-  /** Publish what changed and, with several instances, read the others' figures now (what the timer does). */
-  async share(): Promise<void> {
-    await this.publish();
-    if (this.deps.shared) await this.read();
+  /** Publish what changed and, with several instances, read the others' figures now (what each period does). */
+  share(): Promise<void> {
+    return this.periodic.share();
   }
 
   async stop(): Promise<void> {
-    if (this.timer !== undefined) clearInterval(this.timer);
-    this.timer = undefined;
     await this.listener?.stop();
-    await this.running;
     // The minute's counts: a restart within it reads them back.
-    if (this.gate.active) await this.publish(true);
-  }
-
-  private async publish(all = false): Promise<void> {
-    const rows = this.gate.rowsToPublish(this.deps.instanceId(), all || this.behind);
-    if (rows.length === 0) return;
-    try {
-      this.deps.log.putProviderLimits(rows);
-      await this.deps.log.durable();
-      this.behind = false;
-    } catch (error) {
-      this.behind = true;
-      this.deps.logger.warn({ err: error }, "could not publish the model providers' back-offs and counts; the next period tries again");
-    }
+    await this.periodic.stop(this.gate.active);
   }
 
   /** `start`: rows of this instance's id are its predecessor's (a restart under the same id), counted as its own. */
-  private async read(start = false): Promise<void> {
+  private async read(start: boolean): Promise<void> {
     await this.readBackoffs();
     try {
       // The last minute's rows too: who else sent the providers requests lately (provider-windows.ts).

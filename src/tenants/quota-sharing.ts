@@ -7,12 +7,11 @@
  * quotas' bound is about two periods (quotas.ts).
  */
 import type { Logger } from 'pino';
+import { DEFAULT_SHARE_MS, PeriodicShare } from '../cluster/periodic-share.js';
 import type { Clock } from '../domain/ports.js';
 import type { SessionLog } from '../sessions/session-log.js';
-import type { TenantUsageReads } from '../sessions/tenant-usage.js';
+import type { TenantUsageReads, TenantUsageRow } from '../sessions/tenant-usage.js';
 import type { UsageWindows } from './usage-windows.js';
-
-export const DEFAULT_SHARE_MS = 500;
 
 export interface QuotaSharingDeps {
   log: Pick<SessionLog, 'putTenantUsage' | 'durable'>;
@@ -28,49 +27,40 @@ export interface QuotaSharingDeps {
 }
 
 export class QuotaSharing {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> = Promise.resolve();
-  /** The last publication failed: the next puts every row, not only the changed ones. */
-  private behind = false;
+  private readonly periodic: PeriodicShare<TenantUsageRow>;
 
   constructor(
     private readonly quotas: { readonly usage: UsageWindows; liveHere(): ReadonlyMap<string, { agents: number; roots: number }> },
     private readonly deps: QuotaSharingDeps,
     private readonly shareMs = DEFAULT_SHARE_MS,
-  ) {}
-
-  async start(): Promise<void> {
-    await this.read();
-    this.timer = setInterval(() => {
-      if (this.deps.active()) this.running = this.running.then(() => this.share());
-    }, this.shareMs);
-    this.timer.unref();
+  ) {
+    this.periodic = new PeriodicShare<TenantUsageRow>(
+      {
+        what: "the tenants' usage",
+        // Each period reads the others' figures even alone: a restart's predecessor's spending counts.
+        shared: true,
+        active: deps.active,
+        rows: (all) => quotas.usage.rowsToPublish(deps.instanceId(), deps.clock.now(), quotas.liveHere(), all),
+        put: (rows) => deps.log.putTenantUsage(rows),
+        read: () => this.read(),
+      },
+      deps,
+      shareMs,
+    );
   }
 
-  /** Publish what changed and read the others' figures now (also what the timer does). */
+  start(): Promise<void> {
+    return this.periodic.start();
+  }
+
+  /** Publish what changed and read the others' figures now (also what each period does). */
   share(all = false): Promise<void> {
-    return this.publish(all).then(() => this.read());
+    return this.periodic.share(all);
   }
 
-  async stop(): Promise<void> {
-    if (this.timer !== undefined) clearInterval(this.timer);
-    this.timer = undefined;
-    await this.running;
-    // What was spent since the last period: a restart reads it back.
-    await this.publish(true);
-  }
-
-  private async publish(all: boolean): Promise<void> {
-    const rows = this.quotas.usage.rowsToPublish(this.deps.instanceId(), this.deps.clock.now(), this.quotas.liveHere(), all || this.behind);
-    if (rows.length === 0) return;
-    try {
-      this.deps.log.putTenantUsage(rows);
-      await this.deps.log.durable();
-      this.behind = false;
-    } catch (error) {
-      this.behind = true;
-      this.deps.logger.warn({ err: error }, 'could not publish the tenants\' usage; the next period tries again');
-    }
+  /** What was spent since the last period is published: a restart reads it back. */
+  stop(): Promise<void> {
+    return this.periodic.stop(true);
   }
 
   private async read(): Promise<void> {
@@ -78,7 +68,7 @@ export class QuotaSharing {
       const rows = await this.deps.reads.all();
       this.quotas.usage.absorb(rows, this.deps.instanceId(), this.deps.clock.now(), this.deps.shared ? 5 * this.shareMs + 2_000 : -1);
     } catch (error) {
-      this.deps.logger.warn({ err: error }, 'could not read the tenants\' usage; the next period tries again');
+      this.deps.logger.warn({ err: error }, "could not read the tenants' usage; the next period tries again");
     }
   }
 }
