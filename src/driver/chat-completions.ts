@@ -82,6 +82,8 @@ export interface ChatAnswer extends ParsedAnswer {
   attempts: number;
   /** The model that answered (a fallback's when the primary failed over). */
   model: string;
+  /** Its provider (`<baseUrl> <model>`). */
+  provider: string;
   /** Requests that failed over to the next endpoint before this answer. */
   fallovers: number;
 }
@@ -171,7 +173,7 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         if ('answer' in outcome) {
           request.onAttempt?.(endpoint, 'ok', false);
           request.providers?.spent(providerOf(endpoint), outcome.answer.usage?.totalTokens ?? 0);
-          return { ...outcome.answer, attempts, model: endpoint.model, fallovers };
+          return { ...outcome.answer, attempts, model: endpoint.model, provider: providerOf(endpoint), fallovers };
         }
         failure = { ...outcome.failure, message: redact(outcome.failure.message) };
         if (failure.retryAfterMs !== undefined && (failure.status === 429 || failure.status === 503)) {

@@ -91,6 +91,8 @@ export class ModelDriver {
    * with the place held for it in its provider's window, if that has a request limit.
    */
   private readonly busy = new Map<LiveAgent, ProviderPlace | undefined>();
+  /** Providers already said to answer without usage. */
+  private readonly usageless = new Set<string>();
   /** Agents whose step waits, unclaimed, for a provider's back-off to end or its window to turn. */
   private readonly rateLimited: HeldSteps<LiveAgent>;
 
@@ -306,7 +308,21 @@ export class ModelDriver {
     }
     this.deps.observe?.({ kind: 'request', outcome: 'ok', attempts: answer.attempts, seconds: seconds() });
     if (answer.usage !== undefined) this.deps.observe?.({ kind: 'tokens', prompt: answer.usage.promptTokens, completion: answer.usage.completionTokens });
+    else this.withoutUsage(answer.provider);
     return answer;
+  }
+
+  /**
+   * A provider answered without usage (some ignore `stream_options.include_usage`): said once per
+   * provider, since nothing then counts its tokens against budgets, quotas or tokensPerMinute.
+   */
+  private withoutUsage(provider: string): void {
+    if (this.usageless.has(provider)) return;
+    this.usageless.add(provider);
+    this.deps.logger.warn(
+      { provider },
+      "a model provider answered without usage: its tokens and cost count against no budget, tenant quota or tokensPerMinute (said once per provider)",
+    );
   }
 
   /** Record the answer as the step's output, like a backend would post it. */

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { call, type Script } from '../../../demo/scripted-model.js';
 import { accepted, followup, spec, start, turnEnded } from '../../fixtures/driver.js';
+import { createLogger } from '../../../src/logger.js';
 import { createRoot, type Entry } from '../../fixtures/harness.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 
@@ -80,5 +81,19 @@ describe('streamed answers', () => {
     // The stream here sends no usage chunk: the rest is the same.
     const { usage: _usage, ...unstreamed } = calls[1]!;
     expect(normalised([calls[0]!])).toEqual(normalised([unstreamed as Entry]));
+  });
+
+  it('says once per provider, at warn, that a provider answers without usage (so its tokens count against nothing)', async () => {
+    const lines: string[] = [];
+    const logger = createLogger('warn', { write: (line: string) => void lines.push(line) });
+    const h = await start({ logger });
+    const model = await startModelServer(() => ({ answer: { content: 'no usage here', usage: false } }));
+    const root = await createRoot(h.app, { model: spec(model) });
+    for (const n of [1, 2]) {
+      accepted(await followup(h, root.id, `turn ${n}`));
+      await turnEnded(h, root.id, n);
+    }
+    const said = lines.map((line) => JSON.parse(line) as { msg: string; provider?: string }).filter((l) => l.msg.startsWith('a model provider answered without usage'));
+    expect(said.map((l) => l.provider)).toEqual([`${model.url} scripted-1`]);
   });
 });
