@@ -7,7 +7,6 @@
  * step attempt, so a client can tell order and gaps.
  */
 import type { LiveAgent } from '../agents/live-agent.js';
-import type { EventHub } from './event-hub.js';
 
 /** One piece as a producer hands it on: text, or a part of one tool call. */
 export interface DeltaPiece {
@@ -25,11 +24,17 @@ export interface Delta extends DeltaPiece {
   seq: number;
 }
 
+/** Where deltas go (the event hub): whether anyone takes an agent's, and the handing over. */
+export interface DeltaListeners {
+  listensForDeltas(agentId: string, rootId: string): boolean;
+  publishDelta(agentId: string, rootId: string, delta: Delta): void;
+}
+
 export class StepDeltas {
   /** Per live agent: the step attempt its deltas belong to and the last seq given. */
   private readonly positions = new WeakMap<LiveAgent, { stepId: string; attempt: number; seq: number }>();
 
-  constructor(private readonly hub: Pick<EventHub, 'listensForDeltas' | 'publishDelta'>) {}
+  constructor(private readonly hub: DeltaListeners) {}
 
   /** Publish pieces of the answer to `stepId` held by `attempt`; returns the last seq given. */
   publish(agent: LiveAgent, stepId: string, attempt: number, pieces: readonly DeltaPiece[]): number {
