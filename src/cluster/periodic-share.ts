@@ -21,8 +21,8 @@ export interface SharedFigures<Row> {
   read(start: boolean): Promise<void>;
   /** Whether the periodic work matters now (else a period does nothing). */
   active(): boolean;
-  /** Several instances share the store: each period reads the others' rows too. */
-  readonly shared: boolean;
+  /** Each period reads the store's rows back too (the others' figures, with several instances). */
+  readonly readsEachPeriod: boolean;
   /** What the figures are, for the log: `the tenants' usage`. */
   readonly what: string;
 }
@@ -56,7 +56,7 @@ export class PeriodicShare<Row> {
   /** Publish what changed and, with several instances, read the others' rows now (what each period does). */
   async share(all = false): Promise<void> {
     await this.publish(all);
-    if (this.figures.shared) await this.figures.read(false);
+    if (this.figures.readsEachPeriod) await this.figures.read(false);
   }
 
   /** Stop the periods and wait for queued work; `final`: publish every row once more (a restart reads them back). */

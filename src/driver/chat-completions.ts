@@ -40,6 +40,19 @@ export interface RetryPolicy {
 
 export const DEFAULT_MAX_PROVIDER_BACKOFF_MS = 600_000;
 
+/** The longest wait a provider may ask for and be waited for (AGENTFOREST_MODEL_MAX_BACKOFF_MS). */
+export function maxWaitOf(policy: Pick<RetryPolicy, 'maxProviderBackoffMs'>): number {
+  return policy.maxProviderBackoffMs ?? DEFAULT_MAX_PROVIDER_BACKOFF_MS;
+}
+
+/**
+ * Why a wait longer than maxWaitOf is not waited, with what the provider answered: the request
+ * that meets it fails its attempt with this, the driver lane's gate the turn.
+ */
+export function waitTooLong(answer: string, waitMs: number, maxWait: number): string {
+  return `${answer}; it asked to wait ${Math.ceil(waitMs / 1000)} s, more than the ${maxWait} ms allowed (AGENTFOREST_MODEL_MAX_BACKOFF_MS)`;
+}
+
 /** Where a request may go: the model's primary endpoint, or one of its fallbacks. */
 export interface ChatEndpoint {
   baseUrl: string;
@@ -150,13 +163,18 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
       let soonest: Failure | undefined;
       /** An endpoint of this pass failed without asking for a wait: it may be asked again after the usual backoff. */
       let anyUnheld = false;
+      /** Keep the failure that asks for the shortest wait. */
+      const asksToWait = (f: Failure): void => {
+        if (soonest === undefined || f.retryAfterMs! < soonest.retryAfterMs!) soonest = f;
+      };
       for (const [index, endpoint] of endpoints.entries()) {
         const url = completionsUrl(endpoint.baseUrl);
+        const provider = providerOf(endpoint);
         // A provider in back-off or at its limit is not asked: the next endpoint is, as after its own 429.
-        const held = request.providers?.send(providerOf(endpoint), request.place);
+        const held = request.providers?.send(provider, request.place);
         if (held !== undefined) {
           failure = { message: held.answer, outcome: '429', retryable: true, retryAfterMs: held.waitMs };
-          if (soonest === undefined || failure.retryAfterMs! < soonest.retryAfterMs!) soonest = failure;
+          asksToWait(failure);
           if (index < endpoints.length - 1) {
             fallovers++;
             request.onAttempt?.(endpoint, 'fallback', true);
@@ -172,15 +190,15 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         });
         if ('answer' in outcome) {
           request.onAttempt?.(endpoint, 'ok', false);
-          request.providers?.spent(providerOf(endpoint), outcome.answer.usage?.totalTokens ?? 0);
-          return { ...outcome.answer, attempts, model: endpoint.model, provider: providerOf(endpoint), fallovers };
+          request.providers?.spent(provider, outcome.answer.usage?.totalTokens ?? 0);
+          return { ...outcome.answer, attempts, model: endpoint.model, provider, fallovers };
         }
         failure = { ...outcome.failure, message: redact(outcome.failure.message) };
         if (failure.retryAfterMs !== undefined && (failure.status === 429 || failure.status === 503)) {
-          request.providers?.note(providerOf(endpoint), failure.retryAfterMs, failure.message);
+          request.providers?.note(provider, failure.retryAfterMs, failure.message);
         }
         if (failure.retryAfterMs === undefined) anyUnheld = true;
-        else if (soonest === undefined || failure.retryAfterMs < soonest.retryAfterMs!) soonest = failure;
+        else asksToWait(failure);
         const fellOver = failure.retryable && index < endpoints.length - 1;
         request.onAttempt?.(endpoint, failure.outcome, fellOver);
         if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
@@ -191,13 +209,9 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
       // (or sooner, when a held one opens first). When every one asked to wait, the soonest is
       // the wait, unless that is longer than the longest wait allowed: then no sleep that long,
       // the attempt fails.
-      const maxWait = policy.maxProviderBackoffMs ?? DEFAULT_MAX_PROVIDER_BACKOFF_MS;
+      const maxWait = maxWaitOf(policy);
       if (!anyUnheld && soonest !== undefined && soonest.retryAfterMs! > maxWait) {
-        throw new ModelRequestError(
-          `${soonest.message}; it asked to wait ${Math.ceil(soonest.retryAfterMs! / 1000)} s, more than the ${maxWait} ms allowed (AGENTFOREST_MODEL_MAX_BACKOFF_MS)`,
-          attempts,
-          soonest.status,
-        );
+        throw new ModelRequestError(waitTooLong(soonest.message, soonest.retryAfterMs!, maxWait), attempts, soonest.status);
       }
       if (attempts > attemptsBefore && round++ >= policy.retries) {
         throw new ModelRequestError(`${failure.message} (gave up after ${attempts} attempt${attempts === 1 ? '' : 's'})`, attempts, failure.status);

@@ -28,7 +28,7 @@ import { readArguments } from '../steps/chat-output.js';
 import { HeldSteps } from '../agents/held-steps.js';
 import { providerOf } from './provider-backoff.js';
 import type { ProviderGate, ProviderPlace } from './provider-gate.js';
-import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, ModelRequestCancelled, ModelRequestError, type AnswerPiece, type AttemptOutcome, type ChatAnswer, type ChatEndpoint, type ChatRequest, type RetryPolicy } from './chat-completions.js';
+import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, maxWaitOf, ModelRequestCancelled, waitTooLong, ModelRequestError, type AnswerPiece, type AttemptOutcome, type ChatAnswer, type ChatEndpoint, type ChatRequest, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
 
 export interface DriverOptions extends RetryPolicy {
@@ -163,13 +163,13 @@ export class ModelDriver {
    * with what the provider answered. A full window is waited for (it turns within a minute).
    */
   private waitRefusal(model: ModelSpec, until: number): string | undefined {
-    const maxWait = this.options.maxProviderBackoffMs ?? DEFAULT_MAX_PROVIDER_BACKOFF_MS;
+    const maxWait = maxWaitOf(this.options);
     const waitMs = until - this.deps.providers.now();
     if (waitMs <= maxWait) return undefined;
     const backoffs = endpointsOf(model).map((e) => this.deps.providers.backoffOf(providerOf(e)));
     if (backoffs.some((b) => b === undefined)) return undefined;
     const held = backoffs.find((b) => b?.until === until);
-    return `model request failed: ${held?.answer ?? 'every provider of the model is held'}; it asked to wait ${Math.ceil(waitMs / 1000)} s, more than the ${maxWait} ms allowed (AGENTFOREST_MODEL_MAX_BACKOFF_MS)`;
+    return `model request failed: ${waitTooLong(held?.answer ?? 'every provider of the model is held', waitMs, maxWait)}`;
   }
 
   /** Offer again the agents whose provider opened (what the hold's timer does; a test with its own clock calls it). */

@@ -47,7 +47,7 @@ export class ProviderSharing {
     this.periodic = new PeriodicShare<ProviderLimitRow>(
       {
         what: "the model providers' back-offs and counts",
-        shared: deps.shared,
+        readsEachPeriod: deps.shared,
         active: () => gate.active,
         rows: (all) => gate.rowsToPublish(deps.instanceId(), all),
         put: (rows) => deps.log.putProviderLimits(rows),

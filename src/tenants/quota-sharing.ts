@@ -37,8 +37,8 @@ export class QuotaSharing {
     this.periodic = new PeriodicShare<TenantUsageRow>(
       {
         what: "the tenants' usage",
-        // Each period reads the others' figures even alone: a restart's predecessor's spending counts.
-        shared: true,
+        // Alone too: what of the rows counts is the usage windows' rule (absorb).
+        readsEachPeriod: true,
         active: deps.active,
         rows: (all) => quotas.usage.rowsToPublish(deps.instanceId(), deps.clock.now(), quotas.liveHere(), all),
         put: (rows) => deps.log.putTenantUsage(rows),
