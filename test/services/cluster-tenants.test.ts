@@ -7,6 +7,7 @@
  */
 import { beforeEach, describe, expect, it } from 'vitest';
 import { openClusterStore } from '../../src/composition/open-store.js';
+import { clockOf, type Clock } from '../../src/domain/ports.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { createRoot, json, postOutput, send, startHarness, until, type Harness } from '../fixtures/harness.js';
 import { nextStep } from '../fixtures/forest.js';
@@ -24,9 +25,9 @@ const HOUR = 3_600_000;
 /** Within the bound and a margin for a loaded machine. */
 const BOUND = { timeoutMs: 10_000 };
 
-async function instance(id: string): Promise<Harness> {
+async function instance(id: string, clock?: Clock): Promise<Harness> {
   const { store, cluster } = await openClusterStore(db.url, { instanceId: id, leaseMs: 60_000, confirmMs: 5_000 });
-  return startHarness({ store, cluster, url: `http://${id.toLowerCase()}`, settingsFollowMs: HOUR, operatorKey: 'cluster-tenants-admin-key' });
+  return startHarness({ store, cluster, url: `http://${id.toLowerCase()}`, settingsFollowMs: HOUR, operatorKey: 'cluster-tenants-admin-key', ...(clock === undefined ? {} : { clock }) });
 }
 
 async function tenantWithKey(h: Harness, id: string, quotas: Record<string, number> = {}): Promise<{ headers: Record<string, string>; keyId: string }> {
@@ -64,8 +65,10 @@ describe('tenants with several instances', () => {
   });
 
   it("tokensPerDay holds across the instances: what one spent stops the other's next step", async () => {
-    const a = await instance('A');
-    const b = await instance('B');
+    // Noon UTC for both: the day does not turn during the test.
+    const noon = clockOf(() => Date.UTC(2026, 11, 7, 12, 0, 0));
+    const a = await instance('A', noon);
+    const b = await instance('B', noon);
     const acme = await tenantWithKey(a, 'acme', { tokensPerDay: 100 });
     await until(async () => (await status(b, acme.headers)) === 200, 'instance B to know the tenant', BOUND);
     const spender = await createRoot(a.app, { id: 'a1' }, acme.headers);
