@@ -184,13 +184,15 @@ describe('asking a person', () => {
   });
 
   it('holds the waiting step\'s lease, spending no claim and no budget, while a person decides', async () => {
-    const h = await startHarness({ lease: { leaseMs: 40 } });
+    // Leases long enough that the step, once claimed, is surely still held when its output comes
+    // in on a loaded machine; short enough that five pass in a second.
+    const h = await startHarness({ lease: { leaseMs: 200 } });
     const { root, asked } = await askedSpawn(h);
     const usage = async () => json<{ usage: { self: { steps: number } } }>(await h.app.inject({ method: 'GET', url: '/v1/agents/r' })).usage.self.steps;
     expect(await usage()).toBe(1);
     // Several leases' worth of waiting on a person.
-    const until5Leases = Date.now() + 200;
-    await until(() => Date.now() > until5Leases, 'five leases to pass', { timeoutMs: 2_000 });
+    const until5Leases = Date.now() + 1_000;
+    await until(() => Date.now() > until5Leases, 'five leases to pass', { timeoutMs: 3_000 });
     expect((await inbox(h)).items.map((a) => a.id)).toEqual([asked.id]);
     expect((await session(h.app, 'r')).filter((e) => e.type === 'step-start')).toHaveLength(1);
     expect(await usage()).toBe(1);
@@ -349,13 +351,14 @@ class HeldDecisionStore extends DelegatingStore {
 describe('an approved call against a slow commit and a crash', () => {
   it('keeps its step while the decision commits slowly, then runs it once', async () => {
     const store = new HeldDecisionStore(new MemorySessionStore());
-    const h = await startHarness({ store, lease: { leaseMs: 30 } });
+    // As above: the claimed step must outlive its output's request, and five leases pass in a second.
+    const h = await startHarness({ store, lease: { leaseMs: 200 } });
     const { root, asked } = await askedSpawn(h);
     store.holding = true;
     const decided = decide(h, asked.id, { decision: 'approve' });
     // Several leases pass while the decision's commit is held.
-    const later = Date.now() + 150;
-    await until(() => Date.now() > later, 'five leases to pass', { timeoutMs: 2_000 });
+    const later = Date.now() + 1_000;
+    await until(() => Date.now() > later, 'five leases to pass', { timeoutMs: 3_000 });
     store.letGo();
     expect((await decided).statusCode).toBe(200);
     const next = await nextStep(h, root);

@@ -119,7 +119,7 @@ describe('since = the previous step', () => {
   });
 
   it('a step claimed again after its lease ran out, with since = its own id, gives what was written between the two claims', async () => {
-    const h = await startHarness({ lease: { leaseMs: 40 } });
+    const h = await startHarness({ lease: { leaseMs: 200 } });
     const root = await rootWithPrompt(h);
     const first = await claimed(h, root);
     expect((await send(h.app, 'r', 'meanwhile', 'inject')).statusCode).toBe(202);

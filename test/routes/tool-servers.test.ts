@@ -151,11 +151,12 @@ describe('MCP tool servers', () => {
   it('gives a call that outlives the server\'s timeout an error result', async () => {
     const server = await startStreamableServer();
     const h = await startHarness();
-    await putServer(h, 'slow', { url: server.url, timeoutMs: 300 });
+    // The timeout also bounds the connection the PUT makes: long enough for that on a loaded machine.
+    await putServer(h, 'slow', { url: server.url, timeoutMs: 1_000 });
     const root = await createRoot(h.app, { tools: ['mcp__slow__wait'] });
     const res = await callTool(h, root, 'mcp__slow__wait', {});
     expect(res.statusCode).toBe(200);
-    expect(json(res)).toMatchObject({ isError: true, content: 'Error: the tool server "slow" gave no answer in time (no answer within 300 ms)' });
+    expect(json(res)).toMatchObject({ isError: true, content: 'Error: the tool server "slow" gave no answer in time (no answer within 1000 ms)' });
     expect(await h.system.metrics.text()).toMatch(/^agentforest_tool_server_calls_total\{server="slow",outcome="timeout"\} 1$/m);
   });
 

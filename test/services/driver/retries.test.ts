@@ -189,13 +189,14 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
   });
 
   it('counts the backoff against the step timeout', async () => {
-    const h = await start({ driver: { timeoutMs: 300, retries: 4 } });
+    // The 503's 30 s wait is past any timeout here: the step fails at its first answer, however slow.
+    const h = await start({ driver: { timeoutMs: 2_000, retries: 4 } });
     const model = await startModelServer(() => ({ status: 503, headers: { 'retry-after': '30' }, body: JSON.stringify({ error: { message: 'busy' } }) }));
     const root = await createRoot(h.app, { model: spec(model) });
     accepted(await followup(h, root.id, 'hi'));
     const log = await turnEnded(h, root.id);
     expect(picture(log)).toEqual(['turn-start', 'user:hi', 'step-start:0', 'turn-end:failed']);
-    expect(log[3]!.error).toBe(`model request failed: ${model.url}/chat/completions answered 503: busy; the 300 ms step timeout ran out before attempt 2`);
+    expect(log[3]!.error).toBe(`model request failed: ${model.url}/chat/completions answered 503: busy; the 2000 ms step timeout ran out before attempt 2`);
     expect(model.requests).toHaveLength(1);
   });
 });
