@@ -119,7 +119,9 @@ export class AgentSteps {
   /** The claim `attempt` holds `stepId` and has not answered it yet: it may publish pieces of its answer. Changes nothing. */
   checkWriting(stepId: string, attempt: number): void {
     this.checkFence(stepId, attempt);
-    if (heldStep(this.host.state())?.id !== stepId) throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not held by a claim: its answer is in, or it has ended`);
+    // Held and still claimed: a step awaiting its calls' results holds its lease, but its answer is in.
+    const held = heldStep(this.host.state());
+    if (held?.id !== stepId || held.status !== 'claimed') throw new ServiceError('STEP_CONFLICT', `step "${stepId}" is not held by a claim: its answer is in, or it has ended`);
   }
 
   /** The caller of a claim went away before receiving the step: make it claimable again. */

@@ -100,6 +100,18 @@ describe('a backend posting deltas', () => {
     expect(named(asking, 'delta').map((e) => (e.data as { text: string }).text)).toEqual(['first']);
   });
 
+  it('is refused once the output is in while its calls await their results, though the step still holds its lease', async () => {
+    const h = await startHarness();
+    const { root, stepId } = await claimedRoot(h);
+    const asking = await follow(h, root.id, true);
+    const output = await postOutput(h.app, root, stepId, { toolCalls: [{ id: 'k1', name: 'lookup', input: {} }] });
+    expect(output.json()).toMatchObject({ awaiting: [{ id: 'k1' }], turn: 'open' });
+    const late = await postDeltas(h, root, stepId, { text: 'awaiting tool' });
+    expect(late.statusCode).toBe(409);
+    expect(late.json()).toMatchObject({ code: 'STEP_CONFLICT', message: `step "${stepId}" is not held by a claim: its answer is in, or it has ended` });
+    expect(named(asking, 'delta')).toEqual([]);
+  });
+
   it('is refused for a driven agent: its deltas are the built-in driver\'s', async () => {
     const h = await startHarness({ driver: { env: {} } });
     const model = await startModelServer(() => ({ hang: true }));
