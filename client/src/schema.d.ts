@@ -1034,7 +1034,7 @@ export interface components {
                 /** @description Which of its limits. */
                 budget: "tokens" | "steps" | "costMicroUsd";
             };
-            /** @description What holds its next step, not handed out until `until`; absent when nothing does. */
+            /** @description What holds its next step (not handed out until `until`), or its running request; absent when nothing does. */
             waiting?: {
                 /** @enum {string} */
                 reason: "quota";
@@ -1049,7 +1049,7 @@ export interface components {
                 reason: "rate-limited";
                 /**
                  * Format: date-time
-                 * @description When the first of its model's providers opens (its back-off ends, or the minute of its limit turns), and the step is offered again.
+                 * @description When the first of its model's providers opens (its back-off ends, or the minute of its limit turns), and the step goes on.
                  */
                 until: string;
             };

@@ -185,12 +185,12 @@ export const AgentView = shared(
             Type.Object(
               {
                 reason: Type.Literal('rate-limited'),
-                until: Type.String({ format: 'date-time', description: "When the first of its model's providers opens (its back-off ends, or the minute of its limit turns), and the step is offered again." }),
+                until: Type.String({ format: 'date-time', description: "When the first of its model's providers opens (its back-off ends, or the minute of its limit turns), and the step goes on." }),
               },
-              { additionalProperties: false, description: "Every provider of its model (the primary and each fallback) asked to be left alone or is at its limit (AGENTFOREST_MODEL_LIMITS): a driven agent's next step waits." },
+              { additionalProperties: false, description: "Every provider of its model (the primary and each fallback) asked to be left alone or is at its limit (AGENTFOREST_MODEL_LIMITS): a driven agent's next step waits, or the request of its running step does." },
             ),
           ],
-          { description: 'What holds its next step, not handed out until `until`; absent when nothing does.' },
+          { description: 'What holds its next step (not handed out until `until`), or its running request; absent when nothing does.' },
         ),
       ),
       awaiting: Type.Optional(

@@ -89,6 +89,11 @@ export interface ChatRequest {
   onDelta?: (piece: AnswerPiece & { reset?: true }) => void;
   /** The first piece of an attempt arrived this long after its request was sent. */
   onFirstDelta?: (endpoint: ChatEndpoint, seconds: number) => void;
+  /**
+   * Every endpoint asked to wait (a back-off, a full window): told for how long before the
+   * request waits it out, and `undefined` once the wait is over.
+   */
+  onWait?: (waitMs: number | undefined) => void;
 }
 
 export interface ChatAnswer extends ParsedAnswer {
@@ -161,6 +166,8 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
       let failure: Failure | undefined;
       /** The failure of this pass that asked for the shortest wait, if any did. */
       let soonest: Failure | undefined;
+      /** The last failure of this pass from a provider that was asked (not one held back). */
+      let asked: Failure | undefined;
       /** An endpoint of this pass failed without asking for a wait: it may be asked again after the usual backoff. */
       let anyUnheld = false;
       /** Keep the failure that asks for the shortest wait. */
@@ -194,6 +201,7 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
           return { ...outcome.answer, attempts, model: endpoint.model, provider, fallovers };
         }
         failure = { ...outcome.failure, message: redact(outcome.failure.message) };
+        asked = failure;
         if (failure.retryAfterMs !== undefined && (failure.status === 429 || failure.status === 503)) {
           request.providers?.note(provider, failure.retryAfterMs, failure.message);
         }
@@ -204,7 +212,9 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
         if (!failure.retryable) throw new ModelRequestError(failure.message, attempts, failure.status);
         if (fellOver) fallovers++;
       }
-      failure = failure!;
+      // What the request reports: the last provider asked, rather than one held back (whose
+      // answer is another request's).
+      failure = asked ?? failure!;
       // Every endpoint failed. One that asked for no wait is asked again after the usual backoff
       // (or sooner, when a held one opens first). When every one asked to wait, the soonest is
       // the wait, unless that is longer than the longest wait allowed: then no sleep that long,
@@ -219,11 +229,14 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
       const backoff = Math.min(policy.maxBackoffMs, policy.backoffMs * 2 ** Math.max(0, round - 1));
       const usual = backoff * (0.5 + Math.random() * 0.5);
       const wait = anyUnheld ? Math.min(usual, soonest?.retryAfterMs ?? Infinity) : soonest!.retryAfterMs!;
+      if (!anyUnheld) request.onWait?.(wait);
       try {
         await sleep(wait, undefined, { signal });
       } catch {
         if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
         throw new ModelRequestError(`${failure.message}; the ${policy.timeoutMs} ms step timeout ran out before attempt ${attempts + 1}`, attempts, failure.status);
+      } finally {
+        if (!anyUnheld) request.onWait?.(undefined);
       }
     }
   } finally {

@@ -25,11 +25,11 @@ import type { StepProtocol } from '../steps/step-protocol.js';
 import type { Compactions } from '../steps/compactions.js';
 import { stepObject } from '../steps/rendered-step.js';
 import { readArguments } from '../steps/chat-output.js';
-import { HeldSteps } from '../agents/held-steps.js';
 import { providerOf } from './provider-backoff.js';
 import type { ProviderGate, ProviderPlace } from './provider-gate.js';
 import { completeChat, DEFAULT_MAX_PROVIDER_BACKOFF_MS, maxWaitOf, ModelRequestCancelled, waitTooLong, ModelRequestError, type AnswerPiece, type AttemptOutcome, type ChatAnswer, type ChatEndpoint, type ChatRequest, type RetryPolicy } from './chat-completions.js';
 import { compactStep } from './compaction.js';
+import { RateLimited } from './rate-limited.js';
 
 export interface DriverOptions extends RetryPolicy {
   /** Model requests in flight at once, over all agents. */
@@ -93,14 +93,14 @@ export class ModelDriver {
   private readonly busy = new Map<LiveAgent, ProviderPlace | undefined>();
   /** Providers already said to answer without usage. */
   private readonly usageless = new Set<string>();
-  /** Agents whose step waits, unclaimed, for a provider's back-off to end or its window to turn. */
-  private readonly rateLimited: HeldSteps<LiveAgent>;
+  /** Agents whose step waits for a provider's back-off to end or its window to turn. */
+  private readonly rateLimited: RateLimited<LiveAgent>;
 
   constructor(
     private readonly deps: ModelDriverDeps,
     private readonly options: DriverOptions,
   ) {
-    this.rateLimited = new HeldSteps<LiveAgent>(
+    this.rateLimited = new RateLimited<LiveAgent>(
       (agent) => {
         if (!agent.disposing && !this.deps.isDraining() && isClaimable(agent.state)) this.deps.dispatcher.offer(agent);
       },
@@ -136,7 +136,7 @@ export class ModelDriver {
     if ('until' in admitted) {
       const tooLong = this.waitRefusal(permitted.model, admitted.until);
       if (tooLong !== undefined) return this.refuse(agent, tooLong);
-      this.rateLimited.hold(agent, { until: admitted.until });
+      this.rateLimited.hold(agent, admitted.until);
       return false;
     }
     this.rateLimited.release(agent);
@@ -151,9 +151,9 @@ export class ModelDriver {
     return false;
   }
 
-  /** What holds the agent's step (the agent view's `waiting`), if every provider of its model is in back-off or at its limit. */
+  /** What holds the agent's step (the agent view's `waiting`), if its providers' limits do (rate-limited.ts). */
   waitingFor(agent: LiveAgent): { reason: 'rate-limited'; until: string } | undefined {
-    const until = this.rateLimited.get(agent)?.until;
+    const until = this.rateLimited.until(agent);
     return until === undefined ? undefined : { reason: 'rate-limited', until: new Date(until).toISOString() };
   }
 
@@ -234,6 +234,7 @@ export class ModelDriver {
       }
     }, Math.max(1, Math.floor(agent.steps.leaseMs / 3)));
     renew.unref();
+    const onWait = (waitMs: number | undefined): void => this.rateLimited.waiting(agent, waitMs);
     // What a failure ends the turn as: the summarising request's, or the step's own.
     let failed = 'model request failed';
     try {
@@ -241,7 +242,7 @@ export class ModelDriver {
       const limit = model.maxContextTokens;
       if (limit !== undefined && step.estimatedTokens > limit) {
         failed = 'compaction request failed';
-        step = await compactStep(this.deps, claim, step, limit, (messages) => this.ask(model, messages, [], signal, { place }), signal);
+        step = await compactStep(this.deps, claim, step, limit, (messages) => this.ask(model, messages, [], signal, { place, onWait }), signal);
         failed = 'model request failed';
       }
       // The answer's pieces go out as deltas while it is written; the recorded output is the whole.
@@ -254,7 +255,7 @@ export class ModelDriver {
           this.deps.logger.error({ err: error, agentId: agent.id }, 'publishing a delta failed');
         }
       };
-      answer = await this.ask(model, step.messages ?? [], step.tools, signal, { onDelta, place });
+      answer = await this.ask(model, step.messages ?? [], step.tools, signal, { onDelta, place, onWait });
     } catch (error) {
       if (error instanceof ModelRequestCancelled || signal.aborted || agent.disposing) return; // the turn ended meanwhile
       // completeChat redacts the key from everything the endpoint said; the request's headers are never logged.
@@ -266,14 +267,15 @@ export class ModelDriver {
       return await this.fail(agent, `${failed}: an internal error (see the service log)`);
     } finally {
       clearInterval(renew);
+      this.rateLimited.waiting(agent, undefined);
     }
     if (!signal.aborted && !agent.disposing) await this.record(agent, claim, answer);
   }
 
   /** One request to the agent's model, counted in the driver's metrics. */
   /** `place`: held for the step in its provider's window, taken by its first request there. */
-  private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal, extra: { onDelta?: ChatRequest['onDelta']; place: ProviderPlace | undefined }): Promise<ChatAnswer> {
-    const { onDelta, place } = extra;
+  private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal, extra: { onDelta?: ChatRequest['onDelta']; onWait: NonNullable<ChatRequest['onWait']>; place: ProviderPlace | undefined }): Promise<ChatAnswer> {
+    const { onDelta, onWait, place } = extra;
     const started = performance.now();
     const seconds = (): number => (performance.now() - started) / 1000;
     // checkModel found every variable set.
@@ -291,6 +293,7 @@ export class ModelDriver {
           messages,
           tools,
           stream: this.options.stream !== false,
+          onWait,
           ...(place === undefined ? {} : { place }),
           ...(onDelta === undefined ? {} : { onDelta, onFirstDelta: (e: ChatEndpoint, seconds: number) => this.deps.observe?.({ kind: 'first-delta', provider: providerOf(e), seconds }) }),
           ...(model.temperature === undefined ? {} : { temperature: model.temperature }),

@@ -7,7 +7,7 @@
 import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { accepted, answer, followup, messagesOf, picture, spec, start, turnEnded, view } from '../../fixtures/driver.js';
-import { createRoot, json, postOutput, session } from '../../fixtures/harness.js';
+import { createRoot, json, postOutput, session, until } from '../../fixtures/harness.js';
 import { nextStep } from '../../fixtures/forest.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 import type { Reply } from '../../../demo/scripted-model.js';
@@ -188,6 +188,40 @@ describe('fallback models', { timeout: 20_000 }, () => {
     expect(primary.requests).toHaveLength(1);
     expect(picture(await turnEnded(h, 'second'))).toContain('assistant:after the back-off');
     expect((await view(h, 'second')).waiting).toBeUndefined();
+  });
+
+  it("a driven agent whose request waits out its provider's Retry-After says so in its view until the wait ends", async () => {
+    const h = await start({ driver: { retries: 1 } });
+    const primary = await startModelServer(() => ({ status: 429, headers: { 'retry-after': '60' }, body: '{"error":{"message":"slow down"}}' }));
+    await createRoot(h.app, { id: 'alone', model: spec(primary) });
+    const asked = Date.now();
+    accepted(await followup(h, 'alone', 'hi'));
+    await until(async () => (await view(h, 'alone')).waiting !== undefined, 'the view to say the agent waits');
+    const { waiting } = await view(h, 'alone');
+    expect(waiting).toMatchObject({ reason: 'rate-limited' });
+    // Until the end of the wait the provider asked for, a minute after its answer.
+    const ends = Date.parse((waiting as { until: string }).until);
+    expect(ends - asked).toBeGreaterThanOrEqual(59_000);
+    expect(ends - Date.now()).toBeLessThanOrEqual(60_000);
+    expect(primary.requests).toHaveLength(1);
+    // The wait ends with the turn (interrupted here), and with it what the view says.
+    expect((await h.app.inject({ method: 'POST', url: '/v1/agents/alone/interrupt', payload: {} })).statusCode).toBe(202);
+    expect((await turnEnded(h, 'alone')).at(-1)).toMatchObject({ reason: 'cancelled' });
+    expect((await view(h, 'alone')).waiting).toBeUndefined();
+  });
+
+  it('gives up with the failure of the provider it asked, not the answer that holds a fallback it skipped', async () => {
+    const h = await start({ driver: { retries: 1, backoffMs: 10, maxBackoffMs: 10, timeoutMs: 10_000 } });
+    const held = await startModelServer(() => ({ status: 429, headers: { 'retry-after': '60' }, body: '{"error":{"message":"held for a minute"}}' }));
+    const primary = await startModelServer(() => ({ status: 500, body: '{"error":{"message":"boom"}}' }));
+    await createRoot(h.app, { id: 'holder', model: spec(held) });
+    accepted(await followup(h, 'holder', 'hi'));
+    await until(() => held.requests.length === 1, 'the held provider to answer its 429');
+    await createRoot(h.app, { id: 'asker', model: { ...spec(primary), fallbacks: [{ baseUrl: held.url, model: 'scripted-1' }] } });
+    accepted(await followup(h, 'asker', 'hi'));
+    const log = await turnEnded(h, 'asker');
+    expect(log.at(-1)!.error).toBe(`model request failed: ${primary.url}/chat/completions answered 500: boom (gave up after 2 attempts)`);
+    expect(held.requests).toHaveLength(1);
   });
 
   it('asks a fallback that failed without asking for a wait again after the usual backoff, while the primary is held longer than any wait allowed', async () => {
