@@ -24,7 +24,10 @@ export interface StatusEvent {
   resident: boolean;
   inbox: { queued: number };
   staged: number;
-  /** A step can be claimed now: a parked driver may claim instead of long-polling. */
+  /**
+   * A step can be claimed now: a parked driver may claim instead of long-polling. Never for an
+   * agent the built-in driver runs: its steps are the driver's.
+   */
   claimable: boolean;
 }
 
@@ -36,7 +39,7 @@ export function statusEvent(view: AgentView, live: LiveAgent | undefined): Statu
     resident: view.resident,
     inbox: view.inbox,
     staged: view.staged,
-    claimable: live !== undefined && !live.disposing && isClaimable(live.state) && view.status !== 'paused',
+    claimable: live !== undefined && !live.disposing && live.header.model === undefined && isClaimable(live.state) && view.status !== 'paused',
   };
 }
 

@@ -18,6 +18,7 @@ import {
   type ErrorBody,
 } from '../../fixtures/driver.js';
 import { isClaimable } from '../../../src/domain/turn-machine.js';
+import { statusEvent } from '../../../src/observation/event-hub.js';
 import { createRoot, session, until, waitingClaims } from '../../fixtures/harness.js';
 import { deferred } from '../../fixtures/races.js';
 import { startModelServer } from '../../fixtures/model-server.js';
@@ -31,8 +32,12 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       // How many long-polls were parked each time the driven agent's step became claimable:
       // it must become claimable while the worker below still waits.
       const parkedAtOffer: number[] = [];
+      // What its event streams' status snapshots said then: never claimable, for no backend may claim it.
+      const claimableSaid: boolean[] = [];
       h.probe.on('agentChanged', (agent) => {
-        if (agent.id === root.id && isClaimable(agent.state)) parkedAtOffer.push(waitingClaims(h));
+        if (agent.id !== root.id || !isClaimable(agent.state)) return;
+        parkedAtOffer.push(waitingClaims(h));
+        claimableSaid.push(statusEvent(h.system.queries.viewOfLive(agent), agent).claimable);
       });
       // A worker already long-polling is not handed the driven agent's step.
       const longPoll = h.app.inject({ method: 'POST', url: '/v1/steps/next', payload: { waitMs: 10_000 } });
@@ -41,6 +46,7 @@ describe('the built-in model driver', { timeout: 20_000 }, () => {
       await until(() => model.requests.length === 1, 'the model request', DRIVER_WAIT);
       expect(parkedAtOffer.length).toBeGreaterThan(0);
       expect(parkedAtOffer[0]).toBe(1);
+      expect(claimableSaid).toEqual(parkedAtOffer.map(() => false));
       expect(waitingClaims(h)).toBe(1);
       // The worker still parked takes the next undriven step, the first one it was offered.
       const plain = await createRoot(h.app);
