@@ -152,6 +152,8 @@ function dataOf(line: string): string {
 /** The answer being put together from chunks. */
 class Assembly {
   private content: string | null = null;
+  /** The refusal's pieces: the text when no content comes (sent as text while none has). */
+  private refusal = '';
   private readonly calls = new Map<number, { id: string | undefined; name: string; arguments: string }>();
   private usage: TokenUsage | undefined;
   /** A choice said why it stopped: the answer is whole even if `[DONE]` never comes. */
@@ -169,6 +171,11 @@ class Assembly {
     if (text !== null) {
       this.content = (this.content ?? '') + text;
       if (text !== '') onPiece({ text });
+    }
+    const refusal = nonEmptyString(delta.refusal);
+    if (refusal !== undefined) {
+      this.refusal += refusal;
+      if (this.content === null || this.content === '') onPiece({ text: refusal });
     }
     if (delta.tool_calls === undefined || delta.tool_calls === null) return;
     if (!Array.isArray(delta.tool_calls)) throw invalid('delta.tool_calls is not a list');
@@ -208,10 +215,15 @@ class Assembly {
       if (call.name === '') throw new ModelRequestError(`tool call ${index} of a streamed answer has no function name`);
       return { id: call.id, name: call.name, arguments: call.arguments };
     });
-    const answer: ParsedAnswer = { content: this.content, toolCalls };
+    const content = this.content === null || this.content === '' ? nonEmptyString(this.refusal) ?? this.content : this.content;
+    const answer: ParsedAnswer = { content, toolCalls };
     if (this.usage !== undefined) answer.usage = this.usage;
     return answer;
   }
+}
+
+function nonEmptyString(value: unknown): string | undefined {
+  return typeof value === 'string' && value !== '' ? value : undefined;
 }
 
 /** The first choice's message of a chat completion, or a ModelRequestError saying what is wrong with it. */
@@ -239,7 +251,9 @@ export function parseCompletion(url: string, text: string, attempts: number, sta
       arguments: typeof args === 'string' ? args : args === undefined ? '' : JSON.stringify(args),
     };
   });
-  const answer: ParsedAnswer = { content: contentText(message.content), toolCalls };
+  // A refusal is the text when there is none, as the step protocol records a backend's.
+  const content = contentText(message.content);
+  const answer: ParsedAnswer = { content: content === null || content === '' ? (nonEmptyString(message.refusal) ?? content) : content, toolCalls };
   const usage = isRecord(parsed) ? usageOf(parsed.usage) : undefined;
   if (usage !== undefined) answer.usage = usage;
   return answer;

@@ -3,7 +3,7 @@
  * assembled answer, the pieces handed on in order, and what a broken or foreign stream ends as.
  */
 import { describe, expect, it } from 'vitest';
-import { ModelRequestError, readStream, StreamBroken, type AnswerPiece } from '../../../src/driver/chat-answer.js';
+import { ModelRequestError, parseCompletion, readStream, StreamBroken, type AnswerPiece } from '../../../src/driver/chat-answer.js';
 
 const URL_ = 'http://model.test/v1/chat/completions';
 
@@ -114,6 +114,18 @@ describe('a streamed chat completion', () => {
     ]);
     expect(answer.content).toBe('in parts');
     expect(seen).toEqual([{ text: 'in parts' }]);
+  });
+
+  it('takes a refusal for the text when no content comes, streamed or whole, as the step protocol records a backend\'s', async () => {
+    const refused = await read([chunk({ role: 'assistant', content: null, refusal: '' }), chunk({ refusal: 'I cannot ' }), chunk({ refusal: 'help.' }), chunk({}, 'stop')]);
+    expect(refused.answer.content).toBe('I cannot help.');
+    expect(refused.seen).toEqual([{ text: 'I cannot ' }, { text: 'help.' }]);
+    const whole = JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: 'I cannot help.' }, finish_reason: 'stop' }] });
+    expect(parseCompletion(URL_, whole, 1, 200).content).toBe('I cannot help.');
+    // Content, when there is some, is the text.
+    const both = JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: 'Sure.', refusal: 'No.' }, finish_reason: 'stop' }] });
+    expect(parseCompletion(URL_, both, 1, 200).content).toBe('Sure.');
+    expect((await read([chunk({ content: 'Sure.' }), chunk({ refusal: 'No.' }), chunk({}, 'stop')])).answer.content).toBe('Sure.');
   });
 
   it('is refused when a chunk is not JSON or a tool call has no name', async () => {
