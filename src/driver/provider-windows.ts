@@ -7,7 +7,14 @@
  * turns. Time comes in as an argument; nothing here waits.
  */
 import type { ProviderUsageRow } from '../sessions/provider-limit-rows.js';
-import { minuteOf } from '../tenants/usage-windows.js';
+import { MINUTE_MS, minuteOf } from '../tenants/usage-windows.js';
+
+/**
+ * How long into a minute an instance that sent a provider requests in the last one may not
+ * have published what it sent in this one yet (each publishes every half second): until then,
+ * a read that finds its row still of the last minute has not heard it.
+ */
+export const NEW_MINUTE_HEARD_MS = 1_000;
 
 interface Window {
   minute: number;
@@ -99,13 +106,18 @@ export class ProviderWindows {
 
   /**
    * Take the other instances' rows of the current minute as they are now (every row not
-   * `instanceId`'s), and which of them sent requests in this minute or the last. With `own` (at the start), this instance's rows are its predecessor's under
-   * the same id: their counts are taken as its own.
+   * `instanceId`'s), and which of them sent requests in this minute or the last. The others
+   * are heard once none of those that sent in the last minute may still be about to publish
+   * this one's counts (NEW_MINUTE_HEARD_MS). With `own` (at the start), this instance's rows
+   * are its predecessor's under the same id: their counts are taken as its own.
    */
   absorb(rows: readonly ProviderUsageRow[], instanceId: string, nowMs: number, own = false): void {
     const minute = minuteOf(nowMs);
     const others = new Map<string, Window>();
     const peers = new Map<string, number>();
+    const key = (row: ProviderUsageRow): string => `${row.instanceId}\n${row.provider}`;
+    const current = new Set(rows.filter((row) => row.minute === minute).map(key));
+    const unheard = rows.some((row) => row.instanceId !== instanceId && row.minute === minute - 1 && !current.has(key(row)));
     for (const row of rows) {
       if (row.minute < minute - 1) continue;
       if (row.instanceId === instanceId) {
@@ -119,7 +131,7 @@ export class ProviderWindows {
     }
     this.others = others;
     this.peers = peers;
-    this.heard = minute;
+    if (!unheard || nowMs - minute * MINUTE_MS >= NEW_MINUTE_HEARD_MS) this.heard = minute;
   }
 
   private placesOf(provider: string, minute: number): number {

@@ -12,6 +12,7 @@ import { SqliteSessionStore } from '../../../src/adapters/sqlite/sqlite-store.js
 import { clockOf } from '../../../src/domain/ports.js';
 import { parseModelLimits } from '../../../src/driver/provider-limits.js';
 import { ProviderGate, ProviderPlace } from '../../../src/driver/provider-gate.js';
+import { NEW_MINUTE_HEARD_MS } from '../../../src/driver/provider-windows.js';
 import type { ProviderUsageRow } from '../../../src/sessions/provider-limit-rows.js';
 import { accepted, answer, DRIVER_WAIT, followup, picture, spec, start, turnEnded, view, type AgentView } from '../../fixtures/driver.js';
 import { tempDir } from '../../fixtures/cleanup.js';
@@ -94,6 +95,27 @@ describe('provider limits', { timeout: 20_000 }, () => {
     gate.absorbUsage([row('B', minute, 10), row('B', minute + 1, 3)], 'A');
     expect([gate.admit([provider]), gate.admit([provider])].every((a) => 'place' in a)).toBe(true);
     expect(gate.admit([provider])).toEqual({ until: Date.parse('2026-12-06T12:02:00.000Z') });
+  });
+
+  it("a read at a minute's turn that finds another instance's row still of the last minute has not heard it: the share holds until that row is of the new minute, or the minute is a second old", () => {
+    let now = NOON;
+    const provider = 'https://api.example.com/v1 m';
+    const gate = new ProviderGate({ now: () => now, limits: parseModelLimits('[{"baseUrl": "https://api.example.com/v1", "requestsPerMinute": 10}]') });
+    const row = (minute: number, requests: number): ProviderUsageRow => ({ kind: 'usage', instanceId: 'B', provider, minute, requests, tokens: 0, updatedAt: now });
+    const minute = Math.floor(NOON / 60_000);
+    gate.absorbUsage([row(minute, 4)], 'A');
+    // The minute turns and A reads before B published what it sends in the new one.
+    now = Date.parse(NEXT_MINUTE) + 10;
+    gate.absorbUsage([row(minute, 4)], 'A');
+    const admitted = Array.from({ length: 6 }, () => gate.admit([provider]));
+    expect(admitted.slice(0, 5).every((a) => 'place' in a)).toBe(true);
+    expect(admitted[5]).toEqual({ until: now + 250 });
+    // A second into the minute, B has published whatever it sent: its row still of the last minute means it sent nothing.
+    now = Date.parse(NEXT_MINUTE) + NEW_MINUTE_HEARD_MS;
+    gate.absorbUsage([row(minute, 4)], 'A');
+    const rest = Array.from({ length: 6 }, () => gate.admit([provider]));
+    expect(rest.slice(0, 5).every((a) => 'place' in a)).toBe(true);
+    expect(rest[5]).toEqual({ until: Date.parse('2026-12-06T12:02:00.000Z') });
   });
 
   it('counts and publishes a back-off once: not again while a longer one stands, nor one of no length', () => {
