@@ -23,6 +23,7 @@ import type { ChatMessage, ChatTool } from '../domain/step-render.js';
 import { providerOf } from './provider-backoff.js';
 import type { ProviderPlace, ProviderRequests } from './provider-gate.js';
 import { errorText, isEventStream, isRecord, ModelRequestError, parseCompletion, piecesOf, readLimited, readStream, StreamBroken, type AnswerPiece, type ParsedAnswer } from './chat-answer.js';
+import { KeyRedaction } from './key-redaction.js';
 
 export { MAX_ANSWER_BYTES, MAX_TOOL_CALLS, ModelRequestError, type AnswerPiece, type RawToolCall } from './chat-answer.js';
 
@@ -122,10 +123,10 @@ export function completionsUrl(baseUrl: string): string {
 
 export async function completeChat(request: ChatRequest, policy: RetryPolicy, cancel: AbortSignal, fetchImpl: Fetch = fetch): Promise<ChatAnswer> {
   const endpoints = request.endpoints;
-  const keys = endpoints.map((e) => e.apiKey).filter((k): k is string => k !== undefined && k !== '');
   // An endpoint may quote the key it was sent (`Incorrect API key provided: sk-...`), and what
-  // it answers goes into a session: no key ever does.
-  const redact = (text: string): string => keys.reduce((t, key) => (t.includes(key) ? t.split(key).join('[redacted]') : t), text);
+  // it answers goes into a session and out on the event streams: no key ever does.
+  const redaction = new KeyRedaction(endpoints.map((e) => e.apiKey));
+  const redact = (text: string): string => redaction.text(text);
   // With fallbacks each attempt has its share of the step's deadline: a hanging endpoint leaves the others time.
   const attemptMs = endpoints.length > 1 ? Math.max(1, Math.floor(policy.timeoutMs / endpoints.length)) : undefined;
 
@@ -189,7 +190,7 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
           continue;
         }
         attempts++;
-        const outcome = await attempt({ endpoint, url, request, step: signal, attemptMs, fetchImpl, attempts, redact, onPiece: piecesOfAttempt() }).catch((error: unknown) => {
+        const outcome = await attempt({ endpoint, url, request, step: signal, attemptMs, fetchImpl, attempts, redaction, onPiece: piecesOfAttempt() }).catch((error: unknown) => {
           if (cancel.aborted) throw new ModelRequestCancelled('the model request was cancelled');
           request.onAttempt?.(endpoint, expired ? 'timeout' : 'invalid', false);
           if (expired) throw timedOut(url, attempts);
@@ -269,11 +270,12 @@ async function attempt(a: {
   attemptMs: number | undefined;
   fetchImpl: Fetch;
   attempts: number;
-  redact: (text: string) => string;
+  redaction: KeyRedaction;
   /** Each piece of the answer as it arrives. */
   onPiece: ((piece: AnswerPiece) => void) | undefined;
 }): Promise<{ answer: ParsedAnswer } | { failure: Failure }> {
-  const { endpoint, url, request, step, attemptMs, fetchImpl, attempts, redact } = a;
+  const { endpoint, url, request, step, attemptMs, fetchImpl, attempts, redaction } = a;
+  const redact = (text: string): string => redaction.text(text);
   const body: Record<string, unknown> = { model: endpoint.model, messages: request.messages };
   if (request.tools.length > 0) body.tools = request.tools;
   if (request.temperature !== undefined) body.temperature = request.temperature;
@@ -288,13 +290,15 @@ async function attempt(a: {
   const signal = own === undefined ? step : AbortSignal.any([step, own.signal]);
   const sent = performance.now();
   let first = true;
+  // Published without the key, as the answer is recorded: see key-redaction.ts.
+  const redacting = redaction.pieces((piece) => a.onPiece?.(piece));
   const onPiece = (piece: AnswerPiece): void => {
     if (first) {
       clearTimeout(ownTimer);
       request.onFirstDelta?.(endpoint, (performance.now() - sent) / 1000);
     }
     first = false;
-    a.onPiece?.(piece);
+    redacting.piece(piece);
   };
   try {
     // A redirect would re-send the conversation to a URL no policy checked: not followed.
@@ -303,12 +307,17 @@ async function attempt(a: {
       await response.body?.cancel().catch(() => undefined);
       throw new ModelRequestError(`${url} answered ${response.status}, a redirect; redirects are not followed: set model.baseUrl to the endpoint itself`, attempts, response.status);
     }
-    if (response.ok && isEventStream(response)) return { answer: redactAnswer(await readStream(response, url, attempts, onPiece, redact), redact) };
+    if (response.ok && isEventStream(response)) {
+      const answer = redactAnswer(await readStream(response, url, attempts, onPiece, redact), redact);
+      redacting.flush();
+      return { answer };
+    }
     const text = redact(await readLimited(response, url, attempts));
     if (response.ok) {
       // An endpoint that answered JSON (not asked to stream, or not able to): its pieces all at once.
       const answer = parseCompletion(url, text, attempts, response.status);
       if (a.onPiece !== undefined || request.onFirstDelta !== undefined) for (const piece of piecesOf(answer)) onPiece(piece);
+      redacting.flush();
       return { answer };
     }
     const outcome = response.status === 429 ? '429' : response.status >= 500 ? '5xx' : '4xx';
@@ -327,10 +336,7 @@ async function attempt(a: {
   }
 }
 
-/**
- * A streamed answer with the key taken out of what it says, as from a JSON answer's text (the
- * pieces already sent were not: a model is never sent the key, so it cannot write it).
- */
+/** A streamed answer with the key taken out of what it says, as from a JSON answer's text and from its pieces. */
 function redactAnswer(answer: ParsedAnswer, redact: (text: string) => string): ParsedAnswer {
   return {
     ...answer,

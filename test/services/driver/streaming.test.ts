@@ -5,9 +5,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import { call, type Script } from '../../../demo/scripted-model.js';
-import { accepted, followup, spec, start, turnEnded } from '../../fixtures/driver.js';
+import { accepted, followup, messagesOf, spec, start, text, turnEnded } from '../../fixtures/driver.js';
 import { createLogger } from '../../../src/logger.js';
 import { createRoot, type Entry } from '../../fixtures/harness.js';
+import type { StreamEvent } from '../../../src/observation/event-stream.js';
 import { startModelServer } from '../../fixtures/model-server.js';
 
 /** A text and two calls (one with arguments that are not JSON), then a text answer with no usage. */
@@ -81,6 +82,30 @@ describe('streamed answers', () => {
     // The stream here sends no usage chunk: the rest is the same.
     const { usage: _usage, ...unstreamed } = calls[1]!;
     expect(normalised([calls[0]!])).toEqual(normalised([unstreamed as Entry]));
+  });
+
+  it("publish no part of the endpoint's key in the deltas, cut wherever the stream cuts it, and they add up to the message recorded", async () => {
+    const key = 'sk-test-0123456789abcdef';
+    const h = await start({ driver: { env: { DEMO_API_KEY: key } } });
+    const quoting: Script = (request) => {
+      if (request.messages.at(-1)!.role === 'tool') return { answer: { content: 'done' } };
+      return { answer: { content: `The key is ${key}, twice: ${key}.`, toolCalls: [call('lookup', { key }, 'call_1')] }, pacing: { pieceChars: 5 } };
+    };
+    const model = await startModelServer(quoting);
+    const root = await createRoot(h.app, { id: 'quoter', model: spec(model, { apiKeyEnv: 'DEMO_API_KEY' }) });
+    const deltas: Record<string, unknown>[] = [];
+    const sink = { send: (event: StreamEvent) => (event.event === 'delta' && deltas.push(event.data as Record<string, unknown>), true), takesDeltas: () => true, drained: () => Promise.resolve() };
+    const stop = await h.system.streams.start({ id: root.id, forest: false, deltas: true }, 0, sink, () => undefined);
+    accepted(await followup(h, root.id, 'quote it'));
+    const entries = await turnEnded(h, root.id);
+    stop();
+    const first = messagesOf(entries, 'assistant')[0]!;
+    expect(text(first)).toBe('The key is [redacted], twice: [redacted].');
+    expect(first.toolCalls).toMatchObject([{ input: { key: '[redacted]' } }]);
+    const ofFirstStep = deltas.filter((d) => d.stepId === deltas[0]!.stepId);
+    expect(ofFirstStep.map((d) => d.text ?? '').join('')).toBe(text(first));
+    expect(ofFirstStep.map((d) => (d.toolCall as { argumentsDelta?: string } | undefined)?.argumentsDelta ?? '').join('')).toBe('{"key":"[redacted]"}');
+    for (const delta of deltas) expect(JSON.stringify(delta)).not.toMatch(/sk-test|0123456789|abcdef/);
   });
 
   it('says once per provider, at warn, that a provider answers without usage (so its tokens count against nothing)', async () => {
