@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 import { parse } from 'yaml';
 import { ERROR_CODES } from '../src/domain/errors.js';
 import { generateOpenApi } from '../src/openapi-document.js';
@@ -73,9 +74,9 @@ describe('openapi.yaml', () => {
     for (const code of routeCodes) expect(documented, code).toContain(code);
   });
 
-  it('marks a request body required only where the schema requires a field, since a missing body validates as {}', () => {
+  it('marks a request body required exactly where its schema refuses {}, since a missing body validates as {}', () => {
     type Body = { required: boolean; content: { 'application/json': { schema: { required?: string[]; additionalProperties?: boolean } } } };
-    const doc = parse(committed) as { paths: Record<string, Record<string, { requestBody?: Body }>> };
+    const doc = parse(committed) as { paths: Record<string, Record<string, { requestBody?: Body }>>; components: object };
     const required = (path: string, method: string): boolean | undefined => doc.paths[path]?.[method]?.requestBody?.required;
     // Bodies without fields are still documented, so unknown properties are rejected there too.
     for (const [path, method] of [['/v1/agents/{id}', 'delete'], ['/v1/agents/{id}/resume', 'post'], ['/v1/packages/{name}', 'delete']] as const) {
@@ -84,11 +85,16 @@ describe('openapi.yaml', () => {
     }
     expect(required('/v1/agents', 'post')).toBe(false);
     expect(required('/v1/agents/{id}/messages', 'post')).toBe(true);
-    for (const methods of Object.values(doc.paths)) {
-      for (const op of Object.values(methods)) {
+    // A choice of forms is required unless one of them takes {}; a named schema is looked up.
+    expect(required('/v1/agents/{id}/steps/{stepId}/output', 'post')).toBe(false);
+    expect(required('/v1/agents/{id}/steps/{stepId}/deltas', 'post')).toBe(true);
+    expect(required('/v1/backend-tools/{name}', 'put')).toBe(true);
+    const ajv = new Ajv2020({ strict: false, validateFormats: false });
+    for (const [path, methods] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(methods)) {
         if (op.requestBody === undefined) continue;
-        const fields = op.requestBody.content['application/json'].schema.required ?? [];
-        expect(op.requestBody.required).toBe(fields.length > 0);
+        const takesEmpty = ajv.compile({ ...op.requestBody.content['application/json'].schema, components: doc.components });
+        expect(op.requestBody.required, `${method} ${path}`).toBe(!takesEmpty({}));
       }
     }
   });

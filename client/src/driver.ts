@@ -41,13 +41,11 @@ export interface ModelReply {
   model?: string;
 }
 
-/** A piece of the answer being written: text, or a part of one tool call. */
-export interface AnswerDelta {
-  text?: string;
-  toolCall?: { index: number; id?: string; name?: string; argumentsDelta?: string };
-  /** The answer is being written again: what earlier deltas of this step built is void. */
-  reset?: true;
-}
+/**
+ * A piece of the answer being written: text, or a part of one tool call (never both). `reset`:
+ * the answer is being written again, and what earlier deltas of this step built is void.
+ */
+export type AnswerDelta = ({ text: string } | { toolCall: { index: number; id?: string; name?: string; argumentsDelta?: string } }) & { reset?: true };
 
 export interface StepContext {
   agentId: string;

@@ -3212,7 +3212,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: {
+        requestBody: {
             content: {
                 "application/json": components["schemas"]["BackendToolBody"];
             };
@@ -3371,7 +3371,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: {
+        requestBody: {
             content: {
                 "application/json": components["schemas"]["ApprovalRuleBody"];
             };
@@ -3768,31 +3768,22 @@ export interface operations {
             cookie?: never;
         };
         /** @description One piece of the answer being written, or several in order. */
-        requestBody?: {
+        requestBody: {
             content: {
-                "application/json": {
+                "application/json": ({
                     /** @description A piece of the answer's text. */
-                    text?: string;
-                    toolCall?: {
-                        /** @description Which call of the answer (0 is the first). */
-                        index: number;
-                        id?: string;
-                        name?: string;
-                        /** @description A piece of the call's arguments (JSON text). */
-                        argumentsDelta?: string;
-                    };
+                    text: string;
                     /**
                      * @description What this step's earlier deltas built is void (the answer is being written again).
                      * @enum {boolean}
                      */
                     reset?: true;
                 } | {
-                    /** @description A piece of the answer's text. */
-                    text?: string;
-                    toolCall?: {
+                    toolCall: {
                         /** @description Which call of the answer (0 is the first). */
                         index: number;
                         id?: string;
+                        /** @description The whole name; one given again replaces it. */
                         name?: string;
                         /** @description A piece of the call's arguments (JSON text). */
                         argumentsDelta?: string;
@@ -3802,7 +3793,30 @@ export interface operations {
                      * @enum {boolean}
                      */
                     reset?: true;
-                }[];
+                }) | ({
+                    /** @description A piece of the answer's text. */
+                    text: string;
+                    /**
+                     * @description What this step's earlier deltas built is void (the answer is being written again).
+                     * @enum {boolean}
+                     */
+                    reset?: true;
+                } | {
+                    toolCall: {
+                        /** @description Which call of the answer (0 is the first). */
+                        index: number;
+                        id?: string;
+                        /** @description The whole name; one given again replaces it. */
+                        name?: string;
+                        /** @description A piece of the call's arguments (JSON text). */
+                        argumentsDelta?: string;
+                    };
+                    /**
+                     * @description What this step's earlier deltas built is void (the answer is being written again).
+                     * @enum {boolean}
+                     */
+                    reset?: true;
+                })[];
             };
         };
         responses: {

@@ -59,18 +59,40 @@ export const openApi = rootPlugin<{ publicUrl?: string }>('openapi', async (app,
 
 /**
  * A request without a body validates as `{}` (see src/plugins/json-bodies.ts), so a body whose
- * schema requires no property may be left out. @fastify/swagger marks every request body
- * required; this says which ones are not, so generated clients do not demand them.
+ * schema `{}` satisfies (an object requiring no property, and not a choice of forms) may be left
+ * out. @fastify/swagger marks every request body required; this says which ones are not, so
+ * generated clients do not demand them.
  */
-function omittableBodies<T extends { paths?: object }>(document: T): T {
+function omittableBodies<T extends { paths?: object; components?: { schemas?: Record<string, BodySchema> } }>(document: T): T {
+  const named = document.components?.schemas ?? {};
   for (const operations of Object.values(document.paths ?? {}) as Record<string, unknown>[]) {
     for (const operation of Object.values(operations)) {
-      const body = (operation as { requestBody?: { required?: boolean; content?: Record<string, { schema?: { required?: unknown[] } }> } } | null)?.requestBody;
+      const body = (operation as { requestBody?: { required?: boolean; content?: Record<string, { schema?: BodySchema }> } } | null)?.requestBody;
       const schema = body?.content?.['application/json']?.schema;
-      if (body !== undefined && schema !== undefined && (schema.required ?? []).length === 0) body.required = false;
+      if (body !== undefined && schema !== undefined && takesEmptyObject(schema, named)) body.required = false;
     }
   }
   return document;
+}
+
+interface BodySchema {
+  $ref?: string;
+  type?: unknown;
+  required?: unknown[];
+  minProperties?: number;
+  anyOf?: BodySchema[];
+  oneOf?: BodySchema[];
+}
+
+/** Whether `{}` is a valid instance: an object requiring no property, or a choice of forms one of which is. */
+function takesEmptyObject(schema: BodySchema, named: Record<string, BodySchema>): boolean {
+  if (schema.$ref !== undefined) {
+    const target = named[schema.$ref.replace('#/components/schemas/', '')];
+    return target !== undefined && takesEmptyObject(target, named);
+  }
+  const choices = schema.anyOf ?? schema.oneOf;
+  if (choices !== undefined) return choices.some((choice) => takesEmptyObject(choice, named));
+  return (schema.type === undefined || schema.type === 'object') && (schema.required ?? []).length === 0 && (schema.minProperties ?? 0) === 0;
 }
 
 interface MediaObject {

@@ -84,7 +84,8 @@ describe('a backend posting deltas', () => {
     expect(conflict.json()).toMatchObject({ code: 'STEP_CONFLICT', message: `step "${stepId}" has no attempt 2; attempt 1 holds it` });
     expect((await postDeltas(h, { ...root, token: 'not-the-token' }, stepId, { text: 'x' })).json()).toMatchObject({ code: 'UNAUTHORIZED' });
     expect((await postDeltas(h, root, 'step_unknown', { text: 'x' })).statusCode).toBe(404);
-    for (const body of [{}, [], { text: '' }, { text: 'x', extra: 1 }, { toolCall: { index: 0 } }, { toolCall: { index: 128, name: 'n' } }]) {
+    const both = { text: 'a', toolCall: { index: 0, name: 'n' } };
+    for (const body of [{}, [], { text: '' }, { text: 'x', extra: 1 }, { toolCall: { index: 0 } }, { toolCall: { index: 128, name: 'n' } }, both, { reset: true }, [{ text: 'ok' }, both]]) {
       const res = await postDeltas(h, root, stepId, body);
       expect(res.statusCode, JSON.stringify(body)).toBe(400);
       expect(res.json()).toMatchObject({ code: 'VALIDATION' });

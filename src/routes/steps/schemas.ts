@@ -66,23 +66,29 @@ export const CompactionBody = Type.Object(
   { additionalProperties: false },
 );
 
-const DeltaPieceBody = Type.Object(
-  {
-    text: Type.Optional(Type.String({ minLength: 1, maxLength: 65_536, description: 'A piece of the answer\'s text.' })),
-    toolCall: Type.Optional(
-      Type.Object(
-        {
-          index: Type.Integer({ minimum: 0, maximum: 127, description: 'Which call of the answer (0 is the first).' }),
-          id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
-          name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
-          argumentsDelta: Type.Optional(Type.String({ minLength: 1, maxLength: 65_536, description: "A piece of the call's arguments (JSON text)." })),
-        },
-        { additionalProperties: false, minProperties: 2 },
-      ),
+const reset = Type.Optional(Type.Literal(true, { description: "What this step's earlier deltas built is void (the answer is being written again)." }));
+
+/** A piece is text or a part of one tool call, never both (as the driver publishes them). */
+const DeltaPieceBody = Type.Union(
+  [
+    Type.Object({ text: Type.String({ minLength: 1, maxLength: 65_536, description: "A piece of the answer's text." }), reset }, { additionalProperties: false }),
+    Type.Object(
+      {
+        toolCall: Type.Object(
+          {
+            index: Type.Integer({ minimum: 0, maximum: 127, description: 'Which call of the answer (0 is the first).' }),
+            id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+            name: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'The whole name; one given again replaces it.' })),
+            argumentsDelta: Type.Optional(Type.String({ minLength: 1, maxLength: 65_536, description: "A piece of the call's arguments (JSON text)." })),
+          },
+          { additionalProperties: false, minProperties: 2 },
+        ),
+        reset,
+      },
+      { additionalProperties: false },
     ),
-    reset: Type.Optional(Type.Literal(true, { description: "What this step's earlier deltas built is void (the answer is being written again)." })),
-  },
-  { additionalProperties: false, minProperties: 1 },
+  ],
+  { description: 'A piece of the answer: text, or a part of one tool call.' },
 );
 
 export const DeltasBody = Type.Union([DeltaPieceBody, Type.Array(DeltaPieceBody, { minItems: 1, maxItems: 256 })], {
