@@ -53,7 +53,8 @@ export type HubEvent =
   | { kind: 'entry'; agentId: string; rootId: string; seq: number; forestSeq: number; entry: SessionEntry }
   | { kind: 'status'; rootId: string; status: StatusEvent }
   | { kind: 'budget-exhausted'; rootId: string; event: BudgetExhaustedEvent }
-  | { kind: 'delta'; rootId: string; delta: Delta };
+  /** The pieces one publication gave (a backend's request, a driver's piece), in order. */
+  | { kind: 'deltas'; rootId: string; deltas: readonly Delta[] };
 
 export type HubListener = (event: HubEvent) => void;
 
@@ -116,9 +117,9 @@ export class EventHub {
     return this.deltasByAgent.has(agentId) || this.deltasByForest.has(rootId);
   }
 
-  /** Hand a delta to the listeners that take deltas, at once. */
-  publishDelta(agentId: string, rootId: string, delta: Delta): void {
-    const event: HubEvent = { kind: 'delta', rootId, delta };
+  /** Hand deltas to the listeners that take deltas, at once. */
+  publishDeltas(agentId: string, rootId: string, deltas: readonly Delta[]): void {
+    const event: HubEvent = { kind: 'deltas', rootId, deltas };
     for (const listener of this.deltasByAgent.get(agentId) ?? []) listener(event);
     for (const listener of this.deltasByForest.get(rootId) ?? []) listener(event);
   }

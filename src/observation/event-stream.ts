@@ -18,6 +18,7 @@ import { statusEvent, type EventHub, type HubEvent, type StatusEvent } from './e
 import type { SessionLog } from '../sessions/session-log.js';
 import type { WaiterGate } from '../agents/limits.js';
 import type { AgentView } from '../contract/index.js';
+import type { Delta } from './step-deltas.js';
 
 export interface StreamEvent {
   /** The durable position (seq, or forestSeq for a forest stream); absent for status snapshots. */
@@ -106,19 +107,21 @@ export class EventStreams {
     const tellDropped = (): void => {
       if (dropped > 0 && sink.send({ event: 'deltas-dropped', data: { count: dropped } })) dropped = 0;
     };
-    const sendDelta = (event: StreamEvent): true => {
+    // A publication's pieces are taken or dropped together: a consumer keeping up gets a long
+    // list whole, though it passes the bound on its own (the list's size is bounded by the route).
+    const sendDeltas = (deltas: readonly Delta[]): true => {
       if (!sink.takesDeltas()) {
-        dropped++;
+        dropped += deltas.length;
         return true;
       }
       tellDropped();
-      sink.send(event);
+      for (const delta of deltas) sink.send({ event: 'delta', data: delta });
       return true;
     };
     /** Write one event; false only while replaying and the consumer is behind (retry after it drains). */
     const deliver = (event: HubEvent): boolean => {
       if (cut) return true;
-      if (event.kind === 'delta') return live ? sendDelta({ event: 'delta', data: event.delta }) : true;
+      if (event.kind === 'deltas') return live ? sendDeltas(event.deltas) : true;
       const position = event.kind === 'entry' ? (target.forest ? event.forestSeq : event.seq) : undefined;
       if (position !== undefined && position <= last) return true;
       tellDropped();
@@ -144,7 +147,7 @@ export class EventStreams {
         deliver(event);
         return;
       }
-      if (event.kind === 'delta') return; // ephemeral: a stream still replaying was not there for it
+      if (event.kind === 'deltas') return; // ephemeral: a stream still replaying was not there for it
       if (queue.length < MAX_QUEUE) queue.push(event);
       else overflowed = true;
     }, { deltas: target.deltas === true });

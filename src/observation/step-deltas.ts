@@ -27,7 +27,7 @@ export interface Delta extends DeltaPiece {
 /** Where deltas go (the event hub): whether anyone takes an agent's, and the handing over. */
 export interface DeltaListeners {
   listensForDeltas(agentId: string, rootId: string): boolean;
-  publishDelta(agentId: string, rootId: string, delta: Delta): void;
+  publishDeltas(agentId: string, rootId: string, deltas: readonly Delta[]): void;
 }
 
 export class StepDeltas {
@@ -38,13 +38,12 @@ export class StepDeltas {
 
   /** Publish pieces of the answer to `stepId` held by `attempt`; returns the last seq given. */
   publish(agent: LiveAgent, stepId: string, attempt: number, pieces: readonly DeltaPiece[]): number {
-    let at = this.positions.get(agent);
-    if (at === undefined || at.stepId !== stepId || at.attempt !== attempt) this.positions.set(agent, (at = { stepId, attempt, seq: 0 }));
-    const listening = this.hub.listensForDeltas(agent.id, agent.rootId);
-    for (const piece of pieces) {
-      at.seq++;
-      if (listening) this.hub.publishDelta(agent.id, agent.rootId, { agentId: agent.id, stepId, attempt, seq: at.seq, ...piece });
+    const known = this.positions.get(agent);
+    const last = known !== undefined && known.stepId === stepId && known.attempt === attempt ? known.seq : 0;
+    this.positions.set(agent, { stepId, attempt, seq: last + pieces.length });
+    if (this.hub.listensForDeltas(agent.id, agent.rootId)) {
+      this.hub.publishDeltas(agent.id, agent.rootId, pieces.map((piece, i): Delta => ({ agentId: agent.id, stepId, attempt, seq: last + i + 1, ...piece })));
     }
-    return at.seq;
+    return last + pieces.length;
   }
 }

@@ -146,4 +146,21 @@ describe('a consumer too far behind for deltas', () => {
     );
     expect(seen).toEqual(['entry 1', 'entry 2', 'entry 3', 'delta 1', 'delta 2', 'dropped 3', 'delta 6', 'dropped 2', 'entry 4', 'entry 5']);
   });
+
+  it("takes a request's pieces together: a consumer keeping up gets a long list whole, though it passes the bound on its own", async () => {
+    const h = await startHarness();
+    const { root, stepId } = await claimedRoot(h);
+    const sink = await follow(h, root.id, true);
+    // Behind as soon as one delta is unread: the first piece of a list passes the bound.
+    sink.takesDeltas = () => named(sink, 'delta').length === 0;
+    const long = Array.from({ length: 256 }, (_, i) => ({ text: `${i} `.padEnd(1_000, '.') }));
+    expect((await postDeltas(h, root, stepId, long)).json()).toEqual({ seq: 256 });
+    expect(named(sink, 'delta').map((e) => (e.data as { seq: number }).seq)).toEqual(long.map((_, i) => i + 1));
+    // The next list finds it behind and is dropped whole.
+    await postDeltas(h, root, stepId, [{ text: 'x' }, { text: 'y' }]);
+    expect((await postOutput(h.app, root, stepId, { content: 'done' })).statusCode).toBe(200);
+    await until(() => named(sink, 'deltas-dropped').length === 1, 'the count of the dropped list');
+    expect(named(sink, 'deltas-dropped')[0]!.data).toEqual({ count: 2 });
+    expect(named(sink, 'delta')).toHaveLength(256);
+  });
 });
