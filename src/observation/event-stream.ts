@@ -30,8 +30,11 @@ export interface StreamEvent {
 export interface StreamSink {
   /** Write one event, or return false without writing it when the consumer is too far behind. */
   send(event: StreamEvent): boolean;
-  /** Whether the consumer takes a delta now: false while its backlog is over the delta bound. */
-  takesDeltas(): boolean;
+  /**
+   * Whether the consumer takes these deltas (one publication's) now: false while its backlog is
+   * over the delta bound, or when they would leave entries too little room.
+   */
+  takesDeltas(events: readonly StreamEvent[]): boolean;
   /** Resolves when the consumer has taken what was written (replay waits on it instead of cutting off). */
   drained(): Promise<void>;
 }
@@ -108,14 +111,15 @@ export class EventStreams {
       if (dropped > 0 && sink.send({ event: 'deltas-dropped', data: { count: dropped } })) dropped = 0;
     };
     // A publication's pieces are taken or dropped together: a consumer keeping up gets a long
-    // list whole, though it passes the bound on its own (the list's size is bounded by the route).
+    // list whole, though it passes the delta bound on its own (the sink says whether it fits).
     const sendDeltas = (deltas: readonly Delta[]): true => {
-      if (!sink.takesDeltas()) {
+      const events = deltas.map((delta): StreamEvent => ({ event: 'delta', data: delta }));
+      if (!sink.takesDeltas(events)) {
         dropped += deltas.length;
         return true;
       }
       tellDropped();
-      for (const delta of deltas) sink.send({ event: 'delta', data: delta });
+      for (const event of events) if (!sink.send(event)) dropped++;
       return true;
     };
     /** Write one event; false only while replaying and the consumer is behind (retry after it drains). */

@@ -15,7 +15,7 @@ import { createLogger } from '../../src/logger.js';
 import { MemorySessionStore } from '../../src/adapters/memory/memory-store.js';
 import { createSystem, type System } from '../../src/composition/system.js';
 import type { DriverOptions } from '../../src/driver/model-driver.js';
-import { createRoot, send, session, until, type Entry } from '../fixtures/harness.js';
+import { claim, createRoot, send, session, until, type Entry } from '../fixtures/harness.js';
 import { closeWithTest } from '../fixtures/cleanup.js';
 import { startModelServer } from '../fixtures/model-server.js';
 import { FAST_DRIVER, spec } from '../fixtures/driver.js';
@@ -242,5 +242,36 @@ describe('a subscriber that does not read', () => {
     // Every entry still reached it, each once, in order.
     const ids = items.flatMap((item) => (item.id === undefined ? [] : [item.id]));
     expect(ids).toEqual(Array.from({ length: entries.length }, (_, i) => i + 1));
+  });
+});
+
+describe("a backend's lists of deltas", () => {
+  it("go to a reading consumer whole when they fit half its buffer, else are dropped whole and counted, and never cut it off", async () => {
+    // Half the buffer is 64 KiB; the deltas' bound is a quarter, 32 KiB.
+    const server = await startServer({ eventBufferBytes: 128 * 1024 });
+    const root = await createRoot(server.app);
+    expect((await send(server.app, root.id, 'write')).statusCode).toBe(202);
+    const stepId = (await claim(server.app, root))!.id;
+    const reader = await SseStream.open(`${server.base}/v1/agents/${root.id}/events?deltas=true`);
+    await reader.waitFor(() => reader.statuses().length > 0, 'the reader is live');
+    const post = (count: number) =>
+      server.app.inject({
+        method: 'POST',
+        url: `/v1/agents/${root.id}/steps/${stepId}/deltas`,
+        headers: { 'x-agent-token': root.token },
+        payload: Array.from({ length: count }, (_, i) => ({ text: `${i}:`.padEnd(4_000, '.') })),
+      });
+
+    // 12 pieces, 48 KB: past the deltas' bound on their own, within half the buffer.
+    expect((await post(12)).json()).toEqual({ seq: 12 });
+    await reader.waitFor(() => deltasOf(reader).length === 12, 'the first list, whole');
+    // 20 pieces, 80 KB: more than half the buffer, so none of them.
+    expect((await post(20)).json()).toEqual({ seq: 32 });
+    expect((await server.app.inject({ method: 'POST', url: `/v1/agents/${root.id}/steps/${stepId}/output`, headers: { 'x-agent-token': root.token }, payload: { content: 'done' } })).statusCode).toBe(200);
+    const entries = await turnEnds(server.app, root.id, 1);
+    await reader.waitFor(() => reader.lastId() === entries.length, 'every entry', 10_000);
+    const events = reader.items.flatMap((item) => (item.kind === 'event' ? [item.event === 'deltas-dropped' ? `dropped ${(item.data as { count: number }).count}` : item.event] : []));
+    expect(events.filter((e) => e !== 'status' && e !== 'entry').join(',')).toBe([...Array<string>(12).fill('delta'), 'dropped 20'].join(','));
+    expect(deltasOf(reader).map((d) => d.seq)).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
   });
 });

@@ -136,7 +136,18 @@ export const eventRoutes: FastifyPluginAsyncTypebox<EventRoutesOptions> = async 
         res.write(formatEvent(event), flushed);
         return true;
       },
-      takesDeltas: (): boolean => res.writableLength <= deltaBound,
+      takesDeltas: (events: readonly StreamEvent[]): boolean => {
+        if (res.writableLength > deltaBound) return false;
+        // One piece (at most 64 KiB) goes on the bound alone. A list goes only if the backlog
+        // with it stays within half the buffer: deltas never leave an entry without room.
+        if (events.length === 1) return true;
+        let bytes = res.writableLength;
+        for (const event of events) {
+          bytes += Buffer.byteLength(formatEvent(event));
+          if (bytes > options.maxBufferedBytes / 2) return false;
+        }
+        return true;
+      },
       drained: (): Promise<void> =>
         ended || res.writableLength <= options.maxBufferedBytes ? Promise.resolve() : new Promise<void>((resolve) => {
           waiting = resolve;
