@@ -116,7 +116,7 @@ export async function readStream(response: Response, url: string, attempts: numb
     try {
       chunk = JSON.parse(payload);
     } catch {
-      throw invalid(`a chunk is not JSON (${excerpt(payload)})`);
+      throw invalid(`a chunk is not JSON (${redact(excerpt(payload))})`);
     }
     if (!isRecord(chunk)) throw invalid('a chunk is not an object');
     if (chunk.error !== undefined && chunk.error !== null) throw new StreamBroken(`${url} reported an error in its stream${redact(errorOf(chunk.error))}`, '5xx');

@@ -341,7 +341,7 @@ function redactAnswer(answer: ParsedAnswer, redact: (text: string) => string): P
   return {
     ...answer,
     content: answer.content === null ? null : redact(answer.content),
-    toolCalls: answer.toolCalls.map((call) => ({ ...call, name: redact(call.name), arguments: redact(call.arguments) })),
+    toolCalls: answer.toolCalls.map((call) => ({ ...call, id: call.id === undefined ? undefined : redact(call.id), name: redact(call.name), arguments: redact(call.arguments) })),
   };
 }
 

@@ -17,7 +17,8 @@ export class KeyRedaction {
   private readonly keys: readonly string[];
 
   constructor(keys: readonly (string | undefined)[]) {
-    this.keys = keys.filter((k): k is string => k !== undefined && k !== '');
+    // The longest first: a key that begins another is not replaced inside the longer one.
+    this.keys = keys.filter((k): k is string => k !== undefined && k !== '').sort((a, b) => b.length - a.length);
   }
 
   /** `text` with every key in it replaced. */

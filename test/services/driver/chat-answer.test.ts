@@ -128,6 +128,11 @@ describe('a streamed chat completion', () => {
     expect((await read([chunk({ content: 'Sure.' }), chunk({ refusal: 'No.' }), chunk({}, 'stop')])).answer.content).toBe('Sure.');
   });
 
+  it('quotes a chunk that is not JSON without the key', async () => {
+    const redact = (t: string): string => t.split('sk-SECRET').join('[redacted]');
+    await expect(readStream(response(['data: {"key": sk-SECRET\n\n']), URL_, 1, () => undefined, redact)).rejects.toThrow(`a chunk is not JSON ({"key": [redacted])`);
+  });
+
   it('is refused when a chunk is not JSON or a tool call has no name', async () => {
     await expect(read(['data: {not json\n\n'])).rejects.toBeInstanceOf(ModelRequestError);
     await expect(read(['data: {not json\n\n'])).rejects.toThrow(`the stream of ${URL_} is not chat-completion chunks: a chunk is not JSON ({not json)`);
