@@ -11,6 +11,7 @@
  */
 import { Buffer } from 'node:buffer';
 import type { TokenUsage } from '../domain/model.js';
+import { textOrRefusal } from '../steps/chat-output.js';
 
 export interface RawToolCall {
   id: string | undefined;
@@ -172,7 +173,7 @@ class Assembly {
       this.content = (this.content ?? '') + text;
       if (text !== '') onPiece({ text });
     }
-    const refusal = nonEmptyString(delta.refusal);
+    const refusal = typeof delta.refusal === 'string' && delta.refusal !== '' ? delta.refusal : undefined;
     if (refusal !== undefined) {
       this.refusal += refusal;
       if (this.content === null || this.content === '') onPiece({ text: refusal });
@@ -215,15 +216,10 @@ class Assembly {
       if (call.name === '') throw new ModelRequestError(`tool call ${index} of a streamed answer has no function name`);
       return { id: call.id, name: call.name, arguments: call.arguments };
     });
-    const content = this.content === null || this.content === '' ? nonEmptyString(this.refusal) ?? this.content : this.content;
-    const answer: ParsedAnswer = { content, toolCalls };
+    const answer: ParsedAnswer = { content: textOrRefusal(this.content, this.refusal) ?? this.content, toolCalls };
     if (this.usage !== undefined) answer.usage = this.usage;
     return answer;
   }
-}
-
-function nonEmptyString(value: unknown): string | undefined {
-  return typeof value === 'string' && value !== '' ? value : undefined;
 }
 
 /** The first choice's message of a chat completion, or a ModelRequestError saying what is wrong with it. */
@@ -253,7 +249,7 @@ export function parseCompletion(url: string, text: string, attempts: number, sta
   });
   // A refusal is the text when there is none, as the step protocol records a backend's.
   const content = contentText(message.content);
-  const answer: ParsedAnswer = { content: content === null || content === '' ? (nonEmptyString(message.refusal) ?? content) : content, toolCalls };
+  const answer: ParsedAnswer = { content: textOrRefusal(content, typeof message.refusal === 'string' ? message.refusal : undefined) ?? content, toolCalls };
   const usage = isRecord(parsed) ? usageOf(parsed.usage) : undefined;
   if (usage !== undefined) answer.usage = usage;
   return answer;

@@ -126,7 +126,6 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
   // An endpoint may quote the key it was sent (`Incorrect API key provided: sk-...`), and what
   // it answers goes into a session and out on the event streams: no key ever does.
   const redaction = new KeyRedaction(endpoints.map((e) => e.apiKey));
-  const redact = (text: string): string => redaction.text(text);
   // With fallbacks each attempt has its share of the step's deadline: a hanging endpoint leaves the others time.
   const attemptMs = endpoints.length > 1 ? Math.max(1, Math.floor(policy.timeoutMs / endpoints.length)) : undefined;
 
@@ -201,7 +200,7 @@ export async function completeChat(request: ChatRequest, policy: RetryPolicy, ca
           request.providers?.spent(provider, outcome.answer.usage?.totalTokens ?? 0);
           return { ...outcome.answer, attempts, model: endpoint.model, provider, fallovers };
         }
-        failure = { ...outcome.failure, message: redact(outcome.failure.message) };
+        failure = { ...outcome.failure, message: redaction.text(outcome.failure.message) };
         asked = failure;
         if (failure.retryAfterMs !== undefined && (failure.status === 429 || failure.status === 503)) {
           request.providers?.note(provider, failure.retryAfterMs, failure.message);
@@ -275,7 +274,7 @@ async function attempt(a: {
   onPiece: ((piece: AnswerPiece) => void) | undefined;
 }): Promise<{ answer: ParsedAnswer } | { failure: Failure }> {
   const { endpoint, url, request, step, attemptMs, fetchImpl, attempts, redaction } = a;
-  const redact = (text: string): string => redaction.text(text);
+  const redact = redaction.text;
   const body: Record<string, unknown> = { model: endpoint.model, messages: request.messages };
   if (request.tools.length > 0) body.tools = request.tools;
   if (request.temperature !== undefined) body.temperature = request.temperature;

@@ -21,10 +21,8 @@ export class KeyRedaction {
     this.keys = keys.filter((k): k is string => k !== undefined && k !== '').sort((a, b) => b.length - a.length);
   }
 
-  /** `text` with every key in it replaced. */
-  text(text: string): string {
-    return this.keys.reduce((t, key) => (t.includes(key) ? t.split(key).join(REDACTED) : t), text);
-  }
+  /** `text` with every key in it replaced (bound: it may be handed on as a function). */
+  readonly text = (text: string): string => this.keys.reduce((t, key) => (t.includes(key) ? t.split(key).join(REDACTED) : t), text);
 
   /** A sink for one attempt's pieces that hands `onPiece` each of them redacted; `flush` once the answer is whole. */
   pieces(onPiece: (piece: AnswerPiece) => void): { piece(piece: AnswerPiece): void; flush(): void } {

@@ -267,13 +267,14 @@ export class ModelDriver {
       return await this.fail(agent, `${failed}: an internal error (see the service log)`);
     } finally {
       clearInterval(renew);
-      this.rateLimited.waiting(agent, undefined);
     }
     if (!signal.aborted && !agent.disposing) await this.record(agent, claim, answer);
   }
 
-  /** One request to the agent's model, counted in the driver's metrics. */
-  /** `place`: held for the step in its provider's window, taken by its first request there. */
+  /**
+   * One request to the agent's model, counted in the driver's metrics. `place`: held for the
+   * step in its provider's window, taken by its first request there.
+   */
   private async ask(model: ModelSpec, messages: ChatMessage[], tools: ChatTool[], signal: AbortSignal, extra: { onDelta?: ChatRequest['onDelta']; onWait: NonNullable<ChatRequest['onWait']>; place: ProviderPlace | undefined }): Promise<ChatAnswer> {
     const { onDelta, onWait, place } = extra;
     const started = performance.now();

@@ -18,19 +18,19 @@ import { ProviderBackoff, type Backoff } from './provider-backoff.js';
 import type { ModelLimits } from './provider-limits.js';
 import { ProviderWindows } from './provider-windows.js';
 
+/** How soon a step held for the other instances' counts is offered again (they are read every half second). */
+const HEARING_MS = 250;
+
 /**
  * A place held in a provider's window of the current minute for one admitted step: its first
  * request to that provider takes it, or the step gives it back when it ends without one.
  */
-/** How soon a step held for the other instances' counts is offered again (they are read every half second). */
-const HEARING_MS = 250;
-
 export class ProviderPlace {
   private open = true;
 
   constructor(
     readonly provider: string,
-    /** The minute it was held in (ms since the epoch of the minute's start); it lapses with it. */
+    /** The minute it was held in (minuteOf: minutes since the epoch); it lapses with it. */
     private readonly minute: number,
   ) {}
 

@@ -37,7 +37,7 @@ function fromChatMessage(message: ChatAssistantOutput): ReadOutput {
     return { id: call.id, name: call.function.name, input: read.input };
   });
   const output: ModelOutput = {};
-  const text = nonEmpty(message.content) ?? nonEmpty(message.refusal);
+  const text = textOrRefusal(message.content, message.refusal);
   if (text !== undefined) output.content = text;
   if (toolCalls.length > 0) output.toolCalls = toolCalls;
   if (message.usage !== undefined) output.usage = message.usage;
@@ -56,6 +56,11 @@ export function readArguments(id: string, name: string, text: string): { input: 
     const why = error instanceof Error ? error.message : String(error);
     return { input: text, refusal: `the arguments of tool call "${id}" (${name}) are not valid JSON (${why}); the tool was not run` };
   }
+}
+
+/** An assistant message's text: its content, or else its refusal; undefined when neither has any. */
+export function textOrRefusal(content: string | null | undefined, refusal: string | null | undefined): string | undefined {
+  return nonEmpty(content) ?? nonEmpty(refusal);
 }
 
 function nonEmpty(text: string | null | undefined): string | undefined {
